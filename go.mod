@@ -1,0 +1,3 @@
+module github.com/outposthq/outpost
+
+go 1.26
