@@ -1,0 +1,21 @@
+// Command outpost runs coding-agent CLIs as turns inside sandboxes.
+// See the README and docs/cli.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/internal/cli"
+)
+
+func main() {
+	echo.MaybeRun()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

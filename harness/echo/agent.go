@@ -1,0 +1,379 @@
+package echo
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Subcommand is the argument that makes an outpost binary (or a test
+// binary that calls MaybeRun) act as the echo agent.
+const Subcommand = "echo-agent"
+
+// MaybeRun runs the echo agent and exits when os.Args asks for it
+// (os.Args[1] == Subcommand). main functions and TestMain call it first, so
+// the binary can serve as its own agent.
+func MaybeRun() {
+	if len(os.Args) > 1 && os.Args[1] == Subcommand {
+		os.Exit(Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+}
+
+// line is one native output line of the echo agent.
+type line struct {
+	Type    string          `json:"type"`
+	Session string          `json:"session,omitempty"`
+	Parent  string          `json:"parent,omitempty"`
+	Model   string          `json:"model,omitempty"`
+	Turn    int             `json:"turn,omitempty"`
+	ID      string          `json:"id,omitempty"`
+	Name    string          `json:"name,omitempty"`
+	Text    string          `json:"text,omitempty"`
+	Input   json.RawMessage `json:"input,omitempty"`
+	Output  string          `json:"output,omitempty"`
+	Attempt int             `json:"attempt,omitempty"`
+	Mode    string          `json:"mode,omitempty"`
+	Usage   *nativeUsage    `json:"usage,omitempty"`
+}
+
+type nativeUsage struct {
+	Input     int64 `json:"input"`
+	Output    int64 `json:"output"`
+	CacheRead int64 `json:"cache_read"`
+}
+
+// record is one line of the session file.
+type record struct {
+	Role   string `json:"role"` // meta, user, assistant
+	Text   string `json:"text,omitempty"`
+	ID     string `json:"id,omitempty"`
+	Parent string `json:"parent,omitempty"`
+}
+
+// Main is the echo agent: a deterministic CLI that speaks its own JSONL
+// dialect on stdout, keeps its conversation in
+// $HOME/.echo/sessions/<id>.jsonl, and simulates the hard cases through
+// prompt directives (see docs/presets/echo.md). It returns the exit status.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(Subcommand, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	model := fs.String("model", "echo-1", "model name to report")
+	resume := fs.String("resume", "", "continue the conversation with this id")
+	fork := fs.Bool("fork", false, "with --resume: continue into a new conversation")
+	live := fs.Bool("live", false, "read user messages as JSON lines on stdin")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *fork && *resume == "" {
+		fmt.Fprintln(stderr, "echo: --fork needs --resume")
+		return 2
+	}
+	prompt := strings.Join(fs.Args(), " ")
+	w := bufio.NewWriterSize(stdout, 64<<10)
+	defer w.Flush()
+	a := &agent{out: w, stderr: stderr, model: *model}
+
+	var msgs <-chan string
+	if *live {
+		ch := make(chan string, 16)
+		msgs = ch
+		go readLive(stdin, ch)
+		first, ok := <-ch
+		if !ok {
+			fmt.Fprintln(stderr, "echo: stdin closed before the first message")
+			return 2
+		}
+		prompt = first
+	} else if prompt == "-" {
+		b, err := io.ReadAll(io.LimitReader(stdin, 64<<20))
+		if err != nil {
+			fmt.Fprintln(stderr, "echo: reading prompt:", err)
+			return 2
+		}
+		prompt = string(b)
+	}
+	if strings.TrimSpace(prompt) == "" {
+		fmt.Fprintln(stderr, "echo: empty prompt")
+		return 2
+	}
+
+	home, err := os.UserHomeDir()
+	if err != nil {
+		fmt.Fprintln(stderr, "echo: no home directory:", err)
+		return 2
+	}
+	dir := filepath.Join(home, ".echo", "sessions")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		fmt.Fprintln(stderr, "echo:", err)
+		return 2
+	}
+	var history []record
+	id, parent := newID(), ""
+	if *resume != "" {
+		if !validID(*resume) {
+			fmt.Fprintf(stderr, "echo: invalid conversation id %q\n", *resume)
+			return 2
+		}
+		history, err = readSession(filepath.Join(dir, *resume+".jsonl"))
+		if err != nil {
+			fmt.Fprintf(stderr, "echo: no conversation found with id %s\n", *resume)
+			return 2
+		}
+		if *fork {
+			parent = *resume
+		} else {
+			id = *resume
+		}
+	}
+	for {
+		code, done := a.turn(dir, id, parent, history, prompt, msgs)
+		if done || msgs == nil {
+			return code
+		}
+		// Live mode: the next queued message is a new turn in this process.
+		next, ok := <-msgs
+		if !ok {
+			return code
+		}
+		history, _ = readSession(filepath.Join(dir, id+".jsonl"))
+		parent, prompt = "", next
+	}
+}
+
+func readLive(r io.Reader, ch chan<- string) {
+	defer close(ch)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var m struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.Type != "user" {
+			// Like the real CLIs, a line that is not a valid message is fatal.
+			fmt.Fprintf(os.Stderr, "echo: invalid input line (%d bytes)\n", len(sc.Bytes()))
+			os.Exit(4)
+		}
+		ch <- m.Text
+	}
+}
+
+type agent struct {
+	out    *bufio.Writer
+	stderr io.Writer
+	model  string
+}
+
+func (a *agent) emit(l line) {
+	b, _ := json.Marshal(l)
+	a.out.Write(b)
+	a.out.WriteByte('\n')
+}
+
+func (a *agent) flush() { a.out.Flush() }
+
+// turn runs one user turn. done reports that the process must end now
+// (a failure directive), with the exit code.
+func (a *agent) turn(dir, id, parent string, history []record, prompt string, msgs <-chan string) (int, bool) {
+	turn := 1
+	var histWords int64
+	for _, r := range history {
+		if r.Role == "user" {
+			turn++
+		}
+		if r.Role == "user" || r.Role == "assistant" {
+			histWords += words(r.Text)
+		}
+	}
+	a.emit(line{Type: "init", Session: id, Parent: parent, Model: a.model, Turn: turn})
+	a.flush()
+
+	reply := fmt.Sprintf("echo: %s (turn %d)", prompt, turn)
+	var extra []string
+	switch {
+	case strings.Contains(prompt, "#quota"):
+		reset := time.Now().UTC().Add(time.Hour).Truncate(time.Second).Format(time.RFC3339)
+		fmt.Fprintf(a.stderr, "echo: usage limit reached for this key; it resets at %s\n", reset)
+		return 1, true
+	case strings.Contains(prompt, "#outage"):
+		fmt.Fprintln(a.stderr, "echo: model service unavailable: 503 overloaded (connection reset by peer)")
+		return 1, true
+	case strings.Contains(prompt, "#crash"):
+		fmt.Fprintln(a.stderr, "echo: simulated crash")
+		return 3, true
+	case strings.Contains(prompt, "#hang"):
+		a.flush()
+		select {}
+	}
+	if strings.Contains(prompt, "#retry") {
+		fmt.Fprintln(a.stderr, "echo: rate limited (429), retrying in 10ms (attempt 1 of 3)")
+		a.emit(line{Type: "retry", Attempt: 1, Text: "rate limited (429), retrying in 10ms (attempt 1 of 3)"})
+		a.flush()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if strings.Contains(prompt, "#tool") {
+		a.emit(line{Type: "tool_call", ID: "tool-1", Name: "shell", Input: json.RawMessage(`{"command":"echo hi"}`)})
+		a.emit(line{Type: "tool_result", ID: "tool-1", Output: "hi\n"})
+	}
+	if strings.Contains(prompt, "#badlines") {
+		a.out.WriteString("{\"type\":\"text\",\"text\":\n")
+		a.out.WriteString("not json at all\n")
+		a.out.Write([]byte{'{', '"', 't', 'y', 'p', 'e', '"', ':', '"', 't', 'e', 'x', 't', '"', ',', '"', 't', 'e', 'x', 't', '"', ':', '"', 0xff, 0xfe, '"', '}', '\n'})
+		a.out.WriteString("{\"type\":\"from-the-future\",\"x\":1}\n")
+	}
+	if i := strings.Index(prompt, "#env "); i >= 0 {
+		name := firstWord(prompt[i+5:])
+		if v, ok := os.LookupEnv(name); ok {
+			extra = append(extra, fmt.Sprintf("%s is set (%d bytes)", name, len(v)))
+		} else {
+			extra = append(extra, name+" is not set")
+		}
+	}
+	if i := strings.Index(prompt, "#leak "); i >= 0 {
+		name := firstWord(prompt[i+6:])
+		v := os.Getenv(name)
+		extra = append(extra, name+"="+v)
+		fmt.Fprintf(a.stderr, "echo: debug %s=%s\n", name, v)
+	}
+	if strings.Contains(prompt, "#big") {
+		a.emit(line{Type: "text", Text: strings.Repeat("x", 8<<20)})
+	}
+	if strings.Contains(prompt, "#slow") {
+		steps := 100
+		if i := strings.Index(prompt, "#slow="); i >= 0 {
+			if n, err := strconv.Atoi(firstWord(prompt[i+6:])); err == nil && n > 0 {
+				steps = n
+			}
+		}
+		for i := 0; i < steps; i++ {
+			a.emit(line{Type: "delta", ID: "m1", Text: fmt.Sprintf("step %d ", i+1)})
+			a.flush()
+			select {
+			case m, ok := <-msgs:
+				if ok {
+					// A message that arrives while the agent works is seen
+					// within this turn.
+					a.emit(line{Type: "steer", Mode: "injected", Text: m})
+					extra = append(extra, "steered: "+m)
+				} else {
+					msgs = nil
+				}
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	if len(extra) > 0 {
+		reply += "\n" + strings.Join(extra, "\n")
+	}
+	a.emit(line{Type: "text", ID: "m1", Text: reply})
+	a.flush()
+
+	recs := history
+	if len(recs) == 0 || parent != "" {
+		recs = append([]record{{Role: "meta", ID: id, Parent: parent}}, withoutMeta(history)...)
+	}
+	recs = append(recs, record{Role: "user", Text: prompt}, record{Role: "assistant", Text: reply})
+	if err := writeSession(filepath.Join(dir, id+".jsonl"), recs); err != nil {
+		fmt.Fprintln(a.stderr, "echo: saving session:", err)
+		return 5, true
+	}
+	if strings.Contains(prompt, "#nofinish") {
+		return 0, true
+	}
+	a.emit(line{Type: "done", Text: reply, Usage: &nativeUsage{Input: words(prompt), Output: words(reply), CacheRead: histWords}})
+	a.flush()
+	return 0, false
+}
+
+func withoutMeta(rs []record) []record {
+	out := make([]record, 0, len(rs))
+	for _, r := range rs {
+		if r.Role != "meta" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func firstWord(s string) string {
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+func words(s string) int64 { return int64(len(strings.Fields(s))) }
+
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func validID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdef", c) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func readSession(path string) ([]record, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []record
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		var r record
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			return nil, fmt.Errorf("corrupt session file: %w", err)
+		}
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty session file")
+	}
+	return out, nil
+}
+
+func writeSession(path string, recs []record) error {
+	var b strings.Builder
+	for _, r := range recs {
+		j, _ := json.Marshal(r)
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,144 @@
+// Package echo is the preset of outpost's built-in echo agent: a
+// deterministic CLI, run as a real subprocess (the hidden `outpost
+// echo-agent` subcommand), that exercises the whole pipeline with no key and
+// no network.
+//
+// Contract (docs/presets/echo.md): the final message contains the prompt
+// and "turn N", N being the 1-based count of user turns in the
+// conversation; sessions live in $HOME/.echo/sessions/<id>.jsonl; --resume
+// and --fork continue them; usage counts words (input = prompt, output =
+// reply, cache read = history). Prompt directives simulate the hard cases:
+// #quota, #outage, #retry, #crash, #nofinish, #slow[=N], #tool, #big, #hang,
+// #badlines, #env NAME, #leak NAME.
+package echo
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/outposthq/outpost/harness"
+)
+
+// Program is the executable the echo preset runs, as the sandbox sees it.
+// The bootstrap step replaces it with the outpost binary (the host binary
+// on local sandboxes, a copy inside isolated ones).
+const Program = "outpost"
+
+// TokenVariable is the optional credential the echo agent takes: when set
+// in the environment or .outpost/.env, it reaches the agent (and is
+// redacted from all output). Directives "#env ECHO_API_KEY" and "#leak
+// ECHO_API_KEY" show that it arrived and that it cannot leak.
+const TokenVariable = "ECHO_API_KEY"
+
+// Harness returns the echo preset.
+func Harness() *harness.Harness {
+	return &harness.Harness{
+		Name:    "echo",
+		Version: "builtin",
+		Request: request,
+		Events:  Events,
+		Credentials: func(vars harness.Vars) (harness.Plan, error) {
+			p := harness.Plan{}
+			if v, ok := vars.Lookup(TokenVariable); ok {
+				p.Variables = map[string]string{TokenVariable: v}
+			}
+			return p, nil
+		},
+		Quota:        Quota,
+		QuotaDetails: quotaDetails,
+		Unavailable:  Unavailable,
+		Bootstrap:    "echo",
+		LiveInput: func(in harness.Input) (harness.Live, error) {
+			cmd, err := request(in)
+			if err != nil {
+				return nil, err
+			}
+			cmd.Args = append([]string{Subcommand, "--live"}, cmd.Args[1:len(cmd.Args)-2]...)
+			cmd.KeepStdin = true
+			return &live{cmd: cmd, prompt: in.Prompt}, nil
+		},
+		RequiresFinishedEvent: true,
+		Storage: &harness.Storage{
+			Roots: []string{".echo/sessions"},
+			Match: func(rel, native string) bool { return rel == native+".jsonl" },
+		},
+		Capture:    true,
+		Resumable:  true,
+		Forkable:   true,
+		Inactivity: 0,
+	}
+}
+
+func request(in harness.Input) (harness.Command, error) {
+	args := []string{Subcommand}
+	if in.Model != "" {
+		args = append(args, "--model", in.Model)
+	}
+	if in.Conversation != "" {
+		args = append(args, "--resume", in.Conversation)
+		if in.Fork {
+			args = append(args, "--fork")
+		}
+	}
+	args = append(args, in.ExtraArgs...)
+	args = append(args, "--", in.Prompt)
+	return harness.Command{Path: Program, Args: args}, nil
+}
+
+var (
+	quotaRE       = regexp.MustCompile(`(?i)usage limit reached`)
+	resetRE       = regexp.MustCompile(`resets at (\S+)`)
+	unavailableRE = regexp.MustCompile(`(?i)service unavailable|overloaded|connection (refused|reset)`)
+)
+
+// Quota matches the echo agent's terminal usage-limit text. Its retry
+// notice ("rate limited (429), retrying") does not match.
+func Quota(text string) bool { return quotaRE.MatchString(text) }
+
+func quotaDetails(text string) map[string]any {
+	if m := resetRE.FindStringSubmatch(text); m != nil {
+		if t, err := time.Parse(time.RFC3339, strings.TrimRight(m[1], ".")); err == nil {
+			return map[string]any{"resets_at": t.UTC().Format(time.RFC3339)}
+		}
+	}
+	return nil
+}
+
+// Unavailable matches the echo agent's outage text.
+func Unavailable(text string) bool {
+	return unavailableRE.MatchString(text) && !strings.Contains(text, "retrying")
+}
+
+// Events decodes one line of the echo agent's output. Any input is safe:
+// lines that are not its JSON give no events.
+func Events(b []byte) []harness.Event {
+	var l line
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil
+	}
+	switch l.Type {
+	case "init":
+		return []harness.Event{{Type: harness.EventSession, Session: l.Session, Details: map[string]any{"model": l.Model, "turn": l.Turn}}}
+	case "delta":
+		return []harness.Event{{Type: harness.EventMessage, ID: l.ID, Text: l.Text, Delta: true}}
+	case "text":
+		return []harness.Event{{Type: harness.EventMessage, ID: l.ID, Text: l.Text}}
+	case "tool_call":
+		return []harness.Event{{Type: harness.EventToolCall, Tool: &harness.Tool{ID: l.ID, Name: l.Name, Input: l.Input}}}
+	case "tool_result":
+		return []harness.Event{{Type: harness.EventToolResult, Tool: &harness.Tool{ID: l.ID, Output: l.Output}}}
+	case "retry":
+		return []harness.Event{{Type: harness.EventNotice, Kind: "retry", Text: l.Text, Details: map[string]any{"attempt": l.Attempt}}}
+	case "steer":
+		return []harness.Event{{Type: harness.EventNotice, Kind: "steer", Text: l.Text, Details: map[string]any{"mode": l.Mode}}}
+	case "done":
+		ev := harness.Event{Type: harness.EventFinished, Text: l.Text, Stop: "end_turn"}
+		if l.Usage != nil {
+			ev.Usage = &harness.Usage{InputTokens: l.Usage.Input, OutputTokens: l.Usage.Output, CacheReadTokens: l.Usage.CacheRead, Complete: true}
+		}
+		return []harness.Event{ev}
+	}
+	return nil
+}

@@ -1,0 +1,383 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Harness is the preset for one agent CLI. The zero value of every optional
+// field means "not supported" or "default"; see each field.
+type Harness struct {
+	// Name is the agent's id ("echo", "claude", "codex"), used in events,
+	// errors, stored conversations and the CLI's --agent flag. Required.
+	Name string
+
+	// Version is the pinned CLI version this preset was proven against, for
+	// display ("outpost agents") and bootstrap. Optional.
+	Version string
+
+	// Request builds the command of one turn. It must be pure (no disk or
+	// network access): the turn engine calls it before starting anything.
+	// Required.
+	Request func(in Input) (Command, error)
+
+	// Events decodes one line of the CLI's standard output into normalized
+	// events. It must never panic, whatever the line holds (invalid JSON,
+	// invalid UTF-8, megabytes); a line it does not understand gives no
+	// events or a notice. The engine fills in Agent, Time and Conversation.
+	// Required unless NewDecoder is set.
+	Events func(line []byte) []Event
+
+	// NewDecoder returns a stateful decoder for one turn, for CLIs whose
+	// lines only make sense in sequence. When set it is used instead of
+	// Events.
+	NewDecoder func() func(line []byte) []Event
+
+	// Fork is the native fork step for CLIs that fork with a separate
+	// command: given the parent's native id and a runner of commands inside
+	// the leased sandbox, it returns the child's native id. Omitted where
+	// the CLI forks with a request flag (Input.Fork).
+	Fork func(ctx context.Context, parent string, run Runner) (string, error)
+
+	// Credentials selects, from the resolved variables, what the agent
+	// needs to authenticate: variables, host files copied into the
+	// sandbox's private home, generated files, login commands. Pure: no disk
+	// access. Called once per harness per lease. Every variable value in the
+	// plan is treated as a secret and redacted from all output.
+	Credentials func(vars Vars) (Plan, error)
+
+	// Configuration is the agent's non-secret configuration: files merged
+	// into its home and variables, applied once per lease after the
+	// credentials. It fails with a *MissingVariableError when a variable it
+	// references is not set.
+	Configuration func(vars Vars) (Configuration, error)
+
+	// Quota recognizes a terminal usage or rate-limit message in a failure
+	// event's text or a stderr line. When the process then fails, the turn
+	// fails with code quota instead of process. Transient retry notices must
+	// not match.
+	Quota func(text string) bool
+
+	// QuotaDetails extracts machine-readable facts from a text Quota
+	// matched, such as "resets_at" (an RFC 3339 time). Optional.
+	QuotaDetails func(text string) map[string]any
+
+	// Unavailable recognizes a terminal outage: overload, 5xx, connection
+	// failure. When the process then fails without a quota signal, the code
+	// stays process and Details["unavailable"] is true.
+	Unavailable func(text string) bool
+
+	// UsageCommand returns a bounded read command run in the leased sandbox
+	// after the turn (Usage mode UsageSession), and UsageResult decodes its
+	// standard output into session totals. UsageResult never returns
+	// transcript content.
+	UsageCommand func(native string) *Command
+	UsageResult  func(stdout []byte) *Usage
+
+	// TranscriptUsage reads token usage from the captured conversation
+	// files after the turn. A non-nil result replaces the usage the events
+	// reported.
+	TranscriptUsage func(t Transcript) *Usage
+
+	// Usage says where usage comes from. The zero value is UsageEvents.
+	Usage UsageMode
+
+	// LiveInput opens a live session for a turn whose caller wants to send
+	// messages while the agent works. Nil means the CLI cannot take input
+	// while it runs: steering then stops the turn and resumes its
+	// conversation with the new message.
+	LiveInput func(in Input) (Live, error)
+
+	// Bootstrap names the built-in pinned CLI installed when the sandbox
+	// lacks the command's executable. An unknown name fails before any
+	// sandbox is allocated.
+	Bootstrap string
+
+	// RequiresFinishedEvent makes a turn whose output has no EventFinished
+	// fail with code process, even when the process exits 0.
+	RequiresFinishedEvent bool
+
+	// Variables are added to every command of this agent, over the values
+	// of .outpost/.env. A name the sandbox provider defines (HOME, ...) is a
+	// configuration error.
+	Variables map[string]string
+
+	// Storage locates the CLI's native conversation files in the sandbox's
+	// home. Nil means conversations of this agent are not portable.
+	Storage *Storage
+
+	// Capture makes the engine capture the conversation into the store
+	// after every turn. Presets with Storage normally set it.
+	Capture bool
+
+	// Resumable and Forkable allow continuing and forking conversations.
+	// False refuses a resume or fork before any sandbox is allocated.
+	Resumable bool
+	Forkable  bool
+
+	// Inactivity is the default watchdog: a turn whose process writes
+	// nothing for this long is stopped (code process, details.unavailable).
+	// Zero means no watchdog unless the turn sets one.
+	Inactivity time.Duration
+}
+
+// Agent is what a turn runs: a preset and the model to ask it for.
+type Agent struct {
+	Kind    string   // "cli" (the only kind today)
+	Harness *Harness // the preset
+	Model   string   // model name passed to the CLI; "" = the CLI's default
+}
+
+// Input is what Request and LiveInput receive for one turn.
+type Input struct {
+	Prompt  string // the user's message
+	Model   string // the agent's model, "" for the CLI default
+	Workdir string // working directory inside the sandbox
+	Home    string // the sandbox's private home directory
+
+	// Conversation is the native id to continue, "" for a new conversation.
+	Conversation string
+	// Fork asks to continue Conversation into a new child conversation.
+	// Only set for presets without a Fork hook.
+	Fork bool
+
+	// Options are preset-specific settings (e.g. "permission-mode"); a
+	// preset documents the names it reads and rejects unknown values.
+	Options map[string]string
+	// ExtraArgs are passed through to the CLI, placed by the preset.
+	ExtraArgs []string
+}
+
+// Command is one process to run inside a sandbox.
+type Command struct {
+	Path string            // executable, resolved in the sandbox's PATH if not absolute
+	Args []string          // arguments, without the program name
+	Env  map[string]string // variables added to the sandbox environment
+	Dir  string            // working directory; "" = the turn's workdir
+	// Stdin is written to the process's standard input, which is then
+	// closed. With KeepStdin the pipe stays open for live input instead.
+	Stdin     []byte
+	KeepStdin bool
+}
+
+// Runner runs a command inside the leased sandbox to completion and returns
+// its standard output. Used by Fork hooks.
+type Runner func(ctx context.Context, cmd Command) (stdout []byte, err error)
+
+// Vars is the resolved variable table a plan selects from: the process
+// environment with .outpost/.env over it.
+type Vars map[string]string
+
+// Lookup returns a variable and whether it is set to a non-empty value.
+func (v Vars) Lookup(name string) (string, bool) {
+	s, ok := v[name]
+	return s, ok && s != ""
+}
+
+// MissingVariableError reports a variable a plan needs and did not find.
+type MissingVariableError struct {
+	Names []string // any one of these would do
+	Why   string
+}
+
+func (e *MissingVariableError) Error() string {
+	return fmt.Sprintf("missing variable %s: %s", strings.Join(e.Names, " or "), e.Why)
+}
+
+// Plan is what an agent needs to authenticate in a sandbox.
+type Plan struct {
+	// Variables are set in the agent's environment. All values are secret.
+	Variables map[string]string
+	// HostFiles are copied from the host into the sandbox's private home.
+	// Providers without Capabilities.HostFiles (local) never receive them.
+	HostFiles []HostFile
+	// Files are generated into the sandbox's home.
+	Files []File
+	// Login commands run once in the sandbox after the files are in place.
+	Login []Command
+}
+
+// Configuration is an agent's non-secret setup in a sandbox.
+type Configuration struct {
+	Variables map[string]string
+	Files     []File
+	HostFiles []HostFile
+}
+
+// HostFile is a file copied from the host into the sandbox's home.
+type HostFile struct {
+	Source   string // absolute host path
+	Target   string // path relative to the sandbox home
+	Mode     uint32 // 0 = 0600
+	Optional bool   // skip silently when Source does not exist
+	// Exclusive refuses to copy the same Source into two live leases at
+	// once (single-use refresh tokens).
+	Exclusive bool
+}
+
+// Merge says how a generated file combines with one already in the home.
+type Merge string
+
+const (
+	Replace   Merge = ""     // overwrite
+	MergeJSON Merge = "json" // deep-merge JSON objects, the file's keys win
+	MergeTOML Merge = "toml" // append top-level keys that are absent
+)
+
+// File is a file generated into the sandbox's home.
+type File struct {
+	Path    string // relative to the sandbox home
+	Content []byte
+	Mode    uint32 // 0 = 0600
+	Merge   Merge
+}
+
+// UsageMode says where a preset's token usage comes from.
+type UsageMode string
+
+const (
+	UsageEvents      UsageMode = ""            // from usage/finished events
+	UsageSession     UsageMode = "session"     // UsageCommand after exit
+	UsageUnavailable UsageMode = "unavailable" // the CLI reports none
+)
+
+// Storage locates a CLI's native conversation files inside the sandbox
+// home. Paths are slash-separated and relative to the home.
+type Storage struct {
+	// Roots are the directories searched for conversation files.
+	Roots []string
+	// Match reports whether the file at rel (under a root) belongs to the
+	// conversation with native id.
+	Match func(rel, native string) bool
+	// Place maps a captured file to where it must be restored so the CLI
+	// finds it when run in workdir (e.g. Claude Code's per-cwd project
+	// directory). Nil keeps the captured path.
+	Place func(rel, native, workdir string) string
+	// Ancestors returns the native ids a captured file references and
+	// needs restored with it (a fork's parent chain). Nil means none.
+	Ancestors func(rel string, content []byte) []string
+}
+
+// Transcript is the captured conversation handed to TranscriptUsage.
+type Transcript struct {
+	Native string
+	Files  map[string][]byte // home-relative path -> content
+}
+
+// Live is one running turn that accepts input. The engine owns the
+// process's standard input and calls these methods with it; none of them
+// may write a partial line.
+type Live interface {
+	// Command is the process to start for the live turn.
+	Command() Command
+	// Begin writes the opening messages (handshake, first prompt).
+	Begin(w io.Writer) error
+	// Decode turns one output line into events and writes any replies the
+	// protocol needs (acknowledgements, follow-up requests) to w. It must
+	// never panic.
+	Decode(line []byte, w io.Writer) []Event
+	// Send delivers a user message while the agent works and says how.
+	Send(w io.Writer, text string) (Steer, error)
+	// Interrupt asks the agent to stop the current turn.
+	Interrupt(w io.Writer) error
+	// Done reports whether the turn is over, so the engine closes stdin.
+	Done() bool
+}
+
+// Steer says what happened to a message sent into a running turn.
+type Steer string
+
+const (
+	SteerInjected Steer = "injected" // the agent sees it within the running turn
+	SteerQueued   Steer = "queued"   // it runs as the next turn, in the same process
+	SteerResumed  Steer = "resumed"  // the turn was stopped and the conversation resumed with it
+)
+
+// Validate reports an inconsistent preset: missing required hooks, a bad
+// name, storage without a matcher, and similar mistakes that would
+// otherwise surface in the middle of a turn.
+func (h *Harness) Validate() error {
+	if h == nil {
+		return errors.New("harness: nil preset")
+	}
+	var errs []error
+	if !nameRE.MatchString(h.Name) {
+		errs = append(errs, fmt.Errorf("harness: name %q must match %s", h.Name, nameRE))
+	}
+	if h.Request == nil {
+		errs = append(errs, fmt.Errorf("harness %s: Request is required", h.Name))
+	}
+	if h.Events == nil && h.NewDecoder == nil {
+		errs = append(errs, fmt.Errorf("harness %s: Events or NewDecoder is required", h.Name))
+	}
+	if (h.UsageCommand == nil) != (h.UsageResult == nil) {
+		errs = append(errs, fmt.Errorf("harness %s: UsageCommand and UsageResult go together", h.Name))
+	}
+	switch h.Usage {
+	case UsageEvents, UsageUnavailable:
+	case UsageSession:
+		if h.UsageCommand == nil {
+			errs = append(errs, fmt.Errorf("harness %s: usage mode session needs UsageCommand", h.Name))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("harness %s: unknown usage mode %q", h.Name, h.Usage))
+	}
+	if h.Storage != nil {
+		if len(h.Storage.Roots) == 0 || h.Storage.Match == nil {
+			errs = append(errs, fmt.Errorf("harness %s: Storage needs Roots and Match", h.Name))
+		}
+		for _, r := range h.Storage.Roots {
+			if !RelativePath(r) {
+				errs = append(errs, fmt.Errorf("harness %s: storage root %q must be a relative path inside the home", h.Name, r))
+			}
+		}
+	}
+	if h.Capture && h.Storage == nil {
+		errs = append(errs, fmt.Errorf("harness %s: Capture needs Storage", h.Name))
+	}
+	if (h.Resumable || h.Forkable) && h.Storage == nil {
+		errs = append(errs, fmt.Errorf("harness %s: Resumable/Forkable need Storage", h.Name))
+	}
+	if h.Forkable && !h.Resumable {
+		errs = append(errs, fmt.Errorf("harness %s: Forkable needs Resumable", h.Name))
+	}
+	if h.QuotaDetails != nil && h.Quota == nil {
+		errs = append(errs, fmt.Errorf("harness %s: QuotaDetails needs Quota", h.Name))
+	}
+	if h.Inactivity < 0 {
+		errs = append(errs, fmt.Errorf("harness %s: negative Inactivity", h.Name))
+	}
+	for k := range h.Variables {
+		if !varRE.MatchString(k) {
+			errs = append(errs, fmt.Errorf("harness %s: variable name %q is not valid", h.Name, k))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+	varRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ValidVariableName reports whether name can be an environment variable.
+func ValidVariableName(name string) bool { return varRE.MatchString(name) }
+
+// RelativePath reports whether p is a clean, relative, slash-separated path
+// that stays inside its root (no "..", not absolute, not empty).
+func RelativePath(p string) bool {
+	if p == "" || strings.HasPrefix(p, "/") || strings.Contains(p, "\\") || strings.ContainsRune(p, 0) {
+		return false
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == ".." || seg == "" {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,218 @@
+// Package cli is the outpost command line: Run holds the verbs and no
+// logic a library user would need. It writes only to the writers it is
+// given.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/sandbox"
+
+	_ "github.com/outposthq/outpost/providers/local" // registers "local"
+)
+
+// Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
+var Version = ""
+
+// usageError marks errors of the command line itself (exit status 2).
+type usageError struct{ error }
+
+// Run runs the outpost command with args (without the program name) and
+// returns its exit status (docs/errors.md).
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := &app{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
+	root := app.root()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return app.exit
+	}
+	var ue usageError
+	if errors.As(err, &ue) || isFlagError(err) {
+		fmt.Fprintln(stderr, "outpost:", err)
+		return 2
+	}
+	if !app.reported {
+		fmt.Fprintln(stderr, "outpost:", errText(err))
+	}
+	return outpost.ExitCode(err)
+}
+
+func isFlagError(err error) bool {
+	s := err.Error()
+	return strings.HasPrefix(s, "unknown command") || strings.HasPrefix(s, "unknown flag") ||
+		strings.HasPrefix(s, "unknown shorthand flag") || strings.Contains(s, "flag needs an argument") ||
+		strings.HasPrefix(s, "invalid argument") || strings.HasPrefix(s, "accepts ") || strings.HasPrefix(s, "requires at least")
+}
+
+func errText(err error) string {
+	var oe *outpost.Error
+	if errors.As(err, &oe) {
+		return oe.Error()
+	}
+	return err.Error()
+}
+
+type app struct {
+	ctx            context.Context
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	exit           int
+	reported       bool // the error was already printed
+}
+
+func (a *app) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "outpost",
+		Short:         "Run coding-agent CLIs as turns inside sandboxes",
+		Long:          "outpost runs coding-agent CLIs (the built-in echo agent, Claude Code, Codex, ...) as turns inside sandboxes,\nwith one event stream, one error model, token usage and portable conversations.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(a.runCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.versionCmd(), echoAgentCmd())
+	return root
+}
+
+func echoAgentCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                echo.Subcommand,
+		Short:              "Run the built-in echo agent (used by the echo preset)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(c *cobra.Command, args []string) error {
+			code := echo.Main(args, c.InOrStdin(), c.OutOrStdout(), c.ErrOrStderr())
+			if code != 0 {
+				return exitStatus(code)
+			}
+			return nil
+		},
+	}
+}
+
+// exitStatus is an error that carries a literal exit status.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func (a *app) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print outpost's version",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			fmt.Fprintln(a.stdout, "outpost", version())
+			return nil
+		},
+	}
+}
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v := bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " " + s.Value[:12]
+			}
+		}
+		if v != "" && v != "(devel)" {
+			return v
+		}
+	}
+	return "devel"
+}
+
+func (a *app) agentsCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "agents",
+		Short: "List the agent presets and their pinned versions",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			type row struct {
+				Name      string `json:"name"`
+				Version   string `json:"version"`
+				Resumable bool   `json:"resumable"`
+				Forkable  bool   `json:"forkable"`
+				Live      bool   `json:"live_input"`
+				Bootstrap string `json:"bootstrap,omitempty"`
+			}
+			var rows []row
+			for _, n := range presets.Names() {
+				h, _ := presets.Lookup(n)
+				rows = append(rows, row{h.Name, h.Version, h.Resumable, h.Forkable, h.LiveInput != nil, h.Bootstrap})
+			}
+			if asJSON {
+				return writeJSONLines(a.stdout, rows)
+			}
+			tw := newTable(a.stdout, "AGENT", "VERSION", "RESUME", "FORK", "LIVE INPUT", "BOOTSTRAP")
+			for _, r := range rows {
+				tw.row(r.Name, r.Version, yes(r.Resumable), yes(r.Forkable), yes(r.Live), r.Bootstrap)
+			}
+			return tw.flush()
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	return c
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func writeJSONLines[T any](w io.Writer, rows []T) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for _, r := range rows {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *app) store() (*conversation.FS, error) {
+	dir, err := conversation.DefaultDir()
+	if err != nil {
+		return nil, outpost.Wrap(outpost.Configuration, "store", err)
+	}
+	return conversation.NewFS(dir), nil
+}
+
+func openProvider(name string, settings map[string]string) (sandbox.Provider, error) {
+	p, err := sandbox.Open(name, settings)
+	if err != nil {
+		return nil, outpost.Wrap(outpost.Configuration, "sandbox", err)
+	}
+	return p, nil
+}
+
+func getwd() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	return wd
+}

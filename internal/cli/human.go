@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+var osLookupEnv = os.LookupEnv
+
+// humanWriter shows a turn to a person: the assistant's text streams on
+// stdout; tools, notices and the summary go to stderr, so stdout can be
+// piped as the answer alone.
+type humanWriter struct {
+	mu       sync.Mutex
+	out, err io.Writer
+	streamed map[string]bool // message ids shown through deltas
+	midLine  bool
+}
+
+func newHumanWriter(out, err io.Writer) *humanWriter {
+	return &humanWriter{out: out, err: err, streamed: map[string]bool{}}
+}
+
+func (h *humanWriter) endLine() {
+	if h.midLine {
+		fmt.Fprintln(h.out)
+		h.midLine = false
+	}
+}
+
+func (h *humanWriter) event(ev harness.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch ev.Type {
+	case harness.EventSession:
+		fmt.Fprintf(h.err, "· %s session %s\n", ev.Agent, ev.Session)
+	case harness.EventMessage:
+		if ev.Delta {
+			h.streamed[ev.ID] = true
+			fmt.Fprint(h.out, ev.Text)
+			h.midLine = !strings.HasSuffix(ev.Text, "\n")
+			return
+		}
+		if ev.ID != "" && h.streamed[ev.ID] {
+			h.endLine()
+			return
+		}
+		h.endLine()
+		fmt.Fprintln(h.out, strings.TrimRight(ev.Text, "\n"))
+	case harness.EventReasoning:
+		h.endLine()
+		fmt.Fprintf(h.err, "· thinking: %s\n", clip(ev.Text, 300))
+	case harness.EventToolCall:
+		h.endLine()
+		name, input := "", ""
+		if ev.Tool != nil {
+			name, input = ev.Tool.Name, string(ev.Tool.Input)
+		}
+		fmt.Fprintf(h.err, "→ %s %s\n", name, clip(input, 200))
+	case harness.EventToolResult:
+		h.endLine()
+		out, mark := "", "←"
+		if ev.Tool != nil {
+			out = ev.Tool.Output
+			if ev.Tool.Error {
+				mark = "← error:"
+			}
+		}
+		fmt.Fprintf(h.err, "%s %s\n", mark, clip(out, 200))
+	case harness.EventNotice:
+		h.endLine()
+		fmt.Fprintf(h.err, "· %s: %s\n", orDefault(ev.Kind, "notice"), clip(ev.Text, 300))
+	case harness.EventFailure:
+		h.endLine()
+		fmt.Fprintf(h.err, "✗ %s\n", clip(ev.Text, 500))
+	case harness.EventFinished, harness.EventUsage:
+	}
+}
+
+func (h *humanWriter) result(res *sandbox.Result, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.endLine()
+	if err != nil {
+		var oe *outpost.Error
+		if errors.As(err, &oe) {
+			fmt.Fprintf(h.err, "outpost: %s\n", oe.Error())
+			for _, k := range oe.DetailKeys() {
+				if k == "stderr" {
+					continue
+				}
+				fmt.Fprintf(h.err, "  %s: %v\n", k, oe.Details[k])
+			}
+		} else {
+			fmt.Fprintf(h.err, "outpost: %v\n", err)
+		}
+	}
+	if res.Conversation != "" || res.Agent != "" {
+		parts := []string{}
+		if res.Conversation != "" {
+			parts = append(parts, "conversation "+res.Conversation)
+		}
+		if res.Parent != "" {
+			parts = append(parts, "forked from "+res.Parent)
+		}
+		u := res.Usage
+		usage := fmt.Sprintf("tokens in %d, out %d", u.InputTokens, u.OutputTokens)
+		if u.CacheReadTokens > 0 || u.CacheWriteTokens > 0 {
+			usage += fmt.Sprintf(", cache read %d, write %d", u.CacheReadTokens, u.CacheWriteTokens)
+		}
+		if !u.Complete {
+			usage += " (incomplete)"
+		}
+		parts = append(parts, usage)
+		fmt.Fprintf(h.err, "· %s\n", strings.Join(parts, " · "))
+		if res.Conversation != "" && err == nil {
+			fmt.Fprintf(h.err, "· continue with: outpost run --resume %s PROMPT\n", res.Conversation)
+		}
+	}
+}
+
+func (h *humanWriter) reportsErrors() bool { return true }
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

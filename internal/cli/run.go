@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// ResultLine is the last line of `outpost run --json`: the wire contract
+// documented in docs/events.md.
+type ResultLine struct {
+	Type         string        `json:"type"` // "result"
+	Conversation string        `json:"conversation"`
+	Parent       string        `json:"parent,omitempty"`
+	Agent        string        `json:"agent"`
+	Session      string        `json:"session,omitempty"`
+	Model        string        `json:"model,omitempty"`
+	Sandbox      string        `json:"sandbox,omitempty"`
+	Text         string        `json:"text,omitempty"`
+	Usage        harness.Usage `json:"usage"`
+	ExitCode     int           `json:"exit_code"` // outpost's own exit status
+	Error        *ErrorJSON    `json:"error"`
+}
+
+// ErrorJSON is an error on the wire.
+type ErrorJSON struct {
+	Code    outpost.Code   `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// ErrorToJSON converts any error to its wire form.
+func ErrorToJSON(err error) *ErrorJSON {
+	if err == nil {
+		return nil
+	}
+	var oe *outpost.Error
+	if errors.As(err, &oe) {
+		return &ErrorJSON{Code: oe.Code, Message: oe.Message(), Details: oe.Details}
+	}
+	return &ErrorJSON{Code: outpost.CodeOf(err), Message: err.Error()}
+}
+
+type runFlags struct {
+	agent, sandbox, model, workdir, resume, fork, image string
+	timeout, inactivity                                 time.Duration
+	env, set, options                                   []string
+	json, raw, steerStdin, verbose                      bool
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var f runFlags
+	c := &cobra.Command{
+		Use:   "run [flags] PROMPT",
+		Short: "Run one turn of an agent in a sandbox",
+		Long: `Run one turn of an agent in a sandbox and stream what it does.
+
+PROMPT "-" reads the prompt from standard input. Without --json the turn is
+shown for a person; with --json every event is one JSON object per line and
+the last line is {"type":"result",...} (docs/events.md). The exit status
+says how the turn ended (docs/errors.md).`,
+		Example: `  outpost run "hello"
+  outpost run --json --resume c01abc "and now?"
+  outpost run --agent echo --timeout 30s --env ECHO_API_KEY=... "#env ECHO_API_KEY"`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error { return a.run(c.Context(), f, args[0]) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.agent, "agent", "echo", "agent preset ("+strings.Join(presets.Names(), ", ")+")")
+	fl.StringVar(&f.sandbox, "sandbox", "local", "sandbox provider ("+strings.Join(sandbox.Providers(), ", ")+")")
+	fl.StringVar(&f.model, "model", "", "model to ask the agent for (default: the CLI's)")
+	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current one)")
+	fl.StringVar(&f.resume, "resume", "", "continue the conversation with this id")
+	fl.StringVar(&f.fork, "fork", "", "continue the conversation with this id into a new one")
+	fl.DurationVar(&f.timeout, "timeout", 0, "stop the turn after this long (exit status 124)")
+	fl.DurationVar(&f.inactivity, "inactivity", 0, "stop the turn when the agent prints nothing for this long (default: the preset's)")
+	fl.StringArrayVar(&f.env, "env", nil, "variable for the agent, NAME=VALUE or NAME (taken from the environment); repeatable")
+	fl.StringArrayVar(&f.set, "set", nil, "sandbox provider setting KEY=VALUE; repeatable")
+	fl.StringVar(&f.image, "image", "", "container image (docker sandbox)")
+	fl.StringArrayVar(&f.options, "option", nil, "agent preset option KEY=VALUE; repeatable")
+	fl.BoolVar(&f.json, "json", false, "print events as JSON lines, then a result line")
+	fl.BoolVar(&f.raw, "raw", false, "with --json: include each event's native line")
+	fl.BoolVar(&f.steerStdin, "steer-stdin", false, "read messages for the running turn from standard input, one per line")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "show the agent's standard error")
+	c.MarkFlagsMutuallyExclusive("resume", "fork")
+	return c
+}
+
+func parsePairs(list []string, what string, fromEnv func(string) (string, bool)) (map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range list {
+		k, v, ok := strings.Cut(kv, "=")
+		if k == "" {
+			return nil, usageError{fmt.Errorf("%s %q: want NAME=VALUE", what, kv)}
+		}
+		if !ok {
+			if fromEnv == nil {
+				return nil, usageError{fmt.Errorf("%s %q: want NAME=VALUE", what, kv)}
+			}
+			if v, ok = fromEnv(k); !ok {
+				return nil, usageError{fmt.Errorf("%s %s: not set in the environment", what, k)}
+			}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
+	h, ok := presets.Lookup(f.agent)
+	if !ok {
+		return outpost.Errorf(outpost.Configuration, "agent", "unknown agent %q (known: %s)", f.agent, strings.Join(presets.Names(), ", "))
+	}
+	if prompt == "-" {
+		if f.steerStdin {
+			return usageError{errors.New("--steer-stdin reads standard input: the prompt cannot come from it too")}
+		}
+		b, err := io.ReadAll(io.LimitReader(a.stdin, 64<<20))
+		if err != nil {
+			return outpost.Wrap(outpost.Configuration, "prompt", err)
+		}
+		prompt = string(b)
+	}
+	env, err := parsePairs(f.env, "--env", lookupEnv)
+	if err != nil {
+		return err
+	}
+	settings, err := parsePairs(f.set, "--set", nil)
+	if err != nil {
+		return err
+	}
+	if f.image != "" {
+		if settings == nil {
+			settings = map[string]string{}
+		}
+		settings["image"] = f.image
+	}
+	options, err := parsePairs(f.options, "--option", nil)
+	if err != nil {
+		return err
+	}
+	provider, err := openProvider(f.sandbox, settings)
+	if err != nil {
+		return a.fail(f, nil, err)
+	}
+	store, err := a.store()
+	if err != nil {
+		return a.fail(f, nil, err)
+	}
+	workdir := f.workdir
+	if workdir == "" {
+		workdir = getwd()
+	}
+	resume, fork := f.resume, f.fork
+	for _, ref := range []*string{&resume, &fork} {
+		if *ref != "" {
+			if id, err := store.Resolve(ctx, *ref); err == nil {
+				*ref = id
+			}
+		}
+	}
+	turn := sandbox.Turn{
+		Agent:      harness.Agent{Kind: "cli", Harness: h, Model: f.model},
+		Prompt:     prompt,
+		Workdir:    workdir,
+		Resume:     resume,
+		Fork:       fork,
+		Env:        env,
+		Timeout:    f.timeout,
+		Inactivity: f.inactivity,
+		Options:    options,
+	}
+	var out eventWriter
+	if f.json {
+		out = newJSONWriter(a.stdout)
+	} else {
+		out = newHumanWriter(a.stdout, a.stderr)
+	}
+	opts := &sandbox.RunOptions{Provider: provider, Store: store, OnEvent: out.event, Raw: f.raw && f.json}
+	if f.verbose {
+		opts.Stderr = a.stderr
+	}
+	if f.steerStdin {
+		ch := make(chan string)
+		opts.Steer = ch
+		go func() {
+			sc := bufio.NewScanner(a.stdin)
+			sc.Buffer(make([]byte, 64<<10), 16<<20)
+			for sc.Scan() {
+				if t := strings.TrimSpace(sc.Text()); t != "" {
+					select {
+					case ch <- t:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+	}
+	res, err := sandbox.Run(ctx, turn, opts)
+	return a.finish(out, res, err)
+}
+
+func (a *app) fail(f runFlags, res *sandbox.Result, err error) error {
+	if f.json {
+		return a.finish(newJSONWriter(a.stdout), &sandbox.Result{Agent: f.agent}, err)
+	}
+	return err
+}
+
+func (a *app) finish(out eventWriter, res *sandbox.Result, err error) error {
+	if res == nil {
+		res = &sandbox.Result{}
+	}
+	out.result(res, err)
+	a.reported = out.reportsErrors()
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+func lookupEnv(k string) (string, bool) { return osLookupEnv(k) }
+
+// eventWriter renders a turn.
+type eventWriter interface {
+	event(ev harness.Event)
+	result(res *sandbox.Result, err error)
+	reportsErrors() bool
+}
+
+type jsonWriter struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	w   *bufio.Writer
+}
+
+func newJSONWriter(w io.Writer) *jsonWriter {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	return &jsonWriter{enc: enc, w: bw}
+}
+
+func (j *jsonWriter) event(ev harness.Event) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.enc.Encode(ev)
+	j.w.Flush()
+}
+
+func (j *jsonWriter) result(res *sandbox.Result, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.enc.Encode(ResultLine{
+		Type: "result", Conversation: res.Conversation, Parent: res.Parent, Agent: res.Agent,
+		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
+		ExitCode: outpost.ExitCode(err), Error: ErrorToJSON(err),
+	})
+	j.w.Flush()
+}
+
+// The JSON result line carries the error; it is printed on stderr too so
+// a person running --json by hand sees it.
+func (j *jsonWriter) reportsErrors() bool { return false }

@@ -1,0 +1,342 @@
+// Package tarsafe checks, writes and extracts tar streams without letting
+// any entry escape its root: no absolute names, no "..", no symbolic or
+// hard links pointing outside, no devices, no setuid/setgid bits. Sandbox
+// providers, the conversation store and bootstrap share it.
+package tarsafe
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ErrUnsafe is wrapped by every refusal.
+var ErrUnsafe = errors.New("unsafe archive entry")
+
+// File is an in-memory file for Write.
+type File struct {
+	Name string // slash-separated, relative
+	Mode fs.FileMode
+	Data []byte
+	// Link makes a symbolic link to Link instead of a regular file.
+	Link string
+	Dir  bool
+}
+
+// CleanName validates an entry name and returns it cleaned, without a
+// leading "./" or trailing slash.
+func CleanName(name string) (string, error) {
+	n := strings.TrimPrefix(name, "./")
+	n = strings.TrimSuffix(n, "/")
+	if n == "" || n == "." {
+		return ".", nil
+	}
+	if strings.ContainsRune(n, 0) || strings.Contains(n, "\\") {
+		return "", fmt.Errorf("%w: %q has a forbidden character", ErrUnsafe, name)
+	}
+	if path.IsAbs(n) {
+		return "", fmt.Errorf("%w: %q is absolute", ErrUnsafe, name)
+	}
+	for _, seg := range strings.Split(n, "/") {
+		if seg == ".." {
+			return "", fmt.Errorf("%w: %q leaves its root", ErrUnsafe, name)
+		}
+	}
+	c := path.Clean(n)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%w: %q leaves its root", ErrUnsafe, name)
+	}
+	return c, nil
+}
+
+// Check validates one header and normalizes it in place: a clean name,
+// permission bits only (no setuid, setgid or sticky), links inside the root.
+func Check(h *tar.Header) error {
+	name, err := CleanName(h.Name)
+	if err != nil {
+		return err
+	}
+	h.Name = name
+	h.Mode &= 0o777
+	switch h.Typeflag {
+	case tar.TypeReg, tar.TypeRegA, tar.TypeDir:
+	case tar.TypeSymlink:
+		if h.Linkname == "" || path.IsAbs(h.Linkname) {
+			return fmt.Errorf("%w: symlink %q -> %q points outside", ErrUnsafe, h.Name, h.Linkname)
+		}
+		target := path.Join(path.Dir(name), h.Linkname)
+		if target == ".." || strings.HasPrefix(target, "../") {
+			return fmt.Errorf("%w: symlink %q -> %q points outside", ErrUnsafe, h.Name, h.Linkname)
+		}
+	case tar.TypeLink:
+		if _, err := CleanName(h.Linkname); err != nil || h.Linkname == "" {
+			return fmt.Errorf("%w: hard link %q -> %q points outside", ErrUnsafe, h.Name, h.Linkname)
+		}
+	case tar.TypeXGlobalHeader, tar.TypeXHeader:
+	default:
+		return fmt.Errorf("%w: %q has type %q (devices, fifos and others are refused)", ErrUnsafe, h.Name, string(h.Typeflag))
+	}
+	return nil
+}
+
+// Filter returns a tar stream with the entries of r, each checked by
+// Check. The first unsafe entry ends the stream with an error wrapping
+// ErrUnsafe, read by the consumer as a failed read.
+func Filter(r io.Reader) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		tr := tar.NewReader(r)
+		tw := tar.NewWriter(pw)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				pw.CloseWithError(tw.Close())
+				return
+			}
+			if err != nil {
+				pw.CloseWithError(fmt.Errorf("reading archive: %w", err))
+				return
+			}
+			if h.Typeflag == tar.TypeXGlobalHeader {
+				continue
+			}
+			if err := Check(h); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
+				if _, err := io.Copy(tw, tr); err != nil {
+					pw.CloseWithError(err)
+					return
+				}
+			}
+		}
+	}()
+	return pr
+}
+
+// Write writes files as a tar stream.
+func Write(w io.Writer, files []File) error {
+	tw := tar.NewWriter(w)
+	now := time.Now()
+	for _, f := range files {
+		h := &tar.Header{Name: f.Name, Mode: int64(f.Mode.Perm()), ModTime: now, Format: tar.FormatPAX}
+		switch {
+		case f.Dir:
+			h.Typeflag = tar.TypeDir
+			if h.Mode == 0 {
+				h.Mode = 0o700
+			}
+		case f.Link != "":
+			h.Typeflag = tar.TypeSymlink
+			h.Linkname = f.Link
+			h.Mode = 0o777
+		default:
+			h.Typeflag = tar.TypeReg
+			h.Size = int64(len(f.Data))
+			if h.Mode == 0 {
+				h.Mode = 0o600
+			}
+		}
+		if err := Check(h); err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(f.Data); err != nil {
+				return err
+			}
+		}
+	}
+	return tw.Close()
+}
+
+// Read reads a whole tar stream into memory, checking every entry. Names
+// are returned relative to the stream's root; maxBytes bounds the total
+// size of regular files (0 = 1 GiB).
+func Read(r io.Reader, maxBytes int64) ([]File, error) {
+	if maxBytes <= 0 {
+		maxBytes = 1 << 30
+	}
+	tr := tar.NewReader(r)
+	var out []File
+	var total int64
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading archive: %w", err)
+		}
+		if h.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		if err := Check(h); err != nil {
+			return nil, err
+		}
+		f := File{Name: h.Name, Mode: fs.FileMode(h.Mode).Perm()}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			f.Dir = true
+		case tar.TypeSymlink:
+			f.Link = h.Linkname
+		case tar.TypeLink:
+			return nil, fmt.Errorf("%w: hard link %q is not supported here", ErrUnsafe, h.Name)
+		default:
+			total += h.Size
+			if total > maxBytes {
+				return nil, fmt.Errorf("archive larger than %d bytes", maxBytes)
+			}
+			data, err := io.ReadAll(tr)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", h.Name, err)
+			}
+			f.Data = data
+		}
+		out = append(out, f)
+	}
+}
+
+// Extract extracts a tar stream into dir, which must exist, through an
+// os.Root so that no entry — and no symbolic link met on the way — can
+// write outside dir. Existing files are replaced.
+func Extract(r io.Reader, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading archive: %w", err)
+		}
+		if h.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		if err := Check(h); err != nil {
+			return err
+		}
+		if h.Name == "." {
+			continue
+		}
+		mode := fs.FileMode(h.Mode).Perm()
+		if parent := path.Dir(h.Name); parent != "." {
+			if err := root.MkdirAll(parent, 0o700); err != nil {
+				return err
+			}
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if mode == 0 {
+				mode = 0o700
+			}
+			if err := root.MkdirAll(h.Name, mode); err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			_ = root.Remove(h.Name)
+			if err := root.Symlink(h.Linkname, h.Name); err != nil {
+				return err
+			}
+		case tar.TypeLink:
+			_ = root.Remove(h.Name)
+			if err := root.Link(h.Linkname, h.Name); err != nil {
+				return err
+			}
+		default:
+			// Remove first so a symlink at the name is replaced, not followed.
+			if fi, err := root.Lstat(h.Name); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+				_ = root.Remove(h.Name)
+			}
+			f, err := root.OpenFile(h.Name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+			if err != nil {
+				return err
+			}
+			_, cerr := io.Copy(f, tr)
+			if err := errors.Join(cerr, f.Chmod(mode), f.Close()); err != nil {
+				return fmt.Errorf("writing %s: %w", h.Name, err)
+			}
+		}
+	}
+}
+
+// WriteDir writes path (a file or a directory tree) as a tar stream, with
+// entries named relative to path's parent directory, as `docker cp` does.
+// Symbolic links are stored as links and never followed; other special
+// files are skipped.
+func WriteDir(ctx context.Context, w io.Writer, root string) error {
+	tw := tar.NewWriter(w)
+	parent := filepath.Dir(root)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(parent, p)
+		if err != nil {
+			return err
+		}
+		link := ""
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular(), fi.IsDir():
+		default:
+			return nil
+		}
+		h, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		h.Uname, h.Gname = "", ""
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.CopyN(tw, f, h.Size)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("%s changed while being copied: %w", p, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}

@@ -1,0 +1,436 @@
+// Package local is the sandbox provider that runs agents as processes on
+// the host, each lease in a private home directory.
+//
+// A lease gets a fresh home (mode 0700) under the provider's base
+// directory; HOME, the XDG directories and TMPDIR point inside it, and the
+// working directory is the caller's. The environment of every process is
+// built only from what the turn selected plus a small allowlist taken from
+// the host (see Allowlist): the host's environment never leaks in
+// wholesale. The home is on the host, so a local sandbox receives only
+// variables, never host files (Capabilities.HostFiles is false).
+//
+// The provider registers itself as "local" in the sandbox registry.
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// Allowlist names the host variables passed to every process as
+// overridable defaults. Nothing else of the host environment reaches an
+// agent.
+var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME"}
+
+// Fixed names the variables the provider defines; a turn may not set them.
+var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR"}
+
+func init() {
+	sandbox.Register("local", func(settings map[string]string) (sandbox.Provider, error) {
+		opts := &Options{}
+		for k, v := range settings {
+			switch k {
+			case "base":
+				opts.BaseDir = v
+			default:
+				return nil, fmt.Errorf("local: unknown setting %q (known: base)", k)
+			}
+		}
+		return New(opts), nil
+	})
+}
+
+// Options configure the provider. The zero value is ready to use.
+type Options struct {
+	// BaseDir holds the leases' homes. Default: $TMPDIR/outpost-<uid>/local.
+	BaseDir string
+	// Environ is the host environment the allowlist reads. Default:
+	// os.Environ().
+	Environ []string
+}
+
+// Provider is the local provider.
+type Provider struct {
+	base    string
+	environ []string
+	sweep   sync.Once
+}
+
+// New returns a local provider; nil opts means defaults.
+func New(opts *Options) *Provider {
+	if opts == nil {
+		opts = &Options{}
+	}
+	p := &Provider{base: opts.BaseDir, environ: opts.Environ}
+	if p.base == "" {
+		p.base = filepath.Join(os.TempDir(), fmt.Sprintf("outpost-%d", os.Getuid()), "local")
+	}
+	if p.environ == nil {
+		p.environ = os.Environ()
+	}
+	return p
+}
+
+// Name returns "local".
+func (p *Provider) Name() string { return "local" }
+
+// Capabilities: no host files (the home is on the host), not isolated,
+// live stdin, persistent leases.
+func (p *Provider) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: Fixed}
+}
+
+// Open makes a private home for a new lease. Homes left behind by dead
+// processes (SIGKILL) are swept on the first Open of a process.
+func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p.sweep.Do(p.sweepOrphans)
+	wd := opts.Workdir
+	if wd == "" {
+		var err error
+		if wd, err = os.Getwd(); err != nil {
+			return nil, err
+		}
+	}
+	wd, err := filepath.Abs(wd)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(wd); err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("working directory %s is not a directory", wd)
+	}
+	if err := os.MkdirAll(p.base, 0o700); err != nil {
+		return nil, err
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	id := "local-" + hex.EncodeToString(rnd[:])
+	dir := filepath.Join(p.base, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	// The owner file sits beside the home, out of the agent's sight.
+	owner := fmt.Sprintf("%d %d\n", os.Getpid(), processStart(os.Getpid()))
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(owner), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	home := filepath.Join(dir, "home")
+	for _, d := range []string{home, filepath.Join(home, ".config"), filepath.Join(home, ".local", "share"), filepath.Join(home, ".local", "state"), filepath.Join(home, ".cache"), filepath.Join(home, "tmp")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	env := sandbox.Environment{
+		Fixed: map[string]string{
+			"HOME":            home,
+			"XDG_CONFIG_HOME": filepath.Join(home, ".config"),
+			"XDG_DATA_HOME":   filepath.Join(home, ".local", "share"),
+			"XDG_STATE_HOME":  filepath.Join(home, ".local", "state"),
+			"XDG_CACHE_HOME":  filepath.Join(home, ".cache"),
+			"TMPDIR":          filepath.Join(home, "tmp"),
+		},
+		Defaults: map[string]string{},
+	}
+	for _, kv := range p.environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		for _, a := range Allowlist {
+			if k == a {
+				env.Defaults[k] = v
+			}
+		}
+	}
+	if env.Defaults["PATH"] == "" {
+		env.Defaults["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+	}
+	return &Sandbox{id: id, dir: dir, home: home, workdir: wd, env: env}, nil
+}
+
+// sweepOrphans removes lease directories whose owner process is gone.
+func (p *Provider) sweepOrphans() {
+	entries, err := os.ReadDir(p.base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "local-") {
+			continue
+		}
+		dir := filepath.Join(p.base, e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, "owner"))
+		if err != nil {
+			// A lease being created right now has no owner file yet;
+			// only sweep ones older than a minute.
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+				os.RemoveAll(dir)
+			}
+			continue
+		}
+		var pid int
+		var start uint64
+		fmt.Sscan(string(b), &pid, &start)
+		if pid > 0 && !alive(pid, start) {
+			os.RemoveAll(dir)
+		}
+	}
+}
+
+func alive(pid int, start uint64) bool {
+	if err := syscall.Kill(pid, 0); err != nil && errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	// The pid may have been reused: compare start times when known.
+	if s := processStart(pid); start != 0 && s != 0 && s != start {
+		return false
+	}
+	return true
+}
+
+// processStart returns a process's start time in clock ticks since boot
+// (field 22 of /proc/PID/stat), or 0 when unknown.
+func processStart(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
+}
+
+// Sandbox is one local lease.
+type Sandbox struct {
+	id, dir, home, workdir string
+	env                    sandbox.Environment
+}
+
+func (s *Sandbox) ID() string                       { return s.id }
+func (s *Sandbox) Home() string                     { return s.home }
+func (s *Sandbox) Workdir() string                  { return s.workdir }
+func (s *Sandbox) Environment() sandbox.Environment { return s.env }
+
+// Start runs a process in its own process group.
+func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	path := req.Path
+	if !strings.Contains(path, "/") {
+		lp, err := lookPath(path, req.Env["PATH"])
+		if err != nil {
+			return nil, err
+		}
+		path = lp
+	}
+	cmd := exec.Command(path, req.Args...)
+	cmd.Dir = req.Dir
+	if cmd.Dir == "" {
+		cmd.Dir = s.workdir
+	}
+	cmd.Env = make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	p := &process{cmd: cmd, stdout: outR, stderr: errR}
+	var inR *os.File
+	if req.Stdin {
+		var inW *os.File
+		if inR, inW, err = os.Pipe(); err != nil {
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return nil, err
+		}
+		cmd.Stdin = inR
+		p.stdin = inW
+	}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if inR != nil {
+		inR.Close()
+	}
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		return nil, err
+	}
+	p.pgid = cmd.Process.Pid
+	return p, nil
+}
+
+func lookPath(name, pathEnv string) (string, error) {
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
+}
+
+// LookPath finds an executable with the sandbox's PATH (or pathEnv).
+func (s *Sandbox) LookPath(_ context.Context, name, pathEnv string) (string, error) {
+	if strings.Contains(name, "/") {
+		if fi, err := os.Stat(name); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
+		}
+		return name, nil
+	}
+	if pathEnv == "" {
+		pathEnv = s.env.Defaults["PATH"]
+	}
+	return lookPath(name, pathEnv)
+}
+
+type process struct {
+	cmd            *exec.Cmd
+	pgid           int
+	stdin          *os.File
+	stdout, stderr *os.File
+}
+
+func (p *process) Stdin() io.WriteCloser {
+	if p.stdin == nil {
+		return nil
+	}
+	return p.stdin
+}
+func (p *process) Stdout() io.Reader { return p.stdout }
+func (p *process) Stderr() io.Reader { return p.stderr }
+
+func (p *process) Wait() (harness.ExitStatus, error) {
+	err := p.cmd.Wait()
+	st := harness.ExitStatus{}
+	if ps := p.cmd.ProcessState; ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			st.Code = -1
+			st.Signal = ws.Signal().String()
+		} else {
+			st.Code = ps.ExitCode()
+		}
+		return st, nil
+	}
+	return st, err
+}
+
+func (p *process) Signal(s sandbox.Signal) error {
+	sig := syscall.SIGTERM
+	if s == sandbox.Kill {
+		sig = syscall.SIGKILL
+	}
+	err := syscall.Kill(-p.pgid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+func (p *process) Close() error {
+	var errs []error
+	if p.stdin != nil {
+		errs = append(errs, ignoreClosed(p.stdin.Close()))
+	}
+	errs = append(errs, ignoreClosed(p.stdout.Close()), ignoreClosed(p.stderr.Close()))
+	return errors.Join(errs...)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, os.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// CopyIn extracts a tar stream into dir through an os.Root: nothing can be
+// written outside dir, whatever the archive or the directory's symlinks say.
+func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return tarsafe.Extract(r, dir)
+}
+
+// CopyOut streams path (file or directory) as tar, entries named relative
+// to path's parent. Symbolic links are stored as links, never followed.
+func (s *Sandbox) CopyOut(ctx context.Context, path string) (io.ReadCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(path); err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(tarsafe.WriteDir(ctx, pw, path)) }()
+	return pr, nil
+}
+
+// Close removes the lease's home. The working directory is the caller's
+// and stays.
+func (s *Sandbox) Close(ctx context.Context) error {
+	err := os.RemoveAll(s.dir)
+	if err != nil && errors.Is(err, fs.ErrPermission) {
+		// Agents sometimes write read-only files; make them writable.
+		filepath.WalkDir(s.dir, func(p string, d fs.DirEntry, _ error) error {
+			os.Chmod(p, 0o700)
+			return nil
+		})
+		err = os.RemoveAll(s.dir)
+	}
+	return err
+}
