@@ -617,6 +617,10 @@ func (s *stream) emitLocked(ev harness.Event) {
 		ev.Session = s.native
 	}
 	ev.Conversation = e.convID
+	if !e.o.Raw {
+		ev.Raw = nil
+	}
+	e.red.Event(&ev)
 	switch ev.Type {
 	case harness.EventFinished:
 		s.finished = true
@@ -640,10 +644,6 @@ func (s *stream) emitLocked(ev harness.Event) {
 			s.final = ev.Text
 		}
 	}
-	if !e.o.Raw {
-		ev.Raw = nil
-	}
-	e.red.Event(&ev)
 	if e.o.OnEvent != nil {
 		e.o.OnEvent(ev)
 	}

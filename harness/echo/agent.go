@@ -195,6 +195,18 @@ func (a *agent) turn(dir, id, parent string, history []record, prompt string, ms
 			histWords += words(r.Text)
 		}
 	}
+	// Like the real CLIs, the user's message is on disk before the agent
+	// works, so a turn stopped midway can be resumed.
+	recs := history
+	if len(recs) == 0 || parent != "" {
+		recs = append([]record{{Role: "meta", ID: id, Parent: parent}}, withoutMeta(history)...)
+	}
+	recs = append(recs, record{Role: "user", Text: prompt})
+	path := filepath.Join(dir, id+".jsonl")
+	if err := writeSession(path, recs); err != nil {
+		fmt.Fprintln(a.stderr, "echo: saving session:", err)
+		return 5, true
+	}
 	a.emit(line{Type: "init", Session: id, Parent: parent, Model: a.model, Turn: turn})
 	a.flush()
 
@@ -255,19 +267,21 @@ func (a *agent) turn(dir, id, parent string, history []record, prompt string, ms
 				steps = n
 			}
 		}
+	slow:
 		for i := 0; i < steps; i++ {
 			a.emit(line{Type: "delta", ID: "m1", Text: fmt.Sprintf("step %d ", i+1)})
 			a.flush()
 			select {
 			case m, ok := <-msgs:
-				if ok {
-					// A message that arrives while the agent works is seen
-					// within this turn.
-					a.emit(line{Type: "steer", Mode: "injected", Text: m})
-					extra = append(extra, "steered: "+m)
-				} else {
+				if !ok {
 					msgs = nil
+					continue
 				}
+				// A message that arrives while the agent works is seen
+				// within this turn, which then wraps up.
+				a.emit(line{Type: "steer", Mode: "injected", Text: m})
+				extra = append(extra, "steered: "+m)
+				break slow
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
@@ -278,12 +292,8 @@ func (a *agent) turn(dir, id, parent string, history []record, prompt string, ms
 	a.emit(line{Type: "text", ID: "m1", Text: reply})
 	a.flush()
 
-	recs := history
-	if len(recs) == 0 || parent != "" {
-		recs = append([]record{{Role: "meta", ID: id, Parent: parent}}, withoutMeta(history)...)
-	}
-	recs = append(recs, record{Role: "user", Text: prompt}, record{Role: "assistant", Text: reply})
-	if err := writeSession(filepath.Join(dir, id+".jsonl"), recs); err != nil {
+	recs = append(recs, record{Role: "assistant", Text: reply})
+	if err := writeSession(path, recs); err != nil {
 		fmt.Fprintln(a.stderr, "echo: saving session:", err)
 		return 5, true
 	}

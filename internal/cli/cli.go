@@ -58,7 +58,8 @@ func isFlagError(err error) bool {
 	s := err.Error()
 	return strings.HasPrefix(s, "unknown command") || strings.HasPrefix(s, "unknown flag") ||
 		strings.HasPrefix(s, "unknown shorthand flag") || strings.Contains(s, "flag needs an argument") ||
-		strings.HasPrefix(s, "invalid argument") || strings.HasPrefix(s, "accepts ") || strings.HasPrefix(s, "requires at least")
+		strings.HasPrefix(s, "invalid argument") || strings.HasPrefix(s, "accepts ") || strings.HasPrefix(s, "requires at least") ||
+		strings.HasPrefix(s, "if any flags in the group")
 }
 
 func errText(err error) string {

@@ -125,7 +125,7 @@ func parsePairs(list []string, what string, fromEnv func(string) (string, bool))
 func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	h, ok := presets.Lookup(f.agent)
 	if !ok {
-		return outpost.Errorf(outpost.Configuration, "agent", "unknown agent %q (known: %s)", f.agent, strings.Join(presets.Names(), ", "))
+		return a.fail(f, nil, outpost.Errorf(outpost.Configuration, "agent", "unknown agent %q (known: %s)", f.agent, strings.Join(presets.Names(), ", ")))
 	}
 	if prompt == "-" {
 		if f.steerStdin {
@@ -133,7 +133,7 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		}
 		b, err := io.ReadAll(io.LimitReader(a.stdin, 64<<20))
 		if err != nil {
-			return outpost.Wrap(outpost.Configuration, "prompt", err)
+			return a.fail(f, nil, outpost.Wrap(outpost.Configuration, "prompt", err))
 		}
 		prompt = string(b)
 	}

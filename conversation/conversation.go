@@ -1,0 +1,134 @@
+// Package conversation captures, stores, locates and restores the native
+// conversation files agent CLIs write, so a conversation begun in one
+// sandbox can be resumed or forked in another, on another machine.
+//
+// A conversation is the set of files a preset's harness.Storage matches for
+// one native id (plus its ancestors, for CLIs whose forks only reference
+// their parent), with Meta: outpost's id, the agent, the native id, the
+// parent for forks, the working directory, times and usage. The Store keeps
+// both; the filesystem store (NewFS) is the default. Every Store passes the
+// suite in conversation/storetest.
+//
+// This package does not import sandbox: Capture and Restore take the two
+// methods they need (Copier), which *sandbox.Lease satisfies.
+package conversation
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/outposthq/outpost/harness"
+)
+
+// Sentinel errors. Every function of this package, and every Store, wraps
+// them with %w; test with errors.Is.
+var (
+	// ErrNotFound: no conversation with that id or reference, or no files
+	// for a native id in a sandbox.
+	ErrNotFound = errors.New("conversation: not found")
+	// ErrAmbiguous: a reference (id prefix or native id) names several
+	// conversations.
+	ErrAmbiguous = errors.New("conversation: ambiguous reference")
+	// ErrUnsafe: a file path or archive entry that is absolute, not clean,
+	// leaves its root, is a link or special file, or carries non-permission
+	// mode bits. Nothing was written.
+	ErrUnsafe = errors.New("conversation: unsafe path")
+	// ErrInvalid: malformed input or a damaged stored conversation (bad id,
+	// corrupt or truncated file, unsupported format version, size limits
+	// exceeded).
+	ErrInvalid = errors.New("conversation: invalid conversation")
+	// ErrExist: Import found a conversation with the same id and was not
+	// asked to replace it.
+	ErrExist = errors.New("conversation: already exists")
+)
+
+// Limits every Store enforces on one conversation (Validate). Import can
+// lower them with ImportOptions.
+const (
+	// MaxSize is the largest total size, in bytes, of a conversation's files.
+	MaxSize = 1 << 30
+	// MaxFiles is the largest number of files in one conversation.
+	MaxFiles = 100_000
+	// MaxPathLen is the longest file path, in bytes.
+	MaxPathLen = 4096
+)
+
+// Meta describes a stored conversation. Field names are stable JSON.
+type Meta struct {
+	ID      string    `json:"id"`               // outpost's id (NewID)
+	Agent   string    `json:"agent"`            // preset name
+	Native  string    `json:"native"`           // the CLI's own session id
+	Parent  string    `json:"parent,omitempty"` // outpost id of the conversation this was forked from
+	Workdir string    `json:"workdir"`          // working directory of the last turn (inside the sandbox)
+	Sandbox string    `json:"sandbox"`          // provider of the last turn
+	Model   string    `json:"model,omitempty"`  // model of the last turn
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	Turns   int       `json:"turns"` // turns run through outpost
+	// Usage is the sum of the turns' usage as outpost recorded it.
+	Usage harness.Usage `json:"usage"`
+	// Files lists the captured files (home-relative paths), for display.
+	// Stores set it from the files given to Put, in their order; whatever
+	// the caller put here is ignored.
+	Files []string `json:"files"`
+}
+
+// File is one captured file.
+type File struct {
+	// Path is relative to the sandbox home: slash-separated, clean, without
+	// "..", e.g. ".claude/projects/-work/abc.jsonl".
+	Path string `json:"path"`
+	// Mode holds permission bits only (0 restores as 0600); any other bit,
+	// such as fs.ModeSymlink, makes the file unsafe.
+	Mode uint32 `json:"mode"`
+	Data []byte `json:"-"`
+}
+
+// Store keeps conversations. Implementations are safe for concurrent use
+// by several goroutines and processes, and pass storetest's suite. FS is
+// the default store; Memory is an in-memory one for tests.
+//
+// Every method checks ctx before doing anything and returns an error
+// wrapping ctx.Err() when it is done. Returned metadata and files belong to
+// the caller; a Store keeps no reference to the slices given to Put.
+type Store interface {
+	// Put creates or replaces a conversation, atomically: a reader sees the
+	// old version or the new one, never a mix or a partial file. Of
+	// concurrent Puts of one id, one wins whole. Put first checks m and
+	// files with Validate (ErrInvalid, ErrUnsafe) and then stores nothing
+	// on failure; stored metadata has Files set to the files' paths.
+	Put(ctx context.Context, m Meta, files []File) error
+	// Get returns a conversation with its files, in the order given to Put.
+	// Missing: ErrNotFound. Damaged: ErrInvalid.
+	Get(ctx context.Context, id string) (Meta, []File, error)
+	// Meta returns a conversation's metadata without its files. Missing:
+	// ErrNotFound. Damaged: ErrInvalid (a Store may detect damage to the
+	// files only in Get).
+	Meta(ctx context.Context, id string) (Meta, error)
+	// List returns every readable conversation's metadata, newest first (by
+	// Updated, then Created, then ID, all descending). Conversations that
+	// cannot be read are skipped, not reported: a store that can hold
+	// damaged entries offers its own check (FS.Check). An empty store gives
+	// an empty list and no error.
+	List(ctx context.Context) ([]Meta, error)
+	// Delete removes a conversation. Missing: ErrNotFound.
+	Delete(ctx context.Context, id string) error
+}
+
+// Copier is what Capture and Restore need from a sandbox; *sandbox.Lease
+// satisfies it.
+type Copier interface {
+	// Home is the sandbox's private home directory (absolute).
+	Home() string
+	// CopyIn extracts a tar stream into dir (absolute, inside the sandbox),
+	// creating missing parent directories.
+	CopyIn(ctx context.Context, dir string, tar io.Reader) error
+	// CopyOut returns a tar stream of path, its entries named relative to
+	// path's parent as `docker cp` does (CopyOut("/h/.echo/sessions")
+	// yields "sessions", "sessions/a.jsonl", ...), symbolic links as link
+	// entries, not followed. A missing path gives an error satisfying
+	// errors.Is(err, fs.ErrNotExist).
+	CopyOut(ctx context.Context, path string) (io.ReadCloser, error)
+}

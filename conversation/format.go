@@ -1,0 +1,246 @@
+package conversation
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+
+	"github.com/outposthq/outpost/internal/tarsafe"
+)
+
+// The conversation file format, shared by the filesystem store (a plain
+// tar, <id>.conv) and Export (the same tar, gzip-compressed):
+//
+//	meta.json        first entry: the envelope below
+//	files/<path>     one regular file per captured file, in the envelope's
+//	                 order, <path> home-relative
+//
+// and nothing else. The envelope is
+//
+//	{"format": "outpost.conversation", "version": 1,
+//	 "meta": {...Meta...},
+//	 "files": [{"path": ..., "mode": ..., "size": ..., "sha256": ...}, ...]}
+//
+// The envelope's file list is authoritative: a decoder requires exactly
+// these entries, sizes and SHA-256 digests, so truncation (even at an entry
+// boundary) and corruption are detected. Meta.Files is set from it. A
+// reader refuses a version it does not know; a new version is introduced
+// for any change an older reader would misread, while added JSON fields
+// that older readers may ignore keep the version.
+const (
+	formatName    = "outpost.conversation"
+	formatVersion = 1
+	metaEntry     = "meta.json"
+	filesPrefix   = "files/"
+	// maxEnvelope bounds meta.json.
+	maxEnvelope = 64 << 20
+	// entryOverhead bounds the tar bytes around one entry's data: header,
+	// PAX records for a MaxPathLen name and times, padding.
+	entryOverhead = 3*512 + 2*MaxPathLen + 1024
+	// maxSkipped bounds the global headers a decoder skips.
+	maxSkipped = 16
+)
+
+type envelope struct {
+	Format  string      `json:"format"`
+	Version int         `json:"version"`
+	Meta    Meta        `json:"meta"`
+	Files   []fileEntry `json:"files"`
+}
+
+type fileEntry struct {
+	Path   string `json:"path"`
+	Mode   uint32 `json:"mode"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// encode writes a conversation in the format above. m and files must have
+// passed validate.
+func encode(w io.Writer, m Meta, files []File) error {
+	env := envelope{Format: formatName, Version: formatVersion, Meta: m, Files: make([]fileEntry, len(files))}
+	env.Meta.Files = make([]string, len(files))
+	for i, f := range files {
+		sum := sha256.Sum256(f.Data)
+		env.Files[i] = fileEntry{Path: f.Path, Mode: f.Mode, Size: int64(len(f.Data)), SHA256: hex.EncodeToString(sum[:])}
+		env.Meta.Files[i] = f.Path
+	}
+	js, err := json.Marshal(env)
+	if err != nil {
+		return fmt.Errorf("%w: %s: encoding metadata: %w", ErrInvalid, m.ID, err)
+	}
+	if len(js) > maxEnvelope {
+		return fmt.Errorf("%w: %s: metadata larger than %d bytes", ErrInvalid, m.ID, maxEnvelope)
+	}
+	entries := make([]tarsafe.File, 0, len(files)+1)
+	entries = append(entries, tarsafe.File{Name: metaEntry, Mode: 0o600, Data: js})
+	for _, f := range files {
+		mode := fs.FileMode(f.Mode)
+		if mode == 0 {
+			mode = 0o600
+		}
+		entries = append(entries, tarsafe.File{Name: filesPrefix + f.Path, Mode: mode, Data: f.Data})
+	}
+	if err := tarsafe.Write(w, entries); err != nil {
+		if errors.Is(err, tarsafe.ErrUnsafe) {
+			return fmt.Errorf("%w: %w", ErrUnsafe, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// decodeError marks a decoding failure as ErrInvalid, and as ErrUnsafe too
+// when an entry was unsafe.
+func decodeError(err error) error {
+	if errors.Is(err, tarsafe.ErrUnsafe) && !errors.Is(err, ErrUnsafe) {
+		err = fmt.Errorf("%w: %w", ErrUnsafe, err)
+	}
+	if errors.Is(err, ErrInvalid) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrInvalid, err)
+}
+
+// decode reads a conversation in the format above from r. With files false
+// it stops after the envelope (the files are neither read nor verified).
+// Every error wraps ErrInvalid (and ErrUnsafe for unsafe paths or
+// entries); decode reads no more than the limits allow and never
+// allocates more than the declared, limited sizes.
+func decode(r io.Reader, lim limits, files bool) (Meta, []File, error) {
+	cr := &capReader{r: r, n: maxEnvelope + entryOverhead}
+	tr := tar.NewReader(cr)
+	h, err := next(tr)
+	if err == io.EOF {
+		return Meta{}, nil, fmt.Errorf("%w: empty archive", ErrInvalid)
+	}
+	if err != nil {
+		return Meta{}, nil, decodeError(err)
+	}
+	if h.Name != metaEntry || !regular(h) {
+		return Meta{}, nil, fmt.Errorf("%w: first entry is %q, want %s", ErrInvalid, h.Name, metaEntry)
+	}
+	if h.Size > maxEnvelope {
+		return Meta{}, nil, fmt.Errorf("%w: %s larger than %d bytes", ErrInvalid, metaEntry, maxEnvelope)
+	}
+	js := make([]byte, h.Size)
+	if _, err := io.ReadFull(tr, js); err != nil {
+		return Meta{}, nil, decodeError(fmt.Errorf("reading %s: %w", metaEntry, err))
+	}
+	var env envelope
+	if err := json.Unmarshal(js, &env); err != nil {
+		return Meta{}, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, metaEntry, err)
+	}
+	if env.Format != formatName {
+		return Meta{}, nil, fmt.Errorf("%w: format %q, want %q", ErrInvalid, env.Format, formatName)
+	}
+	if env.Version != formatVersion {
+		return Meta{}, nil, fmt.Errorf("%w: format version %d, this build reads %d", ErrInvalid, env.Version, formatVersion)
+	}
+	if len(env.Files) > lim.files {
+		return Meta{}, nil, fmt.Errorf("%w: %d files, more than %d", ErrInvalid, len(env.Files), lim.files)
+	}
+	m := env.Meta
+	m.Files = make([]string, len(env.Files))
+	paths := make([]File, len(env.Files))
+	var total int64
+	for i, e := range env.Files {
+		if e.Size < 0 || len(e.SHA256) != 2*sha256.Size {
+			return Meta{}, nil, fmt.Errorf("%w: bad size or digest for %q", ErrInvalid, e.Path)
+		}
+		if e.Size > lim.size-total {
+			return Meta{}, nil, fmt.Errorf("%w: files larger than %d bytes", ErrInvalid, lim.size)
+		}
+		total += e.Size
+		m.Files[i] = e.Path
+		paths[i] = File{Path: e.Path, Mode: e.Mode}
+	}
+	if err := validate(m, paths, lim); err != nil {
+		return Meta{}, nil, decodeError(err)
+	}
+	if !files {
+		return m, nil, nil
+	}
+	cr.n += total + int64(len(env.Files)+2)*entryOverhead
+	out := make([]File, len(env.Files))
+	for i, e := range env.Files {
+		h, err := next(tr)
+		if err == io.EOF {
+			return Meta{}, nil, fmt.Errorf("%w: truncated: %d of %d files", ErrInvalid, i, len(env.Files))
+		}
+		if err != nil {
+			return Meta{}, nil, decodeError(err)
+		}
+		if h.Name != filesPrefix+e.Path || !regular(h) || h.Size != e.Size {
+			return Meta{}, nil, fmt.Errorf("%w: entry %d is %q (%d bytes), want %s%s (%d bytes)", ErrInvalid, i+1, h.Name, h.Size, filesPrefix, e.Path, e.Size)
+		}
+		data := make([]byte, e.Size)
+		if _, err := io.ReadFull(tr, data); err != nil {
+			return Meta{}, nil, decodeError(fmt.Errorf("reading %s: %w", e.Path, err))
+		}
+		sum := sha256.Sum256(data)
+		if hex.EncodeToString(sum[:]) != strings.ToLower(e.SHA256) {
+			return Meta{}, nil, fmt.Errorf("%w: %s: digest mismatch", ErrInvalid, e.Path)
+		}
+		out[i] = File{Path: e.Path, Mode: e.Mode, Data: data}
+	}
+	if h, err := next(tr); err != io.EOF {
+		if err != nil {
+			return Meta{}, nil, decodeError(err)
+		}
+		return Meta{}, nil, fmt.Errorf("%w: unexpected entry %q", ErrInvalid, h.Name)
+	}
+	return m, out, nil
+}
+
+// next returns the next entry other than a global header, checked by
+// tarsafe.Check; io.EOF at the end.
+func next(tr *tar.Reader) (*tar.Header, error) {
+	for range maxSkipped {
+		h, err := tr.Next()
+		if err != nil {
+			if err != io.EOF {
+				err = fmt.Errorf("reading archive: %w", err)
+			}
+			return nil, err
+		}
+		if h.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		if err := tarsafe.Check(h); err != nil {
+			return nil, err
+		}
+		return h, nil
+	}
+	return nil, fmt.Errorf("%w: too many global headers", ErrInvalid)
+}
+
+// regular reports a regular file (tar.Reader reports the old TypeRegA as
+// TypeReg).
+func regular(h *tar.Header) bool { return h.Typeflag == tar.TypeReg }
+
+// capReader fails once more than n bytes were read.
+type capReader struct {
+	r io.Reader
+	n int64
+}
+
+var errTooLarge = fmt.Errorf("%w: archive larger than its declared contents", ErrInvalid)
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n <= 0 {
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > c.n {
+		p = p[:c.n]
+	}
+	n, err := c.r.Read(p)
+	c.n -= int64(n)
+	return n, err
+}

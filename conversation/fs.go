@@ -1,0 +1,282 @@
+package conversation
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// convExt is the file name extension of a stored conversation.
+const convExt = ".conv"
+
+// FS is the filesystem Store, outpost's default. Each conversation is one
+// file, <dir>/<id>.conv: a tar holding meta.json first, then files/<path>
+// for each captured file (the format Export gzips; see format.go), with
+// every file's size and SHA-256 recorded in meta.json so that a truncated
+// or corrupt file is detected and reported as ErrInvalid.
+//
+// Put writes a temporary file in dir (".put-<id>-*", ignored by every
+// reader), fsyncs it, renames it over <id>.conv and fsyncs dir: readers in
+// any process see the old version or the new one, never a partial file,
+// and of concurrent writers the last rename wins. A temporary file left by
+// a crashed writer is never read; it may be deleted at any time.
+//
+// dir is created (0700, with missing parents) on the first Put; files are
+// 0600. A missing dir is an empty store. FS is safe for concurrent use.
+type FS struct {
+	dir string
+}
+
+// NewFS returns the store kept in dir (see DefaultDir). Nothing is touched
+// until the first operation.
+func NewFS(dir string) *FS { return &FS{dir: dir} }
+
+// Dir returns the store's directory.
+func (s *FS) Dir() string { return s.dir }
+
+// DefaultDir returns the default store directory: $OUTPOST_HOME/conversations
+// when OUTPOST_HOME is set, else $XDG_DATA_HOME/outpost/conversations when
+// XDG_DATA_HOME is an absolute path, else
+// ~/.local/share/outpost/conversations. The result is absolute. It fails
+// only when no home directory can be found.
+func DefaultDir() (string, error) {
+	if h := os.Getenv("OUTPOST_HOME"); h != "" {
+		abs, err := filepath.Abs(h)
+		if err != nil {
+			return "", fmt.Errorf("conversation: OUTPOST_HOME: %w", err)
+		}
+		return filepath.Join(abs, "conversations"), nil
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "outpost", "conversations"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("conversation: no default store directory: %w", err)
+	}
+	return filepath.Join(home, ".local", "share", "outpost", "conversations"), nil
+}
+
+func (s *FS) file(id string) string { return filepath.Join(s.dir, id+convExt) }
+
+func (s *FS) ready(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("conversation: %s: %w", op, err)
+	}
+	if s == nil || s.dir == "" {
+		return fmt.Errorf("conversation: %s: store has no directory", op)
+	}
+	return nil
+}
+
+// Put implements Store. Besides Validate's errors it returns I/O errors as
+// they come; a failed Put leaves the previous version in place.
+func (s *FS) Put(ctx context.Context, m Meta, files []File) error {
+	if err := s.ready(ctx, "put"); err != nil {
+		return err
+	}
+	if err := Validate(m, files); err != nil {
+		return fmt.Errorf("conversation: put: %w", err)
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+	}
+	tmp, err := os.CreateTemp(s.dir, ".put-"+m.ID+"-*")
+	if err != nil {
+		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+	}
+	renamed := false
+	defer func() {
+		if !renamed {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	w := bufio.NewWriterSize(tmp, 1<<16)
+	if err := encode(w, m, files); err != nil {
+		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+	}
+	if err := errors.Join(w.Flush(), tmp.Chmod(0o600), tmp.Sync(), tmp.Close()); err != nil {
+		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+	}
+	if err := os.Rename(tmp.Name(), s.file(m.ID)); err != nil {
+		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+	}
+	renamed = true
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("conversation: put %s: syncing %s: %w", m.ID, s.dir, err)
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *FS) Get(ctx context.Context, id string) (Meta, []File, error) {
+	return s.read(ctx, "get", id, true)
+}
+
+// Meta implements Store. It reads and checks only meta.json: damage to the
+// files is detected by Get and Check.
+func (s *FS) Meta(ctx context.Context, id string) (Meta, error) {
+	m, _, err := s.read(ctx, "meta", id, false)
+	return m, err
+}
+
+func (s *FS) read(ctx context.Context, op, id string, files bool) (Meta, []File, error) {
+	if err := s.ready(ctx, op); err != nil {
+		return Meta{}, nil, err
+	}
+	if !ValidID(id) {
+		return Meta{}, nil, fmt.Errorf("conversation: %s: %w: %q", op, ErrNotFound, id)
+	}
+	return readFile(s.file(id), id, files)
+}
+
+// readFile decodes one stored conversation, whose name gives id.
+func readFile(name, id string, files bool) (Meta, []File, error) {
+	f, err := os.Open(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Meta{}, nil, fmt.Errorf("conversation: %w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Meta{}, nil, fmt.Errorf("conversation: %s: %w", id, err)
+	}
+	defer f.Close()
+	m, fl, err := decode(bufio.NewReaderSize(f, 1<<16), defaultLimits, files)
+	if err != nil {
+		return Meta{}, nil, fmt.Errorf("conversation: %s: %w", name, err)
+	}
+	if m.ID != id {
+		return Meta{}, nil, fmt.Errorf("conversation: %s: %w: holds conversation %q", name, ErrInvalid, m.ID)
+	}
+	return m, fl, nil
+}
+
+// List implements Store: conversations whose file cannot be read are
+// skipped (Check reports them). It fails only when dir cannot be read or
+// ctx is done.
+func (s *FS) List(ctx context.Context) ([]Meta, error) {
+	ids, err := s.ids(ctx, "list")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Meta, 0, len(ids))
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("conversation: list: %w", err)
+		}
+		m, _, err := readFile(s.file(id), id, false)
+		if err != nil {
+			continue // damaged or deleted meanwhile
+		}
+		out = append(out, m)
+	}
+	sortMetas(out)
+	return out, nil
+}
+
+// ids returns the ids of the conversation files in dir, in no order.
+func (s *FS) ids(ctx context.Context, op string) ([]string, error) {
+	if err := s.ready(ctx, op); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("conversation: %s: %w", op, err)
+	}
+	var ids []string
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), convExt)
+		if ok && e.Type().IsRegular() && ValidID(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// Delete implements Store.
+func (s *FS) Delete(ctx context.Context, id string) error {
+	if err := s.ready(ctx, "delete"); err != nil {
+		return err
+	}
+	if !ValidID(id) {
+		return fmt.Errorf("conversation: delete: %w: %q", ErrNotFound, id)
+	}
+	err := os.Remove(s.file(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("conversation: delete: %w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return fmt.Errorf("conversation: delete %s: %w", id, err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("conversation: delete %s: syncing %s: %w", id, s.dir, err)
+	}
+	return nil
+}
+
+// Resolve returns the id of the one conversation ref names; see the
+// package function Resolve for the rules. An exact id resolves from the
+// file name alone, even when that file is damaged (Get then reports it).
+func (s *FS) Resolve(ctx context.Context, ref string) (string, error) {
+	ids, err := s.ids(ctx, "resolve")
+	if err != nil {
+		return "", err
+	}
+	return resolve(ref, ids, func() ([]Meta, error) { return s.List(ctx) })
+}
+
+// Damage is a stored conversation FS.Check could not read.
+type Damage struct {
+	ID   string // the id its file name gives
+	Path string // the file
+	Err  error  // why, wrapping ErrInvalid for damage
+}
+
+// Check reads every stored conversation completely, verifying sizes and
+// digests, and returns the ones that are damaged (truncated, corrupt,
+// unsupported version, or holding another id), sorted by id.
+// Damaged conversations are invisible to List; Get reports them with
+// ErrInvalid; Delete removes them. Check fails only when dir cannot be read
+// or ctx is done.
+func (s *FS) Check(ctx context.Context) ([]Damage, error) {
+	ids, err := s.ids(ctx, "check")
+	if err != nil {
+		return nil, err
+	}
+	var out []Damage
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("conversation: check: %w", err)
+		}
+		name := s.file(id)
+		if _, _, err := readFile(name, id, true); err != nil && !errors.Is(err, ErrNotFound) {
+			out = append(out, Damage{ID: id, Path: name, Err: err})
+		}
+	}
+	sortDamage(out)
+	return out, nil
+}
+
+// syncDir makes a rename or removal in dir durable.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil // directories cannot be fsync'd there; renames are durable
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}

@@ -1,0 +1,10 @@
+// Package credentials resolves the variables a turn may draw on, applies
+// credential and configuration plans to a sandbox, and redacts secret
+// values from everything outpost prints, logs or stores.
+//
+// Resolution: a lookup table of the process environment with the
+// working directory's .outpost/.env over it (loaded with godotenv). The
+// table is not the agent's environment: what reaches the agent is what its
+// plans select from it, its preset's Variables, the caller's explicit
+// values and a small allowlist the provider passes (PATH, LANG, TZ, TERM).
+package credentials

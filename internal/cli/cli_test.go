@@ -1,0 +1,173 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/internal/cli"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func TestMain(m *testing.M) {
+	echo.MaybeRun()
+	testscript.Main(m, map[string]func(){
+		"outpost": func() { os.Exit(cli.Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
+	})
+}
+
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("OUTPOST_HOME", filepath.Join(env.WorkDir, ".outpost-home"))
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// result VAR FIELD: set $VAR to FIELD of the last stdout's result line.
+			"result": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 {
+					ts.Fatalf("usage: result VAR FIELD")
+				}
+				var last map[string]any
+				for _, l := range strings.Split(ts.ReadFile("stdout"), "\n") {
+					var m map[string]any
+					if json.Unmarshal([]byte(l), &m) == nil && m["type"] == "result" {
+						last = m
+					}
+				}
+				if last == nil {
+					ts.Fatalf("no result line in stdout")
+				}
+				ts.Setenv(args[0], fmt.Sprint(last[args[1]]))
+			},
+		},
+	})
+}
+
+// run runs the CLI in-process in a fresh OUTPOST_HOME and workdir.
+func run(t *testing.T, home, workdir string, args ...string) (int, string, string) {
+	t.Helper()
+	t.Setenv("OUTPOST_HOME", home)
+	var out, errb bytes.Buffer
+	all := append([]string{}, args...)
+	if len(args) > 0 && args[0] == "run" {
+		all = append([]string{"run", "--workdir", workdir}, args[1:]...)
+	}
+	code := cli.Run(context.Background(), all, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestExitStatusPerCode(t *testing.T) {
+	home, wd := t.TempDir(), t.TempDir()
+	_, out, _ := run(t, home, wd, "run", "--json", "seed")
+	id := resultOf(t, out)["conversation"].(string)
+	cases := []struct {
+		args []string
+		code outpost.Code
+		exit int
+	}{
+		{[]string{"run", "--json", "hello"}, "", 0},
+		{[]string{"run", "--json", "#quota"}, outpost.Quota, 9},
+		{[]string{"run", "--json", "#outage"}, outpost.Process, 8},
+		{[]string{"run", "--json", "#crash"}, outpost.Process, 8},
+		{[]string{"run", "--json", "#nofinish"}, outpost.Process, 8},
+		{[]string{"run", "--json", "--timeout", "300ms", "#slow"}, outpost.Timeout, 124},
+		{[]string{"run", "--json", "--agent", "nope", "x"}, outpost.Configuration, 3},
+		{[]string{"run", "--json", "--resume", "cnothere", "x"}, outpost.Conversation, 7},
+		{[]string{"run", "--json", "--sandbox", "nope", "x"}, outpost.Configuration, 3},
+		{[]string{"run", "--json", "--resume", id, "--fork", id, "x"}, "", 2},
+		{[]string{"run", "--no-such-flag", "x"}, "", 2},
+	}
+	seen := map[int]outpost.Code{}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args[2:], " "), func(t *testing.T) {
+			exit, out, errOut := run(t, home, wd, c.args...)
+			if exit != c.exit {
+				t.Fatalf("exit = %d, want %d\nstdout: %s\nstderr: %s", exit, c.exit, out, errOut)
+			}
+			if c.exit == 2 {
+				return
+			}
+			r := resultOf(t, out)
+			if c.code == "" {
+				if r["error"] != nil {
+					t.Errorf("error = %v", r["error"])
+				}
+				return
+			}
+			e, _ := r["error"].(map[string]any)
+			if e == nil || e["code"] != string(c.code) {
+				t.Errorf("error = %v, want code %s", r["error"], c.code)
+			}
+			if r["exit_code"] != float64(c.exit) {
+				t.Errorf("exit_code = %v", r["exit_code"])
+			}
+		})
+		if prev, ok := seen[c.exit]; ok && prev != c.code {
+			t.Errorf("exit %d used by %q and %q", c.exit, prev, c.code)
+		}
+		seen[c.exit] = c.code
+	}
+	// Every code has its own exit status.
+	statuses := map[int]outpost.Code{}
+	for _, code := range outpost.Codes {
+		s := outpost.ExitCode(&outpost.Error{Code: code})
+		if other, dup := statuses[s]; dup || s <= 2 {
+			t.Errorf("code %s: exit %d (shared with %q)", code, s, other)
+		}
+		statuses[s] = code
+	}
+}
+
+func resultOf(t *testing.T, out string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil || m["type"] != "result" {
+		t.Fatalf("last line is not a result: %q", lines[len(lines)-1])
+	}
+	return m
+}
+
+var (
+	timeRE = regexp.MustCompile(`"time":"[^"]+"`)
+	uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+)
+
+// TestJSONWireContract pins the field names of `outpost run --json`.
+func TestJSONWireContract(t *testing.T) {
+	home, wd := t.TempDir(), t.TempDir()
+	code, out, errOut := run(t, home, wd, "run", "--json", "#tool #retry hello")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	id := resultOf(t, out)["conversation"].(string)
+	norm := strings.ReplaceAll(out, id, "CONVERSATION")
+	norm = timeRE.ReplaceAllString(norm, `"time":"TIME"`)
+	norm = uuidRE.ReplaceAllString(norm, "SESSION")
+	golden := filepath.Join("testdata", "run-json.golden")
+	if *update {
+		os.WriteFile(golden, []byte(norm), 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), norm); diff != "" {
+		t.Errorf("--json output changed (-want +got); if intended, run go test -update and document it in docs/events.md:\n%s", diff)
+	}
+}

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# install-clis.sh — install the pinned coding-agent CLIs from npm, idempotently.
+#
+# Usage:
+#   scripts/install-clis.sh [claude] [codex] [copilot]     # no argument = all of them
+#
+# Each CLI goes into its own npm prefix, so installing one never prunes another
+# (an `npm install --no-save` into a shared prefix without package.json removes
+# whatever the previous install put there):
+#
+#   ${OUTPOST_CACHE:-$HOME/.cache/outpost}/npm/<dirname>/
+#
+# where <dirname> is "<package>@<version>" with every '/' replaced by '+':
+#
+#   claude   @anthropic-ai/claude-code@2.1.332  ->  npm/@anthropic-ai+claude-code@2.1.332/
+#   codex    @openai/codex@0.171.0              ->  npm/@openai+codex@0.171.0/
+#   copilot  @github/copilot@1.0.102            ->  npm/@github+copilot@1.0.102/
+#
+# The executables are in <dir>/node_modules/.bin/. Go tests find the claude binary at
+#
+#   $OUTPOST_CACHE/npm/@anthropic-ai+claude-code@2.1.332/node_modules/.bin/claude
+#
+# (with OUTPOST_CACHE defaulting to $HOME/.cache/outpost), and likewise
+# .../npm/@openai+codex@0.171.0/node_modules/.bin/codex and
+# .../npm/@github+copilot@1.0.102/node_modules/.bin/copilot.
+#
+# A directory counts as installed only when <dir>/.installed exists. The install
+# runs in a temporary sibling directory that is renamed into place after npm
+# succeeds and the command is found, and .installed is written last, so an
+# interrupted install is never taken as complete; the next run starts over.
+#
+# stdout: one line per selected CLI, the absolute path of its bin dir.
+# stderr: progress.
+set -euo pipefail
+
+CACHE="${OUTPOST_CACHE:-$HOME/.cache/outpost}"
+NPM_DIR="$CACHE/npm"
+
+# name -> "package version command"
+declare -A PINS=(
+  [claude]="@anthropic-ai/claude-code 2.1.332 claude"
+  [codex]="@openai/codex 0.171.0 codex"
+  [copilot]="@github/copilot 1.0.102 copilot"
+)
+ALL=(claude codex copilot)
+
+log() { printf 'install-clis: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# dirname_for PACKAGE VERSION -> filesystem-safe directory name
+dirname_for() {
+  local spec="$1@$2"
+  printf '%s\n' "${spec//\//+}"
+}
+
+TMP_DIRS=()
+cleanup() {
+  local d
+  for d in "${TMP_DIRS[@]+"${TMP_DIRS[@]}"}"; do
+    [[ -n "$d" && -d "$d" ]] && rm -rf -- "$d"
+  done
+}
+trap cleanup EXIT
+
+install_one() {
+  local name="$1"
+  local pin="${PINS[$name]:-}"
+  [[ -n "$pin" ]] || die "unknown CLI '$name' (known: ${ALL[*]})"
+  local pkg ver cmd
+  read -r pkg ver cmd <<<"$pin"
+
+  local dname dir bin
+  dname="$(dirname_for "$pkg" "$ver")"
+  dir="$NPM_DIR/$dname"
+  bin="$dir/node_modules/.bin"
+
+  if [[ -f "$dir/.installed" ]]; then
+    log "$pkg@$ver already installed in $dir"
+    printf '%s\n' "$bin"
+    return 0
+  fi
+
+  command -v npm >/dev/null 2>&1 || die "npm not found in PATH"
+  mkdir -p "$NPM_DIR"
+
+  # Serialise concurrent installs of the same package (flock is in util-linux).
+  if command -v flock >/dev/null 2>&1; then
+    local lockfd
+    exec {lockfd}>"$NPM_DIR/.lock.$dname"
+    flock "$lockfd"
+    if [[ -f "$dir/.installed" ]]; then
+      log "$pkg@$ver was installed meanwhile in $dir"
+      exec {lockfd}>&-
+      printf '%s\n' "$bin"
+      return 0
+    fi
+  fi
+
+  local tmp
+  tmp="$(mktemp -d "$NPM_DIR/.tmp.$dname.XXXXXX")"
+  TMP_DIRS+=("$tmp")
+  chmod 755 "$tmp" # mktemp makes it 0700; the CLIs may run as another user
+
+  log "installing $pkg@$ver into $dir (this can take a while)"
+  npm install --prefix "$tmp" --no-save --no-audit --no-fund "$pkg@$ver" >&2 \
+    || die "npm install $pkg@$ver failed"
+
+  [[ -x "$tmp/node_modules/.bin/$cmd" ]] \
+    || die "$pkg@$ver installed but $tmp/node_modules/.bin/$cmd is missing"
+
+  # Smoke test: the command must run. (An npm that skipped the claude package's
+  # postinstall leaves a placeholder instead of the native binary.) HOME points
+  # at a scratch dir so the check leaves no state in the real one.
+  local scratch out
+  scratch="$(mktemp -d)"
+  TMP_DIRS+=("$scratch")
+  if ! out="$(cd "$scratch" && HOME="$scratch" timeout 120 "$tmp/node_modules/.bin/$cmd" --version 2>&1)"; then
+    log "$cmd --version failed: $out"
+    die "$pkg@$ver does not run (if npm skipped install scripts, allow them for $pkg)"
+  fi
+  log "$cmd --version: ${out##*$'\n'}"
+
+  # Another process may have finished the same install meanwhile.
+  if [[ -f "$dir/.installed" ]]; then
+    log "$pkg@$ver was installed concurrently; keeping the existing copy"
+    printf '%s\n' "$bin"
+    return 0
+  fi
+  # A leftover directory without .installed is an incomplete install: replace it.
+  if [[ -e "$dir" ]]; then
+    rm -rf -- "$dir"
+  fi
+  mv -T -- "$tmp" "$dir"
+
+  [[ -x "$bin/$cmd" ]] || die "$bin/$cmd is not executable after moving the install into place"
+  printf '%s %s\n' "$pkg@$ver" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$dir/.installed.tmp"
+  mv -f -- "$dir/.installed.tmp" "$dir/.installed"
+  log "installed $pkg@$ver"
+  if [[ -n "${lockfd:-}" ]]; then exec {lockfd}>&-; fi
+  printf '%s\n' "$bin"
+}
+
+main() {
+  local names=("$@")
+  if [[ ${#names[@]} -eq 0 ]]; then
+    names=("${ALL[@]}")
+  fi
+  local n
+  for n in "${names[@]}"; do
+    [[ -n "${PINS[$n]:-}" ]] || die "unknown CLI '$n' (known: ${ALL[*]})"
+  done
+  for n in "${names[@]}"; do
+    install_one "$n"
+  done
+}
+
+main "$@"
