@@ -1,0 +1,58 @@
+package sandbox_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/providers/local"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// BenchmarkEchoTurn compares a whole echo turn through outpost (lease a
+// private home, resolve variables, run and decode, capture the
+// conversation into the store, release) with the same echo agent run
+// directly. scripts/bench.sh reports the ratio.
+func BenchmarkEchoTurn(b *testing.B) {
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("direct", func(b *testing.B) {
+		home := b.TempDir()
+		for b.Loop() {
+			cmd := exec.Command(self, echo.Subcommand, "--", "hello")
+			cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, out)
+			if err := cmd.Wait(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("outpost", func(b *testing.B) {
+		p := local.New(&local.Options{BaseDir: b.TempDir()})
+		store := conversation.NewFS(b.TempDir())
+		wd := b.TempDir()
+		h := echo.Harness()
+		events := 0
+		o := &sandbox.RunOptions{Provider: p, Store: store, Environ: []string{"PATH=" + os.Getenv("PATH")},
+			OnEvent: func(harness.Event) { events++ }}
+		for b.Loop() {
+			if _, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "hello", Workdir: wd}, o); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if events == 0 {
+			b.Fatal("no events")
+		}
+	})
+}
