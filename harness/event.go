@@ -3,6 +3,7 @@ package harness
 import (
 	"encoding/json"
 	"time"
+	"unicode/utf8"
 )
 
 // EventType names a normalized event. The set is part of the wire contract
@@ -126,3 +127,25 @@ type ExitStatus struct {
 
 // Success reports a zero exit.
 func (s ExitStatus) Success() bool { return s.Code == 0 && s.Signal == "" }
+
+// SafeJSON returns raw as JSON that is valid and valid UTF-8, so events
+// always serialize: valid JSON is kept (invalid UTF-8 inside it replaced by
+// U+FFFD), anything else becomes a JSON string. nil stays nil.
+func SafeJSON(raw []byte) json.RawMessage {
+	if raw == nil {
+		return nil
+	}
+	if utf8.Valid(raw) && json.Valid(raw) {
+		return append(json.RawMessage(nil), raw...)
+	}
+	if json.Valid(raw) {
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			if b, err := json.Marshal(v); err == nil {
+				return b
+			}
+		}
+	}
+	b, _ := json.Marshal(string(raw))
+	return b
+}

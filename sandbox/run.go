@@ -620,6 +620,12 @@ func (s *stream) emitLocked(ev harness.Event) {
 	if !e.o.Raw {
 		ev.Raw = nil
 	}
+	ev.Raw = harness.SafeJSON(ev.Raw)
+	if ev.Tool != nil {
+		t := *ev.Tool
+		t.Input = harness.SafeJSON(t.Input)
+		ev.Tool = &t
+	}
 	e.red.Event(&ev)
 	switch ev.Type {
 	case harness.EventFinished:

@@ -126,7 +126,7 @@ func Events(b []byte) []harness.Event {
 	case "text":
 		return []harness.Event{{Type: harness.EventMessage, ID: l.ID, Text: l.Text}}
 	case "tool_call":
-		return []harness.Event{{Type: harness.EventToolCall, Tool: &harness.Tool{ID: l.ID, Name: l.Name, Input: l.Input}}}
+		return []harness.Event{{Type: harness.EventToolCall, Tool: &harness.Tool{ID: l.ID, Name: l.Name, Input: harness.SafeJSON(l.Input)}}}
 	case "tool_result":
 		return []harness.Event{{Type: harness.EventToolResult, Tool: &harness.Tool{ID: l.ID, Output: l.Output}}}
 	case "retry":

@@ -1,0 +1,101 @@
+package echo
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/outposthq/outpost/harness"
+)
+
+var seeds = []string{
+	`{"type":"init","session":"0f8fad5b-d9cb-469f-a165-70867728950e","model":"echo-1","turn":1}`,
+	`{"type":"retry","attempt":1,"text":"rate limited (429), retrying in 10ms (attempt 1 of 3)"}`,
+	`{"type":"tool_call","id":"tool-1","name":"shell","input":{"command":"echo hi"}}`,
+	`{"type":"tool_result","id":"tool-1","output":"hi\n"}`,
+	`{"type":"delta","id":"m1","text":"step 1 "}`,
+	`{"type":"steer","mode":"injected","text":"stop"}`,
+	`{"type":"text","id":"m1","text":"echo: hello (turn 1)"}`,
+	`{"type":"done","text":"echo: hello (turn 1)","usage":{"input":1,"output":4,"cache_read":0}}`,
+	`{"type":"text","text":`,
+	"not json",
+	"{\"type\":\"text\",\"text\":\"\xff\xfe\"}",
+	`{"type":"done","usage":{"input":"x"}}`,
+	`{"type":"tool_call","input":[1,2}`,
+	`null`, `[]`, `{}`, `""`,
+}
+
+func TestEvents(t *testing.T) {
+	want := []harness.EventType{harness.EventSession, harness.EventNotice, harness.EventToolCall, harness.EventToolResult,
+		harness.EventMessage, harness.EventNotice, harness.EventMessage, harness.EventFinished, harness.EventMessage}
+	var got []harness.EventType
+	for _, s := range seeds {
+		for _, e := range Events([]byte(s)) {
+			got = append(got, e.Type)
+		}
+	}
+	if strings.Join(types(got), ",") != strings.Join(types(want), ",") {
+		t.Errorf("types = %v, want %v", got, want)
+	}
+	done := Events([]byte(seeds[7]))[0]
+	if done.Usage == nil || done.Usage.InputTokens != 1 || done.Usage.OutputTokens != 4 || !done.Usage.Complete {
+		t.Errorf("usage %+v", done.Usage)
+	}
+}
+
+func types(ts []harness.EventType) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = string(t)
+	}
+	return out
+}
+
+func TestClassification(t *testing.T) {
+	cases := []struct {
+		text               string
+		quota, unavailable bool
+	}{
+		{"echo: usage limit reached for this key; it resets at 2026-11-29T21:00:00Z", true, false},
+		{"echo: model service unavailable: 503 overloaded (connection reset by peer)", false, true},
+		{"echo: rate limited (429), retrying in 10ms (attempt 1 of 3)", false, false},
+		{"echo: simulated crash", false, false},
+	}
+	for _, c := range cases {
+		if Quota(c.text) != c.quota || Unavailable(c.text) != c.unavailable {
+			t.Errorf("%q: quota %v unavailable %v", c.text, Quota(c.text), Unavailable(c.text))
+		}
+	}
+	d := quotaDetails(cases[0].text)
+	if d["resets_at"] != "2026-11-29T21:00:00Z" {
+		t.Errorf("details %v", d)
+	}
+}
+
+func TestHarnessValidates(t *testing.T) {
+	if err := Harness().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzEvents: no input makes the decoder panic, and every event it returns
+// serializes to valid JSON.
+func FuzzEvents(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Add(bytes.Repeat([]byte("x"), 1<<16))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		for _, e := range Events(line) {
+			b, err := json.Marshal(e)
+			if err != nil {
+				t.Fatalf("event does not serialize: %v", err)
+			}
+			if !utf8.Valid(b) {
+				t.Fatalf("invalid UTF-8 in %q", b)
+			}
+		}
+	})
+}
