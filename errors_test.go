@@ -1,0 +1,67 @@
+package outpost_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"testing"
+
+	"github.com/outposthq/outpost"
+)
+
+func TestErrorChain(t *testing.T) {
+	cause := fs.ErrNotExist
+	err := outpost.Errorf(outpost.Conversation, "restore", "conversation %s: %w", "c1", cause)
+	wrapped := fmt.Errorf("turn: %w", err)
+	if got := outpost.CodeOf(wrapped); got != outpost.Conversation {
+		t.Errorf("CodeOf = %q", got)
+	}
+	if !errors.Is(wrapped, fs.ErrNotExist) {
+		t.Error("cause lost")
+	}
+	if !errors.Is(wrapped, outpost.ErrConversation) || errors.Is(wrapped, outpost.ErrQuota) {
+		t.Error("code sentinels do not match")
+	}
+	if want := "conversation: restore: conversation c1: file does not exist"; err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+	if err.Message() != "restore: conversation c1: file does not exist" {
+		t.Errorf("Message() = %q", err.Message())
+	}
+}
+
+func TestCodeOfAndExitCode(t *testing.T) {
+	if outpost.CodeOf(nil) != "" || outpost.ExitCode(nil) != 0 {
+		t.Error("nil is success")
+	}
+	if outpost.CodeOf(context.Canceled) != outpost.Process || outpost.ExitCode(context.Canceled) != 1 {
+		t.Error("an unclassified error is process / exit 1")
+	}
+	seen := map[int]outpost.Code{}
+	for _, c := range outpost.Codes {
+		n := outpost.ExitCode(&outpost.Error{Code: c})
+		if n <= 2 {
+			t.Errorf("%s exits %d, which is reserved", c, n)
+		}
+		if prev, dup := seen[n]; dup {
+			t.Errorf("%s and %s share exit %d", c, prev, n)
+		}
+		seen[n] = c
+	}
+}
+
+func TestWrapKeepsCode(t *testing.T) {
+	inner := outpost.New(outpost.Quota, "", "limit")
+	err := outpost.Wrap(outpost.Process, "run", fmt.Errorf("x: %w", inner))
+	if outpost.CodeOf(err) != outpost.Quota || inner.Op != "run" {
+		t.Errorf("Wrap changed the code or did not fill Op: %v", err)
+	}
+	if outpost.Wrap(outpost.Process, "run", nil) != nil {
+		t.Error("Wrap(nil) != nil")
+	}
+	u := (&outpost.Error{Code: outpost.Process}).Detail("unavailable", true)
+	if !outpost.UnavailableFault(fmt.Errorf("w: %w", u)) || outpost.UnavailableFault(inner) {
+		t.Error("UnavailableFault")
+	}
+}

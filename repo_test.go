@@ -1,0 +1,100 @@
+package outpost_test
+
+import (
+	"go/build"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/outposthq/outpost"
+
+type pkg struct {
+	path    string // import path
+	imports []string
+	doc     bool
+	name    string
+}
+
+// packages lists the module's packages with their non-test imports.
+func packages(t *testing.T) []pkg {
+	t.Helper()
+	var out []pkg
+	filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if p != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		bp, err := build.ImportDir(p, build.ImportComment)
+		if err != nil {
+			return nil // no Go files
+		}
+		ip := module
+		if p != "." {
+			ip += "/" + filepath.ToSlash(p)
+		}
+		out = append(out, pkg{path: ip, imports: bp.Imports, doc: bp.Doc != "", name: bp.Name})
+		return nil
+	})
+	if len(out) < 10 {
+		t.Fatalf("found only %d packages", len(out))
+	}
+	return out
+}
+
+// TestPackageDocs: every package says what it is for.
+func TestPackageDocs(t *testing.T) {
+	for _, p := range packages(t) {
+		if !p.doc {
+			t.Errorf("%s has no package doc comment", p.path)
+		}
+	}
+}
+
+// TestLayering polices the dependency rules of docs/ARCHITECTURE.md.
+func TestLayering(t *testing.T) {
+	internal := func(s string) bool { return s == module || strings.HasPrefix(s, module+"/") }
+	rules := []struct {
+		pkgPrefix string
+		allowed   func(imp string) bool
+		why       string
+	}{
+		{module, func(string) bool { return false }, "the root error package is a leaf"},
+		{module + "/harness", func(imp string) bool {
+			return imp == module || strings.HasPrefix(imp, module+"/harness") || strings.HasPrefix(imp, module+"/internal/")
+		}, "harness imports nothing of outpost but the root"},
+		{module + "/conversation", func(imp string) bool { return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers") }, "conversation never imports sandbox"},
+		{module + "/bootstrap", func(imp string) bool { return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers") }, "bootstrap never imports sandbox"},
+		{module + "/credentials", func(imp string) bool { return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers") }, "credentials never imports sandbox"},
+	}
+	for _, p := range packages(t) {
+		for _, imp := range p.imports {
+			if !internal(imp) {
+				continue
+			}
+			if (strings.HasPrefix(imp, module+"/cmd") || strings.HasPrefix(imp, module+"/internal/cli")) && !strings.HasPrefix(p.path, module+"/cmd/") {
+				t.Errorf("%s imports %s: nobody imports the command", p.path, imp)
+			}
+			if strings.HasPrefix(p.path, module+"/providers/") && strings.HasPrefix(imp, module+"/providers/") {
+				if provider(p.path) != provider(imp) {
+					t.Errorf("%s imports %s: providers never import each other", p.path, imp)
+				}
+			}
+			for _, r := range rules {
+				inScope := p.path == r.pkgPrefix || (r.pkgPrefix != module && strings.HasPrefix(p.path, r.pkgPrefix+"/"))
+				if inScope && !strings.HasSuffix(p.path, "test") && !r.allowed(imp) {
+					t.Errorf("%s imports %s: %s", p.path, imp, r.why)
+				}
+			}
+		}
+	}
+}
+
+func provider(path string) string {
+	rest := strings.TrimPrefix(path, module+"/providers/")
+	name, _, _ := strings.Cut(rest, "/")
+	return name
+}
