@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"strings"
@@ -72,6 +73,9 @@ type RunOptions struct {
 	Raw bool
 	// Stderr receives the agent's standard error, redacted. Optional.
 	Stderr io.Writer
+	// Logger receives one debug record per lifecycle step with its
+	// duration (attributes: step, ms, agent). Optional.
+	Logger *slog.Logger
 	// Grace is how long a stopped process has between SIGTERM and SIGKILL
 	// (default 3s). MaxLine bounds one native output line (default 64 MiB;
 	// longer lines are dropped with a notice).
@@ -119,10 +123,11 @@ func Run(ctx context.Context, t Turn, o *RunOptions) (*Result, error) {
 }
 
 type engine struct {
-	t   Turn
-	o   *RunOptions
-	h   *harness.Harness
-	red *credentials.Redactor
+	mark time.Time
+	t    Turn
+	o    *RunOptions
+	h    *harness.Harness
+	red  *credentials.Redactor
 
 	vars     harness.Vars
 	plan     harness.Plan
@@ -130,13 +135,19 @@ type engine struct {
 	parent   conversation.Meta // resume/fork source
 	parentFs []conversation.File
 	convID   string
+
+	ownLease bool                            // the lease is this turn's alone
+	put      func(ctx context.Context) error // deferred store write of step 10
+	stored   string                          // conversation id once stored
 }
 
 func (e *engine) run(ctx context.Context) (*Result, error) {
+	e.step("begin")
 	// 1. Validate before allocation.
 	if err := e.validate(ctx); err != nil {
 		return nil, err
 	}
+	e.step("validate")
 	res := &Result{Agent: e.h.Name, Model: e.t.Agent.Model}
 	if e.t.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -146,25 +157,78 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 
 	// 3. Lease.
 	lease := e.o.Lease
-	var releaseErr error
-	if lease == nil {
+	owned := lease == nil
+	if owned {
 		var err error
 		lease, err = Acquire(ctx, e.o.Provider, Options{Workdir: e.t.Workdir})
 		if err != nil {
 			return nil, e.agentErr(err)
 		}
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			releaseErr = lease.Close(rctx)
-		}()
+		e.ownLease = true
 	}
+	e.step("lease")
 	res.Sandbox = lease.Provider().Name()
 	out, err := e.turn(ctx, lease, res)
+
+	// The store write of step 10 and the release overlap: both are
+	// filesystem-bound, and neither needs the other.
+	var putErr, releaseErr error
+	var wg sync.WaitGroup
+	if e.put != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+			defer cancel()
+			putErr = e.put(pctx)
+		}()
+	}
+	if owned {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		releaseErr = lease.Close(rctx)
+		cancel()
+	}
+	wg.Wait()
+	e.step("store+release")
+	if e.put != nil {
+		err = e.afterCapture(out, err, putErr)
+	}
 	if err == nil && releaseErr != nil {
-		err = releaseErr
+		err = e.agentErr(releaseErr)
 	}
 	return out, err
+}
+
+// afterCapture folds the capture's outcome into the turn's: a failed
+// capture fails a successful turn with code conversation, and is recorded
+// in the details of a failed one, never masking its code.
+func (e *engine) afterCapture(res *Result, runErr, captureErr error) error {
+	if captureErr == nil {
+		if res != nil && e.stored != "" {
+			res.Conversation = e.stored
+		}
+		return runErr
+	}
+	if runErr != nil {
+		var oe *outpost.Error
+		if errors.As(runErr, &oe) {
+			oe.Detail("capture_error", captureErr.Error())
+		}
+		return runErr
+	}
+	return e.agentErr(outpost.Wrap(outpost.Conversation, "capture", captureErr))
+}
+
+// step logs the time since the previous step.
+func (e *engine) step(name string) {
+	if e.o.Logger == nil {
+		return
+	}
+	now := time.Now()
+	if !e.mark.IsZero() {
+		e.o.Logger.Debug("outpost step", "step", name, "ms", float64(now.Sub(e.mark).Microseconds())/1000, "agent", e.t.Agent.Harness.Name)
+	}
+	e.mark = now
 }
 
 func (e *engine) agentErr(err error) error {
@@ -374,6 +438,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 		lease.markPlanned(h.Name)
 	}
 
+	e.step("plans")
 	// 6. Restore the conversation for resume or fork (before building the
 	// command: a Fork hook needs it in place).
 	in := harness.Input{Prompt: e.t.Prompt, Model: e.t.Agent.Model, Workdir: lease.Workdir(), Home: lease.Home(), Options: e.t.Options, ExtraArgs: e.t.ExtraArgs}
@@ -396,6 +461,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 		}
 	}
 
+	e.step("restore")
 	// 5. Bootstrap the CLI if its executable is missing.
 	var live harness.Live
 	var cmd harness.Command
@@ -421,6 +487,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	}
 	cmd.Path = path
 
+	e.step("bootstrap")
 	// 7 and 8. Run, stream, classify.
 	st := &stream{e: e, lease: lease, live: live, native: in.Conversation}
 	if in.Fork && h.Fork == nil {
@@ -432,6 +499,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	res.Exit = st.exit
 	res.Steered = st.steered
 
+	e.step("run")
 	// 9. Usage by mode; transcript usage overrides.
 	if st.usage != nil {
 		res.Usage = *st.usage
@@ -449,24 +517,29 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 		}
 	}
 
-	// 10. Capture into the store.
+	e.step("usage")
+	// 10. Capture into the store. The store write itself is deferred to
+	// overlap with the release when nothing in this turn needs it first.
 	var captureErr error
 	if h.Capture && e.o.Store != nil && st.native != "" {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
-		captureErr = e.capture(cctx, lease, res, st)
-		cancel()
-	}
-	if runErr != nil {
-		if captureErr != nil {
-			var oe *outpost.Error
-			if errors.As(runErr, &oe) {
-				oe.Detail("capture_error", captureErr.Error())
+		var put func(context.Context) error
+		put, captureErr = e.capture(cctx, lease, res, st)
+		if captureErr == nil {
+			if e.ownLease && st.pendingSteer == "" {
+				e.put = put
+			} else if captureErr = put(cctx); captureErr == nil {
+				res.Conversation = e.stored
 			}
 		}
-		return res, e.agentErr(runErr)
+		cancel()
 	}
-	if captureErr != nil {
-		return res, e.agentErr(outpost.Wrap(outpost.Conversation, "capture", captureErr))
+	e.step("capture")
+	if e.put == nil {
+		runErr = e.afterCapture(res, runErr, captureErr)
+	}
+	if runErr != nil {
+		return res, e.agentErr(runErr)
 	}
 	if st.pendingSteer != "" {
 		return e.resumeWith(ctx, lease, res, st.pendingSteer)
@@ -496,19 +569,27 @@ func (e *engine) resumeWith(ctx context.Context, lease *Lease, prev *Result, msg
 	return res, err
 }
 
-func (e *engine) capture(ctx context.Context, lease *Lease, res *Result, st *stream) error {
+// capture reads the conversation's files out of the sandbox (step 10) and
+// returns the store write to run.
+func (e *engine) capture(ctx context.Context, lease *Lease, res *Result, st *stream) (func(context.Context) error, error) {
 	h := e.h
 	files, err := conversation.Capture(ctx, lease, h.Storage, st.native)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if h.TranscriptUsage != nil {
+		t := conversation.TranscriptOf(st.native, files)
+		if e.parent.ID != "" {
+			t.Before = conversation.TranscriptOf(e.parent.Native, e.parentFs).Files
+		}
+		if u := h.TranscriptUsage(t); u != nil {
+			res.Usage = *u
+		}
 	}
 	now := time.Now().UTC()
 	m := e.parent
 	if e.t.Resume == "" {
 		m = conversation.Meta{ID: e.convID, Created: now, Parent: res.Parent}
-		if e.t.Fork != "" {
-			m.Usage = harness.Usage{}
-		}
 	}
 	m.ID = e.convID
 	m.Agent = h.Name
@@ -517,26 +598,23 @@ func (e *engine) capture(ctx context.Context, lease *Lease, res *Result, st *str
 	m.Sandbox = lease.Provider().Name()
 	m.Model = e.t.Agent.Model
 	m.Updated = now
-	m.Turns++
-	if m.Turns == 1 {
-		m.Usage = res.Usage
+	if e.t.Resume == "" {
+		m.Turns, m.Usage = 1, res.Usage
 	} else {
+		m.Turns++
 		m.Usage = m.Usage.Add(res.Usage)
 	}
-	if h.TranscriptUsage != nil {
-		if u := h.TranscriptUsage(conversation.TranscriptOf(st.native, files)); u != nil {
-			res.Usage = *u
-		}
-	}
-	m.Files = m.Files[:0:0]
+	m.Files = make([]string, 0, len(files))
 	for _, f := range files {
 		m.Files = append(m.Files, f.Path)
 	}
-	if err := e.o.Store.Put(ctx, m, files); err != nil {
-		return err
-	}
-	res.Conversation = m.ID
-	return nil
+	return func(ctx context.Context) error {
+		if err := e.o.Store.Put(ctx, m, files); err != nil {
+			return err
+		}
+		e.stored = m.ID
+		return nil
+	}, nil
 }
 
 func (e *engine) execRequest(lease *Lease, c harness.Command) ExecRequest {
@@ -584,6 +662,7 @@ type stream struct {
 	finished    bool
 	failures    []string
 	quotaText   string
+	quotaEvent  map[string]any // Details of the failure event quotaText came from
 	unavailable bool
 	started     bool
 	steered     int
@@ -644,7 +723,11 @@ func (s *stream) emitLocked(ev harness.Event) {
 		}
 	case harness.EventFailure:
 		s.failures = append(s.failures, ev.Text)
+		quota := s.quotaText
 		s.classify(ev.Text)
+		if quota == "" && s.quotaText != "" {
+			s.quotaEvent = ev.Details
+		}
 	case harness.EventMessage:
 		if !ev.Delta && ev.Text != "" {
 			s.final = ev.Text
@@ -959,6 +1042,11 @@ func (s *stream) classifyEnd(ctx context.Context, st harness.ExitStatus, waitErr
 			for k, v := range h.QuotaDetails(s.quotaText) {
 				err.Detail(k, v)
 			}
+		}
+		// The reset time the agent reported in the failure event's
+		// details is exact; the text's is often to the minute at best.
+		if r, ok := s.quotaEvent["resets_at"].(string); ok && r != "" {
+			err.Detail("resets_at", r)
 		}
 		return err
 	}
