@@ -35,6 +35,13 @@ const (
 	EventFinished EventType = "finished"
 )
 
+// KindLimit is the Kind of a failure event with which a decoder reports
+// that the agent went over a budget the preset enforces (such as Codex's
+// max-model-requests option); its Details["limit"] names the budget. The
+// engine stops the turn at once, and the turn fails with code process and
+// details.limit.
+const KindLimit = "limit"
+
 // EventTypes lists every event type.
 var EventTypes = []EventType{EventSession, EventMessage, EventReasoning, EventToolCall, EventToolResult, EventUsage, EventNotice, EventFailure, EventFinished}
 

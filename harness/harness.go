@@ -38,6 +38,13 @@ type Harness struct {
 	// Events.
 	NewDecoder func() func(line []byte) []Event
 
+	// NewTurnDecoder is NewDecoder for decoders that need the turn's Input:
+	// its options (a budget the decoder enforces, see KindLimit) or whether
+	// it continues a conversation. When set the engine uses it instead of
+	// NewDecoder and Events. A preset that sets it sets NewDecoder too, for
+	// tools that decode recorded output without an Input.
+	NewTurnDecoder func(in Input) func(line []byte) []Event
+
 	// Fork is the native fork step for CLIs that fork with a separate
 	// command: given the parent's native id and a runner of commands inside
 	// the leased sandbox, it returns the child's native id. Omitted where
@@ -79,10 +86,19 @@ type Harness struct {
 	UsageCommand func(native string) *Command
 	UsageResult  func(stdout []byte) *Usage
 
-	// TranscriptUsage reads token usage from the captured conversation
-	// files after the turn. A non-nil result replaces the usage the events
-	// reported.
+	// TranscriptUsage reads the turn's token usage from the captured
+	// conversation files after the turn (Transcript.Before holds what was
+	// restored before it). A non-nil result replaces the usage the events
+	// reported, in the turn's Result and in the stored conversation's
+	// totals.
 	TranscriptUsage func(t Transcript) *Usage
+
+	// ThreadUsage reads from the captured conversation files the running
+	// total the CLI itself keeps for the whole native conversation: every
+	// turn so far and, for a fork, the history it inherited. The engine
+	// reports it as Result.ThreadUsage beside the turn's own usage.
+	// Optional.
+	ThreadUsage func(t Transcript) *Usage
 
 	// Usage says where usage comes from. The zero value is UsageEvents.
 	Usage UsageMode
@@ -247,19 +263,31 @@ const (
 )
 
 // Storage locates a CLI's native conversation files inside the sandbox
-// home. Paths are slash-separated and relative to the home.
+// home. Roots are clean, slash-separated paths relative to the home.
+//
+// The hooks see a file as rel: its path relative to the root it lies under,
+// slash-separated and clean (no leading "./", no "..", never empty), e.g.
+// "-work/abc.jsonl" for root ".claude/projects" and the file
+// ~/.claude/projects/-work/abc.jsonl. When roots nest, a file belongs to the
+// longest root containing it. Its stored, home-relative path is
+// root + "/" + rel. A hook that panics fails the capture or restore.
 type Storage struct {
-	// Roots are the directories searched for conversation files.
+	// Roots are the directories searched for conversation files; a
+	// missing root is skipped.
 	Roots []string
-	// Match reports whether the file at rel (under a root) belongs to the
-	// conversation with native id.
+	// Match reports whether the regular file at rel belongs to the
+	// conversation with native id. Directories and links are never offered.
 	Match func(rel, native string) bool
-	// Place maps a captured file to where it must be restored so the CLI
-	// finds it when run in workdir (e.g. Claude Code's per-cwd project
-	// directory). Nil keeps the captured path.
+	// Place returns the rel, under the same root, where a captured file
+	// must be restored so the CLI finds native when run in workdir (e.g.
+	// Claude Code's per-cwd project directory). It is called for every
+	// restored file, ancestors' included, with the restored conversation's
+	// native id; a result that is not a clean relative path fails the
+	// restore (ErrUnsafe). Nil keeps the captured path.
 	Place func(rel, native, workdir string) string
-	// Ancestors returns the native ids a captured file references and
-	// needs restored with it (a fork's parent chain). Nil means none.
+	// Ancestors returns the native ids a captured file (rel, content)
+	// references and needs restored with it (a fork's parent chain).
+	// Capture follows them recursively. Nil means none.
 	Ancestors func(rel string, content []byte) []string
 }
 
@@ -267,6 +295,11 @@ type Storage struct {
 type Transcript struct {
 	Native string
 	Files  map[string][]byte // home-relative path -> content
+	// Before holds the files restored into the sandbox before the turn
+	// (home-relative path -> content): the resumed conversation's, or the
+	// parent's for a fork. Nil for a new conversation. A preset whose
+	// transcript accumulates over turns subtracts what these already held.
+	Before map[string][]byte
 }
 
 // Live is one running turn that accepts input. The engine owns the
@@ -312,8 +345,8 @@ func (h *Harness) Validate() error {
 	if h.Request == nil {
 		errs = append(errs, fmt.Errorf("harness %s: Request is required", h.Name))
 	}
-	if h.Events == nil && h.NewDecoder == nil {
-		errs = append(errs, fmt.Errorf("harness %s: Events or NewDecoder is required", h.Name))
+	if h.Events == nil && h.NewDecoder == nil && h.NewTurnDecoder == nil {
+		errs = append(errs, fmt.Errorf("harness %s: Events, NewDecoder or NewTurnDecoder is required", h.Name))
 	}
 	if (h.UsageCommand == nil) != (h.UsageResult == nil) {
 		errs = append(errs, fmt.Errorf("harness %s: UsageCommand and UsageResult go together", h.Name))

@@ -100,6 +100,12 @@ type Result struct {
 	// Text is the final answer.
 	Text  string        `json:"text,omitempty"`
 	Usage harness.Usage `json:"usage"`
+	// ThreadUsage is the running total the agent itself keeps for the whole
+	// native conversation (every turn so far and, for a fork, the history
+	// it inherited), read from the captured files by the preset's
+	// ThreadUsage hook; nil when the preset has none or nothing was
+	// captured. Usage is this turn's own share.
+	ThreadUsage *harness.Usage `json:"thread_usage,omitempty"`
 	// Exit is the agent process's exit status, when it ran.
 	Exit *harness.ExitStatus `json:"exit,omitempty"`
 	// Steered counts messages delivered into the turn.
@@ -489,7 +495,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 
 	e.step("bootstrap")
 	// 7 and 8. Run, stream, classify.
-	st := &stream{e: e, lease: lease, live: live, native: in.Conversation}
+	st := &stream{e: e, lease: lease, live: live, in: in, native: in.Conversation}
 	if in.Fork && h.Fork == nil {
 		st.native = "" // the fork's id arrives with its session event
 	}
@@ -586,6 +592,11 @@ func (e *engine) capture(ctx context.Context, lease *Lease, res *Result, st *str
 			res.Usage = *u
 		}
 	}
+	if h.ThreadUsage != nil {
+		if u := h.ThreadUsage(conversation.TranscriptOf(st.native, files)); u != nil {
+			res.ThreadUsage = u
+		}
+	}
 	now := time.Now().UTC()
 	m := e.parent
 	if e.t.Resume == "" {
@@ -652,6 +663,9 @@ type stream struct {
 	e     *engine
 	lease *Lease
 	live  harness.Live
+	in    harness.Input
+	// stop ends the process (see run); set before any output is read.
+	stop func(reason string)
 
 	emitMu sync.Mutex
 	native string
@@ -663,6 +677,7 @@ type stream struct {
 	failures    []string
 	quotaText   string
 	quotaEvent  map[string]any // Details of the failure event quotaText came from
+	limit       *harness.Event // the first failure of kind harness.KindLimit
 	unavailable bool
 	started     bool
 	steered     int
@@ -671,11 +686,15 @@ type stream struct {
 	stderrTail []string
 
 	pendingSteer string
-	stopReason   atomic.Value // string: "inactivity", "steer"
+	stopReason   atomic.Value // string: "inactivity", "steer", "limit"
 	activity     chan struct{}
 }
 
 const stderrTailLines = 20
+
+// drainLimit bounds the wait for an agent's output after it exited and its
+// group was killed.
+const drainLimit = 10 * time.Second
 
 func (s *stream) emit(ev harness.Event) {
 	s.emitMu.Lock()
@@ -723,6 +742,13 @@ func (s *stream) emitLocked(ev harness.Event) {
 		}
 	case harness.EventFailure:
 		s.failures = append(s.failures, ev.Text)
+		if ev.Kind == harness.KindLimit && s.limit == nil {
+			lim := ev
+			s.limit = &lim
+			if s.stop != nil {
+				go s.stop("limit") // the budget is spent: end the turn now
+			}
+		}
 		quota := s.quotaText
 		s.classify(ev.Text)
 		if quota == "" && s.quotaText != "" {
@@ -831,6 +857,7 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 			stopProcess(p, grace)
 		})
 	}
+	s.stop = stop
 	exited := make(chan struct{})
 	go func() {
 		var timer *time.Timer
@@ -845,6 +872,18 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 			case <-exited:
 				return
 			case <-ctx.Done():
+				// A live session is first asked to interrupt its turn, so
+				// the agent ends it cleanly (and records it); it is stopped
+				// anyway after the grace period.
+				if s.live != nil && s.interrupt(writeStdin) {
+					t := time.NewTimer(grace)
+					select {
+					case <-exited:
+						t.Stop()
+						return
+					case <-t.C:
+					}
+				}
 				stop("")
 				return
 			case <-s.activity:
@@ -908,7 +947,9 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 
 	// Output.
 	decode := e.h.Events
-	if e.h.NewDecoder != nil {
+	if e.h.NewTurnDecoder != nil {
+		decode = e.h.NewTurnDecoder(s.in)
+	} else if e.h.NewDecoder != nil {
 		decode = e.h.NewDecoder()
 	}
 	var wg sync.WaitGroup
@@ -961,22 +1002,39 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 	}()
 
 	status, waitErr := p.Wait()
-	// Descendants may hold the output open: give the readers a moment to
-	// drain, then stop the whole group and close the streams.
+	// Nothing of the turn outlives it: kill what is left of the agent's
+	// process group, so descendants let go of its output, then read the
+	// output to its end. Only a descendant that left the group can keep
+	// the streams open; it gets a bounded wait before they are closed.
+	p.Signal(Kill)
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	select {
 	case <-drained:
-	case <-time.After(grace):
-		p.Signal(Kill)
+	case <-time.After(drainLimit):
 		p.Close()
 		<-drained
 	}
-	p.Signal(Kill) // nothing of the turn is left running
 	close(exited)
 	closeStdin()
 	s.exit = &status
 	return s.classifyEnd(ctx, status, waitErr)
+}
+
+// interrupt asks a live session to interrupt its turn and reports whether
+// the preset wrote anything for it.
+func (s *stream) interrupt(writeStdin func(func(io.Writer) error) error) bool {
+	wrote := false
+	err := writeStdin(func(w io.Writer) error {
+		var buf bytes.Buffer
+		if err := s.live.Interrupt(&buf); err != nil {
+			return err
+		}
+		wrote = buf.Len() > 0
+		_, err := w.Write(buf.Bytes())
+		return err
+	})
+	return err == nil && wrote
 }
 
 func (s *stream) decode(decode func([]byte) []harness.Event, line []byte, writeStdin func(func(io.Writer) error) error) (evs []harness.Event) {
@@ -1034,6 +1092,14 @@ func (s *stream) classifyEnd(ctx context.Context, st harness.ExitStatus, waitErr
 	}
 	if reason == "steer" {
 		return nil
+	}
+	if s.limit != nil {
+		var limit any = true
+		if v, ok := s.limit.Details["limit"].(string); ok && v != "" {
+			limit = v
+		}
+		return details(&outpost.Error{Code: outpost.Process, Op: op, Msg: "the agent went over its budget and was stopped: " + firstLine(s.limit.Text)}).
+			Detail("limit", limit)
 	}
 	failed := !st.Success() || len(s.failures) > 0
 	if failed && s.quotaText != "" {

@@ -31,8 +31,11 @@ type ResultLine struct {
 	Sandbox      string        `json:"sandbox,omitempty"`
 	Text         string        `json:"text,omitempty"`
 	Usage        harness.Usage `json:"usage"`
-	ExitCode     int           `json:"exit_code"` // outpost's own exit status
-	Error        *ErrorJSON    `json:"error"`
+	// ThreadUsage is the agent's own running total for the whole native
+	// conversation, when the preset reads one (sandbox.Result.ThreadUsage).
+	ThreadUsage *harness.Usage `json:"thread_usage,omitempty"`
+	ExitCode    int            `json:"exit_code"` // outpost's own exit status
+	Error       *ErrorJSON     `json:"error"`
 }
 
 // ErrorJSON is an error on the wire.
@@ -271,7 +274,7 @@ func (j *jsonWriter) result(res *sandbox.Result, err error) {
 	j.enc.Encode(ResultLine{
 		Type: "result", Conversation: res.Conversation, Parent: res.Parent, Agent: res.Agent,
 		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
-		ExitCode: outpost.ExitCode(err), Error: ErrorToJSON(err),
+		ThreadUsage: res.ThreadUsage, ExitCode: outpost.ExitCode(err), Error: ErrorToJSON(err),
 	})
 	j.w.Flush()
 }
