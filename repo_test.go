@@ -66,9 +66,15 @@ func TestLayering(t *testing.T) {
 		{module + "/harness", func(imp string) bool {
 			return imp == module || strings.HasPrefix(imp, module+"/harness") || strings.HasPrefix(imp, module+"/internal/")
 		}, "harness imports nothing of outpost but the root"},
-		{module + "/conversation", func(imp string) bool { return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers") }, "conversation never imports sandbox"},
-		{module + "/bootstrap", func(imp string) bool { return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers") }, "bootstrap never imports sandbox"},
-		{module + "/credentials", func(imp string) bool { return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers") }, "credentials never imports sandbox"},
+		{module + "/conversation", func(imp string) bool {
+			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
+		}, "conversation never imports sandbox"},
+		{module + "/bootstrap", func(imp string) bool {
+			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
+		}, "bootstrap never imports sandbox"},
+		{module + "/credentials", func(imp string) bool {
+			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
+		}, "credentials never imports sandbox"},
 	}
 	for _, p := range packages(t) {
 		for _, imp := range p.imports {

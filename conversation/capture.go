@@ -33,7 +33,8 @@ const (
 //     rel satisfies st.Match(rel, native). rel is slash-separated, clean,
 //     never empty, and relative to the longest root containing the file
 //     (when roots nest, a file belongs to the innermost one). Directories,
-//     symbolic links (never followed) and hard links are skipped.
+//     symbolic links (never followed), hard links and special files are
+//     skipped.
 //   - It then calls st.Ancestors(rel, content) on each kept file and
 //     captures the files of the native ids returned too, recursively, at
 //     most MaxAncestorDepth levels deep and MaxAncestors ids in all (ids
@@ -118,15 +119,15 @@ type capturer struct {
 	size  int64
 }
 
-type found struct {
+type capturedFile struct {
 	File
 	rel string
 }
 
 // scan copies every root out once and captures the files matching any of
 // natives that were not captured before, returned sorted by path.
-func (cp *capturer) scan(natives []string) ([]found, error) {
-	var out []found
+func (cp *capturer) scan(natives []string) ([]capturedFile, error) {
+	var out []capturedFile
 	for _, root := range cp.roots {
 		got, err := cp.scanRoot(root, natives)
 		if err != nil {
@@ -134,15 +135,15 @@ func (cp *capturer) scan(natives []string) ([]found, error) {
 		}
 		out = append(out, got...)
 	}
-	slices.SortFunc(out, func(a, b found) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(out, func(a, b capturedFile) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
 }
 
-func (cp *capturer) scanRoot(root string, natives []string) ([]found, error) {
+func (cp *capturer) scanRoot(root string, natives []string) ([]capturedFile, error) {
 	if err := cp.ctx.Err(); err != nil {
 		return nil, err
 	}
-	rc, err := cp.c.CopyOut(cp.ctx, cp.home+"/"+root)
+	rc, err := cp.c.CopyOut(cp.ctx, path.Join(cp.home, root))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -152,7 +153,7 @@ func (cp *capturer) scanRoot(root string, natives []string) ([]found, error) {
 	defer rc.Close()
 	base := path.Base(root)
 	tr := tar.NewReader(rc)
-	var out []found
+	var out []capturedFile
 	for {
 		if err := cp.ctx.Err(); err != nil {
 			return nil, err
@@ -161,17 +162,20 @@ func (cp *capturer) scanRoot(root string, natives []string) ([]found, error) {
 		if err == io.EOF {
 			return out, nil
 		}
+		if errors.Is(err, tarsafe.ErrUnsafe) {
+			return nil, fmt.Errorf("%w: reading the copy of %s: %w", ErrUnsafe, root, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading the copy of %s: %w", root, err)
 		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
+		if !regular(h) {
+			continue // directories, links (never followed), devices...
 		}
 		if err := tarsafe.Check(h); err != nil {
 			return nil, fmt.Errorf("%w: in the copy of %s: %w", ErrUnsafe, root, err)
 		}
-		if !regular(h) || h.Name == base {
-			continue // directories, links (never followed), a root that is a file
+		if h.Name == base {
+			continue // a root that is a file
 		}
 		rel, ok := under(h.Name, base)
 		if !ok {
@@ -197,14 +201,14 @@ func (cp *capturer) scanRoot(root string, natives []string) ([]found, error) {
 		if h.Size < 0 || h.Size > MaxSize-cp.size {
 			return nil, fmt.Errorf("%w: files larger than %d bytes", ErrInvalid, MaxSize)
 		}
-		data := make([]byte, h.Size)
-		if _, err := io.ReadFull(tr, data); err != nil {
+		data, err := readN(tr, h.Size)
+		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", p, err)
 		}
 		cp.size += h.Size
 		f := File{Path: p, Mode: uint32(h.Mode) & 0o777, Data: data}
 		cp.files[p] = f
-		out = append(out, found{File: f, rel: rel})
+		out = append(out, capturedFile{File: f, rel: rel})
 	}
 }
 

@@ -9,8 +9,21 @@
 // both; the filesystem store (NewFS) is the default. Every Store passes the
 // suite in conversation/storetest.
 //
-// This package does not import sandbox: Capture and Restore take the two
-// methods they need (Copier), which *sandbox.Lease satisfies.
+// Ids come from NewID: "c" and 22 base32 characters, sortable by creation
+// time. References typed by people (a full id, a unique id prefix of at
+// least MinPrefix characters, or a native id) become ids through Resolve.
+//
+// FS keeps each conversation in one file, <DefaultDir>/<id>.conv, written
+// atomically (temporary file, fsync, rename); Export and Import move one
+// conversation between machines as a gzip'd copy of that file. Both
+// formats carry a version and every file's size and SHA-256, so damage is
+// reported as ErrInvalid rather than read as a conversation.
+//
+// Capture collects a native conversation from a sandbox's home, following
+// the parent chain Storage.Ancestors reports, and Restore writes it back
+// (relocated by Storage.Place) after refusing every path that could leave
+// the home. This package does not import sandbox: Capture and Restore take
+// the methods they need (Copier), which *sandbox.Lease satisfies.
 package conversation
 
 import (

@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,24 +16,8 @@ import (
 )
 
 // The conversation file format, shared by the filesystem store (a plain
-// tar, <id>.conv) and Export (the same tar, gzip-compressed):
-//
-//	meta.json        first entry: the envelope below
-//	files/<path>     one regular file per captured file, in the envelope's
-//	                 order, <path> home-relative
-//
-// and nothing else. The envelope is
-//
-//	{"format": "outpost.conversation", "version": 1,
-//	 "meta": {...Meta...},
-//	 "files": [{"path": ..., "mode": ..., "size": ..., "sha256": ...}, ...]}
-//
-// The envelope's file list is authoritative: a decoder requires exactly
-// these entries, sizes and SHA-256 digests, so truncation (even at an entry
-// boundary) and corruption are detected. Meta.Files is set from it. A
-// reader refuses a version it does not know; a new version is introduced
-// for any change an older reader would misread, while added JSON fields
-// that older readers may ignore keep the version.
+// tar, <id>.conv) and Export (the same tar, gzip-compressed), is
+// documented on FS.
 const (
 	formatName    = "outpost.conversation"
 	formatVersion = 1
@@ -111,8 +96,8 @@ func decodeError(err error) error {
 // decode reads a conversation in the format above from r. With files false
 // it stops after the envelope (the files are neither read nor verified).
 // Every error wraps ErrInvalid (and ErrUnsafe for unsafe paths or
-// entries); decode reads no more than the limits allow and never
-// allocates more than the declared, limited sizes.
+// entries); decode reads no more than the limits allow, and allocates in
+// proportion to the data actually read, not to the sizes declared.
 func decode(r io.Reader, lim limits, files bool) (Meta, []File, error) {
 	cr := &capReader{r: r, n: maxEnvelope + entryOverhead}
 	tr := tar.NewReader(cr)
@@ -129,8 +114,8 @@ func decode(r io.Reader, lim limits, files bool) (Meta, []File, error) {
 	if h.Size > maxEnvelope {
 		return Meta{}, nil, fmt.Errorf("%w: %s larger than %d bytes", ErrInvalid, metaEntry, maxEnvelope)
 	}
-	js := make([]byte, h.Size)
-	if _, err := io.ReadFull(tr, js); err != nil {
+	js, err := readN(tr, h.Size)
+	if err != nil {
 		return Meta{}, nil, decodeError(fmt.Errorf("reading %s: %w", metaEntry, err))
 	}
 	var env envelope
@@ -180,8 +165,8 @@ func decode(r io.Reader, lim limits, files bool) (Meta, []File, error) {
 		if h.Name != filesPrefix+e.Path || !regular(h) || h.Size != e.Size {
 			return Meta{}, nil, fmt.Errorf("%w: entry %d is %q (%d bytes), want %s%s (%d bytes)", ErrInvalid, i+1, h.Name, h.Size, filesPrefix, e.Path, e.Size)
 		}
-		data := make([]byte, e.Size)
-		if _, err := io.ReadFull(tr, data); err != nil {
+		data, err := readN(tr, e.Size)
+		if err != nil {
 			return Meta{}, nil, decodeError(fmt.Errorf("reading %s: %w", e.Path, err))
 		}
 		sum := sha256.Sum256(data)
@@ -224,6 +209,24 @@ func next(tr *tar.Reader) (*tar.Header, error) {
 // regular reports a regular file (tar.Reader reports the old TypeRegA as
 // TypeReg).
 func regular(h *tar.Header) bool { return h.Typeflag == tar.TypeReg }
+
+// readN reads exactly n bytes from r. Memory grows with the data read, so
+// a small stream declaring a huge size costs little.
+func readN(r io.Reader, n int64) ([]byte, error) {
+	const chunk = 1 << 20
+	if n <= chunk {
+		b := make([]byte, n)
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	var buf bytes.Buffer
+	buf.Grow(chunk)
+	_, err := io.CopyN(&buf, r, n)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return buf.Bytes(), err
+}
 
 // capReader fails once more than n bytes were read.
 type capReader struct {

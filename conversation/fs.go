@@ -16,10 +16,18 @@ import (
 const convExt = ".conv"
 
 // FS is the filesystem Store, outpost's default. Each conversation is one
-// file, <dir>/<id>.conv: a tar holding meta.json first, then files/<path>
-// for each captured file (the format Export gzips; see format.go), with
-// every file's size and SHA-256 recorded in meta.json so that a truncated
-// or corrupt file is detected and reported as ErrInvalid.
+// file, <dir>/<id>.conv, a tar (the same one Export gzips) holding exactly:
+//
+//	meta.json     first: {"format": "outpost.conversation", "version": 1,
+//	              "meta": {...Meta...}, "files": [{"path", "mode", "size",
+//	              "sha256"}, ...]}
+//	files/<path>  then each file, in that order, <path> home-relative
+//
+// The file list in meta.json is authoritative: a reader requires exactly
+// those entries, sizes and digests, so truncation (even at an entry
+// boundary) and corruption are reported as ErrInvalid. A reader refuses a
+// version it does not know; the version changes for any change an older
+// reader would misread, while added JSON fields keep it.
 //
 // Put writes a temporary file in dir (".put-<id>-*", ignored by every
 // reader), fsyncs it, renames it over <id>.conv and fsyncs dir: readers in

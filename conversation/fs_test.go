@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -295,4 +296,112 @@ func TestDefaultDir(t *testing.T) {
 			t.Errorf("DefaultDir() = %q, want an absolute .../rel/conversations", got)
 		}
 	})
+}
+
+// TestFSConcurrentProcesses runs writers in several processes (this test
+// binary re-executed) putting versions of one conversation while this
+// process reads it: every read sees one whole version.
+func TestFSConcurrentProcesses(t *testing.T) {
+	if dir := os.Getenv("OUTPOST_TEST_PUT_DIR"); dir != "" {
+		helperPut(t, dir, os.Getenv("OUTPOST_TEST_PUT_WRITER"))
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	const writers = 4
+	cmds := make([]*exec.Cmd, writers)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFSConcurrentProcesses$")
+		cmd.Env = append(os.Environ(), "OUTPOST_TEST_PUT_DIR="+dir, "OUTPOST_TEST_PUT_WRITER="+strconv.Itoa(i))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("writer %d output:\n%s", i, out.String())
+			}
+		})
+		cmds[i] = cmd
+	}
+	done := make(chan error, writers)
+	for _, cmd := range cmds {
+		go func() { done <- cmd.Wait() }()
+	}
+	s := conversation.NewFS(dir)
+	ctx := context.Background()
+	reads := 0
+	for finished := 0; finished < writers; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("writer: %v", err)
+			}
+			finished++
+			continue
+		default:
+		}
+		m, files, err := s.Get(ctx, "c01proc")
+		if errors.Is(err, conversation.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Get while writers run: %v", err)
+		}
+		checkVersion(t, m, files)
+		reads++
+	}
+	m, files, err := s.Get(ctx, "c01proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkVersion(t, m, files)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 {
+		t.Errorf("store holds %d files after the writers, want 1", len(ents))
+	}
+	t.Logf("%d whole reads", reads)
+}
+
+func processVersion(writer string, n int) (conversation.Meta, []conversation.File) {
+	m := testMeta("c01proc")
+	m.Model = writer + "/" + strconv.Itoa(n)
+	var files []conversation.File
+	for i := range 3 + n%4 {
+		files = append(files, conversation.File{
+			Path: ".echo/sessions/f" + strconv.Itoa(i),
+			Mode: 0o600,
+			Data: bytes.Repeat([]byte(m.Model+"|"), 2000*(i+1)),
+		})
+	}
+	return m, files
+}
+
+func checkVersion(t *testing.T, m conversation.Meta, files []conversation.File) {
+	t.Helper()
+	w, n, ok := strings.Cut(m.Model, "/")
+	num, err := strconv.Atoi(n)
+	if !ok || err != nil {
+		t.Fatalf("unexpected model %q", m.Model)
+	}
+	_, want := processVersion(w, num)
+	if d := cmp.Diff(want, files, cmp.Comparer(bytes.Equal)); d != "" {
+		t.Fatalf("read a mixed version (-want +got):\n%s", d)
+	}
+}
+
+func helperPut(t *testing.T, dir, writer string) {
+	s := conversation.NewFS(dir)
+	for n := range 25 {
+		m, files := processVersion(writer, n)
+		if err := s.Put(context.Background(), m, files); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

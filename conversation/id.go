@@ -8,18 +8,7 @@ import (
 	"time"
 )
 
-// An outpost conversation id is "c" followed by 22 characters of lowercase
-// Crockford base32 (digits and letters without i, l, o, u): 10 characters
-// of the creation time in milliseconds since the Unix epoch (50 bits, good
-// until the year 37000) and 12 characters (60 bits) holding a random
-// number below 2^59 from crypto/rand. For example "c01kb5mvm3z1y7k4pbq9m2d".
-//
-// Ids are URL and file-name safe, case-insensitive-filesystem safe (one
-// case only), and sort as strings in creation order at millisecond
-// precision. Within one process they are strictly increasing: ids made in
-// the same millisecond increment the random part. Across processes and
-// machines they are unique with overwhelming probability (60 random bits
-// per millisecond).
+// Id layout; see NewID.
 const (
 	idPrefix   = "c"
 	idTimeLen  = 10
@@ -31,32 +20,47 @@ const (
 	maxIDLen   = 128
 )
 
-var idState struct {
-	sync.Mutex
+// idGen makes ids that increase strictly, whatever the clock does.
+type idGen struct {
+	mu   sync.Mutex
 	ms   int64
 	rand uint64
 }
 
-// NewID returns a new outpost conversation id (see above). It is safe for
-// concurrent use and never fails.
-func NewID() string { return newIDAt(time.Now()) }
+var ids idGen
 
-func newIDAt(t time.Time) string {
+// NewID returns a new outpost conversation id: "c" followed by 22 characters of lowercase
+// Crockford base32 (digits and letters without i, l, o, u): 10 characters
+// of the creation time in milliseconds since the Unix epoch (50 bits, good
+// until the year 37000) and 12 characters (60 bits) holding a random
+// number below 2^59 from crypto/rand. For example "c01m8mee887deapmgz08rxq".
+//
+// Ids are URL and file-name safe, case-insensitive-filesystem safe (one
+// case only), and sort as strings in creation order at millisecond
+// precision. Within one process they are strictly increasing: ids made in
+// the same millisecond increment the random part. Across processes and
+// machines they are unique with overwhelming probability (59 random bits
+// per millisecond).
+//
+// NewID is safe for concurrent use and never fails.
+func NewID() string { return ids.next(time.Now()) }
+
+func (g *idGen) next(t time.Time) string {
 	ms := min(max(t.UnixMilli(), 0), idTimeMax)
-	idState.Lock()
-	defer idState.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	var r uint64
 	switch {
-	case ms <= idState.ms && idState.rand < idRandMask:
+	case ms <= g.ms && g.rand < idRandMask:
 		// Same millisecond (or a clock that went back): stay after the
 		// previous id.
-		ms, r = idState.ms, idState.rand+1
-	case ms <= idState.ms:
-		ms, r = idState.ms+1, randBits()
+		ms, r = g.ms, g.rand+1
+	case ms <= g.ms:
+		ms, r = g.ms+1, randBits()
 	default:
 		r = randBits()
 	}
-	idState.ms, idState.rand = ms, r
+	g.ms, g.rand = ms, r
 	var b [idLen]byte
 	copy(b[:], idPrefix)
 	encodeBase32(b[len(idPrefix):len(idPrefix)+idTimeLen], uint64(ms))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/outposthq/outpost/harness"
@@ -20,7 +21,8 @@ var defaultLimits = limits{size: MaxSize, files: MaxFiles}
 
 // Validate checks a conversation before it is stored; every Store's Put
 // calls it. It returns an error wrapping ErrInvalid for an id ValidID
-// refuses, duplicate paths, a path that is also another path's directory,
+// refuses, a time outside years 0-9999, metadata text that is not UTF-8,
+// duplicate paths, a path that is also another path's directory,
 // or more than MaxFiles files or MaxSize bytes; and an error wrapping
 // ErrUnsafe for a path that is empty, absolute, not clean, longer than
 // MaxPathLen, not UTF-8, contains "..", a backslash or NUL, or for a mode
@@ -32,6 +34,16 @@ func Validate(m Meta, files []File) error {
 func validate(m Meta, files []File, lim limits) error {
 	if !ValidID(m.ID) {
 		return fmt.Errorf("%w: id %q (want 1-128 of [a-z0-9_-])", ErrInvalid, m.ID)
+	}
+	for _, t := range []time.Time{m.Created, m.Updated} {
+		if y := t.Year(); y < 0 || y > 9999 {
+			return fmt.Errorf("%w: %s: time %v outside years 0-9999", ErrInvalid, m.ID, t)
+		}
+	}
+	for _, s := range []string{m.Agent, m.Native, m.Parent, m.Workdir, m.Sandbox, m.Model} {
+		if !utf8.ValidString(s) {
+			return fmt.Errorf("%w: %s: metadata %q is not UTF-8", ErrInvalid, m.ID, s)
+		}
 	}
 	if len(files) > lim.files {
 		return fmt.Errorf("%w: %s has %d files, more than %d", ErrInvalid, m.ID, len(files), lim.files)

@@ -72,9 +72,16 @@ type ApplyOptions struct {
 // Files: Merge Replace overwrites. MergeJSON reads the existing file via
 // CopyOut and deep-merges the plan's JSON object into it: the plan's keys
 // win, nested objects are merged, arrays and other values are replaced; the
-// result is written indented with sorted keys. MergeTOML appends the plan's
-// top-level keys and tables that the existing file lacks (see mergeTOML for
-// the minimal parser's limits). An existing file that is not valid JSON or
+// result is written indented with sorted keys. MergeTOML adds the plan's
+// top-level names the existing file lacks, leaving the file's own text
+// byte for byte: the unit is the top-level name, so the plan's `name = …`
+// and `name.sub = …` statements and its [name…] and [[name…]] tables are
+// added only when the file defines name in none of these ways; statements
+// go before the file's first table header, tables at the end. TOML is read
+// by a minimal statement scanner (comments, bare, quoted and dotted keys,
+// single- and multi-line strings, arrays and inline tables across lines),
+// not a full parser: it does not validate values and does not merge inside
+// a table the file already has. An existing file that is not valid JSON or
 // TOML, is a directory or a symbolic link, or plan content that does not
 // parse, is a configuration error naming the file and the line, never its
 // content.

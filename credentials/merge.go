@@ -183,7 +183,7 @@ func mergeTOML(p string, old, plan []byte) ([]byte, error) {
 			}
 			out.WriteString("\n")
 		}
-		out.WriteString(ensureNewline(tables.String()))
+		out.WriteString(ensureNewline(strings.TrimLeft(tables.String(), " \t\r\n")))
 	}
 	return []byte(out.String()), nil
 }

@@ -155,18 +155,18 @@ func stopProcess(p Process, grace time.Duration) {
 	}()
 }
 
+// capped keeps the first max bytes written. It does not embed
+// bytes.Buffer: the promoted ReadFrom would let io.Copy bypass Write.
 type capped struct {
-	bytes.Buffer
+	buf bytes.Buffer
 	max int
 }
 
+func (c *capped) Bytes() []byte { return c.buf.Bytes() }
+
 func (c *capped) Write(b []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
-		if len(b) > room {
-			c.Buffer.Write(b[:room])
-		} else {
-			c.Buffer.Write(b)
-		}
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(b[:min(len(b), room)])
 	}
 	return len(b), nil
 }
@@ -194,7 +194,9 @@ func (l *Lease) WriteFiles(ctx context.Context, dir string, files []tarsafe.File
 }
 
 // CopyOut returns a tar stream of path inside the sandbox. Its entries are
-// checked like CopyIn's.
+// checked like CopyIn's, except that symbolic and hard links pointing
+// outside the stream are dropped rather than failing it: a home often
+// holds such links, and nothing outpost copies out follows them.
 func (l *Lease) CopyOut(ctx context.Context, path string) (io.ReadCloser, error) {
 	if err := l.enter(); err != nil {
 		return nil, err
@@ -204,7 +206,7 @@ func (l *Lease) CopyOut(ctx context.Context, path string) (io.ReadCloser, error)
 		l.active.Done()
 		return nil, err
 	}
-	return &closeFunc{ReadCloser: tarsafe.Filter(rc), close: func() error {
+	return &closeFunc{ReadCloser: tarsafe.FilterOut(rc), close: func() error {
 		defer l.active.Done()
 		return rc.Close()
 	}}, nil
@@ -267,7 +269,11 @@ func (l *Lease) Close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	}
-	err := l.sb.Close(ctx)
+	// The provider gets a context of its own: a lease whose wait ran out
+	// must still be released.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	err := l.sb.Close(cctx)
 	for _, f := range hooks {
 		f()
 	}
@@ -292,6 +298,10 @@ func (l *Lease) Isolated() bool { return l.caps.Isolated }
 // LookPath finds an executable on the sandbox's PATH: directly for
 // providers that can (PathLooker), otherwise with `command -v` inside it.
 func (l *Lease) LookPath(ctx context.Context, name string) (string, error) {
+	if err := l.enter(); err != nil {
+		return "", err
+	}
+	defer l.active.Done()
 	pathEnv := l.sb.Environment().Defaults["PATH"]
 	if pl, ok := l.sb.(PathLooker); ok {
 		return pl.LookPath(ctx, name, pathEnv)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -79,7 +80,12 @@ func paths(files []conversation.File) []string {
 	return out
 }
 
-var opts = []cmp.Option{cmpopts.EquateEmpty()}
+// opts compare data with bytes.Equal (cmp walks bytes one by one, far too
+// slowly for megabytes) and nil like empty.
+var opts = []cmp.Option{
+	cmp.Comparer(bytes.Equal),
+	cmp.FilterPath(func(p cmp.Path) bool { return p.Last().Type() != reflect.TypeFor[[]byte]() }, cmpopts.EquateEmpty()),
+}
 
 func mustPut(t *testing.T, s conversation.Store, m conversation.Meta, files []conversation.File) {
 	t.Helper()
@@ -375,6 +381,7 @@ func testInvalid(t *testing.T, s conversation.Store) {
 	for name, tc := range map[string]struct {
 		id    string
 		files []conversation.File
+		edit  func(*conversation.Meta)
 	}{
 		"empty id":      {id: ""},
 		"id with slash": {id: "a/b"},
@@ -383,9 +390,15 @@ func testInvalid(t *testing.T, s conversation.Store) {
 		"uppercase id":  {id: "C01ABC"},
 		"duplicate":     {id: "c01dup", files: []conversation.File{{Path: "a"}, {Path: "a"}}},
 		"file and dir":  {id: "c01dir", files: []conversation.File{{Path: "a"}, {Path: "a/b"}}},
+		"year 10000":    {id: "c01year", edit: func(m *conversation.Meta) { m.Updated = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }},
+		"not UTF-8":     {id: "c01utf", edit: func(m *conversation.Meta) { m.Workdir = "/w\xff" }},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if err := s.Put(ctx, meta(tc.id, t0), tc.files); !errors.Is(err, conversation.ErrInvalid) {
+			m := meta(tc.id, t0)
+			if tc.edit != nil {
+				tc.edit(&m)
+			}
+			if err := s.Put(ctx, m, tc.files); !errors.Is(err, conversation.ErrInvalid) {
 				t.Errorf("Put: %v, want ErrInvalid", err)
 			}
 		})

@@ -90,7 +90,14 @@ func Check(h *tar.Header) error {
 // Filter returns a tar stream with the entries of r, each checked by
 // Check. The first unsafe entry ends the stream with an error wrapping
 // ErrUnsafe, read by the consumer as a failed read.
-func Filter(r io.Reader) io.ReadCloser {
+func Filter(r io.Reader) io.ReadCloser { return filter(r, false) }
+
+// FilterOut is Filter for streams read out of a sandbox: link entries that
+// point outside the stream are dropped instead of ending it. Names that
+// escape, devices and other refusals still end it.
+func FilterOut(r io.Reader) io.ReadCloser { return filter(r, true) }
+
+func filter(r io.Reader, dropLinks bool) io.ReadCloser {
 	pr, pw := io.Pipe()
 	go func() {
 		tr := tar.NewReader(r)
@@ -109,6 +116,11 @@ func Filter(r io.Reader) io.ReadCloser {
 				continue
 			}
 			if err := Check(h); err != nil {
+				if dropLinks && (h.Typeflag == tar.TypeSymlink || h.Typeflag == tar.TypeLink) {
+					if _, nerr := CleanName(h.Name); nerr == nil {
+						continue
+					}
+				}
 				pw.CloseWithError(err)
 				return
 			}

@@ -168,7 +168,7 @@ func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sand
 	if env.Defaults["PATH"] == "" {
 		env.Defaults["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 	}
-	return &Sandbox{id: id, dir: dir, home: home, workdir: wd, env: env}, nil
+	return &Sandbox{id: id, dir: dir, home: home, workdir: wd, env: env, running: map[*process]struct{}{}}, nil
 }
 
 // sweepOrphans removes lease directories whose owner process is gone.
@@ -235,6 +235,9 @@ func processStart(pid int) uint64 {
 type Sandbox struct {
 	id, dir, home, workdir string
 	env                    sandbox.Environment
+
+	mu      sync.Mutex
+	running map[*process]struct{} // started and not yet waited for
 }
 
 func (s *Sandbox) ID() string                       { return s.id }
@@ -305,6 +308,10 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.P
 		return nil, err
 	}
 	p.pgid = cmd.Process.Pid
+	p.sb = s
+	s.mu.Lock()
+	s.running[p] = struct{}{}
+	s.mu.Unlock()
 	return p, nil
 }
 
@@ -336,6 +343,7 @@ func (s *Sandbox) LookPath(_ context.Context, name, pathEnv string) (string, err
 }
 
 type process struct {
+	sb             *Sandbox
 	cmd            *exec.Cmd
 	pgid           int
 	stdin          *os.File
@@ -353,6 +361,9 @@ func (p *process) Stderr() io.Reader { return p.stderr }
 
 func (p *process) Wait() (harness.ExitStatus, error) {
 	err := p.cmd.Wait()
+	p.sb.mu.Lock()
+	delete(p.sb.running, p)
+	p.sb.mu.Unlock()
 	st := harness.ExitStatus{}
 	if ps := p.cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -423,6 +434,13 @@ func (s *Sandbox) CopyOut(ctx context.Context, path string) (io.ReadCloser, erro
 // Close removes the lease's home. The working directory is the caller's
 // and stays.
 func (s *Sandbox) Close(ctx context.Context) error {
+	// Kill the groups of processes nobody waited for: releasing a lease
+	// releases everything it holds.
+	s.mu.Lock()
+	for p := range s.running {
+		_ = p.Signal(sandbox.Kill)
+	}
+	s.mu.Unlock()
 	err := os.RemoveAll(s.dir)
 	if err != nil && errors.Is(err, fs.ErrPermission) {
 		// Agents sometimes write read-only files; make them writable.

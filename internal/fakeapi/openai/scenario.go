@@ -47,7 +47,7 @@ const (
 // Scenario is a scripted reply. Empty fields take the server defaults (Config).
 type Scenario struct {
 	Kind      Kind
-	Text      string // reply text (KindText, KindReasoning, KindSlow prefix)
+	Text      string // reply text (KindText, KindReasoning; first word of KindDrop/KindTruncate)
 	Reasoning string // reasoning summary (KindReasoning)
 	Usage     *Usage
 	// Command is the shell command of KindToolCall. ToolName and Arguments, when set,

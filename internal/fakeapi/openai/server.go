@@ -154,10 +154,11 @@ type Server struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
-	handlers  sync.WaitGroup
+	handlers  sync.WaitGroup // Add only under mu while !closed
+	closed    bool
 
 	mu       sync.Mutex
-	reqs     []Request
+	reqs     []*Request
 	queue    []Scenario
 	choose   func(*Request) Scenario
 	arrived  chan struct{} // closed and replaced on every request
@@ -236,6 +237,9 @@ func (s *Server) Root() string { return s.base }
 // and waits for the handlers to return. It is safe to call more than once.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
 		close(s.done)
 		_ = s.srv.Close()
 		s.handlers.Wait()
@@ -257,12 +261,15 @@ func (s *Server) SetChooser(fn func(*Request) Scenario) {
 	s.mu.Unlock()
 }
 
-// Requests returns a copy of the recorded requests, in arrival order.
+// Requests returns copies of the recorded requests, in arrival order. Header, Body and
+// RawBody are shared with the server's record: do not modify them.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]Request, len(s.reqs))
-	copy(out, s.reqs)
+	for i, r := range s.reqs {
+		out[i] = *r
+	}
 	return out
 }
 
@@ -273,7 +280,7 @@ func (s *Server) Count() int {
 	return len(s.reqs)
 }
 
-// Reset forgets the recorded requests and the queue.
+// Reset forgets the recorded requests (Seq starts again at 1) and the queue.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	s.reqs = nil
@@ -325,7 +332,8 @@ func (s *Server) newID(prefix string) string {
 	return fmt.Sprintf("%s_fake%06d", prefix, n)
 }
 
-// sleep waits d, and reports false if the request or the server went away first.
+// sleep waits d inside a handler. If the client or the server goes away first it aborts
+// the handler (the client sees a broken stream, not a clean end).
 func (s *Server) sleep(r *http.Request, d time.Duration) bool {
 	if d <= 0 {
 		return true
@@ -336,20 +344,20 @@ func (s *Server) sleep(r *http.Request, d time.Duration) bool {
 	case <-t.C:
 		return true
 	case <-r.Context().Done():
-		return false
 	case <-s.done:
-		return false
 	}
+	panic(http.ErrAbortHandler)
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	s.handlers.Add(1)
-	defer s.handlers.Done()
-	select {
-	case <-s.done:
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		panic(http.ErrAbortHandler)
-	default:
 	}
+	s.handlers.Add(1)
+	s.mu.Unlock()
+	defer s.handlers.Done()
 
 	req := s.record(r)
 	switch req.API {
@@ -359,7 +367,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	sc := s.pick(req)
 	s.mu.Lock()
-	s.reqs[req.Seq-1].Served = sc.Kind
+	req.Served = sc.Kind
 	s.mu.Unlock()
 	if s.cfg.Logf != nil {
 		s.cfg.Logf("fakeapi/openai: #%d %s %s n=%d last_user=%q -> %s", req.Seq, r.Method, r.URL.Path, req.NumInput, truncate(req.LastUserText, 60), sc.Kind)
@@ -374,7 +382,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// record reads the body and stores the request. The returned copy is the one stored.
+// record reads the body and stores the request; the returned pointer is the stored
+// record (fields other than Served are not changed after this).
 func (s *Server) record(r *http.Request) *Request {
 	raw, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
@@ -412,7 +421,7 @@ func (s *Server) record(r *http.Request) *Request {
 	}
 	s.mu.Lock()
 	req.Seq = len(s.reqs) + 1
-	s.reqs = append(s.reqs, req)
+	s.reqs = append(s.reqs, &req)
 	close(s.arrived)
 	s.arrived = make(chan struct{})
 	s.mu.Unlock()
@@ -609,8 +618,8 @@ func (e *sse) event(name string, v any) {
 
 func (e *sse) ok() bool { return e.err == nil }
 
-// chunkText splits text into deltas of about n pieces, keeping whitespace with the word
-// before it, so that joining the deltas gives the text back.
+// chunkText splits text into one delta per word, keeping whitespace with the word before
+// it, so that joining the deltas gives the text back.
 func chunkText(text string) []string {
 	if text == "" {
 		return []string{""}
