@@ -30,7 +30,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"bad name", func(h *harness.Harness) { h.Name = "Bad Name" }, "name"},
 		{"no request", func(h *harness.Harness) { h.Request = nil }, "Request is required"},
-		{"no events", func(h *harness.Harness) { h.Events = nil }, "Events or NewDecoder"},
+		{"no events", func(h *harness.Harness) { h.Events = nil }, "is required"},
 		{"usage pair", func(h *harness.Harness) { h.UsageResult = func([]byte) *harness.Usage { return nil } }, "go together"},
 		{"session usage without command", func(h *harness.Harness) { h.Usage = harness.UsageSession }, "needs UsageCommand"},
 		{"unknown usage mode", func(h *harness.Harness) { h.Usage = "guess" }, "unknown usage mode"},
