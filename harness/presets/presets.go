@@ -7,11 +7,13 @@ import (
 	"sort"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/codex"
 	"github.com/outposthq/outpost/harness/echo"
 )
 
 var builtins = map[string]func() *harness.Harness{
-	"echo": echo.Harness,
+	"codex": codex.Harness,
+	"echo":  echo.Harness,
 }
 
 // Lookup returns a fresh copy of the named preset.
