@@ -9,12 +9,20 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
 )
 
 func TestMain(m *testing.M) {
 	echo.MaybeRun()
 	code := m.Run()
 	cleanupBuilds()
+	// No test may leave a container or volume of its own behind.
+	if left := dockertest.Leftovers(); left != "" {
+		fmt.Fprintln(os.Stderr, "FAIL: the tests left Docker objects behind:\n"+left)
+		if code == 0 {
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

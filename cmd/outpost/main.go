@@ -10,10 +10,12 @@ import (
 
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/internal/cli"
+	"github.com/outposthq/outpost/providers/docker/shim"
 )
 
 func main() {
 	echo.MaybeRun()
+	shim.MaybeRun()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

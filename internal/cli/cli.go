@@ -21,7 +21,8 @@ import (
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
 
-	_ "github.com/outposthq/outpost/providers/local" // registers "local"
+	_ "github.com/outposthq/outpost/providers/docker" // registers "docker"
+	_ "github.com/outposthq/outpost/providers/local"  // registers "local"
 )
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
@@ -87,7 +88,7 @@ func (a *app) root() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(a.runCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.versionCmd(), echoAgentCmd())
+	root.AddCommand(a.runCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.versionCmd(), echoAgentCmd(), a.gcCmd())
 	return root
 }
 

@@ -1,0 +1,129 @@
+// Package selfbin finds a statically linked Linux build of outpost's own
+// binary: the program isolated sandboxes run as their echo agent and, in
+// the docker provider, as the small init and exec shim inside each
+// container.
+//
+// A binary built with cgo is linked against the host's C library and does
+// not run in an image without one (a scratch or busybox image), nor in
+// one with another C library. Locate therefore accepts only static ELF
+// executables for Linux:
+//
+//  1. the path in $OUTPOST_STATIC_BINARY, when set (an error when it is
+//     not a static Linux executable: an explicit choice is never ignored);
+//  2. the running executable itself, when it is static (build outpost
+//     with CGO_ENABLED=0, as the release builds are);
+//  3. outpost-static or outpost-linux-<arch> beside the running
+//     executable.
+//
+// Otherwise it returns an error wrapping ErrNotFound that says how to
+// build one.
+package selfbin
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+)
+
+// EnvVar names the variable that points at a static outpost binary.
+const EnvVar = "OUTPOST_STATIC_BINARY"
+
+// ErrNotFound is wrapped when no usable static binary is found.
+var ErrNotFound = errors.New("no static outpost binary for the sandbox")
+
+// ErrNotStatic is wrapped when a candidate is not a static Linux
+// executable of the wanted architecture.
+var ErrNotStatic = errors.New("not a static Linux executable")
+
+// Hint is the command that builds a static binary, for error messages.
+const Hint = "CGO_ENABLED=0 go build -o outpost-static ./cmd/outpost, then set " + EnvVar + " to its path or put it beside outpost"
+
+// Locate returns the path of a static outpost binary for Linux on arch (a
+// GOARCH name such as "amd64"; "" means the host's), following the order
+// in the package documentation.
+func Locate(arch string) (string, error) {
+	if arch == "" {
+		arch = runtime.GOARCH
+	}
+	if p := os.Getenv(EnvVar); p != "" {
+		if err := Check(p, arch); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", EnvVar, p, err)
+		}
+		return filepath.Abs(p)
+	}
+	self, err := os.Executable()
+	if err == nil {
+		if s, err := filepath.EvalSymlinks(self); err == nil {
+			self = s
+		}
+		if Check(self, arch) == nil {
+			return self, nil
+		}
+		dir := filepath.Dir(self)
+		for _, name := range []string{"outpost-static", "outpost-linux-" + arch} {
+			p := filepath.Join(dir, name)
+			if Check(p, arch) == nil {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%w (linux/%s); build one with: %s", ErrNotFound, arch, Hint)
+}
+
+// Check returns nil when path is a statically linked Linux ELF executable
+// for arch (a GOARCH name), and an error wrapping ErrNotStatic (or the
+// file's open error) otherwise.
+func Check(path, arch string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrNotStatic, err)
+	}
+	defer f.Close()
+	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
+		return fmt.Errorf("%w: ELF type %v", ErrNotStatic, f.Type)
+	}
+	if f.OSABI != elf.ELFOSABI_NONE && f.OSABI != elf.ELFOSABI_LINUX {
+		return fmt.Errorf("%w: OS ABI %v", ErrNotStatic, f.OSABI)
+	}
+	if want, ok := machines[arch]; !ok || f.Machine != want {
+		return fmt.Errorf("%w: built for %v, not %s", ErrNotStatic, f.Machine, arch)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%w: dynamically linked (it has a program interpreter)", ErrNotStatic)
+		}
+	}
+	return nil
+}
+
+var machines = map[string]elf.Machine{
+	"amd64":   elf.EM_X86_64,
+	"arm64":   elf.EM_AARCH64,
+	"386":     elf.EM_386,
+	"arm":     elf.EM_ARM,
+	"riscv64": elf.EM_RISCV,
+	"ppc64le": elf.EM_PPC64,
+	"s390x":   elf.EM_S390,
+}
+
+// Arch maps an engine's or kernel's architecture name ("x86_64",
+// "aarch64", "amd64") to a GOARCH name; unknown names are returned as is.
+func Arch(name string) string {
+	switch name {
+	case "x86_64", "amd64":
+		return "amd64"
+	case "aarch64", "arm64":
+		return "arm64"
+	case "i386", "i686", "386":
+		return "386"
+	case "armv7l", "armhf", "arm":
+		return "arm"
+	}
+	return name
+}

@@ -1,0 +1,335 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/outposthq/outpost/internal/tarsafe"
+)
+
+// ErrPath is wrapped when a path given to CopyIn or CopyOut is not an
+// absolute, clean path inside the container's own filesystem.
+var ErrPath = errors.New("docker: invalid sandbox path")
+
+// spoolMemory is how much of a CopyIn archive is held in memory before
+// spooling to a temporary file.
+const spoolMemory = 8 << 20
+
+// checkPath refuses relative paths, "..", and the kernel's filesystems.
+func checkPath(p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
+		return fmt.Errorf("%w: %q is not an absolute clean path", ErrPath, p)
+	}
+	for _, k := range []string{"/proc", "/sys", "/dev"} {
+		if p == k || strings.HasPrefix(p, k+"/") {
+			return fmt.Errorf("%w: %s is a kernel filesystem", ErrPath, p)
+		}
+	}
+	return nil
+}
+
+// CopyIn extracts a tar stream into dir, creating dir and its missing
+// parents (mode 0700). Files belong to the sandbox's user. The archive is
+// read whole before anything is written, so an archive that fails (an
+// unsafe entry the Lease refused, a read error) writes nothing. Errors:
+// ErrPath, ErrVanished, the archive's error, the engine's (a read-only
+// root filesystem refuses directories outside the home, the workspace and
+// /outpost).
+func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
+	if err := checkPath(dir); err != nil {
+		return err
+	}
+	base, missing, err := s.existingParent(ctx, dir)
+	if err != nil {
+		return err
+	}
+	prefix := strings.TrimPrefix(strings.TrimPrefix(dir, base), "/")
+	sp := &spool{}
+	defer sp.Close()
+	tw := newTarWriter(sp, s.uid, s.gid)
+	for _, d := range missing {
+		if err := tw.dir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := s.rewrite(ctx, tw, r, base, prefix, missing); err != nil {
+		if len(missing) > 0 {
+			// dir is made even when its content is refused, as a local
+			// extraction would.
+			var dirs bytes.Buffer
+			dtw := newTarWriter(&dirs, s.uid, s.gid)
+			for _, d := range missing {
+				_ = dtw.dir(d, 0o700)
+			}
+			if dtw.Close() == nil {
+				_ = s.eng.cli.CopyToContainer(ctx, s.cid, base, &dirs, container.CopyToContainerOptions{})
+			}
+		}
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	body, err := sp.Reader()
+	if err != nil {
+		return err
+	}
+	err = s.eng.cli.CopyToContainer(ctx, s.cid, base, body, container.CopyToContainerOptions{})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errdefs.IsNotFound(err) && s.Vanished(context.WithoutCancel(ctx)) {
+			return fmt.Errorf("%w: copying into %s: %w", ErrVanished, dir, err)
+		}
+		return fmt.Errorf("docker: copying into %s: %w", dir, err)
+	}
+	return nil
+}
+
+// rewrite copies the entries of r to tw under prefix, owned by the
+// sandbox's user, refusing unsafe ones. Parent directories that exist
+// neither in the container (under base) nor in the archive get an entry
+// of their own (mode 0700), so that they belong to the sandbox's user too:
+// the engine would make them root's.
+func (s *Sandbox) rewrite(ctx context.Context, tw tarWriter, r io.Reader, base, prefix string, missing []string) error {
+	tr := tar.NewReader(r)
+	links := map[string]bool{} // symbolic links the archive made
+	dirs := map[string]bool{}  // directories known to exist, relative to base
+	for _, d := range missing {
+		dirs[d] = true
+	}
+	if prefix != "" {
+		dirs[prefix] = true
+	}
+	parents := func(name string) error {
+		for i := 0; i < len(name); i++ {
+			if name[i] != '/' || dirs[name[:i]] {
+				continue
+			}
+			d := name[:i]
+			_, err := s.eng.cli.ContainerStatPath(ctx, s.cid, path.Join(base, d))
+			switch {
+			case err == nil:
+			case errdefs.IsNotFound(err):
+				if err := tw.dir(d, 0o700); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("docker: copying into %s: %w", path.Join(base, prefix), err)
+			}
+			dirs[d] = true
+		}
+		return nil
+	}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		if err := tarsafe.Check(h); err != nil {
+			return err
+		}
+		// The engine follows links while it extracts: an entry under a
+		// link the archive made could land outside dir, however harmless
+		// each link looks alone.
+		if l := throughLink(h.Name, links); l != "" {
+			return fmt.Errorf("%w: %q passes through the symbolic link %q made by the same archive", tarsafe.ErrUnsafe, h.Name, l)
+		}
+		if h.Typeflag == tar.TypeLink {
+			if l := throughLink(h.Linkname, links); l != "" {
+				return fmt.Errorf("%w: hard link %q -> %q passes through the symbolic link %q", tarsafe.ErrUnsafe, h.Name, h.Linkname, l)
+			}
+		}
+		links[h.Name] = h.Typeflag == tar.TypeSymlink
+		h.Name = path.Join(prefix, h.Name)
+		if h.Typeflag == tar.TypeLink {
+			h.Linkname = path.Join(prefix, h.Linkname)
+		}
+		if h.Name == "." || h.Name == prefix {
+			continue // dir itself: it exists now or is made above
+		}
+		if err := parents(h.Name); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeDir {
+			dirs[h.Name] = true
+			h.Name += "/"
+		}
+		h.Uid, h.Gid, h.Uname, h.Gname = s.uid, s.gid, "", ""
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
+			if _, err := io.Copy(tw, tr); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// throughLink returns the first proper prefix of name that is a symbolic
+// link in links, or "".
+func throughLink(name string, links map[string]bool) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' && links[name[:i]] {
+			return name[:i]
+		}
+	}
+	return ""
+}
+
+// existingParent returns the deepest existing directory at or above dir,
+// and the path components below it that must be made (relative to it).
+func (s *Sandbox) existingParent(ctx context.Context, dir string) (string, []string, error) {
+	var below []string
+	for p := dir; ; p = path.Dir(p) {
+		st, err := s.eng.cli.ContainerStatPath(ctx, s.cid, p)
+		if err == nil {
+			if !st.Mode.IsDir() && st.Mode&fs.ModeSymlink == 0 {
+				return "", nil, fmt.Errorf("docker: copying into %s: %s is not a directory", dir, p)
+			}
+			missing := make([]string, 0, len(below))
+			for i := len(below) - 1; i >= 0; i-- {
+				rel := strings.TrimPrefix(strings.TrimPrefix(below[i], p), "/")
+				missing = append(missing, rel)
+			}
+			return p, missing, nil
+		}
+		if ctx.Err() != nil {
+			return "", nil, ctx.Err()
+		}
+		if !errdefs.IsNotFound(err) {
+			return "", nil, fmt.Errorf("docker: copying into %s: %w", dir, err)
+		}
+		if p == "/" {
+			// Even / is "missing": the container is gone.
+			return "", nil, fmt.Errorf("%w: copying into %s: %w", ErrVanished, dir, err)
+		}
+		below = append(below, p)
+	}
+}
+
+// CopyOut streams path (a file, a link or a directory) as tar, entries
+// named relative to path's parent. A missing path gives an error
+// satisfying errors.Is(err, fs.ErrNotExist). Mounts that only the
+// container sees (the private /tmp of a read-only sandbox) are not
+// visible to it.
+func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) {
+	if err := checkPath(p); err != nil {
+		return nil, err
+	}
+	rc, _, err := s.eng.cli.CopyFromContainer(ctx, s.cid, p)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errdefs.IsNotFound(err) {
+			if s.Vanished(context.WithoutCancel(ctx)) {
+				return nil, fmt.Errorf("%w: copying %s out: %w", ErrVanished, p, err)
+			}
+			return nil, &fs.PathError{Op: "copy out", Path: p, Err: fs.ErrNotExist}
+		}
+		return nil, fmt.Errorf("docker: copying %s out: %w", p, err)
+	}
+	return rc, nil
+}
+
+// spool holds a stream in memory, then in a temporary file past
+// spoolMemory bytes.
+type spool struct {
+	mem  bytes.Buffer
+	file *os.File
+	err  error
+}
+
+func (s *spool) Write(b []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if s.file == nil && s.mem.Len()+len(b) <= spoolMemory {
+		return s.mem.Write(b)
+	}
+	if s.file == nil {
+		f, err := os.CreateTemp("", "outpost-copy-*.tar")
+		if err != nil {
+			s.err = err
+			return 0, err
+		}
+		_ = os.Remove(f.Name()) // unlinked: gone with the descriptor
+		s.file = f
+		if _, err := f.Write(s.mem.Bytes()); err != nil {
+			s.err = err
+			return 0, err
+		}
+		s.mem = bytes.Buffer{}
+	}
+	n, err := s.file.Write(b)
+	if err != nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// Reader returns the spooled stream from its start.
+func (s *spool) Reader() (io.Reader, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if s.file == nil {
+		return bytes.NewReader(s.mem.Bytes()), nil
+	}
+	if _, err := s.file.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return s.file, nil
+}
+
+func (s *spool) Close() error {
+	if s.file != nil {
+		return s.file.Close()
+	}
+	return nil
+}
+
+// tarWriter writes the provider's own archives, entries owned by uid:gid.
+type tarWriter struct {
+	*tar.Writer
+	uid, gid int
+}
+
+func newTarWriter(w io.Writer, uid, gid int) tarWriter { return tarWriter{tar.NewWriter(w), uid, gid} }
+
+func (t tarWriter) dir(name string, mode int64) error {
+	return t.WriteHeader(&tar.Header{Name: strings.TrimSuffix(name, "/") + "/", Typeflag: tar.TypeDir, Mode: mode, Uid: t.uid, Gid: t.gid, ModTime: time.Now(), Format: tar.FormatPAX})
+}
+
+func (t tarWriter) file(name string, mode, size int64, mtime time.Time, r io.Reader) error {
+	if err := t.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: mode, Size: size, Uid: t.uid, Gid: t.gid, ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	n, err := io.Copy(t, io.LimitReader(r, size))
+	if err == nil && n != size {
+		err = fmt.Errorf("%s changed while being copied", name)
+	}
+	return err
+}

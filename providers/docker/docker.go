@@ -1,0 +1,417 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dockerclient "github.com/docker/docker/client"
+
+	"github.com/outposthq/outpost/internal/selfbin"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// Errors of the provider. Each is wrapped with the details; the Lease
+// gives them code sandbox.
+var (
+	// ErrNoEngine: no Docker Engine answers at the address in use.
+	ErrNoEngine = errors.New("docker: no Docker Engine answers")
+	// ErrImage: the image is missing and could not be pulled or built.
+	ErrImage = errors.New("docker: image not available")
+	// ErrVanished: the lease's container was removed or stopped behind
+	// outpost's back.
+	ErrVanished = errors.New("docker: the sandbox's container vanished")
+	// ErrConflict: copying the workspace back found files changed both on
+	// the host and in the sandbox; the host's versions were kept and the
+	// sandbox's written beside them (see SyncWorkspace).
+	ErrConflict = errors.New("docker: workspace changed on both sides")
+)
+
+// Fix is what the "no engine" error suggests.
+const Fix = "start the Docker Engine (in an outpost checkout, as root: scripts/docker-up.sh) or point DOCKER_HOST at one"
+
+// WorkspaceMode says how the caller's working directory reaches the
+// container.
+type WorkspaceMode string
+
+const (
+	// Copy copies the directory into the container when the lease starts
+	// and the sandbox's changes back when it is released (or on
+	// SyncWorkspace). The default: it works with every engine (remote
+	// ones and VM-based desktops too), whatever the host's owners and
+	// modes, and the host's directory is untouched while the agent works.
+	Copy WorkspaceMode = "copy"
+	// Bind bind-mounts the directory: no copying and live changes, but
+	// the engine must see the host's filesystem, and the sandbox's user
+	// must be allowed to write it (by default it is the directory's owner).
+	Bind WorkspaceMode = "bind"
+)
+
+// BinaryMode says how outpost's static binary reaches the container.
+type BinaryMode string
+
+const (
+	// BinaryAuto bind-mounts it when the engine is on this machine (a
+	// unix socket), and copies it otherwise.
+	BinaryAuto BinaryMode = "auto"
+	// BinaryBind bind-mounts it read-only.
+	BinaryBind BinaryMode = "bind"
+	// BinaryCopy copies it into the container before it starts.
+	BinaryCopy BinaryMode = "copy"
+)
+
+// PullPolicy says when the image is pulled.
+type PullPolicy string
+
+const (
+	PullMissing PullPolicy = "missing" // pull when not present (default)
+	PullNever   PullPolicy = "never"   // fail when not present
+	PullAlways  PullPolicy = "always"  // pull before every lease
+)
+
+// Defaults of Options.
+const (
+	DefaultUser    = "1000:1000"
+	DefaultNetwork = "bridge"
+	DefaultMemory  = 4 << 30 // bytes, no swap on top
+	DefaultCPUs    = 2.0     // capped at the engine's CPU count
+	DefaultPids    = 1024
+)
+
+// Options configure the provider. The zero value is ready to use.
+type Options struct {
+	// Image is the image of every container. Default: MinimalImage, which
+	// the provider builds on demand from nothing (no registry needed);
+	// enough for the echo agent and static agent CLIs. Real agent CLIs
+	// need an image with their userland (docs/sandboxes/docker.md).
+	Image string
+	// Pull is when the image is pulled; default PullMissing.
+	Pull PullPolicy
+	// Network is the container's network: "bridge" (default; egress
+	// allowed, host.docker.internal resolves to the host), "none",
+	// "host", or the name of a user-defined network.
+	Network string
+	// User is "uid:gid" (or a name the image knows). Default DefaultUser;
+	// in Bind mode, the owner of the working directory unless that is root.
+	User string
+	// Memory is the memory limit in bytes (swap is not added on top).
+	// 0: DefaultMemory; negative: no limit.
+	Memory int64
+	// CPUs is the CPU limit. 0: DefaultCPUs, capped at the engine's CPU
+	// count; negative: no limit.
+	CPUs float64
+	// Pids is the process limit. 0: DefaultPids; negative: no limit.
+	Pids int64
+	// ReadOnly makes the root filesystem read-only; /tmp is then a
+	// private tmpfs (exec allowed), and the home and workspace stay
+	// writable (volumes).
+	ReadOnly bool
+	// Workspace is how the working directory reaches the container;
+	// default Copy.
+	Workspace WorkspaceMode
+	// Binary is a static outpost binary for Linux on the engine's
+	// architecture. Default: selfbin.Locate ($OUTPOST_STATIC_BINARY, the
+	// running executable when static, or outpost-static beside it).
+	Binary string
+	// BinaryMode is how Binary reaches the container; default BinaryAuto.
+	BinaryMode BinaryMode
+	// Host is the engine's address (e.g. unix:///var/run/docker.sock,
+	// tcp://host:2376). Default: $DOCKER_HOST, then the platform's
+	// default socket.
+	Host string
+}
+
+// Settings lists the keys sandbox.Open("docker", settings) accepts, with
+// what they set (values are strings: "4g", "1.5", "none", "true").
+var Settings = map[string]string{
+	"image":       "Options.Image",
+	"pull":        "Options.Pull: missing, never, always",
+	"network":     "Options.Network: bridge, none, host or a network name",
+	"user":        "Options.User: uid:gid or a user name",
+	"memory":      "Options.Memory: bytes with an optional k, m or g suffix; none for no limit",
+	"cpus":        "Options.CPUs: a number; none for no limit",
+	"pids":        "Options.Pids: a number; none for no limit",
+	"readonly":    "Options.ReadOnly: true or false",
+	"workspace":   "Options.Workspace: copy or bind",
+	"binary":      "Options.Binary: path of a static outpost binary",
+	"binary_mode": "Options.BinaryMode: auto, bind or copy",
+	"host":        "Options.Host: the engine's address",
+}
+
+func init() {
+	sandbox.Register("docker", func(settings map[string]string) (sandbox.Provider, error) {
+		opts, err := ParseSettings(settings)
+		if err != nil {
+			return nil, err
+		}
+		return New(opts)
+	})
+}
+
+// ParseSettings turns sandbox.Open's string settings into Options.
+func ParseSettings(settings map[string]string) (*Options, error) {
+	o := &Options{}
+	for k, v := range settings {
+		var err error
+		switch k {
+		case "image":
+			o.Image = v
+		case "pull":
+			o.Pull = PullPolicy(v)
+		case "network":
+			o.Network = v
+		case "user":
+			o.User = v
+		case "memory":
+			o.Memory, err = parseLimit(v, parseBytes)
+		case "cpus":
+			if isNone(v) {
+				o.CPUs = -1
+			} else if o.CPUs, err = strconv.ParseFloat(v, 64); err == nil && o.CPUs <= 0 {
+				err = errors.New("must be positive")
+			}
+		case "pids":
+			o.Pids, err = parseLimit(v, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
+		case "readonly":
+			o.ReadOnly, err = strconv.ParseBool(v)
+		case "workspace":
+			o.Workspace = WorkspaceMode(v)
+		case "binary":
+			o.Binary = v
+		case "binary_mode":
+			o.BinaryMode = BinaryMode(v)
+		case "host":
+			o.Host = v
+		default:
+			keys := make([]string, 0, len(Settings))
+			for k := range Settings {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			return nil, fmt.Errorf("docker: unknown setting %q (known: %s)", k, strings.Join(keys, ", "))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("docker: setting %s=%q: %w", k, v, err)
+		}
+	}
+	return o, nil
+}
+
+func isNone(v string) bool { return v == "none" || v == "-1" || v == "unlimited" }
+
+func parseLimit(v string, parse func(string) (int64, error)) (int64, error) {
+	if isNone(v) {
+		return -1, nil
+	}
+	n, err := parse(v)
+	if err == nil && n <= 0 {
+		err = errors.New("must be positive (none for no limit)")
+	}
+	return n, err
+}
+
+// parseBytes reads "512m", "4g", "1048576", "64k" (binary units).
+func parseBytes(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	t = strings.TrimSuffix(t, "b")
+	mult := int64(1)
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'k':
+			mult = 1 << 10
+		case 'm':
+			mult = 1 << 20
+		case 'g':
+			mult = 1 << 30
+		}
+		if mult != 1 {
+			t = t[:len(t)-1]
+		}
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a size: %q", s)
+	}
+	return int64(n * float64(mult)), nil
+}
+
+// New returns a docker provider; nil opts means defaults. It checks the
+// options but does not contact the engine: the first Open does.
+func New(opts *Options) (*Provider, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Pull == "" {
+		o.Pull = PullMissing
+	}
+	if o.Network == "" {
+		o.Network = DefaultNetwork
+	}
+	if o.Workspace == "" {
+		o.Workspace = Copy
+	}
+	if o.BinaryMode == "" {
+		o.BinaryMode = BinaryAuto
+	}
+	switch o.Pull {
+	case PullMissing, PullNever, PullAlways:
+	default:
+		return nil, fmt.Errorf("docker: unknown pull policy %q (missing, never, always)", o.Pull)
+	}
+	switch o.Workspace {
+	case Copy, Bind:
+	default:
+		return nil, fmt.Errorf("docker: unknown workspace mode %q (copy, bind)", o.Workspace)
+	}
+	switch o.BinaryMode {
+	case BinaryAuto, BinaryBind, BinaryCopy:
+	default:
+		return nil, fmt.Errorf("docker: unknown binary mode %q (auto, bind, copy)", o.BinaryMode)
+	}
+	return &Provider{opts: o}, nil
+}
+
+// Provider is the docker provider. It is safe for concurrent use.
+type Provider struct {
+	opts Options
+
+	mu      sync.Mutex
+	eng     *engine // nil until an Open reached the engine
+	swept   bool
+	sweptAt time.Time
+	imageMu sync.Mutex
+	images  map[string]*imageFacts // by reference, once resolved
+}
+
+// engine is what the provider learned of the engine it talks to.
+type engine struct {
+	cli        *dockerclient.Client
+	host       string // the address, for messages
+	arch       string // GOARCH name of the engine's machine
+	ncpu       int
+	apiVersion string
+	local      bool   // a unix socket: host paths can be bind-mounted
+	binary     string // the static outpost binary for this engine
+	copyBinary bool   // copy it in rather than bind-mount it
+}
+
+// Name returns "docker".
+func (p *Provider) Name() string { return "docker" }
+
+// Fixed names the variables the provider defines; a turn may not set them.
+var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR"}
+
+// Capabilities: host files may be copied into the private home, processes
+// are isolated from the host, stdin is live, leases keep state.
+func (p *Provider) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed}
+}
+
+// Options returns the provider's options, defaults applied.
+func (p *Provider) Options() Options { return p.opts }
+
+// connect returns the engine, contacting it on first use (and again after
+// a failure). Errors wrap ErrNoEngine, or are ctx's.
+func (p *Provider) connect(ctx context.Context) (*engine, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.eng != nil {
+		return p.eng, nil
+	}
+	ops := []dockerclient.Opt{dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation()}
+	if p.opts.Host != "" {
+		ops = append(ops, dockerclient.WithHost(p.opts.Host))
+	}
+	cli, err := dockerclient.NewClientWithOpts(ops...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v; %s", ErrNoEngine, err, Fix)
+	}
+	host := cli.DaemonHost()
+	where := host
+	if os.Getenv("DOCKER_HOST") == "" && p.opts.Host == "" {
+		where += " (DOCKER_HOST is not set)"
+	}
+	ping, err := cli.Ping(ctx)
+	if err != nil {
+		cli.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w at %s: %w; %s", ErrNoEngine, where, err, Fix)
+	}
+	cli.NegotiateAPIVersionPing(ping)
+	info, err := cli.Info(ctx)
+	if err != nil {
+		cli.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w at %s: %w; %s", ErrNoEngine, where, err, Fix)
+	}
+	e := &engine{cli: cli, host: host, arch: selfbin.Arch(info.Architecture), ncpu: info.NCPU, apiVersion: cli.ClientVersion()}
+	if u, err := url.Parse(host); err == nil && (u.Scheme == "unix" || u.Scheme == "npipe") {
+		e.local = true
+	}
+	if info.OSType != "" && info.OSType != "linux" {
+		cli.Close()
+		return nil, fmt.Errorf("docker: the engine at %s runs %s containers; outpost needs Linux containers", host, info.OSType)
+	}
+	if p.opts.Binary != "" {
+		if err := selfbin.Check(p.opts.Binary, e.arch); err != nil {
+			cli.Close()
+			return nil, fmt.Errorf("docker: binary %s: %w (it must be a static outpost binary for linux/%s: %s)", p.opts.Binary, err, e.arch, selfbin.Hint)
+		}
+		e.binary = p.opts.Binary
+	} else if e.binary, err = selfbin.Locate(e.arch); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	switch p.opts.BinaryMode {
+	case BinaryCopy:
+		e.copyBinary = true
+	case BinaryAuto:
+		e.copyBinary = !e.local
+	}
+	p.eng = e
+	return e, nil
+}
+
+// Close releases the provider's connection to the engine. Leases must be
+// closed first.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.eng == nil {
+		return nil
+	}
+	err := p.eng.cli.Close()
+	p.eng = nil
+	return err
+}
+
+// version is outpost's version for labels.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	if v == "" {
+		v = "devel"
+	}
+	return v
+}

@@ -1,0 +1,120 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/providers/docker"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/sandboxtest"
+)
+
+func TestMain(m *testing.M) {
+	echo.MaybeRun()
+	dockertest.Main(m)
+}
+
+// TestConformance runs the provider conformance suite on the busybox
+// image (the suite's programs are shell scripts), in both workspace modes.
+func TestConformance(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	for _, mode := range []docker.WorkspaceMode{docker.Copy, docker.Bind} {
+		t.Run(string(mode), func(t *testing.T) {
+			sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
+				NewProvider: func(t *testing.T) sandbox.Provider {
+					return dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Workspace = mode })
+				},
+				Options: func(t *testing.T) sandbox.Options {
+					return sandbox.Options{Workdir: workdir(t)}
+				},
+			})
+		})
+	}
+}
+
+// workdir is a temporary directory owned by the sandbox's default user
+// when the tests run as root (a bind-mounted workspace's user is its
+// owner, and root's would be refused), as a developer's own is.
+func workdir(t *testing.T) string {
+	d := t.TempDir()
+	if os.Getuid() == 0 {
+		if err := os.Chown(d, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// lease acquires a sandbox and releases it when the test ends.
+func lease(t *testing.T, p sandbox.Provider, opts sandbox.Options) *sandbox.Lease {
+	t.Helper()
+	if opts.Workdir == "" {
+		opts.Workdir = t.TempDir()
+	}
+	l, err := sandbox.Acquire(t.Context(), p, opts)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return l
+}
+
+func TestNoEngine(t *testing.T) {
+	p, err := docker.New(&docker.Options{Host: "unix://" + t.TempDir() + "/no-docker.sock", Binary: "/nonexistent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: t.TempDir()})
+	if outpost.CodeOf(err) != outpost.Sandbox {
+		t.Fatalf("code %q, want sandbox (%v)", outpost.CodeOf(err), err)
+	}
+	if !errors.Is(err, docker.ErrNoEngine) {
+		t.Errorf("error does not wrap ErrNoEngine: %v", err)
+	}
+	if !strings.Contains(err.Error(), "scripts/docker-up.sh") || !strings.Contains(err.Error(), "no-docker.sock") {
+		t.Errorf("error does not say where it looked and how to fix it: %v", err)
+	}
+}
+
+func TestParseSettings(t *testing.T) {
+	o, err := docker.ParseSettings(map[string]string{
+		"image": "x:1", "network": "none", "user": "1:2", "memory": "512m", "cpus": "1.5", "pids": "none",
+		"readonly": "true", "workspace": "bind", "pull": "never", "binary_mode": "copy",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := docker.Options{Image: "x:1", Network: "none", User: "1:2", Memory: 512 << 20, CPUs: 1.5, Pids: -1, ReadOnly: true, Workspace: docker.Bind, Pull: docker.PullNever, BinaryMode: docker.BinaryCopy}
+	if *o != want {
+		t.Errorf("got %+v\nwant %+v", *o, want)
+	}
+	for _, bad := range []map[string]string{{"colour": "red"}, {"memory": "lots"}, {"cpus": "-2"}, {"pids": "0"}, {"readonly": "perhaps"}} {
+		if _, err := docker.ParseSettings(bad); err == nil {
+			t.Errorf("ParseSettings(%v) succeeded", bad)
+		}
+	}
+	for _, bad := range []docker.Options{{Workspace: "nfs"}, {Pull: "sometimes"}, {BinaryMode: "scp"}} {
+		if _, err := docker.New(&bad); err == nil {
+			t.Errorf("New(%+v) succeeded", bad)
+		}
+	}
+	if _, err := sandbox.Open("docker", map[string]string{"image": dockertest.Busybox}); err != nil {
+		t.Errorf("sandbox.Open(docker): %v", err)
+	}
+}
+
+func TestMain_binaryIsStatic(t *testing.T) {
+	if fi, err := os.Stat(dockertest.Binary(t)); err != nil || fi.Size() == 0 {
+		t.Fatalf("no binary: %v", err)
+	}
+}

@@ -1,0 +1,189 @@
+// Package dockertest is test scaffolding for the docker provider and the
+// integration tests: it builds the static outpost binary the containers
+// need (once per test process), requires a Docker Engine and the
+// project's test images (failing under CI=true, skipping loudly
+// otherwise, through internal/testenv), and checks in TestMain that a test
+// process leaves no container or volume of its own behind.
+package dockertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
+	dockerclient "github.com/docker/docker/client"
+
+	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/providers/docker"
+)
+
+// Images built by scripts/build-images.sh.
+const (
+	Busybox = "outpost/busybox:test" // FROM scratch + static busybox, user agent 1000:1000
+	Debian  = "outpost/debian:test"  // debootstrap bookworm + node 18
+)
+
+var (
+	dir     string
+	dirOnce sync.Once
+	dirErr  error
+
+	binOnce sync.Once
+	bin     string
+	binErr  error
+)
+
+func tempDir() (string, error) {
+	dirOnce.Do(func() { dir, dirErr = os.MkdirTemp("", "outpost-dockertest-") })
+	return dir, dirErr
+}
+
+// Binary returns a static outpost binary (CGO_ENABLED=0 go build of
+// ./cmd/outpost), built once per test process. It fails the test when the
+// build fails.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	binOnce.Do(func() {
+		d, err := tempDir()
+		if err != nil {
+			binErr = err
+			return
+		}
+		bin = filepath.Join(d, "outpost")
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			binErr = err
+			return
+		}
+		cmd := exec.Command(goTool, "build", "-o", bin, "./cmd/outpost")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/outpost: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		tb.Fatalf("dockertest: %v", binErr)
+	}
+	return bin
+}
+
+// moduleRoot finds the directory of go.mod above the working directory.
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod above %s", wd)
+		}
+	}
+}
+
+// Require fails or skips the test when no Docker Engine answers or image
+// is missing (scripts/build-images.sh builds the project's images).
+func Require(tb testing.TB, images ...string) {
+	tb.Helper()
+	testenv.RequireDocker(tb)
+	for _, img := range images {
+		testenv.RequireImage(tb, img)
+	}
+}
+
+// Provider returns a docker provider for image with the test binary and
+// mod applied to its options; it is closed when the test ends.
+func Provider(tb testing.TB, image string, mod ...func(*docker.Options)) *docker.Provider {
+	tb.Helper()
+	o := &docker.Options{Image: image, Binary: Binary(tb)}
+	for _, m := range mod {
+		m(o)
+	}
+	p, err := docker.New(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+// Client returns an Engine API client (API version negotiated).
+func Client(tb testing.TB) *dockerclient.Client {
+	tb.Helper()
+	c, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Main runs the tests, then fails the run if this process left a
+// container or a volume of its own behind (removing them), and removes the
+// built binary. TestMain functions call it after their own setup.
+func Main(m *testing.M) {
+	code := m.Run()
+	if d, _ := tempDir(); d != "" {
+		os.RemoveAll(d)
+	}
+	if left := Leftovers(); left != "" {
+		fmt.Fprintln(os.Stderr, "FAIL: the tests left Docker objects behind:\n"+left)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// Leftovers lists (and removes) the containers and volumes owned by this
+// process. It returns "" when there are none or no engine answers.
+func Leftovers() string {
+	c, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.Ping(ctx); err != nil {
+		return ""
+	}
+	mine := filters.NewArgs(
+		filters.Arg("label", docker.LabelOwnerPID+"="+strconv.Itoa(os.Getpid())),
+		filters.Arg("label", docker.LabelOwnerStart+"="+strconv.FormatUint(docker.Self().Start, 10)),
+	)
+	var out []string
+	list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: mine})
+	if err == nil {
+		for _, ct := range list {
+			out = append(out, fmt.Sprintf("container %s (%s, %s)", ct.Labels[docker.LabelLease], ct.ID[:12], ct.State))
+			c.ContainerRemove(ctx, ct.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		}
+	}
+	vols, err := c.VolumeList(ctx, volume.ListOptions{Filters: mine})
+	if err == nil {
+		for _, v := range vols.Volumes {
+			out = append(out, "volume "+v.Name+" (lease "+v.Labels[docker.LabelLease]+")")
+			c.VolumeRemove(ctx, v.Name, true)
+		}
+	}
+	return strings.Join(out, "\n")
+}

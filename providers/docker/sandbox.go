@@ -1,0 +1,444 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/versions"
+
+	"github.com/outposthq/outpost/providers/docker/shim"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// Paths inside every container.
+const (
+	// StateDir holds the home, the temporary directory, the shim's run
+	// directory and outpost's binary: a volume of the container.
+	StateDir = "/outpost"
+	// HomeDir is the private home.
+	HomeDir = StateDir + "/home"
+	// TmpDir is TMPDIR.
+	TmpDir = StateDir + "/tmp"
+	// BinaryPath is outpost's static binary (the init, the shim, the echo
+	// agent); its directory leads the default PATH.
+	BinaryPath = StateDir + "/bin/outpost"
+	// Workspace is the working directory: the caller's directory, copied
+	// or bind-mounted.
+	Workspace = "/workspace"
+
+	runDir = StateDir + "/run"
+)
+
+// closeTimeout bounds Close's work (copying the workspace back, removing
+// the container) when the context given to Close has no deadline or has
+// already ended.
+const closeTimeout = 2 * time.Minute
+
+// Sandbox is one lease: one container.
+type Sandbox struct {
+	p       *Provider
+	eng     *engine
+	id      string // lease id and container name
+	cid     string // engine container id
+	user    string
+	uid     int // numeric ids of user, owners of what is copied in
+	gid     int
+	env     sandbox.Environment
+	mode    WorkspaceMode
+	hostDir string // the caller's working directory (host side)
+
+	closing atomic.Bool // Close has begun: processes ending now were stopped by it
+
+	wsMu     sync.Mutex // serializes workspace copies back
+	manifest *manifest  // copy mode: the workspace as last copied
+}
+
+// ID is the lease id, also the container's name ("outpost-<12 hex>").
+func (s *Sandbox) ID() string { return s.id }
+
+// ContainerID is the engine's id of the lease's container.
+func (s *Sandbox) ContainerID() string { return s.cid }
+
+// Home is /outpost/home.
+func (s *Sandbox) Home() string { return HomeDir }
+
+// Workdir is /workspace.
+func (s *Sandbox) Workdir() string { return Workspace }
+
+// HostWorkdir is the caller's directory the workspace comes from.
+func (s *Sandbox) HostWorkdir() string { return s.hostDir }
+
+// Mode is the lease's workspace mode.
+func (s *Sandbox) Mode() WorkspaceMode { return s.mode }
+
+// User is the user processes run as.
+func (s *Sandbox) User() string { return s.user }
+
+// Environment: HOME, XDG_* and TMPDIR are fixed; the image's variables
+// are defaults, and PATH starts with outpost's binary directory.
+func (s *Sandbox) Environment() sandbox.Environment {
+	return sandbox.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "outpost-" + hex.EncodeToString(b[:])
+}
+
+// Open creates and starts the lease's container. It sweeps orphans first
+// (see GC). Errors: ErrNoEngine when no engine answers, ErrImage when the
+// image is unavailable, the working directory's error, the engine's
+// errors; on ctx cancel, an error wrapping ctx's, and nothing is left
+// behind.
+func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	wd := opts.Workdir
+	if wd == "" {
+		var err error
+		if wd, err = os.Getwd(); err != nil {
+			return nil, err
+		}
+	}
+	wd, err := filepath.Abs(wd)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(wd)
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("working directory %s is not a directory", wd)
+	}
+	eng, err := p.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.sweep(ctx, eng)
+	img, err := p.image(ctx, eng)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sandbox{p: p, eng: eng, id: newID(), mode: p.opts.Workspace, hostDir: wd, user: p.opts.User}
+	if s.user == "" {
+		s.user = DefaultUser
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && s.mode == Bind && st.Uid != 0 {
+			s.user = fmt.Sprintf("%d:%d", st.Uid, st.Gid)
+		}
+	}
+	s.env = environment(img.env)
+	cfg, hc := p.containerConfig(eng, s, img, opts.Labels)
+	created, err := eng.cli.ContainerCreate(ctx, cfg, hc, nil, nil, s.id)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("docker: creating the container (image %s): %w", img.ref, err)
+	}
+	s.cid = created.ID
+	if err := s.prepare(ctx); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		s.closing.Store(true)
+		rerr := s.remove(rctx)
+		if ctx.Err() != nil {
+			return nil, errors.Join(fmt.Errorf("docker: starting the sandbox: %w", ctx.Err()), rerr)
+		}
+		return nil, errors.Join(err, rerr)
+	}
+	return s, nil
+}
+
+// environment is the provider's environment for an image's variables.
+func environment(imageEnv []string) sandbox.Environment {
+	env := sandbox.Environment{
+		Fixed: map[string]string{
+			"HOME":            HomeDir,
+			"XDG_CONFIG_HOME": HomeDir + "/.config",
+			"XDG_DATA_HOME":   HomeDir + "/.local/share",
+			"XDG_STATE_HOME":  HomeDir + "/.local/state",
+			"XDG_CACHE_HOME":  HomeDir + "/.cache",
+			"TMPDIR":          TmpDir,
+		},
+		Defaults: splitEnv(imageEnv),
+	}
+	for k := range env.Fixed {
+		delete(env.Defaults, k)
+	}
+	p := env.Defaults["PATH"]
+	if p == "" {
+		p = DefaultPath
+	}
+	env.Defaults["PATH"] = path.Dir(BinaryPath) + ":" + p
+	return env
+}
+
+// containerConfig is the hardened configuration of a lease's container.
+func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, extra map[string]string) (*container.Config, *container.HostConfig) {
+	o := p.opts
+	labels := map[string]string{}
+	maps.Copy(labels, extra)
+	maps.Copy(labels, self().labels())
+	labels[LabelLease] = s.id
+	labels[LabelCreated] = time.Now().UTC().Format(time.RFC3339Nano)
+	labels[LabelVersion] = version()
+	labels[LabelWorkspace] = string(s.mode)
+	volLabels := self().labels()
+	volLabels[LabelLease] = s.id
+
+	cfg := &container.Config{
+		Image:      img.ref,
+		User:       s.user,
+		Entrypoint: []string{BinaryPath, shim.Subcommand, "init"},
+		Cmd:        []string{},
+		WorkingDir: Workspace,
+		Labels:     labels,
+		StopSignal: "SIGTERM",
+	}
+	mounts := []mount.Mount{{Type: mount.TypeVolume, Target: StateDir, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}}}
+	if !eng.copyBinary {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: eng.binary, Target: BinaryPath, ReadOnly: true})
+	}
+	switch s.mode {
+	case Bind:
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: s.hostDir, Target: Workspace})
+		// The directory's .outpost (its .env holds secrets the agent gets
+		// only by name) is hidden behind an empty read-only tmpfs.
+		if fi, err := os.Stat(filepath.Join(s.hostDir, ".outpost")); err == nil && fi.IsDir() {
+			mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: Workspace + "/.outpost", ReadOnly: true})
+		}
+	default:
+		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Target: Workspace, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}})
+	}
+	hc := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(o.Network),
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges:true"},
+		ReadonlyRootfs: o.ReadOnly,
+		Mounts:         mounts,
+		LogConfig:      container.LogConfig{Type: "none"},
+		IpcMode:        "private",
+	}
+	if o.ReadOnly {
+		hc.Tmpfs = map[string]string{"/tmp": "rw,exec,nosuid,nodev,mode=1777"}
+	}
+	nm := hc.NetworkMode
+	if !nm.IsHost() && !nm.IsNone() && !nm.IsContainer() && versions.GreaterThanOrEqualTo(eng.apiVersion, "1.41") {
+		hc.ExtraHosts = []string{"host.docker.internal:host-gateway"}
+	}
+	switch {
+	case o.Memory == 0:
+		hc.Memory = DefaultMemory
+	case o.Memory > 0:
+		hc.Memory = o.Memory
+	}
+	if hc.Memory > 0 {
+		hc.MemorySwap = hc.Memory
+	}
+	cpus := o.CPUs
+	if cpus == 0 {
+		cpus = DefaultCPUs
+		if eng.ncpu > 0 {
+			cpus = math.Min(cpus, float64(eng.ncpu))
+		}
+	}
+	if cpus > 0 {
+		hc.NanoCPUs = int64(cpus * 1e9)
+	}
+	pids := o.Pids
+	if pids == 0 {
+		pids = DefaultPids
+	}
+	if pids > 0 {
+		hc.PidsLimit = &pids
+	}
+	return cfg, hc
+}
+
+// prepare lays out /outpost, copies the workspace in (copy mode) and
+// starts the container.
+func (s *Sandbox) prepare(ctx context.Context) error {
+	if err := s.resolveIDs(ctx); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	tw := newTarWriter(&buf, s.uid, s.gid)
+	for _, d := range []string{"home", "home/.config", "home/.local", "home/.local/share", "home/.local/state", "home/.cache", "tmp", "run"} {
+		if err := tw.dir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	var state io.Reader = &buf
+	if s.eng.copyBinary {
+		bin, err := binaryTar(s.eng.binary)
+		if err != nil {
+			return err
+		}
+		defer bin.Close()
+		state = io.MultiReader(tarBody(buf.Bytes()), bin)
+	}
+	if err := s.eng.cli.CopyToContainer(ctx, s.cid, StateDir, state, container.CopyToContainerOptions{}); err != nil {
+		return fmt.Errorf("docker: preparing %s: %w", StateDir, err)
+	}
+	if s.mode == Copy {
+		m, err := s.copyWorkspaceIn(ctx)
+		if err != nil {
+			return err
+		}
+		s.manifest = m
+	}
+	if err := s.eng.cli.ContainerStart(ctx, s.cid, container.StartOptions{}); err != nil {
+		return fmt.Errorf("docker: starting the container: %w", err)
+	}
+	return nil
+}
+
+// tarBody strips the two zero blocks that end a tar stream, so that
+// another stream can follow.
+func tarBody(b []byte) io.Reader {
+	const end = 1024
+	if len(b) >= end {
+		b = b[:len(b)-end]
+	}
+	return bytes.NewReader(b)
+}
+
+// binaryTar streams a tar with bin/ and bin/outpost (mode 0555), the
+// static binary, for copying into /outpost.
+func binaryTar(binary string) (io.ReadCloser, error) {
+	f, err := os.Open(binary)
+	if err != nil {
+		return nil, fmt.Errorf("docker: outpost binary: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		defer f.Close()
+		tw := newTarWriter(pw, 0, 0) // root's: the sandbox's user cannot replace it
+		err := tw.dir("bin", 0o755)
+		if err == nil {
+			err = tw.file("bin/outpost", 0o555, fi.Size(), fi.ModTime(), f)
+		}
+		pw.CloseWithError(errors.Join(err, tw.Close()))
+	}()
+	return pr, nil
+}
+
+// Close releases the lease: in copy mode it stops the container's
+// processes and copies the workspace's changes back to the host (see
+// SyncWorkspace), then it removes the container and its volumes, whatever
+// happened before. It works with an ended ctx (bounded by closeTimeout):
+// a cancelled turn still releases its sandbox. Errors: ErrVanished (copy
+// mode: the container is gone, its changes with it), ErrConflict and
+// tarsafe.ErrUnsafe from the copy back, the engine's.
+func (s *Sandbox) Close(ctx context.Context) error {
+	if !s.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	cctx := context.WithoutCancel(ctx)
+	var cancel context.CancelFunc
+	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && time.Until(d) > 0 {
+		cctx, cancel = context.WithDeadline(cctx, d)
+	} else {
+		cctx, cancel = context.WithTimeout(cctx, closeTimeout)
+	}
+	defer cancel()
+	var errs []error
+	if s.mode == Copy {
+		err := s.stop(cctx)
+		if err == nil {
+			err = s.SyncWorkspace(cctx)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.remove(cctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// stop kills every process of the container and waits until it stopped.
+func (s *Sandbox) stop(ctx context.Context) error {
+	err := s.eng.cli.ContainerKill(ctx, s.cid, "KILL")
+	switch {
+	case errdefs.IsNotFound(err):
+		return fmt.Errorf("%w: %s was removed before its workspace was copied back; its changes are lost", ErrVanished, s.id)
+	case err != nil && !errdefs.IsConflict(err): // Conflict: not running
+		return fmt.Errorf("docker: stopping %s: %w", s.id, err)
+	}
+	wait, errc := s.eng.cli.ContainerWait(ctx, s.cid, container.WaitConditionNotRunning)
+	select {
+	case <-wait:
+		return nil
+	case err := <-errc:
+		if errdefs.IsNotFound(err) {
+			return fmt.Errorf("%w: %s was removed before its workspace was copied back; its changes are lost", ErrVanished, s.id)
+		}
+		return fmt.Errorf("docker: waiting for %s to stop: %w", s.id, err)
+	}
+}
+
+// remove removes the container and its volumes. A container already gone
+// is not an error.
+func (s *Sandbox) remove(ctx context.Context) error {
+	err := s.eng.cli.ContainerRemove(ctx, s.cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || errdefs.IsNotFound(err) {
+		return nil
+	}
+	if errdefs.IsConflict(err) {
+		// "removal already in progress" (a sweep, a concurrent gc).
+		return nil
+	}
+	return fmt.Errorf("docker: removing %s: %w", s.id, err)
+}
+
+// Vanished reports whether the container was removed, or stopped, behind
+// outpost's back. It implements sandbox.Gone.
+func (s *Sandbox) Vanished(ctx context.Context) bool {
+	if s.closing.Load() {
+		return false
+	}
+	ins, err := s.eng.cli.ContainerInspect(ctx, s.cid)
+	if errdefs.IsNotFound(err) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	return ins.State == nil || !ins.State.Running
+}
+
+// Inspect returns the engine's view of the lease's container (for tests
+// and diagnostics: its hardening is in HostConfig).
+func (s *Sandbox) Inspect(ctx context.Context) (container.InspectResponse, error) {
+	return s.eng.cli.ContainerInspect(ctx, s.cid)
+}

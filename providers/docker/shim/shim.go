@@ -1,0 +1,461 @@
+// Package shim is the part of the docker provider that runs inside each
+// container, as the hidden `outpost sandbox-shim` subcommand of the static
+// outpost binary the provider mounts (or copies) into the container. It
+// needs nothing of the image: no shell, no C library, no ps or kill.
+//
+//   - init is the container's PID 1: it keeps the container alive between
+//     turns, reaps orphans, and exits on SIGTERM or SIGINT.
+//   - exec runs one process of the lease (every Sandbox.Start) in a
+//     process group of its own, with exactly the environment it is given.
+//     It writes a one-line handshake on stdout before the process starts,
+//     so the provider learns the shim's pid (for signals) or why the
+//     program cannot start, without a race against the program's output.
+//     When the program exits, the rest of its group is killed, so nothing
+//     left behind holds the output open; the shim then exits with the
+//     program's status, and when the program died of a signal it records
+//     that in the run directory, where the provider reads it (the engine
+//     reports both "exit 137" and "killed by SIGKILL" as 137).
+//   - signal delivers SIGTERM or SIGKILL to the process group of an exec
+//     shim: `docker exec` cannot signal an exec'd process, let alone its
+//     group.
+//   - lookpath finds an executable on a PATH, as exec would.
+//
+// The handshake, the status file and the signal protocol are private to
+// this package and the provider; both come from the same build.
+package shim
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Subcommand is the hidden outpost subcommand that runs the shim.
+const Subcommand = "sandbox-shim"
+
+// EnvNames is the variable through which the provider tells the exec shim
+// which variables of its own environment make up the program's
+// environment (a JSON array of names). The engine merges the image's
+// environment into every exec; the shim drops everything not named.
+const EnvNames = "OUTPOST_SHIM_ENV"
+
+// handshake prefixes the first line the exec shim writes on stdout. The
+// NUL byte keeps it from being mistaken for, or mistaken by, program
+// output: nothing else is written before it.
+const handshake = "\x00outpost-shim "
+
+// Handshake results.
+const (
+	resultOK       = "ok"       // "ok <pid>"
+	resultNotFound = "notfound" // the program is not found or not executable
+	resultNoDir    = "nodir"    // the working directory is missing
+	resultError    = "error"    // anything else
+)
+
+// Exit statuses of the exec shim when the program never ran.
+const (
+	ExitNotFound = 127
+	ExitCannot   = 126
+)
+
+// MaybeRun runs the shim and exits when os.Args asks for it (os.Args[1] ==
+// Subcommand). outpost's main calls it first, before any flag parsing or
+// signal handling of the CLI.
+func MaybeRun() {
+	if len(os.Args) > 1 && os.Args[1] == Subcommand {
+		os.Exit(Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+}
+
+// Main runs the shim with args (after the subcommand) and returns the exit
+// status.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "outpost sandbox-shim: want init, exec, signal or lookpath")
+		return 2
+	}
+	switch args[0] {
+	case "init":
+		return initMain()
+	case "exec":
+		return execMain(args[1:], stdout, stderr)
+	case "signal":
+		return signalMain(args[1:], stderr)
+	case "lookpath":
+		return lookpathMain(args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "outpost sandbox-shim: unknown mode %q\n", args[0])
+	return 2
+}
+
+// initMain is PID 1: it sleeps, reaps every child reparented to it, and
+// exits on SIGTERM or SIGINT.
+func initMain() int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
+	for s := range sigs {
+		if s != syscall.SIGCHLD {
+			return 0
+		}
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+	return 0
+}
+
+// StatusFile is where the exec shim with token records that its program
+// died of a signal, under the run directory runDir.
+func StatusFile(runDir, token string) string { return filepath.Join(runDir, "exit-"+token) }
+
+// ExecArgs returns the command line that runs path with args under the
+// exec shim at binary. token identifies the shim for signal; runDir is
+// where it records a death by signal; dir is the working directory.
+func ExecArgs(binary, token, runDir, dir string, stdin bool, path string, args []string) []string {
+	cmd := []string{binary, Subcommand, "exec", "--token=" + token, "--run=" + runDir, "--dir=" + dir}
+	if stdin {
+		cmd = append(cmd, "--stdin")
+	}
+	return append(append(cmd, "--", path), args...)
+}
+
+// SignalArgs returns the command line that sends sig ("TERM" or "KILL")
+// to the group of the exec shim with pid and token.
+func SignalArgs(binary string, pid int, token, sig string) []string {
+	return []string{binary, Subcommand, "signal", "--pid=" + strconv.Itoa(pid), "--token=" + token, sig}
+}
+
+// LookPathArgs returns the command line that prints the path of name on
+// the PATH of its environment.
+func LookPathArgs(binary, name string) []string {
+	return []string{binary, Subcommand, "lookpath", name}
+}
+
+func execMain(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("exec", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	token := fl.String("token", "", "identifies this shim for signal")
+	runDir := fl.String("run", "", "directory for the status file")
+	dir := fl.String("dir", "", "working directory")
+	withStdin := fl.Bool("stdin", false, "give the program the shim's stdin")
+	if err := fl.Parse(args); err != nil || fl.NArg() == 0 {
+		fmt.Fprintln(stderr, "usage: outpost sandbox-shim exec --token=T --run=DIR --dir=DIR [--stdin] -- PROGRAM [ARG...]")
+		return 2
+	}
+	// Signals sent to the shim before the program runs end it; after, they
+	// are forwarded to the program's group.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+
+	env := environment()
+	fail := func(result string, code int, format string, a ...any) int {
+		msg := fmt.Sprintf(format, a...)
+		fmt.Fprintf(stdout, "%s%s %s\n", handshake, result, strings.ReplaceAll(msg, "\n", " "))
+		return code
+	}
+	if *dir != "" {
+		if err := os.Chdir(*dir); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return fail(resultNoDir, ExitCannot, "working directory %s: %v", *dir, err)
+			}
+			return fail(resultError, ExitCannot, "working directory %s: %v", *dir, err)
+		}
+	}
+	program := fl.Arg(0)
+	path, err := lookPath(program, lookupEnv(env, "PATH"))
+	if err != nil {
+		return fail(resultNotFound, ExitNotFound, "%v", err)
+	}
+	cmd := exec.Command(path, fl.Args()[1:]...)
+	cmd.Args[0] = program
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if *withStdin {
+		cmd.Stdin = os.Stdin
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	select {
+	case s := <-sigs:
+		return fail(resultError, 128+int(s.(syscall.Signal)), "stopped by %v before it started", s)
+	default:
+	}
+	if _, err := fmt.Fprintf(stdout, "%s%s %d\n", handshake, resultOK, os.Getpid()); err != nil {
+		return ExitCannot
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "outpost: cannot start %s: %v\n", program, err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return ExitNotFound
+		}
+		return ExitCannot
+	}
+	pgid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				_ = syscall.Kill(-pgid, s.(syscall.Signal))
+			case <-done:
+				return
+			}
+		}
+	}()
+	_ = cmd.Wait()
+	close(done)
+	// Whatever the program left behind in its group is stopped, so that
+	// the output ends with it (Sandbox.Start's contract: nothing of a
+	// process outlives it unless it left its group).
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		if *token != "" && *runDir != "" {
+			_ = os.WriteFile(StatusFile(*runDir, *token), []byte("signal "+strconv.Itoa(int(ws.Signal()))+"\n"), 0o600)
+		}
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// environment is the program's environment: the variables named in
+// EnvNames, taken from the shim's own.
+func environment() []string {
+	var names []string
+	_ = json.Unmarshal([]byte(os.Getenv(EnvNames)), &names)
+	env := make([]string, 0, len(names))
+	for _, n := range names {
+		if n == EnvNames {
+			continue
+		}
+		if v, ok := os.LookupEnv(n); ok {
+			env = append(env, n+"="+v)
+		}
+	}
+	return env
+}
+
+func lookupEnv(env []string, name string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath finds program like a shell: a name with a slash is used as is
+// (relative to the working directory), others are searched on pathEnv.
+func lookPath(program, pathEnv string) (string, error) {
+	if strings.Contains(program, "/") {
+		if err := executable(program); err != nil {
+			return "", fmt.Errorf("%s: %w", program, err)
+		}
+		return program, nil
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, program)
+		if executable(p) == nil {
+			if !filepath.IsAbs(p) {
+				if abs, err := filepath.Abs(p); err == nil {
+					p = abs
+				}
+			}
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: executable file not found in $PATH", program)
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return fs.ErrPermission
+	}
+	return syscall.Access(p, 1) // X_OK, as the caller's user
+}
+
+// signalMain sends a signal to the group of the exec shim --pid, after
+// checking that the process is the shim with --token (a pid may have been
+// reused). A shim or group that is gone is not an error.
+func signalMain(args []string, stderr io.Writer) int {
+	fl := flag.NewFlagSet("signal", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	pid := fl.Int("pid", 0, "pid of the exec shim")
+	token := fl.String("token", "", "token of the exec shim")
+	if err := fl.Parse(args); err != nil || fl.NArg() != 1 || *pid <= 1 || *token == "" {
+		fmt.Fprintln(stderr, "usage: outpost sandbox-shim signal --pid=PID --token=T TERM|KILL")
+		return 2
+	}
+	var sig syscall.Signal
+	switch fl.Arg(0) {
+	case "TERM":
+		sig = syscall.SIGTERM
+	case "KILL":
+		sig = syscall.SIGKILL
+	default:
+		fmt.Fprintf(stderr, "outpost sandbox-shim signal: unknown signal %q\n", fl.Arg(0))
+		return 2
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(*pid) + "/cmdline")
+	if err != nil || !bytes.Contains(cmdline, []byte("\x00--token="+*token+"\x00")) {
+		return 0 // the shim has exited (and killed its group)
+	}
+	child := childOf(*pid)
+	if child == 0 {
+		// The program has not started yet, or has ended and the shim is
+		// finishing: the shim handles the signal itself.
+		if sig == syscall.SIGKILL {
+			sig = syscall.SIGTERM
+		}
+		if err := syscall.Kill(*pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			fmt.Fprintln(stderr, "outpost sandbox-shim signal:", err)
+			return 1
+		}
+		return 0
+	}
+	err = syscall.Kill(-child, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		// The child has not made its group yet.
+		err = syscall.Kill(child, sig)
+	}
+	if err != nil && !errors.Is(err, syscall.ESRCH) {
+		fmt.Fprintln(stderr, "outpost sandbox-shim signal:", err)
+		return 1
+	}
+	return 0
+}
+
+// childOf returns the pid of a child of pid, or 0.
+func childOf(pid int) int {
+	p := strconv.Itoa(pid)
+	if b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.Atoi(f[0])
+			return n
+		}
+		return 0
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := parentOf(n); ok && ppid == pid {
+			return n
+		}
+	}
+	return 0
+}
+
+// parentOf reads the parent pid from /proc/PID/stat.
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(f[1])
+	return n, err == nil
+}
+
+func lookpathMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: outpost sandbox-shim lookpath NAME")
+		return 2
+	}
+	p, err := lookPath(args[0], os.Getenv("PATH"))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintln(stdout, p)
+	return 0
+}
+
+// Handshake is the parsed first line of an exec shim.
+type Handshake struct {
+	PID int    // the shim's pid inside the container, when OK
+	Err error  // why the program could not start, when not OK
+	raw string // the line, for diagnostics
+}
+
+// Handshake errors, wrapped by Handshake.Err.
+var (
+	ErrNotFound = errors.New("executable not found")
+	ErrNoDir    = errors.New("working directory not found")
+	ErrStart    = errors.New("cannot start the program")
+)
+
+// ReadHandshake reads the exec shim's handshake line from r, which must be
+// the start of the shim's stdout. It returns an error when the stream ends
+// or holds something else first.
+func ReadHandshake(r *bufio.Reader) (Handshake, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return Handshake{}, fmt.Errorf("reading the exec shim's handshake: %w", err)
+	}
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), handshake)
+	if !ok {
+		return Handshake{}, fmt.Errorf("the exec shim's output does not start with its handshake: %q", trimQ(line))
+	}
+	result, msg, _ := strings.Cut(rest, " ")
+	h := Handshake{raw: line}
+	switch result {
+	case resultOK:
+		pid, err := strconv.Atoi(msg)
+		if err != nil || pid <= 0 {
+			return Handshake{}, fmt.Errorf("bad exec shim handshake %q", trimQ(line))
+		}
+		h.PID = pid
+	case resultNotFound:
+		h.Err = fmt.Errorf("%w: %s", ErrNotFound, msg)
+	case resultNoDir:
+		h.Err = fmt.Errorf("%w: %s", ErrNoDir, msg)
+	default:
+		h.Err = fmt.Errorf("%w: %s", ErrStart, msg)
+	}
+	return h, nil
+}
+
+func trimQ(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}

@@ -1,0 +1,171 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/providers/docker"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+func write(t *testing.T, dir, name, content string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return "<" + err.Error() + ">"
+	}
+	return string(b)
+}
+
+// TestWorkspaceCopy checks copy mode: the directory is copied in without
+// .outpost, the host is untouched while the sandbox works, and the
+// release copies back exactly what the sandbox changed — new, modified,
+// deleted, mode changes — keeping the host's side of a conflict and
+// refusing escaping links and writes to .outpost.
+func TestWorkspaceCopy(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	host := t.TempDir()
+	write(t, host, "a.txt", "one\n")
+	write(t, host, "sub/b.sh", "#!/bin/sh\n")
+	write(t, host, "del.txt", "delete me\n")
+	write(t, host, "host-edit.txt", "host v1\n")
+	write(t, host, "both.txt", "base\n")
+	write(t, host, "gone/x.txt", "x\n")
+	write(t, host, ".outpost/.env", "SECRET=s3cr3t\n")
+	if err := os.Symlink("a.txt", filepath.Join(host, "link")); err != nil {
+		t.Fatal(err)
+	}
+	p := dockertest.Provider(t, dockertest.Busybox)
+	l, err := sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+
+	if got := sh(t, l, "cat a.txt; readlink link; ls -A /workspace | tr '\\n' ' '"); got != "one\na.txt\na.txt both.txt del.txt gone host-edit.txt link sub" {
+		t.Errorf("copied in: %q", got)
+	}
+	sh(t, l, `set -e
+echo two > a.txt
+mkdir -p new/deeper && echo c > new/deeper/c.txt
+rm del.txt
+rm -r gone
+echo sandbox > both.txt
+chmod 755 sub/b.sh
+ln -s /etc/passwd evil
+ln -s new/deeper/c.txt good-link
+mkdir -p .outpost && echo SECRET=stolen > .outpost/.env`)
+	// Meanwhile, on the host.
+	write(t, host, "host-edit.txt", "host v2\n")
+	write(t, host, "both.txt", "host\n")
+	if got := read(t, host, "a.txt"); got != "one\n" {
+		t.Errorf("host changed before release: a.txt = %q", got)
+	}
+
+	err = l.Close(context.Background())
+	if !errors.Is(err, docker.ErrConflict) || !errors.Is(err, tarsafe.ErrUnsafe) {
+		t.Errorf("Close: %v, want ErrConflict and tarsafe.ErrUnsafe", err)
+	}
+	for name, want := range map[string]string{
+		"a.txt":                            "two\n",
+		"new/deeper/c.txt":                 "c\n",
+		"host-edit.txt":                    "host v2\n",
+		"both.txt":                         "host\n",
+		"both.txt" + docker.ConflictSuffix: "sandbox\n",
+		".outpost/.env":                    "SECRET=s3cr3t\n",
+		"good-link":                        "c\n",
+		"sub/b.sh":                         "#!/bin/sh\n",
+	} {
+		if got := read(t, host, name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	for _, name := range []string{"del.txt", "gone", "evil"} {
+		if _, err := os.Lstat(filepath.Join(host, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still exists on the host (%v)", name, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(host, "sub/b.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("mode of sub/b.sh: %v %v", fi.Mode(), err)
+	}
+	if entries, _ := os.ReadDir(host); len(entries) == 0 {
+		t.Error("host directory emptied")
+	} else {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".outpost-sync-") {
+				t.Errorf("temporary file %s left behind", e.Name())
+			}
+		}
+	}
+}
+
+// TestWorkspaceSyncBetweenTurns copies back while the lease is held, then
+// again at release: each copy writes only what changed since the last.
+func TestWorkspaceSyncBetweenTurns(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	host := t.TempDir()
+	write(t, host, "f", "0\n")
+	l := lease(t, dockertest.Provider(t, dockertest.Busybox), sandbox.Options{Workdir: host})
+	sb := l.Sandbox().(*docker.Sandbox)
+	sh(t, l, "echo 1 > f")
+	if err := sb.SyncWorkspace(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, host, "f"); got != "1\n" {
+		t.Fatalf("after sync: %q", got)
+	}
+	// A host edit after the sync is kept: the sandbox did not touch f since.
+	write(t, host, "f", "host\n")
+	sh(t, l, "echo x > other")
+	if err := sb.SyncWorkspace(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, other := read(t, host, "f"), read(t, host, "other"); got != "host\n" || other != "x\n" {
+		t.Errorf("after second sync: f %q, other %q", got, other)
+	}
+}
+
+// TestWorkspaceBind checks bind mode: changes are live both ways, the
+// user is the directory's owner, and .outpost is hidden.
+func TestWorkspaceBind(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	host := workdir(t)
+	write(t, host, ".outpost/.env", "SECRET=s3cr3t\n")
+	write(t, host, "in.txt", "from host\n")
+	p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Workspace = docker.Bind })
+	l := lease(t, p, sandbox.Options{Workdir: host})
+	if got := sh(t, l, "cat in.txt; echo from sandbox > out.txt; ls -A .outpost | wc -l"); got != "from host\n0" {
+		t.Errorf("in the sandbox: %q", got)
+	}
+	if got := read(t, host, "out.txt"); got != "from sandbox\n" {
+		t.Errorf("on the host, live: %q", got)
+	}
+	if res := shStatus(t, l, "echo x > .outpost/.env"); res.Status.Success() {
+		t.Error("the sandbox wrote .outpost/.env")
+	}
+	if got := read(t, host, ".outpost/.env"); got != "SECRET=s3cr3t\n" {
+		t.Errorf(".outpost/.env = %q", got)
+	}
+	if os.Getuid() == 0 {
+		if got := sh(t, l, "id -u"); got != "1000" {
+			t.Errorf("user %q, want the directory's owner 1000", got)
+		}
+	}
+}
