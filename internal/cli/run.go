@@ -62,6 +62,7 @@ type runFlags struct {
 	timeout, inactivity                                 time.Duration
 	env, set, options                                   []string
 	json, raw, steerStdin, verbose                      bool
+	agentSet                                            bool // --agent was given
 }
 
 func (a *app) runCmd() *cobra.Command {
@@ -79,10 +80,13 @@ says how the turn ended (docs/errors.md).`,
   outpost run --json --resume c01abc "and now?"
   outpost run --agent echo --timeout 30s --env ECHO_API_KEY=... "#env ECHO_API_KEY"`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error { return a.run(c.Context(), f, args[0]) },
+		RunE: func(c *cobra.Command, args []string) error {
+			f.agentSet = c.Flags().Changed("agent")
+			return a.run(c.Context(), f, args[0])
+		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.agent, "agent", "echo", "agent preset ("+strings.Join(presets.Names(), ", ")+")")
+	fl.StringVar(&f.agent, "agent", "echo", "agent preset ("+strings.Join(presets.Names(), ", ")+"); with --resume or --fork, default the conversation's")
 	fl.StringVar(&f.sandbox, "sandbox", "local", "sandbox provider ("+strings.Join(sandbox.Providers(), ", ")+")")
 	fl.StringVar(&f.model, "model", "", "model to ask the agent for (default: the CLI's)")
 	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current one)")
@@ -126,8 +130,7 @@ func parsePairs(list []string, what string, fromEnv func(string) (string, bool))
 }
 
 func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
-	h, ok := presets.Lookup(f.agent)
-	if !ok {
+	if _, ok := presets.Lookup(f.agent); !ok {
 		return a.fail(f, nil, outpost.Errorf(outpost.Configuration, "agent", "unknown agent %q (known: %s)", f.agent, strings.Join(presets.Names(), ", ")))
 	}
 	if prompt == "-" {
@@ -175,9 +178,16 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		if *ref != "" {
 			if id, err := store.Resolve(ctx, *ref); err == nil {
 				*ref = id
+				// Continuing a conversation: its agent, unless --agent says.
+				if m, err := store.Meta(ctx, id); err == nil && !f.agentSet {
+					if _, ok := presets.Lookup(m.Agent); ok {
+						f.agent = m.Agent
+					}
+				}
 			}
 		}
 	}
+	h, _ := presets.Lookup(f.agent)
 	turn := sandbox.Turn{
 		Agent:      harness.Agent{Kind: "cli", Harness: h, Model: f.model},
 		Prompt:     prompt,
