@@ -7,13 +7,15 @@ import (
 	"sort"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/harness/codex"
 	"github.com/outposthq/outpost/harness/echo"
 )
 
 var builtins = map[string]func() *harness.Harness{
-	"codex": codex.Harness,
-	"echo":  echo.Harness,
+	"claude": claude.Harness,
+	"codex":  codex.Harness,
+	"echo":   echo.Harness,
 }
 
 // Lookup returns a fresh copy of the named preset.

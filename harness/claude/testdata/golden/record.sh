@@ -276,6 +276,46 @@ case_live_interrupt() {
   wait_for "$HERE/$case.stdout.jsonl" '"type":"result"' 2
   live_finish $case
 }
+case_partial() {
+  # --include-partial-messages: stream_event lines around each assistant line.
+  fresh_dirs partial; start_fake "$ROOT/partial"
+  run partial partial 1 "$KEY" "${P[@]}" --include-partial-messages "FAKE_THINK say hi"
+  stop_fake
+}
+case_partial_tool() {
+  fresh_dirs partial_tool; start_fake "$ROOT/partial_tool"
+  run partial_tool partial_tool 1 "$KEY" "${P[@]}" --include-partial-messages --permission-mode acceptEdits "FAKE_TOOL:echo hi"
+  stop_fake
+}
+case_model_flag() {
+  # --model=NAME (the form the preset uses) reaches the API verbatim.
+  fresh_dirs model_flag; start_fake "$ROOT/model_flag"
+  run model_flag model_flag 1 "$KEY" "${P[@]}" --model=claude-sonnet-4-5 -- "say hi"
+  stop_fake
+}
+case_live_uuid_tool() {
+  # Messages carrying a "uuid" get command_lifecycle lines (queued, started, completed|cancelled).
+  # msg two is sent while the Bash tool runs: it is started within turn 1 (injected).
+  local case=live_uuid_tool
+  live_start $case
+  echo '{"type":"user","message":{"role":"user","content":"msg one FAKE_TOOL:sleep 3; echo done"},"uuid":"00000000-0000-4000-8000-000000000001","session_id":"","parent_tool_use_id":null}' >&3
+  wait_for "$HERE/$case.stdout.jsonl" '"type":"tool_use"' 1
+  sleep 1
+  echo '{"type":"user","message":{"role":"user","content":"msg two during tool"},"uuid":"00000000-0000-4000-8000-000000000002","session_id":"","parent_tool_use_id":null}' >&3
+  wait_for "$HERE/$case.stdout.jsonl" '"state":"completed"' 2
+  live_finish $case
+}
+case_live_uuid_queued() {
+  # msg two is sent while a text reply streams: it is started as turn 2 (queued).
+  local case=live_uuid_queued
+  live_start $case -delay 300ms
+  echo '{"type":"user","message":{"role":"user","content":"msg one FAKE_SLOW"},"uuid":"00000000-0000-4000-8000-000000000001","session_id":"","parent_tool_use_id":null}' >&3
+  wait_for "$ROOT/$case/fake.log.jsonl" '"path":"/v1/messages"' 1
+  sleep 1
+  echo '{"type":"user","message":{"role":"user","content":"msg two while streaming FAKE_ECHO"},"uuid":"00000000-0000-4000-8000-000000000002","session_id":"","parent_tool_use_id":null}' >&3
+  wait_for "$HERE/$case.stdout.jsonl" '"state":"completed"' 2
+  live_finish $case
+}
 case_stall() {
   # The stream stalls after message_start; the CLI does not time out by itself: SIGTERM after 5 s.
   local case=stall
@@ -314,7 +354,8 @@ case_err_conn_refused() {
 }
 
 ALL=(text thinking tool tool_denied tool_bypass_root tool_bypass_sandbox resume resume_unknown
-     streamjson_noverbose live_midtool live_queued live_interrupt err_429 err_usage_limit err_usage_limit_oauth err_529 err_500
+     streamjson_noverbose live_midtool live_queued live_interrupt live_uuid_tool live_uuid_queued
+     partial partial_tool model_flag err_429 err_usage_limit err_usage_limit_oauth err_529 err_500
      err_401 err_stream_error err_conn_refused stall)
 cases=("$@")
 [[ ${#cases[@]} -gt 0 ]] || cases=("${ALL[@]}")

@@ -1,0 +1,5 @@
+//go:build !race
+
+package harnesstest
+
+const raceEnabled = false
