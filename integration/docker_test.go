@@ -281,7 +281,7 @@ func TestDockerSIGKILLLeavesNoOrphan(t *testing.T) {
 	home := t.TempDir()
 	for _, next := range [][]string{
 		{"run", "--sandbox", "docker", "after the kill"},
-		{"gc"},
+		{"gc", "--json"},
 	} {
 		t.Run(next[0], func(t *testing.T) {
 			cmd, sc := startOutpost(t, home, "run", "--sandbox", "docker", "--json", "#slow=100000")
@@ -297,8 +297,24 @@ func TestDockerSIGKILLLeavesNoOrphan(t *testing.T) {
 			if got := containersOf(t, pid); len(got) != 1 {
 				t.Fatalf("after SIGKILL the dead owner's containers are %v; the test needs the orphan", got)
 			}
-			if code, out, errOut := runOutpost(t, home, t.TempDir(), next...); code != 0 {
+			code, out, errOut := runOutpost(t, home, t.TempDir(), next...)
+			if code != 0 {
 				t.Fatalf("outpost %v: exit %d\n%s%s", next, code, out, errOut)
+			}
+			if next[0] == "gc" {
+				var rep docker.GCReport
+				if err := json.Unmarshal([]byte(out), &rep); err != nil {
+					t.Fatalf("gc --json: %v\n%s", err, out)
+				}
+				found := false
+				for _, c := range rep.Containers {
+					if c.Owner.PID == pid {
+						found = c.Removed && c.Liveness == docker.Dead
+					}
+				}
+				if !found {
+					t.Errorf("gc report does not show the dead owner's container removed: %s", out)
+				}
 			}
 			if got := containersOf(t, pid); len(got) != 0 {
 				t.Errorf("after `outpost %s` the dead owner (pid %d) still has containers %v", strings.Join(next, " "), pid, got)

@@ -99,6 +99,8 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.P
 		_, _ = p.Wait()
 		return nil, p.startErr
 	}
+	s.active.Add(1)
+	p.counted = true
 	return p, nil
 }
 
@@ -138,6 +140,7 @@ type process struct {
 
 	streamDone chan struct{} // closed when the attach stream has ended
 	exited     atomic.Bool   // Wait has seen the exit
+	counted    bool          // in s.active, set before Start returns
 
 	waitOnce sync.Once
 	status   harness.ExitStatus
@@ -301,6 +304,9 @@ func (p *process) Wait() (harness.ExitStatus, error) {
 	p.waitOnce.Do(func() {
 		p.status, p.waitErr = p.wait()
 		p.exited.Store(true)
+		if p.counted {
+			p.s.active.Add(-1)
+		}
 	})
 	return p.status, p.waitErr
 }

@@ -1,7 +1,7 @@
 package docker
 
 import (
-	"bytes"
+	"archive/tar"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -62,9 +62,11 @@ type Sandbox struct {
 	gid     int
 	env     sandbox.Environment
 	mode    WorkspaceMode
-	hostDir string // the caller's working directory (host side)
+	hostDir string          // the caller's working directory (host side)
+	shared  []sandbox.Mount // host directories bind-mounted read-only (mounts.go)
 
-	closing atomic.Bool // Close has begun: processes ending now were stopped by it
+	closing atomic.Bool  // Close has begun: processes ending now were stopped by it
+	active  atomic.Int64 // processes started and not yet seen to end
 
 	wsMu     sync.Mutex // serializes workspace copies back
 	manifest *manifest  // copy mode: the workspace as last copied
@@ -140,6 +142,7 @@ func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sand
 		return nil, err
 	}
 	s := &Sandbox{p: p, eng: eng, id: newID(), mode: p.opts.Workspace, hostDir: wd, user: p.opts.User}
+	s.shared = sharedMounts(eng, opts.Mounts)
 	if s.user == "" {
 		s.user = DefaultUser
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && s.mode == Bind && st.Uid != 0 {
@@ -219,6 +222,7 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	if !eng.copyBinary {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: eng.binary, Target: BinaryPath, ReadOnly: true})
 	}
+	mounts = append(mounts, s.bindMounts()...)
 	switch s.mode {
 	case Bind:
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: s.hostDir, Target: Workspace})
@@ -276,79 +280,113 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 }
 
 // prepare lays out /outpost, copies the workspace in (copy mode) and
-// starts the container.
+// starts the container. With a writable root filesystem one archive at /
+// does it all; a read-only one takes an archive per volume.
 func (s *Sandbox) prepare(ctx context.Context) error {
 	if err := s.resolveIDs(ctx); err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	tw := newTarWriter(&buf, s.uid, s.gid)
-	for _, d := range []string{"home", "home/.config", "home/.local", "home/.local/share", "home/.local/state", "home/.cache", "tmp", "run"} {
-		if err := tw.dir(d, 0o700); err != nil {
-			return err
+	var m *manifest
+	if s.p.opts.ReadOnly {
+		if err := s.put(ctx, StateDir, func(tw *tar.Writer) error { return s.writeState(tw, "") }); err != nil {
+			return fmt.Errorf("docker: preparing %s: %w", StateDir, err)
 		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	var state io.Reader = &buf
-	if s.eng.copyBinary {
-		bin, err := binaryTar(s.eng.binary)
+		if s.mode == Copy {
+			m = &manifest{entries: map[string]entry{}}
+			if err := s.put(ctx, Workspace, func(tw *tar.Writer) error { return s.writeWorkspace(ctx, tw, "/", "", m) }); err != nil {
+				return s.copyInErr(ctx, err)
+			}
+		}
+	} else {
+		err := s.put(ctx, "/", func(tw *tar.Writer) error {
+			if err := s.writeState(tw, StateDir[1:]+"/"); err != nil {
+				return err
+			}
+			if s.mode != Copy {
+				return nil
+			}
+			m = &manifest{entries: map[string]entry{}}
+			return s.writeWorkspace(ctx, tw, Workspace[1:]+"/", Workspace[1:]+"/", m)
+		})
 		if err != nil {
-			return err
+			return s.copyInErr(ctx, err)
 		}
-		defer bin.Close()
-		state = io.MultiReader(tarBody(buf.Bytes()), bin)
 	}
-	if err := s.eng.cli.CopyToContainer(ctx, s.cid, StateDir, state, container.CopyToContainerOptions{}); err != nil {
-		return fmt.Errorf("docker: preparing %s: %w", StateDir, err)
-	}
-	if s.mode == Copy {
-		m, err := s.copyWorkspaceIn(ctx)
-		if err != nil {
-			return err
-		}
-		s.manifest = m
-	}
+	s.manifest = m
 	if err := s.eng.cli.ContainerStart(ctx, s.cid, container.StartOptions{}); err != nil {
 		return fmt.Errorf("docker: starting the container: %w", err)
 	}
 	return nil
 }
 
-// tarBody strips the two zero blocks that end a tar stream, so that
-// another stream can follow.
-func tarBody(b []byte) io.Reader {
-	const end = 1024
-	if len(b) >= end {
-		b = b[:len(b)-end]
+func (s *Sandbox) copyInErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
-	return bytes.NewReader(b)
+	return fmt.Errorf("docker: preparing the sandbox (copying %s in): %w", s.hostDir, err)
 }
 
-// binaryTar streams a tar with bin/ and bin/outpost (mode 0555), the
-// static binary, for copying into /outpost.
-func binaryTar(binary string) (io.ReadCloser, error) {
-	f, err := os.Open(binary)
-	if err != nil {
-		return nil, fmt.Errorf("docker: outpost binary: %w", err)
+// put streams the archive fill writes into dst.
+func (s *Sandbox) put(ctx context.Context, dst string, fill func(*tar.Writer) error) error {
+	pr, pw := io.Pipe()
+	filled := make(chan error, 1)
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := fill(tw)
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+		filled <- err
+	}()
+	err := s.eng.cli.CopyToContainer(ctx, s.cid, dst, pr, container.CopyToContainerOptions{})
+	pr.CloseWithError(io.ErrClosedPipe)
+	ferr := <-filled
+	if ferr != nil && !errors.Is(ferr, io.ErrClosedPipe) {
+		return ferr
 	}
+	return err
+}
+
+// writeState writes the layout of /outpost under prefix ("" when the
+// archive goes to /outpost itself): the home, TMPDIR and the run
+// directory, the user's; in copy mode the binary, root's.
+func (s *Sandbox) writeState(tw *tar.Writer, prefix string) error {
+	now := time.Now()
+	if prefix != "" {
+		if err := tw.WriteHeader(&tar.Header{Name: prefix, Typeflag: tar.TypeDir, Mode: 0o755, ModTime: now, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"home", "home/.config", "home/.local", "home/.local/share", "home/.local/state", "home/.cache", "tmp", "run"} {
+		if err := tw.WriteHeader(&tar.Header{Name: prefix + d + "/", Typeflag: tar.TypeDir, Mode: 0o700, Uid: s.uid, Gid: s.gid, ModTime: now, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+	}
+	if !s.eng.copyBinary {
+		return nil
+	}
+	f, err := os.Open(s.eng.binary)
+	if err != nil {
+		return fmt.Errorf("docker: outpost binary: %w", err)
+	}
+	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
-		return nil, err
+		return err
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		defer f.Close()
-		tw := newTarWriter(pw, 0, 0) // root's: the sandbox's user cannot replace it
-		err := tw.dir("bin", 0o755)
-		if err == nil {
-			err = tw.file("bin/outpost", 0o555, fi.Size(), fi.ModTime(), f)
-		}
-		pw.CloseWithError(errors.Join(err, tw.Close()))
-	}()
-	return pr, nil
+	// Root's, so that the sandbox's user cannot replace it.
+	if err := tw.WriteHeader(&tar.Header{Name: prefix + "bin/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: now, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: prefix + "bin/outpost", Typeflag: tar.TypeReg, Mode: 0o555, Size: fi.Size(), ModTime: fi.ModTime(), Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
+	if err == nil && n != fi.Size() {
+		err = fmt.Errorf("%s changed while being copied", s.eng.binary)
+	}
+	return err
 }
 
 // Close releases the lease: in copy mode it stops the container's
@@ -372,7 +410,12 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	defer cancel()
 	var errs []error
 	if s.mode == Copy {
-		err := s.stop(cctx)
+		// Copy back from a still sandbox: stop it first, unless nothing it
+		// started still runs (every process's group ends with it).
+		var err error
+		if s.active.Load() > 0 {
+			err = s.stop(cctx)
+		}
 		if err == nil {
 			err = s.SyncWorkspace(cctx)
 		}

@@ -16,7 +16,6 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 
 	"github.com/outposthq/outpost/internal/tarsafe"
 )
@@ -49,50 +48,27 @@ func (e entry) same(o entry) bool {
 	return e.typ == o.typ && e.mode == o.mode && (e.typ != tar.TypeReg || (e.size == o.size && e.sum == o.sum)) && e.link == o.link
 }
 
-// copyWorkspaceIn copies the host directory into /workspace (as the
-// sandbox's user) and returns its manifest. PrivateDir is skipped, and so
-// are special files; symbolic links are copied as links.
-func (s *Sandbox) copyWorkspaceIn(ctx context.Context) (*manifest, error) {
-	m := &manifest{entries: map[string]entry{}}
-	root, err := os.OpenRoot(s.hostDir)
+// writeWorkspace writes the host directory into tw: the directory itself
+// as the entry rootName (the engine applies it to the target directory,
+// so that /workspace, a volume made root's, becomes the sandbox user's),
+// the rest under prefix, owned by the sandbox's user. PrivateDir is
+// skipped, and so are special files; symbolic links are copied as links.
+// m receives what was written.
+func (s *Sandbox) writeWorkspace(ctx context.Context, tw *tar.Writer, rootName, prefix string, m *manifest) error {
+	dir, uid, gid := s.hostDir, s.uid, s.gid
+	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer root.Close()
-	pr, pw := io.Pipe()
-	walked := make(chan error, 1)
-	go func() {
-		err := writeWorkspace(ctx, pw, s.hostDir, root, m, s.uid, s.gid)
-		pw.CloseWithError(err)
-		walked <- err
-	}()
-	err = s.eng.cli.CopyToContainer(ctx, s.cid, Workspace, pr, container.CopyToContainerOptions{})
-	pr.CloseWithError(io.ErrClosedPipe)
-	werr := <-walked
-	if werr != nil && !errors.Is(werr, io.ErrClosedPipe) {
-		return nil, fmt.Errorf("docker: copying %s into the sandbox: %w", s.hostDir, werr)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("docker: copying %s into the sandbox: %w", s.hostDir, err)
-	}
-	return m, nil
-}
-
-func writeWorkspace(ctx context.Context, w io.Writer, dir string, root *os.Root, m *manifest, uid, gid int) error {
-	tw := tar.NewWriter(w)
-	fi, err := os.Stat(dir)
+	fi, err := root.Stat(".")
 	if err != nil {
 		return err
 	}
-	// The entry "/" sets the owner and mode of /workspace itself (a volume,
-	// root-owned when created): the engine extracts it onto the target.
-	if err := tw.WriteHeader(&tar.Header{Name: "/", Typeflag: tar.TypeDir, Mode: int64(fi.Mode().Perm() | 0o700), Uid: uid, Gid: gid, ModTime: fi.ModTime(), Format: tar.FormatPAX}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: rootName, Typeflag: tar.TypeDir, Mode: int64(fi.Mode().Perm() | 0o700), Uid: uid, Gid: gid, ModTime: fi.ModTime(), Format: tar.FormatPAX}); err != nil {
 		return err
 	}
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -120,11 +96,11 @@ func writeWorkspace(ctx context.Context, w io.Writer, dir string, root *os.Root,
 			}
 			return err
 		}
-		h := &tar.Header{Name: rel, Mode: int64(info.Mode().Perm()), Uid: uid, Gid: gid, ModTime: info.ModTime(), Format: tar.FormatPAX}
+		h := &tar.Header{Name: prefix + rel, Mode: int64(info.Mode().Perm()), Uid: uid, Gid: gid, ModTime: info.ModTime(), Format: tar.FormatPAX}
 		e := entry{mode: info.Mode().Perm()}
 		switch {
 		case info.IsDir():
-			h.Typeflag, h.Name = tar.TypeDir, rel+"/"
+			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
 		case info.Mode()&fs.ModeSymlink != 0:
 			link, err := os.Readlink(p)
 			if err != nil {
@@ -161,10 +137,6 @@ func writeWorkspace(ctx context.Context, w io.Writer, dir string, root *os.Root,
 		m.entries[rel] = e
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }
 
 // SyncWorkspace copies the sandbox's changes to the workspace back to the
