@@ -285,6 +285,29 @@ func TestCodexText(t *testing.T) {
 	}
 }
 
+// TestCodexDotEnv: OPENAI_BASE_URL and OPENAI_API_KEY from the working
+// directory's .outpost/.env point Codex at the endpoint, as the process
+// environment does; the key is redacted all the same.
+func TestCodexDotEnv(t *testing.T) {
+	e := newCodexEnv(t, openai.Config{})
+	dir := filepath.Join(e.workdir, ".outpost")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env := "OPENAI_BASE_URL=" + e.fake.URL() + "\nOPENAI_API_KEY=" + codexKey + "\n"
+	if err := os.WriteFile(filepath.Join(dir, ".env"), []byte(env), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.environ = []string{"HOME=" + os.Getenv("HOME")}
+	tr := e.run(context.Background(), sandbox.Turn{Prompt: "Say hello"}, nil, nil)
+	if tr.err != nil {
+		t.Fatal(tr.err)
+	}
+	if reqs := e.fake.Requests(); len(reqs) != 1 || reqs[0].BearerToken() != codexKey || tr.res.Text != openai.DefaultText {
+		t.Errorf("%d requests, text %q", len(reqs), tr.res.Text)
+	}
+}
+
 // TestCodexUsageIsWhatTheFakeReported: the turn's usage is exactly what
 // the model API reported, also for a resumed turn, whose turn.completed
 // holds the thread's running total.
@@ -542,11 +565,14 @@ func TestCodexCancelExec(t *testing.T) {
 		go func() {
 			defer cancel()
 			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				var native, command bool
 				for _, p := range codexProcesses(e.base) {
-					if strings.Contains(p, `"sleep 60`) {
-						sleeping = true
-						return
-					}
+					native = native || strings.Contains(p, "x86_64-unknown-linux-musl/bin/codex exec")
+					command = command || strings.Contains(p, `"sleep 60`)
+				}
+				if native && command {
+					sleeping = true
+					return
 				}
 			}
 		}()
@@ -555,7 +581,7 @@ func TestCodexCancelExec(t *testing.T) {
 		t.Fatalf("error %v, want code cancelled", tr.err)
 	}
 	if !sleeping {
-		t.Fatal("the command never ran")
+		t.Fatal("the native codex and its command were never seen running")
 	}
 	checkNoCodexLeft(t, e.base)
 }
