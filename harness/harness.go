@@ -179,6 +179,13 @@ type Command struct {
 	// closed. With KeepStdin the pipe stays open for live input instead.
 	Stdin     []byte
 	KeepStdin bool
+	// Session is the native conversation id the command starts or
+	// continues, when the preset chooses it (Copilot's --session-id). The
+	// engine then knows the id before the CLI prints anything: it emits a
+	// session event when the process starts, every event carries the id,
+	// and a turn that ends before the CLI reports it is still captured.
+	// "" means the id arrives with the CLI's own session event.
+	Session string
 }
 
 // Runner runs a command inside the leased sandbox to completion and returns

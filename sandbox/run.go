@@ -499,6 +499,9 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	if in.Fork && h.Fork == nil {
 		st.native = "" // the fork's id arrives with its session event
 	}
+	if cmd.Session != "" {
+		st.native = cmd.Session // the preset chose it
+	}
 	runErr := st.run(ctx, cmd)
 	res.Session = st.native
 	res.Text = st.final
@@ -798,6 +801,9 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 		return e.stepErr(ctx, outpost.Sandbox, "start", err)
 	}
 	s.started = true
+	if cmd.Session != "" {
+		s.emit(harness.Event{Type: harness.EventSession, Session: cmd.Session})
+	}
 	defer p.Close()
 
 	// Standard input: fixed content, or the live protocol.

@@ -9,13 +9,15 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/harness/codex"
+	"github.com/outposthq/outpost/harness/copilot"
 	"github.com/outposthq/outpost/harness/echo"
 )
 
 var builtins = map[string]func() *harness.Harness{
-	"claude": claude.Harness,
-	"codex":  codex.Harness,
-	"echo":   echo.Harness,
+	"claude":  claude.Harness,
+	"codex":   codex.Harness,
+	"copilot": copilot.Harness,
+	"echo":    echo.Harness,
 }
 
 // Lookup returns a fresh copy of the named preset.

@@ -1,0 +1,390 @@
+package copilot
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/outposthq/outpost/harness"
+)
+
+// Decoder turns the CLI's --output-format json lines (one JSON object per
+// line, keyed by "type") into normalized events. It keeps the state a line
+// alone does not give: the last complete answer (the final event's text),
+// the messages whose deltas a retry voids, tool names by call id, the last
+// failed model call (folded into the retry notice that follows it), and
+// running usage totals. Use one Decoder per turn; it is not safe for
+// concurrent use. It never panics, whatever the input.
+//
+// Mapping (see docs/presets/copilot.md):
+//
+//	assistant.message_delta        message, delta (id: messageId)
+//	assistant.message              message (content, when not empty), then
+//	                               tool_call per toolRequests entry
+//	assistant.reasoning_delta      reasoning, delta (id: reasoningId)
+//	assistant.reasoning            reasoning
+//	tool.execution_start           tool_call, unless toolRequests named it
+//	tool.execution_complete        tool_result (error when success is false)
+//	assistant.usage                usage (running total of the turn)
+//	assistant.turn_retry           notice/retry (details: reason, attempt,
+//	                               status_code, discard: message ids whose
+//	                               deltas the retry voids)
+//	session.error                  failure/<errorType> (details: error_type,
+//	                               status_code, error_code, resets_at,
+//	                               discard)
+//	session.warning, session.info  notice/warning, notice/info
+//	abort                          notice/abort
+//	result                         finished (text: the last answer; stop
+//	                               end_turn, or error for a non-zero exitCode)
+//
+// Everything else (session setup, turn boundaries, model call telemetry,
+// background tasks, the echoed user message) gives no event.
+type Decoder struct {
+	last     string          // content of the last top-level assistant message
+	open     []string        // message ids with deltas and no complete message yet
+	openSet  map[string]bool //
+	tools    map[string]string
+	attempts map[string]int // retries per turn id
+	failure  obj            // data of the last model.call_failure
+	usage    *harness.Usage // running total of assistant.usage lines
+}
+
+// NewDecoder returns a decoder for one turn.
+func NewDecoder() *Decoder {
+	return &Decoder{openSet: map[string]bool{}, tools: map[string]string{}, attempts: map[string]int{}}
+}
+
+// maxTracked bounds the decoder's maps, whatever the input.
+const maxTracked = 4096
+
+// Decode decodes one line. A line it does not understand gives no events.
+func (d *Decoder) Decode(line []byte) []harness.Event {
+	o := parseObj(line)
+	if o == nil {
+		return nil
+	}
+	data := o.obj("data")
+	if data == nil {
+		data = obj{}
+	}
+	switch o.str("type") {
+	case "assistant.message_delta":
+		id, text := data.str("messageId"), data.str("deltaContent")
+		if text == "" {
+			return nil
+		}
+		if id != "" && !d.openSet[id] && len(d.openSet) < maxTracked {
+			d.openSet[id] = true
+			d.open = append(d.open, id)
+		}
+		return []harness.Event{{Type: harness.EventMessage, ID: id, Text: text, Delta: true}}
+	case "assistant.message":
+		return d.message(data)
+	case "assistant.reasoning_delta":
+		if text := data.str("deltaContent"); text != "" {
+			return []harness.Event{{Type: harness.EventReasoning, ID: data.str("reasoningId"), Text: text, Delta: true}}
+		}
+	case "assistant.reasoning":
+		if text := data.str("content"); text != "" {
+			return []harness.Event{{Type: harness.EventReasoning, ID: data.str("reasoningId"), Text: text}}
+		}
+	case "tool.execution_start":
+		id := data.str("toolCallId")
+		if id != "" {
+			if _, seen := d.tools[id]; seen {
+				return nil
+			}
+		}
+		name := data.str("toolName")
+		d.remember(id, name)
+		return []harness.Event{toolCall(id, name, data.raw("arguments"), data)}
+	case "tool.execution_complete":
+		return []harness.Event{d.toolResult(data)}
+	case "assistant.usage":
+		return d.addUsage(data)
+	case "model.call_failure":
+		d.failure = data
+	case "assistant.turn_retry":
+		return []harness.Event{d.retry(data)}
+	case "session.error":
+		ev := failure(data, o.str("timestamp"))
+		if len(d.open) > 0 {
+			// The failed attempt's deltas never complete.
+			ev.Details["discard"] = d.open
+			d.open, d.openSet = nil, map[string]bool{}
+		}
+		return []harness.Event{ev}
+	case "session.warning":
+		if msg := data.str("message"); msg != "" {
+			return []harness.Event{{Type: harness.EventNotice, Kind: "warning", Text: msg, Details: details("warning_type", data.str("warningType"), "url", data.str("url"))}}
+		}
+	case "session.info":
+		if msg := data.str("message"); msg != "" {
+			return []harness.Event{{Type: harness.EventNotice, Kind: "info", Text: msg, Details: details("info_type", data.str("infoType"))}}
+		}
+	case "abort":
+		reason := data.str("reason")
+		return []harness.Event{{Type: harness.EventNotice, Kind: "abort", Text: "the turn was aborted: " + reason, Details: details("reason", reason)}}
+	case "result":
+		return []harness.Event{d.finished(o)}
+	}
+	return nil
+}
+
+func (d *Decoder) message(data obj) []harness.Event {
+	id := data.str("messageId")
+	d.close(id)
+	var evs []harness.Event
+	content := data.str("content")
+	parent := data.str("parentToolCallId")
+	if content != "" {
+		ev := harness.Event{Type: harness.EventMessage, ID: id, Text: content}
+		if parent != "" {
+			// A sub-agent's message: not the turn's answer.
+			ev.Details = details("parent_tool_call_id", parent)
+		} else {
+			d.last = content
+		}
+		evs = append(evs, ev)
+	}
+	for _, r := range data.objs("toolRequests") {
+		tid, name := r.str("toolCallId"), r.str("name")
+		d.remember(tid, name)
+		evs = append(evs, toolCall(tid, name, r.raw("arguments"), data))
+	}
+	return evs
+}
+
+func toolCall(id, name string, args json.RawMessage, data obj) harness.Event {
+	ev := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: name, Input: harness.SafeJSON(args)}}
+	if p := data.str("parentToolCallId"); p != "" {
+		ev.Details = details("parent_tool_call_id", p)
+	}
+	return ev
+}
+
+func (d *Decoder) remember(id, name string) {
+	if id != "" && len(d.tools) < maxTracked {
+		d.tools[id] = name
+	}
+}
+
+func (d *Decoder) toolResult(data obj) harness.Event {
+	id := data.str("toolCallId")
+	ok, _ := data.boolean("success")
+	t := &harness.Tool{ID: id, Name: d.tools[id], Error: !ok}
+	if r := data.obj("result"); r != nil {
+		t.Output = r.str("content")
+	}
+	if e := data.obj("error"); e != nil && t.Output == "" {
+		t.Output = e.str("message")
+	}
+	ev := harness.Event{Type: harness.EventToolResult, Tool: t}
+	det := map[string]any{}
+	if sh := data.obj("shellExecution"); sh != nil {
+		if code, ok := sh.num("exitCode"); ok {
+			det["exit_code"] = code
+		}
+	}
+	if e := data.obj("error"); e != nil && e.str("code") != "" {
+		det["error_code"] = e.str("code")
+	}
+	if p := data.str("parentToolCallId"); p != "" {
+		det["parent_tool_call_id"] = p
+	}
+	if len(det) > 0 {
+		ev.Details = det
+	}
+	return ev
+}
+
+// close forgets an open message: it is complete now.
+func (d *Decoder) close(id string) {
+	if !d.openSet[id] {
+		return
+	}
+	delete(d.openSet, id)
+	for i, o := range d.open {
+		if o == id {
+			d.open = append(d.open[:i], d.open[i+1:]...)
+			break
+		}
+	}
+}
+
+// retry is the notice of assistant.turn_retry. The deltas of messages that
+// never completed belong to the failed attempt and must be discarded: they
+// are listed in details.discard and forgotten. The notice's text names the
+// HTTP status of the failed call, never its error message (kept in
+// details.error), so it cannot be taken for the terminal failure.
+func (d *Decoder) retry(data obj) harness.Event {
+	turn, reason := data.str("turnId"), data.str("reason")
+	if len(d.attempts) < maxTracked || d.attempts[turn] > 0 {
+		d.attempts[turn]++
+	}
+	attempt := d.attempts[turn]
+	det := map[string]any{"attempt": attempt}
+	if reason != "" {
+		det["reason"] = reason
+	}
+	text := fmt.Sprintf("the model call failed; retrying (attempt %d", attempt)
+	if reason != "" {
+		text += ", " + reason
+	}
+	if f := d.failure; f != nil {
+		if code, ok := f.num("statusCode"); ok {
+			det["status_code"] = code
+			text += fmt.Sprintf(", HTTP %d", code)
+		}
+		if k := f.str("failureKind"); k != "" {
+			det["failure_kind"] = k
+		}
+		if m := providerMessage(f.str("errorMessage")); m != "" {
+			det["error"] = m
+		}
+		d.failure = nil
+	}
+	text += ")"
+	if len(d.open) > 0 {
+		det["discard"] = d.open
+		d.open = nil
+		d.openSet = map[string]bool{}
+	}
+	return harness.Event{Type: harness.EventNotice, Kind: "retry", Text: text, Details: det}
+}
+
+// providerMessage extracts error.message (or message) from a provider's
+// raw JSON error, else returns the text itself, at most 1 KiB.
+func providerMessage(s string) string {
+	if o := parseObj([]byte(s)); o != nil {
+		if m := o.obj("error").str("message"); m != "" {
+			s = m
+		} else if m := o.str("message"); m != "" {
+			s = m
+		}
+	}
+	s = strings.TrimSpace(s)
+	if len(s) > 1024 {
+		s = strings.ToValidUTF8(s[:1024], "") + "…"
+	}
+	return s
+}
+
+// failureMarker is the line failure texts end with: it carries the CLI's
+// error type into the text, where Quota and Unavailable read it.
+const failureMarker = "(copilot error type: "
+
+var typeRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// failure is the event of session.error: its text is the CLI's message
+// followed by a line "(copilot error type: T[, HTTP N][, code C])".
+func failure(data obj, timestamp string) harness.Event {
+	msg := strings.TrimSpace(data.str("message"))
+	if msg == "" {
+		msg = "the agent reported an error"
+	}
+	typ := data.str("errorType")
+	if !typeRE.MatchString(typ) {
+		typ = "unknown"
+	}
+	det := map[string]any{"error_type": typ}
+	marker := failureMarker + typ
+	if code, ok := data.num("statusCode"); ok {
+		det["status_code"] = code
+		marker += fmt.Sprintf(", HTTP %d", code)
+	}
+	if c := data.str("errorCode"); c != "" {
+		det["error_code"] = c
+		if typeRE.MatchString(c) {
+			marker += ", code " + c
+		}
+	}
+	for k, f := range map[string]string{"provider_error_type": "providerErrorType", "remediation": "remediation", "url": "url"} {
+		if v := data.str(f); v != "" {
+			det[k] = v
+		}
+	}
+	if v, ok := data.boolean("eligibleForAutoSwitch"); ok {
+		det["eligible_for_auto_switch"] = v
+	}
+	if typ == "rate_limit" || typ == "quota" {
+		at, err := time.Parse(time.RFC3339Nano, timestamp)
+		if err != nil {
+			at = time.Now()
+		}
+		if r := resetsAt(msg, at); r != "" {
+			det["resets_at"] = r
+		}
+	}
+	return harness.Event{Type: harness.EventFailure, Kind: typ, Text: msg + "\n" + marker + ")", Details: det}
+}
+
+func (d *Decoder) addUsage(data obj) []harness.Event {
+	u, ok := recordUsage(data)
+	if !ok {
+		return nil
+	}
+	if d.usage == nil {
+		d.usage = &u
+	} else {
+		*d.usage = d.usage.Add(u)
+	}
+	total := *d.usage
+	return []harness.Event{{Type: harness.EventUsage, Usage: &total}}
+}
+
+func (d *Decoder) finished(o obj) harness.Event {
+	ev := harness.Event{Type: harness.EventFinished, Text: d.last, Stop: "end_turn"}
+	det := map[string]any{}
+	if code, ok := o.num("exitCode"); ok {
+		det["exit_code"] = code
+		if code != 0 {
+			ev.Stop = "error"
+		}
+	}
+	if s := o.str("sessionId"); s != "" {
+		det["session_id"] = s
+	}
+	if u := o.obj("usage"); u != nil {
+		if n, ok := u.num("premiumRequests"); ok {
+			det["premium_requests"] = n
+		}
+		if n, ok := u.num("totalApiDurationMs"); ok {
+			det["api_duration_ms"] = n
+		}
+		if c := u.obj("codeChanges"); c != nil {
+			if n, ok := c.num("linesAdded"); ok {
+				det["lines_added"] = n
+			}
+			if n, ok := c.num("linesRemoved"); ok {
+				det["lines_removed"] = n
+			}
+		}
+	}
+	if d.usage != nil {
+		u := *d.usage
+		ev.Usage = &u
+	}
+	if len(det) > 0 {
+		ev.Details = det
+	}
+	return ev
+}
+
+// details builds a details map from key/value pairs, leaving out empty
+// values; nil when all are empty.
+func details(kv ...string) map[string]any {
+	var m map[string]any
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == "" {
+			continue
+		}
+		if m == nil {
+			m = map[string]any{}
+		}
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
