@@ -432,6 +432,80 @@ func equalTypes(a, b []harness.EventType) bool {
 	return true
 }
 
+func TestClaudeLargePrompt(t *testing.T) { eachProvider(t, testClaudeLargePrompt) }
+
+// A prompt over claude.MaxArgPrompt goes through the CLI's standard input
+// (one argument may not exceed 128 KiB on Linux).
+func testClaudeLargePrompt(t *testing.T, kind string) {
+	e := newClaudeEnv(t, kind, anthropic.Options{})
+	prompt := "FAKE_ECHO " + strings.Repeat("large prompt ", (claude.MaxArgPrompt+50_000)/13)
+	o := e.run(sandbox.Turn{Prompt: prompt}, turnOpts{})
+	e.mustSucceed(o)
+	reqs := e.messages()
+	if len(reqs) != 1 || reqs[0].LastUserText != prompt {
+		t.Fatalf("the model did not receive the %d-byte prompt", len(prompt))
+	}
+	if !strings.HasPrefix(o.res.Text, "ECHO nmsg=2 last_user=FAKE_ECHO large prompt") {
+		t.Errorf("text %.80q", o.res.Text)
+	}
+}
+
+func TestClaudeHostCredentialsFile(t *testing.T) {
+	eachProvider(t, testClaudeHostCredentialsFile)
+}
+
+// Without credential variables, the host's ~/.claude/.credentials.json is
+// copied into sandboxes that take host files (docker); the local provider
+// never receives it, so there the CLI is not logged in.
+func testClaudeHostCredentialsFile(t *testing.T, kind string) {
+	e := newClaudeEnv(t, kind, anthropic.Options{})
+	delete(e.vars, "ANTHROPIC_API_KEY")
+	e.key = "sk-ant-oat01-fake-" + randomHex(t, 16)
+	creds, err := json.Marshal(map[string]any{"claudeAiOauth": map[string]any{
+		"accessToken": e.key, "refreshToken": "sk-ant-ort01-fake-" + randomHex(t, 16),
+		"expiresAt": time.Now().Add(24 * time.Hour).UnixMilli(), "scopes": []string{"user:inference", "user:profile"},
+		"subscriptionType": "max",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(e.vars["HOME"], ".claude"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.vars["HOME"], ".claude", ".credentials.json"), creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := e.run(sandbox.Turn{Prompt: "say hi"}, turnOpts{})
+	reqs := e.messages()
+	if kind == "local" {
+		if outpost.CodeOf(o.err) != outpost.Process || len(reqs) != 0 || !strings.Contains(o.err.Error(), "Not logged in") {
+			t.Errorf("local: error %v with %d requests; want the CLI not logged in", o.err, len(reqs))
+		}
+		return
+	}
+	e.mustSucceed(o)
+	if len(reqs) != 1 || reqs[0].Authorization != "Bearer "+e.key || reqs[0].APIKey != "" {
+		t.Errorf("requests %+v", reqs)
+	}
+}
+
+func TestClaudeSettings(t *testing.T) { eachProvider(t, testClaudeSettings) }
+
+// OUTPOST_CLAUDE_SETTINGS is merged into the sandbox's
+// ~/.claude/settings.json, which the CLI reads in print mode.
+func testClaudeSettings(t *testing.T, kind string) {
+	e := newClaudeEnv(t, kind, anthropic.Options{})
+	e.vars["OUTPOST_CLAUDE_SETTINGS"] = `{"model": "claude-sonnet-4-5"}`
+	o := e.run(sandbox.Turn{Prompt: "say hi"}, turnOpts{})
+	e.mustSucceed(o)
+	if reqs := e.messages(); len(reqs) != 1 || reqs[0].Model != "claude-sonnet-4-5" {
+		t.Errorf("requests %+v: the settings' model was not used", reqs)
+	}
+	if s := o.ofType(harness.EventSession); len(s) != 1 || s[0].Details["model"] != "claude-sonnet-4-5" {
+		t.Errorf("session %+v", s)
+	}
+}
+
 func TestClaudeToolTurn(t *testing.T) { eachProvider(t, testClaudeToolTurn) }
 
 func testClaudeToolTurn(t *testing.T, kind string) {

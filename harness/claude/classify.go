@@ -41,6 +41,11 @@ var (
 	unavailableRE = regexp.MustCompile(`api error: 5\d\d\b|\be(connrefused|connreset|timedout|notfound|ai_again|hostunreach|netunreach|pipe)\b`)
 )
 
+// retryRE recognizes a retry notice: outpost's own (from system/api_retry
+// lines: "…; retrying in 1.2s, attempt 1 of 2"), the raw api_retry line,
+// and the CLI's interactive "Retrying in 5 seconds… (attempt 2/10)".
+var retryRE = regexp.MustCompile(`retrying|api_retry|\bretry(ing)? in \d|\battempt \d+ ?(of|/) ?\d+`)
+
 // classifiable returns the part of text the classifiers read, in lower
 // case, and false for a retry notice, which is progress, never terminal.
 func classifiable(text string) (string, bool) {
@@ -48,7 +53,7 @@ func classifiable(text string) (string, bool) {
 		text = text[:MaxClassifiedText]
 	}
 	t := strings.ToLower(text)
-	return t, !strings.Contains(t, "retry")
+	return t, !retryRE.MatchString(t)
 }
 
 func containsAny(s string, fragments []string) bool {

@@ -40,6 +40,8 @@ func TestQuotaAndUnavailable(t *testing.T) {
 		{"API request failed (529 overloaded); retrying in 602ms, attempt 1 of 1", false, false},
 		{"Rate limit reached. Retrying in 5 seconds… (attempt 2/10)", false, false},
 		{`{"type":"system","subtype":"api_retry","attempt":1,"max_retries":1,"retry_delay_ms":602,"error_status":529,"error":"overloaded"}`, false, false},
+		{"API Error: Request rejected (429) · rate limit exceeded, please retry later", true, false},
+		{"API Error: 503 Service Unavailable; do not retry before 30s", false, true},
 		{"Hello from the fake model.", false, false},
 		{"", false, false},
 	}
