@@ -16,7 +16,8 @@
 //     executable.
 //
 // Otherwise it returns an error wrapping ErrNotFound that says how to
-// build one.
+// build one. LocateOrBuild goes one step further for development builds:
+// it builds the static binary from the checkout they came from.
 package selfbin
 
 import (

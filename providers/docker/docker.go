@@ -118,8 +118,9 @@ type Options struct {
 	// default Copy.
 	Workspace WorkspaceMode
 	// Binary is a static outpost binary for Linux on the engine's
-	// architecture. Default: selfbin.Locate ($OUTPOST_STATIC_BINARY, the
-	// running executable when static, or outpost-static beside it).
+	// architecture. Default: selfbin.LocateOrBuild ($OUTPOST_STATIC_BINARY,
+	// the running executable when static, outpost-static beside it, or —
+	// for a development build — one built from its checkout and cached).
 	Binary string
 	// BinaryMode is how Binary reaches the container; default BinaryAuto.
 	BinaryMode BinaryMode
@@ -371,7 +372,7 @@ func (p *Provider) connect(ctx context.Context) (*engine, error) {
 			return nil, fmt.Errorf("docker: binary %s: %w (it must be a static outpost binary for linux/%s: %s)", p.opts.Binary, err, e.arch, selfbin.Hint)
 		}
 		e.binary = p.opts.Binary
-	} else if e.binary, err = selfbin.Locate(e.arch); err != nil {
+	} else if e.binary, err = selfbin.LocateOrBuild(ctx, e.arch); err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("docker: %w", err)
 	}

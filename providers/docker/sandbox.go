@@ -154,6 +154,12 @@ func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sand
 	created, err := eng.cli.ContainerCreate(ctx, cfg, hc, nil, nil, s.id)
 	if err != nil {
 		if ctx.Err() != nil {
+			// The engine may have made it before the request was dropped.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+			defer cancel()
+			if rerr := eng.cli.ContainerRemove(rctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
+				return nil, errors.Join(ctx.Err(), fmt.Errorf("docker: removing %s after a cancelled create: %w", s.id, rerr))
+			}
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("docker: creating the container (image %s): %w", img.ref, err)

@@ -1,0 +1,161 @@
+package selfbin
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+)
+
+// Module is outpost's module path.
+const Module = "github.com/outposthq/outpost"
+
+// CacheVariable overrides where built binaries are kept (default
+// $OUTPOST_CACHE/bin, else ~/.cache/outpost/bin).
+const CacheVariable = "OUTPOST_CACHE"
+
+var buildMu sync.Mutex
+
+// LocateOrBuild is Locate, and for a development build of outpost (go run
+// or go build from a checkout, linked against the C library) it then
+// builds the static binary itself: when the checkout this binary was
+// compiled from is still there and a Go toolchain is at hand, it runs
+// `CGO_ENABLED=0 GOOS=linux GOARCH=<arch> go build ./cmd/outpost` there,
+// once per distinct running binary, into the cache (the first time takes
+// as long as a build). Release builds are static and never get here.
+func LocateOrBuild(ctx context.Context, arch string) (string, error) {
+	p, err := Locate(arch)
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return p, err
+	}
+	if arch == "" {
+		arch = runtime.GOARCH
+	}
+	src, ok := checkout()
+	if !ok {
+		return "", err
+	}
+	built, berr := build(ctx, src, arch)
+	if berr != nil {
+		return "", fmt.Errorf("%w; building one from %s failed: %w", err, src, berr)
+	}
+	return built, nil
+}
+
+// checkout returns the module root this binary was built from, when it is
+// a development build whose sources are still on disk.
+func checkout() (string, bool) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Path != Module || (bi.Main.Version != "" && bi.Main.Version != "(devel)") {
+		return "", false
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if !ok || !filepath.IsAbs(file) {
+		return "", false // built with -trimpath
+	}
+	root := filepath.Dir(filepath.Dir(filepath.Dir(file))) // internal/selfbin/build.go
+	f, err := os.Open(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "module ") {
+			return root, strings.TrimSpace(strings.TrimPrefix(line, "module ")) == Module
+		}
+	}
+	return "", false
+}
+
+// build compiles the static binary for arch from src, cached by the
+// running executable's digest.
+func build(ctx context.Context, src, arch string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	sum, err := digest(self)
+	if err != nil {
+		return "", err
+	}
+	dir, err := cacheDir()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "outpost-static-"+arch+"-"+sum)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if Check(out, arch) == nil {
+		return out, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, serr := os.Stat(goTool); serr != nil {
+			return "", fmt.Errorf("no Go toolchain on PATH: %w", err)
+		}
+	}
+	tmp := out + ".building-" + fmt.Sprint(os.Getpid())
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", tmp, "./cmd/outpost")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("go build: %w: %s", err, strings.TrimSpace(string(b)))
+	}
+	if err := Check(tmp, arch); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	// Older builds of other binaries are of no use any more.
+	if old, _ := filepath.Glob(filepath.Join(dir, "outpost-static-"+arch+"-*")); len(old) > 0 {
+		for _, o := range old {
+			if o != out && !strings.Contains(o, ".building-") {
+				os.Remove(o)
+			}
+		}
+	}
+	return out, nil
+}
+
+func digest(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+func cacheDir() (string, error) {
+	if c := os.Getenv(CacheVariable); c != "" {
+		return filepath.Join(c, "bin"), nil
+	}
+	c, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(c, "outpost", "bin"), nil
+}
