@@ -1,16 +1,3 @@
-// Package bootstrap installs an agent's pinned CLI into a sandbox that
-// lacks it, before the turn runs.
-//
-// Every built-in agent has a bootstrap name (Known). The echo agent's
-// install is outpost's own binary: on a sandbox that shares the host's
-// filesystem it is the running executable itself; isolated sandboxes get
-// a copy. The pinned npm and archive installs of the other agents, verified
-// by SHA-512 and cached on the host, arrive with their own issue; until
-// then their CLI must already be on the sandbox's PATH.
-//
-// bootstrap does not import sandbox: it declares what it needs of one
-// (Target), which *sandbox.Lease satisfies through a small adapter in the
-// turn engine.
 package bootstrap
 
 import (
@@ -18,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"sort"
+	"sync"
+	"time"
 )
 
 // ErrUnknown is returned for a bootstrap name no installer knows.
@@ -31,57 +22,247 @@ var ErrMissing = errors.New("bootstrap: executable not found in the sandbox")
 
 var known = map[string]bool{"echo": true, "claude": true, "codex": true, "copilot": true, "antigravity": true}
 
-// Known reports whether name is a bootstrap name outpost can install.
-func Known(name string) bool { return known[name] }
+// Known reports whether name is a bootstrap name outpost can install: a
+// built-in one, or one the file named by $OUTPOST_PINS adds.
+func Known(name string) bool {
+	if known[name] {
+		return true
+	}
+	if os.Getenv(PinsVariable) == "" {
+		return false
+	}
+	p, err := DefaultPins()
+	if err != nil {
+		return false
+	}
+	_, ok := p.Lookup(name)
+	return ok
+}
 
 // Names lists the known bootstrap names.
 func Names() []string {
-	out := make([]string, 0, len(known))
+	set := map[string]bool{}
 	for n := range known {
+		set[n] = true
+	}
+	if os.Getenv(PinsVariable) != "" {
+		if p, err := DefaultPins(); err == nil {
+			for n := range p.Agents {
+				set[n] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
 		out = append(out, n)
 	}
 	sort.Strings(out)
 	return out
 }
 
-// Target is what an installer needs of a sandbox.
+// Target is what an installer needs of a sandbox. *sandbox.Lease
+// satisfies it, and the optional interfaces the installer looks for: a
+// Home() string (where isolated sandboxes get their copy), CopyOut (to
+// read the sandbox's platform from its dynamic loaders without running
+// anything) and Platformer.
 type Target interface {
 	// Isolated reports whether the sandbox has its own filesystem.
 	Isolated() bool
-	// LookPath finds an executable on the sandbox's PATH.
+	// LookPath finds an executable on the sandbox's PATH, or checks an
+	// absolute path.
 	LookPath(ctx context.Context, name string) (string, error)
 	// CopyIn extracts a tar stream into dir inside the sandbox.
 	CopyIn(ctx context.Context, dir string, tar io.Reader) error
 }
 
-// Installer installs pinned CLIs. The zero value is ready to use.
+// Installer installs pinned CLIs. The zero value is ready to use: the
+// default pins, cache and registry. It is safe for concurrent use; share
+// one between turns.
 type Installer struct {
 	// Self is the outpost binary used as the echo agent; default
 	// os.Executable().
 	Self string
 	// SelfStatic, when set, is a statically linked outpost binary copied
-	// into isolated sandboxes that lack one (defaults to Self).
+	// into isolated sandboxes that lack one. Default: Self when it is
+	// static, else what selfbin.Locate finds.
 	SelfStatic string
+
+	// Pins are what gets installed; nil means DefaultPins() (the embedded
+	// pin file with $OUTPOST_PINS over it).
+	Pins *Pins
+	// CacheDir is the host-side cache; "" means DefaultCacheDir()
+	// ($OUTPOST_CACHE/bootstrap or ~/.cache/outpost/bootstrap).
+	CacheDir string
+	// Registry replaces the pins' npm registry in their URLs; "" means
+	// $OUTPOST_NPM_REGISTRY, or the pins' own.
+	Registry string
+	// Client downloads; nil means a client with connect and response
+	// header timeouts (a download itself may take as long as it needs
+	// while bytes keep arriving).
+	Client *http.Client
+	// Attempts is how many times a download is tried when it fails for a
+	// reason that may pass (network, server error, truncated body); 0
+	// means 3. A digest mismatch is never retried.
+	Attempts int
+	// Idle fails a download attempt that receives nothing for this long;
+	// 0 means one minute.
+	Idle time.Duration
+
+	once    sync.Once
+	pins    *Pins
+	pinsErr error
+}
+
+// Source says where an installed CLI came from.
+type Source string
+
+const (
+	// SourcePath: the executable was already on the sandbox's PATH.
+	SourcePath Source = "path"
+	// SourceSelf: outpost's own binary (the echo agent).
+	SourceSelf Source = "self"
+	// SourceSandbox: the pinned CLI was already installed in the sandbox
+	// (an earlier turn of the same lease).
+	SourceSandbox Source = "sandbox"
+	// SourceCache: installed from the host cache, nothing downloaded.
+	SourceCache Source = "cache"
+	// SourceDownload: downloaded (and verified) for this install.
+	SourceDownload Source = "download"
+)
+
+// EnsureOptions are per-call settings of Ensure and Install; nil means
+// defaults.
+type EnsureOptions struct {
+	// Progress receives progress reports, from one goroutine at a time:
+	// every phase change and, within a phase, byte counts at most once per
+	// ProgressInterval (default DefaultProgressInterval).
+	Progress         func(Progress)
+	ProgressInterval time.Duration
+	// Pinned installs the pin even when the executable is on the
+	// sandbox's PATH (`outpost bootstrap`).
+	Pinned bool
+}
+
+// Installed describes an install.
+type Installed struct {
+	Agent   string `json:"agent"`
+	Version string `json:"version"`
+	// Path is the executable to run, as the sandbox sees it.
+	Path   string `json:"path"`
+	Source Source `json:"source"`
+	// Platform is the pin's platform key that was installed
+	// ("linux-x64"), Artifact its package or file, Digest its SHA-512
+	// (SRI form).
+	Platform string `json:"platform,omitempty"`
+	Artifact string `json:"artifact,omitempty"`
+	Digest   string `json:"digest,omitempty"`
+	// Downloaded counts the bytes downloaded for this install (0 from
+	// the cache).
+	Downloaded int64 `json:"downloaded"`
+	// Cached is the unpacked artifact in the host cache.
+	Cached string `json:"cached,omitempty"`
+	// Mounted: the isolated sandbox runs the CLI from the host cache
+	// through a read-only mount; nothing was copied into it.
+	Mounted bool `json:"mounted,omitempty"`
 }
 
 // Ensure makes sure executable (a command name or path) can run in t for
-// the agent with bootstrap name, and returns the path to run.
-func (i *Installer) Ensure(ctx context.Context, t Target, name, executable string) (string, error) {
-	if name != "" && !Known(name) {
+// the agent with bootstrap name, and returns the path to run: the
+// executable found on the sandbox's PATH, or else the pinned CLI,
+// installed by Install. An empty name installs nothing. Errors: ErrUnknown
+// for a name without a pin; ErrMissing when nothing can be installed;
+// Install's (a digest mismatch or truncated download is an
+// *outpost.Error of code bootstrap with details expected and actual);
+// ctx's error when it ends.
+func (i *Installer) Ensure(ctx context.Context, t Target, name, executable string, opts *EnsureOptions) (string, error) {
+	if opts == nil {
+		opts = &EnsureOptions{}
+	}
+	if name != "" && !Known(name) && !i.pinned(name) {
 		return "", fmt.Errorf("%w %q (known: %v)", ErrUnknown, name, Names())
 	}
 	if name == "echo" && !t.Isolated() {
-		if i.Self != "" {
-			return i.Self, nil
+		return i.self()
+	}
+	if !opts.Pinned {
+		p, err := t.LookPath(ctx, executable)
+		if err == nil {
+			return p, nil
 		}
-		return os.Executable()
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
 	}
-	p, err := t.LookPath(ctx, executable)
-	if err == nil {
-		return p, nil
+	switch name {
+	case "":
+		return "", fmt.Errorf("%w: %s (install it in the sandbox or image; its preset names no pinned CLI)", ErrMissing, executable)
+	case "echo":
+		return i.installSelf(ctx, t, executable)
 	}
-	if ctx.Err() != nil {
-		return "", ctx.Err()
+	res, err := i.Install(ctx, t, name, opts)
+	if err != nil {
+		return "", err
 	}
-	return "", fmt.Errorf("%w: %s (install it in the sandbox or image; pinned installs of %q are not available yet)", ErrMissing, executable, name)
+	return res.Path, nil
 }
+
+// pinned reports whether the installer's own pins have name.
+func (i *Installer) pinned(name string) bool {
+	p, err := i.loadPins()
+	if err != nil {
+		return false
+	}
+	_, ok := p.Lookup(name)
+	return ok
+}
+
+func (i *Installer) self() (string, error) {
+	if i.Self != "" {
+		return i.Self, nil
+	}
+	return os.Executable()
+}
+
+func (i *Installer) loadPins() (*Pins, error) {
+	i.once.Do(func() {
+		if i.Pins != nil {
+			i.pins = i.Pins
+			return
+		}
+		i.pins, i.pinsErr = DefaultPins()
+	})
+	return i.pins, i.pinsErr
+}
+
+func (i *Installer) cache() (*cache, error) {
+	dir := i.CacheDir
+	if dir == "" {
+		var err error
+		if dir, err = DefaultCacheDir(); err != nil {
+			return nil, err
+		}
+	}
+	c := &cache{dir: dir, client: i.Client, attempts: i.Attempts, idle: i.Idle, backoff: 500 * time.Millisecond}
+	if c.client == nil {
+		c.client = defaultClient
+	}
+	if c.attempts <= 0 {
+		c.attempts = 3
+	}
+	if c.idle <= 0 {
+		c.idle = time.Minute
+	}
+	return c, nil
+}
+
+// defaultClient bounds connecting and waiting for headers, not the
+// download, which the idle watchdog bounds instead.
+var defaultClient = &http.Client{Transport: &http.Transport{
+	Proxy:                 http.ProxyFromEnvironment,
+	DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	ForceAttemptHTTP2:     true,
+	TLSHandshakeTimeout:   30 * time.Second,
+	ResponseHeaderTimeout: time.Minute,
+	IdleConnTimeout:       90 * time.Second,
+	MaxIdleConns:          8,
+}}

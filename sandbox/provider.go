@@ -31,6 +31,11 @@ type Options struct {
 	Workdir string
 	// Labels are attached to the sandbox where the provider can (cleanup).
 	Labels map[string]string
+	// Mounts are host directories an isolated sandbox should see,
+	// read-only, without copying (the bootstrap cache), where the
+	// provider can: a provider that honors one reports it through
+	// HostPather; one that cannot ignores it.
+	Mounts []Mount
 }
 
 // Sandbox is one allocated sandbox: a private home, a working directory and

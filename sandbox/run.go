@@ -142,6 +142,7 @@ type engine struct {
 	parentFs []conversation.File
 	convID   string
 
+	inst     *bootstrap.Installer            // step 5's installer (sandbox/bootstrap.go)
 	ownLease bool                            // the lease is this turn's alone
 	put      func(ctx context.Context) error // deferred store write of step 10
 	stored   string                          // conversation id once stored
@@ -166,7 +167,7 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 	owned := lease == nil
 	if owned {
 		var err error
-		lease, err = Acquire(ctx, e.o.Provider, Options{Workdir: e.t.Workdir})
+		lease, err = Acquire(ctx, e.o.Provider, Options{Workdir: e.t.Workdir, Mounts: e.bootstrapMounts()})
 		if err != nil {
 			return nil, e.agentErr(err)
 		}
@@ -483,11 +484,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	} else if cmd, err = e.request(in); err != nil {
 		return nil, err
 	}
-	inst := e.o.Installer
-	if inst == nil {
-		inst = &bootstrap.Installer{}
-	}
-	path, err := inst.Ensure(ctx, lease, h.Bootstrap, cmd.Path)
+	path, err := e.installer().Ensure(ctx, lease, h.Bootstrap, cmd.Path, &bootstrap.EnsureOptions{Progress: e.bootstrapProgress})
 	if err != nil {
 		return nil, e.stepErr(ctx, outpost.Bootstrap, "bootstrap", err)
 	}

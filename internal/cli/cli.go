@@ -88,7 +88,7 @@ func (a *app) root() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(a.runCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.versionCmd(), echoAgentCmd(), a.gcCmd())
+	root.AddCommand(a.runCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.versionCmd(), echoAgentCmd(), a.gcCmd(), a.bootstrapCmd())
 	return root
 }
 

@@ -24,10 +24,11 @@ type humanWriter struct {
 	out, err io.Writer
 	streamed map[string]bool // message ids shown through deltas
 	midLine  bool
+	bar      *progressBar // bootstrap progress (internal/cli/bootstrap.go)
 }
 
 func newHumanWriter(out, err io.Writer) *humanWriter {
-	return &humanWriter{out: out, err: err, streamed: map[string]bool{}}
+	return &humanWriter{out: out, err: err, streamed: map[string]bool{}, bar: newProgressBar(err, true)}
 }
 
 func (h *humanWriter) endLine() {
@@ -78,6 +79,9 @@ func (h *humanWriter) event(ev harness.Event) {
 		fmt.Fprintf(h.err, "%s %s\n", mark, clip(out, 200))
 	case harness.EventNotice:
 		h.endLine()
+		if h.bar.event(ev) {
+			return
+		}
 		fmt.Fprintf(h.err, "· %s: %s\n", orDefault(ev.Kind, "notice"), clip(ev.Text, 300))
 	case harness.EventFailure:
 		h.endLine()

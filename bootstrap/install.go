@@ -1,0 +1,350 @@
+package bootstrap
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+)
+
+// MountPath is where an isolated sandbox sees the host cache's unpacked
+// CLIs when its provider can mount them (SharedCache).
+const MountPath = "/opt/outpost/bootstrap"
+
+// hostPather is implemented by targets that can see host directories
+// without copying (*sandbox.Lease, through its provider's mounts).
+type hostPather interface {
+	HostPath(p string) (string, bool)
+}
+
+// SharedCache returns the host directory of the cache's unpacked CLIs
+// (created if need be) and where an isolated sandbox should mount it,
+// read-only: with that mount, Install copies nothing into the sandbox.
+func (i *Installer) SharedCache() (host, target string, err error) {
+	c, err := i.cache()
+	if err != nil {
+		return "", "", err
+	}
+	if err := c.mkdirs(); err != nil {
+		return "", "", err
+	}
+	return c.path("trees", ""), MountPath, nil
+}
+
+// SandboxDir is where an isolated sandbox gets its pinned CLIs, relative
+// to its home: <home>/.outpost/bootstrap/<name>@<version>/, holding pkg/
+// (the package) and bin/<program>, the path Install returns.
+const SandboxDir = ".outpost/bootstrap"
+
+// Install installs the pinned CLI of bootstrap name into t, whether or
+// not t already has one on its PATH, and says what it did. See the
+// package documentation for how. Errors: ErrUnknown (no pin), ErrPlatform
+// (no build for the sandbox), an *outpost.Error of code bootstrap with
+// details expected and actual for a digest mismatch (ErrDigestMismatch)
+// or truncated download (ErrTruncated), ErrDownload for other download
+// failures, tarsafe.ErrUnsafe for a hostile archive, the sandbox's copy
+// error, ctx's error when it ends. A failed install leaves nothing in the
+// cache and nothing in the sandbox that a later install would take for
+// complete (the executable's link is copied last).
+func (i *Installer) Install(ctx context.Context, t Target, name string, opts *EnsureOptions) (*Installed, error) {
+	if opts == nil {
+		opts = &EnsureOptions{}
+	}
+	pins, err := i.loadPins()
+	if err != nil {
+		return nil, err
+	}
+	pin, ok := pins.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("%w %q (pinned: %v)", ErrUnknown, name, pins.Names())
+	}
+	res := &Installed{Agent: name, Version: pin.Version}
+	rep := newReporter(func(p Progress) {
+		if opts.Progress != nil {
+			p.Agent, p.Version = name, pin.Version
+			opts.Progress(p)
+		}
+	}, opts.ProgressInterval)
+	done := func() (*Installed, error) {
+		rep.report(Progress{Phase: PhaseDone, Artifact: res.Artifact, Path: res.Path, Source: res.Source, Bytes: res.Downloaded}, true)
+		return res, nil
+	}
+	if pin.Kind == KindSelf {
+		res.Source = SourceSelf
+		if t.Isolated() {
+			res.Path, err = i.installSelf(ctx, t, pin.Program)
+		} else {
+			res.Path, err = i.self()
+		}
+		if err != nil {
+			return nil, err
+		}
+		return done()
+	}
+
+	c, err := i.cache()
+	if err != nil {
+		return nil, err
+	}
+	// An isolated sandbox that sees the cache through a read-only mount
+	// runs the CLI from there: nothing is copied. One without such a mount
+	// may have a copy from an earlier turn.
+	hp, mounted := t.(hostPather)
+	if mounted {
+		_, mounted = hp.HostPath(c.path("trees", ""))
+	}
+	var dest string
+	if t.Isolated() && !mounted {
+		h, ok := t.(homer)
+		if !ok || !path.IsAbs(h.Home()) {
+			return nil, fmt.Errorf("%w: %s (the sandbox has no home to install into)", ErrMissing, pin.Program)
+		}
+		dest = path.Join(h.Home(), SandboxDir, name+"@"+pin.Version)
+		exe := path.Join(dest, "bin", pin.Program)
+		if p, err := t.LookPath(ctx, exe); err == nil {
+			res.Path, res.Source = p, SourceSandbox
+			return done()
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+
+	pl, err := detectPlatform(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	r, err := i.resolve(pins, name, pl)
+	if err != nil {
+		return nil, err
+	}
+	res.Platform, res.Artifact, res.Digest = r.key, r.art.Name(), r.digest.SRI()
+
+	f, err := c.tree(ctx, &r.art, r.digest, r.strip, pin.Program, rep.report)
+	res.Downloaded = f.downloaded
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			return nil, fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return nil, err
+	}
+	res.Source, res.Cached = f.source, f.dir
+	if !t.Isolated() {
+		res.Path = filepath.Join(f.dir, "bin", pin.Program)
+		return done()
+	}
+	if mounted {
+		// The provider's mount is its promise that the path is there.
+		if dir, ok := hp.HostPath(f.dir); ok {
+			res.Path, res.Mounted = path.Join(dir, "bin", pin.Program), true
+			return done()
+		}
+		return nil, fmt.Errorf("%w: %s is in the cache, but the sandbox's mount of the cache does not show it", ErrMissing, f.dir)
+	}
+	if err := copyTree(ctx, t, f.dir, dest, pin.Program, rep); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("copying %s into the sandbox: %w", r.art.Name(), err)
+	}
+	res.Path = path.Join(dest, "bin", pin.Program)
+	return done()
+}
+
+// resolved is a pin's artifact for one platform, ready to fetch.
+type resolved struct {
+	key    string
+	art    Artifact // URL rewritten for the registry in use
+	digest Digest
+	strip  int
+}
+
+// resolve picks name's artifact for pl.
+func (i *Installer) resolve(pins *Pins, name string, pl Platform) (*resolved, error) {
+	pin, ok := pins.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("%w %q (pinned: %v)", ErrUnknown, name, pins.Names())
+	}
+	if pin.Kind == KindSelf {
+		return nil, fmt.Errorf("%s is outpost's own binary: nothing to download", name)
+	}
+	key, art, err := pin.Select(pl)
+	if err != nil {
+		return nil, err
+	}
+	d, err := art.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("pin %s %s: %w", name, key, err)
+	}
+	r := &resolved{key: key, art: *art, digest: d, strip: art.Strip}
+	if pin.Kind == KindNPM {
+		registry := i.Registry
+		if registry == "" {
+			registry = os.Getenv(RegistryVariable)
+		}
+		r.art.URL = rewrite(r.art.URL, pins.Registry, registry)
+		r.strip = 1 // npm drops the tarball's first component, "package/"
+	}
+	return r, nil
+}
+
+// Prefetch downloads, verifies and unpacks name's pinned artifact for pl
+// into the host cache, without any sandbox (`go run ./bootstrap/cmd/pins
+// -verify`, warming a CI cache). The result's Path is the executable in
+// the cache. Errors are Install's.
+func (i *Installer) Prefetch(ctx context.Context, name string, pl Platform, opts *EnsureOptions) (*Installed, error) {
+	if opts == nil {
+		opts = &EnsureOptions{}
+	}
+	pins, err := i.loadPins()
+	if err != nil {
+		return nil, err
+	}
+	r, err := i.resolve(pins, name, pl)
+	if err != nil {
+		return nil, err
+	}
+	pin, _ := pins.Lookup(name)
+	rep := newReporter(func(p Progress) {
+		if opts.Progress != nil {
+			p.Agent, p.Version = name, pin.Version
+			opts.Progress(p)
+		}
+	}, opts.ProgressInterval)
+	c, err := i.cache()
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.tree(ctx, &r.art, r.digest, r.strip, pin.Program, rep.report)
+	res := &Installed{Agent: name, Version: pin.Version, Platform: r.key, Artifact: r.art.Name(), Digest: r.digest.SRI(), Downloaded: f.downloaded}
+	if err != nil {
+		return nil, err
+	}
+	res.Source, res.Cached, res.Path = f.source, f.dir, filepath.Join(f.dir, "bin", pin.Program)
+	rep.report(Progress{Phase: PhaseDone, Artifact: res.Artifact, Path: res.Path, Source: res.Source, Bytes: res.Downloaded}, true)
+	return res, nil
+}
+
+// copyTree copies a cached tree into dest inside the sandbox: pkg/ first,
+// bin/<program> last, so a sandbox that has the link has everything.
+func copyTree(ctx context.Context, t Target, tree, dest, program string, rep *reporter) error {
+	type entry struct {
+		rel string
+		fi  fs.FileInfo
+	}
+	var entries []entry
+	var total int64
+	err := filepath.WalkDir(filepath.Join(tree, "pkg"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(tree, p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			total += fi.Size()
+		}
+		entries = append(entries, entry{filepath.ToSlash(rel), fi})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	link := filepath.Join(tree, "bin", program)
+	fi, err := os.Lstat(link)
+	if err != nil {
+		return err
+	}
+	entries = append(entries, entry{"bin", nil}, entry{"bin/" + program, fi})
+
+	p := Progress{Phase: PhaseCopy, Total: total}
+	rep.report(p, true)
+	pr, pw := io.Pipe()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		tw := tar.NewWriter(pw)
+		err := func() error {
+			for _, e := range entries {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if e.fi == nil {
+					if err := tw.WriteHeader(&tar.Header{Name: e.rel + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+						return err
+					}
+					continue
+				}
+				target := ""
+				if e.fi.Mode()&fs.ModeSymlink != 0 {
+					var err error
+					if target, err = os.Readlink(filepath.Join(tree, filepath.FromSlash(e.rel))); err != nil {
+						return err
+					}
+				} else if !e.fi.Mode().IsRegular() && !e.fi.IsDir() {
+					continue
+				}
+				h, err := tar.FileInfoHeader(e.fi, target)
+				if err != nil {
+					return err
+				}
+				h.Name = e.rel
+				if e.fi.IsDir() {
+					h.Name += "/"
+				}
+				h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
+				h.Format = tar.FormatPAX
+				if err := tw.WriteHeader(h); err != nil {
+					return err
+				}
+				if e.fi.Mode().IsRegular() {
+					f, err := os.Open(filepath.Join(tree, filepath.FromSlash(e.rel)))
+					if err != nil {
+						return err
+					}
+					n, err := io.CopyN(tw, &countReader{r: f, n: &p.Bytes, on: func() { rep.report(p, false) }}, h.Size)
+					f.Close()
+					if err != nil {
+						return fmt.Errorf("%s (%d of %d bytes): %w", e.rel, n, h.Size, err)
+					}
+				}
+			}
+			return tw.Close()
+		}()
+		pw.CloseWithError(err)
+	}()
+	err = t.CopyIn(ctx, dest, pr)
+	pr.CloseWithError(io.ErrClosedPipe)
+	<-written
+	if err != nil {
+		return err
+	}
+	rep.report(p, true)
+	return nil
+}
+
+// countReader counts what is read through it into *n.
+type countReader struct {
+	r  io.Reader
+	n  *int64
+	on func()
+}
+
+func (c *countReader) Read(b []byte) (int, error) {
+	m, err := c.r.Read(b)
+	*c.n += int64(m)
+	if m > 0 {
+		c.on()
+	}
+	return m, err
+}

@@ -1,0 +1,375 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/bootstrap"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// BootstrapLine is the last line of `outpost bootstrap --json`, after the
+// progress notices (docs/bootstrap.md).
+type BootstrapLine struct {
+	Type string `json:"type"` // "result"
+	bootstrap.Installed
+	Sandbox string `json:"sandbox"`
+	// Check is what the installed CLI printed when asked for its version.
+	Check    string     `json:"check,omitempty"`
+	ExitCode int        `json:"exit_code"`
+	Error    *ErrorJSON `json:"error"`
+}
+
+type bootstrapFlags struct {
+	sandbox, image string
+	set            []string
+	json, list     bool
+}
+
+func (a *app) bootstrapCmd() *cobra.Command {
+	var f bootstrapFlags
+	c := &cobra.Command{
+		Use:   "bootstrap [flags] AGENT",
+		Short: "Install an agent's pinned CLI into a sandbox, verified by SHA-512",
+		Long: `Install the pinned CLI of AGENT (a preset, or a bootstrap name: claude, codex,
+copilot, antigravity, echo) into a fresh sandbox, the way a turn does when the
+sandbox lacks it, then check that it runs and release the sandbox.
+
+The download is verified against its pinned SHA-512 before anything is
+installed and kept in the host cache ($OUTPOST_CACHE/bootstrap, default
+~/.cache/outpost/bootstrap), so later turns install it without downloading.
+On a terminal a progress bar shows the download; --json prints progress as
+notice events of kind "bootstrap" and a result line last. --list shows the
+pins (docs/bootstrap.md).`,
+		Example: `  outpost bootstrap claude --sandbox docker --image outpost/debian:test
+  outpost bootstrap codex
+  outpost bootstrap --list`,
+		Args: func(c *cobra.Command, args []string) error {
+			if f.list {
+				return cobra.NoArgs(c, args)
+			}
+			return cobra.ExactArgs(1)(c, args)
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			if f.list {
+				return a.listPins(f.json)
+			}
+			return a.bootstrap(c.Context(), f, args[0])
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.sandbox, "sandbox", "local", "sandbox provider ("+strings.Join(sandbox.Providers(), ", ")+")")
+	fl.StringVar(&f.image, "image", "", "container image (docker sandbox)")
+	fl.StringArrayVar(&f.set, "set", nil, "sandbox provider setting KEY=VALUE; repeatable")
+	fl.BoolVar(&f.json, "json", false, "print progress notices and the result as JSON lines")
+	fl.BoolVar(&f.list, "list", false, "list the pinned CLIs instead")
+	return c
+}
+
+// bootstrapName maps AGENT to its bootstrap name: a preset's Bootstrap,
+// or AGENT itself when it is a bootstrap name.
+func bootstrapName(agent string) (string, error) {
+	if h, ok := presets.Lookup(agent); ok {
+		if h.Bootstrap == "" {
+			return "", outpost.Errorf(outpost.Configuration, "bootstrap", "agent %s has no pinned CLI to install", agent)
+		}
+		return h.Bootstrap, nil
+	}
+	if bootstrap.Known(agent) {
+		return agent, nil
+	}
+	return "", outpost.Errorf(outpost.Configuration, "bootstrap", "unknown agent %q (presets: %s; bootstrap names: %s)", agent, strings.Join(presets.Names(), ", "), strings.Join(bootstrap.Names(), ", "))
+}
+
+func (a *app) bootstrap(ctx context.Context, f bootstrapFlags, agent string) error {
+	res := &BootstrapLine{Type: "result", Sandbox: f.sandbox}
+	res.Agent = agent
+	err := a.doBootstrap(ctx, f, agent, res)
+	if f.json {
+		res.ExitCode = outpost.ExitCode(err)
+		res.Error = ErrorToJSON(err)
+		enc := json.NewEncoder(a.stdout)
+		enc.SetEscapeHTML(false)
+		if encErr := enc.Encode(res); encErr != nil && err == nil {
+			return encErr
+		}
+		return err
+	}
+	if err != nil {
+		var oe *outpost.Error
+		if errors.As(err, &oe) {
+			fmt.Fprintf(a.stderr, "outpost: %s\n", oe.Error())
+			for _, k := range oe.DetailKeys() {
+				fmt.Fprintf(a.stderr, "  %s: %v\n", k, oe.Details[k])
+			}
+			a.reported = true
+		}
+		return err
+	}
+	how := "from the cache, nothing downloaded"
+	switch res.Source {
+	case bootstrap.SourceDownload:
+		how = "downloaded " + bootstrap.Size(res.Downloaded)
+	case bootstrap.SourcePath:
+		how = "already on the sandbox's PATH"
+	case bootstrap.SourceSelf:
+		how = "outpost's own binary"
+	case bootstrap.SourceSandbox:
+		how = "already in the sandbox"
+	}
+	if res.Mounted {
+		how += "; the sandbox runs it from the cache, mounted read-only"
+	}
+	fmt.Fprintf(a.stdout, "%s %s installed (%s)\n", res.Agent, res.Version, how)
+	tw := newTable(a.stdout, "  sandbox", res.Sandbox)
+	tw.row("  path", res.Path)
+	if res.Digest != "" {
+		tw.row("  verified", res.Digest)
+		tw.row("  artifact", res.Artifact+" ("+res.Platform+")")
+	}
+	if res.Cached != "" {
+		tw.row("  cache", res.Cached)
+	}
+	if res.Check != "" {
+		tw.row("  runs", res.Check)
+	}
+	return tw.flush()
+}
+
+func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, res *BootstrapLine) error {
+	name, err := bootstrapName(agent)
+	if err != nil {
+		return err
+	}
+	res.Agent = name
+	settings, err := parsePairs(f.set, "--set", nil)
+	if err != nil {
+		return err
+	}
+	if f.image != "" {
+		if settings == nil {
+			settings = map[string]string{}
+		}
+		settings["image"] = f.image
+	}
+	provider, err := openProvider(f.sandbox, settings)
+	if err != nil {
+		return err
+	}
+	if c, ok := provider.(io.Closer); ok {
+		defer c.Close()
+	}
+	// Bootstrap needs no workspace: an empty one (the docker provider
+	// would copy the current directory in).
+	wd, err := os.MkdirTemp("", "outpost-bootstrap-")
+	if err != nil {
+		return outpost.Wrap(outpost.Sandbox, "lease", err)
+	}
+	defer os.RemoveAll(wd)
+	// As a turn would: the cache's unpacked CLIs mounted read-only where
+	// the provider can (then nothing is copied into the sandbox).
+	inst := &bootstrap.Installer{}
+	opts := sandbox.Options{Workdir: wd}
+	if name != "echo" && provider.Capabilities().Isolated {
+		if host, target, err := inst.SharedCache(); err == nil {
+			opts.Mounts = []sandbox.Mount{{Source: host, Target: target}}
+		}
+	}
+	lease, err := sandbox.Acquire(ctx, provider, opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		lease.Close(cctx)
+	}()
+
+	progress, finish := a.progressSink(f.json)
+	installed, err := inst.Install(ctx, lease, name, &bootstrap.EnsureOptions{Pinned: true, Progress: progress})
+	finish()
+	if err != nil {
+		if ctx.Err() != nil {
+			return outpost.Wrap(outpost.Cancelled, "bootstrap", err)
+		}
+		return outpost.Wrap(outpost.Bootstrap, "install", err)
+	}
+	res.Installed = *installed
+	out, err := checkRuns(ctx, lease, name, installed.Path)
+	if err != nil {
+		return outpost.Wrap(outpost.Bootstrap, "check", err)
+	}
+	res.Check = out
+	return nil
+}
+
+// checkRuns runs the installed CLI's version command in the sandbox.
+func checkRuns(ctx context.Context, lease *sandbox.Lease, name, path string) (string, error) {
+	args := []string{"--version"}
+	if name == "echo" {
+		args = []string{"version"}
+	}
+	env := maps.Clone(lease.Environment().Defaults)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, lease.Environment().Fixed)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	r, err := lease.Exec(ctx, sandbox.ExecRequest{Path: path, Args: args, Env: env}, 64<<10)
+	if err != nil {
+		return "", fmt.Errorf("running %s %s: %w", path, strings.Join(args, " "), err)
+	}
+	out := strings.TrimSpace(string(r.Stdout))
+	if !r.Status.Success() {
+		return "", fmt.Errorf("%s %s exited with %d: %s", path, strings.Join(args, " "), r.Status.Code, strings.TrimSpace(string(r.Stderr)))
+	}
+	if i := strings.IndexByte(out, '\n'); i >= 0 {
+		out = out[:i]
+	}
+	return out, nil
+}
+
+// progressSink returns where an install's progress goes: notice events on
+// stdout with --json; a progress bar on stderr when it is a terminal;
+// otherwise one line per phase. finish ends the bar's line.
+func (a *app) progressSink(asJSON bool) (func(bootstrap.Progress), func()) {
+	if asJSON {
+		w := newJSONWriter(a.stdout)
+		return func(p bootstrap.Progress) { w.event(p.Event()) }, func() {}
+	}
+	b := newProgressBar(a.stderr, false)
+	return b.update, b.finish
+}
+
+func (a *app) listPins(asJSON bool) error {
+	pins, err := bootstrap.DefaultPins()
+	if err != nil {
+		return outpost.Wrap(outpost.Configuration, "pins", err)
+	}
+	if asJSON {
+		b, err := pins.Marshal()
+		if err != nil {
+			return err
+		}
+		_, err = a.stdout.Write(b)
+		return err
+	}
+	tw := newTable(a.stdout, "NAME", "VERSION", "KIND", "PLATFORMS")
+	for _, n := range pins.Names() {
+		p, _ := pins.Lookup(n)
+		keys := slices.Sorted(maps.Keys(p.Platforms))
+		tw.row(n, p.Version, string(p.Kind), strings.Join(keys, " "))
+	}
+	return tw.flush()
+}
+
+// progressBar draws install progress for a person: on a terminal, one line
+// redrawn in place with a bar for byte counts; elsewhere, one line per
+// phase. The done phase gets a line when done is set (a turn's output),
+// not otherwise (`outpost bootstrap` prints a summary). It is safe for
+// concurrent use.
+type progressBar struct {
+	mu    sync.Mutex
+	w     io.Writer
+	tty   bool
+	done  bool
+	width int
+	open  bool // a bar line is drawn and not yet ended
+	last  bootstrap.Phase
+	lastA string
+}
+
+func newProgressBar(w io.Writer, done bool) *progressBar {
+	return &progressBar{w: w, tty: isTerminal(w), done: done, width: 30}
+}
+
+func (b *progressBar) update(p bootstrap.Progress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	newPhase := p.Phase != b.last || p.Artifact != b.lastA
+	b.last, b.lastA = p.Phase, p.Artifact
+	if !b.tty {
+		if newPhase && (p.Phase != bootstrap.PhaseDone || b.done) {
+			fmt.Fprintf(b.w, "· %s: %s\n", bootstrap.NoticeKind, p.Text())
+		}
+		return
+	}
+	if (p.Phase == bootstrap.PhaseDownload || p.Phase == bootstrap.PhaseCopy) && p.Total > 0 {
+		f := p.Fraction()
+		n := int(f * float64(b.width))
+		verb := "downloading"
+		if p.Phase == bootstrap.PhaseCopy {
+			verb = "copying"
+		}
+		fmt.Fprintf(b.w, "\r\x1b[K%s %s [%s%s] %3d%% %s/%s", p.Agent, verb, strings.Repeat("#", n), strings.Repeat(".", b.width-n), int(100*f), bootstrap.Size(p.Bytes), bootstrap.Size(p.Total))
+		b.open = true
+		return
+	}
+	if p.Phase == bootstrap.PhaseDone {
+		b.endLine()
+		if b.done {
+			fmt.Fprintf(b.w, "· %s: %s\n", bootstrap.NoticeKind, p.Text())
+		}
+		return
+	}
+	if newPhase {
+		b.endLine()
+		fmt.Fprintf(b.w, "· %s: %s\n", bootstrap.NoticeKind, p.Text())
+	}
+}
+
+func (b *progressBar) endLine() {
+	if b.open {
+		fmt.Fprintln(b.w)
+		b.open = false
+	}
+}
+
+func (b *progressBar) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.endLine()
+}
+
+// event draws a bootstrap notice event of a turn; it reports false for
+// other events.
+func (b *progressBar) event(ev harness.Event) bool {
+	p, ok := bootstrap.ProgressFromEvent(ev)
+	if !ok {
+		return false
+	}
+	b.update(p)
+	return true
+}
+
+// isTerminal reports whether w is a terminal (a character device that is
+// not /dev/null) and TERM is not "dumb".
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
+		return false
+	}
+	return true
+}

@@ -1,0 +1,55 @@
+package docker
+
+import (
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// sharedMounts picks the requested host mounts (sandbox.Options.Mounts,
+// such as the bootstrap cache) the lease can honor: only on an engine on
+// this machine, which sees its directories, and only existing absolute
+// directories mounted at clean absolute paths outside the provider's own
+// (/outpost, /workspace). The rest are ignored: the caller copies instead.
+func sharedMounts(eng *engine, req []sandbox.Mount) []sandbox.Mount {
+	if !eng.local {
+		return nil
+	}
+	var out []sandbox.Mount
+	for _, m := range req {
+		if !filepath.IsAbs(m.Source) || !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target || m.Target == "/" {
+			continue
+		}
+		if within(m.Target, StateDir) || within(m.Target, Workspace) || within(StateDir, m.Target) || within(Workspace, m.Target) {
+			continue
+		}
+		if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// within reports whether p is dir or below it.
+func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+// bindMounts are the engine mounts of the lease's shared host directories:
+// read-only binds.
+func (s *Sandbox) bindMounts() []mount.Mount {
+	var out []mount.Mount
+	for _, m := range s.shared {
+		out = append(out, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: true})
+	}
+	return out
+}
+
+// HostPath returns where a host path under one of the lease's shared
+// directories is visible in the container. It implements
+// sandbox.HostPather.
+func (s *Sandbox) HostPath(p string) (string, bool) { return sandbox.MapMount(s.shared, p) }
