@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/antigravity"
 	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/harness/codex"
 	"github.com/outposthq/outpost/harness/copilot"
@@ -14,10 +15,11 @@ import (
 )
 
 var builtins = map[string]func() *harness.Harness{
-	"claude":  claude.Harness,
-	"codex":   codex.Harness,
-	"copilot": copilot.Harness,
-	"echo":    echo.Harness,
+	"antigravity": antigravity.Harness,
+	"claude":      claude.Harness,
+	"codex":       codex.Harness,
+	"copilot":     copilot.Harness,
+	"echo":        echo.Harness,
 }
 
 // Lookup returns a fresh copy of the named preset.
