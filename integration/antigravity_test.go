@@ -26,6 +26,8 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/antigravity"
+	"github.com/outposthq/outpost/providers/docker"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
 )
@@ -41,6 +43,7 @@ func agyBinDir(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "agy"), "github.com/outposthq/outpost/harness/antigravity/testdata/agy")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static: it also runs in containers
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the agy stand-in: %v\n%s", err, out)
 	}
@@ -315,21 +318,23 @@ func TestAntigravityArchiveBootstrap(t *testing.T) {
 			Platforms: map[string]*bootstrap.Artifact{"linux-x64": {URL: srv.URL + "/cli_linux_x64.tar.gz", SHA512: digest, Bin: "antigravity"}},
 		}}}
 	}
-	run := func(inst *bootstrap.Installer) (*sandbox.Result, error) {
-		p := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}})
+	run := func(inst *bootstrap.Installer, p sandbox.Provider) (*sandbox.Result, error) {
+		if p == nil {
+			p = local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}})
+		}
 		return sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: antigravity.Harness()}, Prompt: "Say hello", Workdir: t.TempDir(), Timeout: time.Minute},
 			&sandbox.RunOptions{Provider: p, Store: conversation.NewFS(t.TempDir()), Installer: inst})
 	}
 
 	bad := &bootstrap.Installer{Pins: pins(strings.Repeat("0", 128)), CacheDir: t.TempDir()}
-	res, err := run(bad)
+	res, err := run(bad, nil)
 	if outpost.CodeOf(err) != outpost.Bootstrap || (res != nil && res.Exit != nil) {
 		t.Fatalf("a wrong digest: %v %+v, want code bootstrap and no agent run", err, res)
 	}
 
 	good := &bootstrap.Installer{Pins: pins(hex.EncodeToString(sum[:])), CacheDir: t.TempDir()}
 	for i := range 2 {
-		res, err := run(good)
+		res, err := run(good, nil)
 		if err != nil {
 			t.Fatalf("turn %d: %v", i+1, err)
 		}
@@ -340,4 +345,21 @@ func TestAntigravityArchiveBootstrap(t *testing.T) {
 	if n := requests.Load(); n != 2 {
 		t.Errorf("%d downloads, want 2: one for the bad pin, one for the good, the second turn from the cache", n)
 	}
+
+	t.Run("Docker", func(t *testing.T) {
+		// The same pin into a container of the busybox image (the stand-in
+		// is static), from the host cache.
+		dockertest.Require(t, dockertest.Busybox)
+		p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Binary = outpostBinary(t) })
+		res, err := run(good, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Sandbox != "docker" || !strings.HasPrefix(res.Text, "agy: Say hello") {
+			t.Errorf("result %+v", res)
+		}
+		if n := requests.Load(); n != 2 {
+			t.Errorf("%d downloads: the container's install did not come from the cache", n)
+		}
+	})
 }

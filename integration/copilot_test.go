@@ -21,6 +21,8 @@ import (
 	"github.com/outposthq/outpost/harness/copilot"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/providers/docker"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
 )
@@ -563,4 +565,48 @@ func BenchmarkCopilotTurn(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestCopilotDocker runs the real Copilot CLI in containers of the Debian
+// test image, which has no copilot: the bootstrap step installs the pinned
+// native package (from the host cache once it has been downloaded), and
+// the turns reach the fake on the host's loopback (host network). A text
+// turn, then its resume in a fresh container. Each container unpacks the
+// CLI's package into its own home (COPILOT_PKG_CACHE_HOME would need a
+// shared volume, which the provider does not offer), a few seconds each.
+func TestCopilotDocker(t *testing.T) {
+	testenv.RequireCLI(t, "copilot") // the same pin; its download is the bootstrap's
+	dockertest.Require(t, dockertest.Debian)
+	fake := openai.Start(t, openai.Config{})
+	prov := dockertest.Provider(t, dockertest.Debian, func(o *docker.Options) {
+		o.Network = "host"
+		o.Binary = outpostBinary(t)
+	})
+	store := conversation.NewFS(t.TempDir())
+	environ := []string{"COPILOT_OFFLINE=true", "COPILOT_PROVIDER_BASE_URL=" + fake.URL(), "COPILOT_PROVIDER_API_KEY=" + copilotKey, "COPILOT_MODEL=" + copilotModel}
+	run := func(turn sandbox.Turn) copilotTurn {
+		t.Helper()
+		turn.Agent = harness.Agent{Kind: "cli", Harness: copilot.Harness()}
+		turn.Workdir, turn.Timeout = t.TempDir(), 3*time.Minute
+		var out copilotTurn
+		var mu sync.Mutex
+		out.res, out.err = sandbox.Run(context.Background(), turn, &sandbox.RunOptions{Provider: prov, Store: store, Environ: environ,
+			OnEvent: func(ev harness.Event) { mu.Lock(); out.events = append(out.events, ev); mu.Unlock() }})
+		copilotNoSecret(t, out)
+		return out
+	}
+	first := run(sandbox.Turn{Prompt: "First turn FAKE_ECHO"})
+	if first.err != nil {
+		t.Fatalf("first turn: %v", first.err)
+	}
+	if first.res.Sandbox != "docker" || !strings.HasPrefix(first.res.Text, "ECHO nmsg=2 ") || first.res.Usage != perCall {
+		t.Errorf("first turn %+v", first.res)
+	}
+	second := run(sandbox.Turn{Prompt: "Second turn FAKE_ECHO", Resume: first.res.Conversation})
+	if second.err != nil {
+		t.Fatalf("resumed turn: %v", second.err)
+	}
+	if second.res.Session != first.res.Session || !strings.HasPrefix(second.res.Text, "ECHO nmsg=4 ") || second.res.Usage != perCall {
+		t.Errorf("resumed turn %+v", second.res)
+	}
 }
