@@ -282,6 +282,11 @@ func TestClassify(t *testing.T) {
 					t.Errorf("resets_at %q: %v", r, err)
 				}
 			}
+			if want := map[string]string{"rate-limit": "rate", "rate-limit-retry-after": "rate", "insufficient-quota": "quota"}[tc.name]; f.Details["limit"] != nil || want != "" {
+				if f.Details["limit"] != want {
+					t.Errorf("details.limit = %v, want %q", f.Details["limit"], want)
+				}
+			}
 			if tc.name == "rate-limit-retry-after" && r != "2026-11-29T19:52:36Z" {
 				t.Errorf("resets_at = %q, want 34.305 + 1s rounded up", r)
 			}

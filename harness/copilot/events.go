@@ -33,7 +33,7 @@ import (
 //	                               deltas the retry voids)
 //	session.error                  failure/<errorType> (details: error_type,
 //	                               status_code, error_code, resets_at,
-//	                               discard)
+//	                               limit: rate or quota, discard)
 //	session.warning, session.info  notice/warning, notice/info
 //	abort                          notice/abort
 //	result                         finished (text: the last answer; stop
@@ -310,6 +310,13 @@ func failure(data obj, timestamp string) harness.Event {
 		det["eligible_for_auto_switch"] = v
 	}
 	if typ == "rate_limit" || typ == "quota" {
+		// BYOK reports a provider's exhausted quota as rate_limit too;
+		// only the text tells them apart.
+		det["limit"] = "rate"
+		if typ == "quota" || strings.Contains(msg, "exceeded your current quota") || strings.Contains(msg, "insufficient_quota") ||
+			strings.Contains(msg, "AI credits") || strings.Contains(msg, "spending limit") || strings.Contains(msg, "usage limit") {
+			det["limit"] = "quota"
+		}
 		at, err := time.Parse(time.RFC3339Nano, timestamp)
 		if err != nil {
 			at = time.Now()
