@@ -294,8 +294,15 @@ func TestDockerSIGKILLLeavesNoOrphan(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd.Wait()
-			if got := containersOf(t, pid); len(got) != 1 {
-				t.Fatalf("after SIGKILL the dead owner's containers are %v; the test needs the orphan", got)
+			switch got := containersOf(t, pid); len(got) {
+			case 1:
+			case 0:
+				// Another outpost process (a concurrent test package's
+				// first lease) swept it already: that is the behaviour
+				// under test, seen from elsewhere.
+				t.Logf("the orphan of pid %d was swept by another process before the next invocation", pid)
+			default:
+				t.Fatalf("after SIGKILL the dead owner's containers are %v, want one", got)
 			}
 			code, out, errOut := runOutpost(t, home, t.TempDir(), next...)
 			if code != 0 {
@@ -306,14 +313,12 @@ func TestDockerSIGKILLLeavesNoOrphan(t *testing.T) {
 				if err := json.Unmarshal([]byte(out), &rep); err != nil {
 					t.Fatalf("gc --json: %v\n%s", err, out)
 				}
-				found := false
 				for _, c := range rep.Containers {
-					if c.Owner.PID == pid {
-						found = c.Removed && c.Liveness == docker.Dead
+					// (A concurrent sweep may have removed it first: then
+					// it is not in the report.)
+					if c.Owner.PID == pid && (!c.Removed || c.Liveness != docker.Dead) {
+						t.Errorf("gc report for the dead owner's container: %+v", c)
 					}
-				}
-				if !found {
-					t.Errorf("gc report does not show the dead owner's container removed: %s", out)
 				}
 			}
 			if got := containersOf(t, pid); len(got) != 0 {

@@ -225,7 +225,11 @@ func (a *agent) turn(dir, id, parent string, history []record, prompt string, ms
 		return 3, true
 	case strings.Contains(prompt, "#hang"):
 		a.flush()
-		select {}
+		// Sleep rather than block on nothing: with no timer pending, the
+		// Go runtime may call a lone blocked goroutine a deadlock and exit.
+		for {
+			time.Sleep(time.Hour)
+		}
 	}
 	if strings.Contains(prompt, "#retry") {
 		fmt.Fprintln(a.stderr, "echo: rate limited (429), retrying in 10ms (attempt 1 of 3)")
