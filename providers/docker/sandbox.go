@@ -396,10 +396,10 @@ func (s *Sandbox) writeState(tw *tar.Writer, prefix string) error {
 }
 
 // Close releases the lease: in copy mode it stops the container's
-// processes and copies the workspace's changes back to the host (see
-// SyncWorkspace), then it removes the container and its volumes, whatever
-// happened before. It works with an ended ctx (bounded by closeTimeout):
-// a cancelled turn still releases its sandbox. Errors: ErrVanished (copy
+// processes (when one still runs) and copies the workspace's changes back
+// to the host (see SyncWorkspace), then it removes the container and its
+// volumes, whatever happened before. It works with an ended ctx (bounded
+// by closeTimeout): a cancelled turn still releases its sandbox. Errors: ErrVanished (copy
 // mode: the container is gone, its changes with it), ErrConflict and
 // tarsafe.ErrUnsafe from the copy back, the engine's.
 func (s *Sandbox) Close(ctx context.Context) error {

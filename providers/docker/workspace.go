@@ -140,9 +140,10 @@ func (s *Sandbox) writeWorkspace(ctx context.Context, tw *tar.Writer, rootName, 
 }
 
 // SyncWorkspace copies the sandbox's changes to the workspace back to the
-// host directory (copy mode; a no-op in bind mode). Close calls it after
-// stopping the sandbox's processes; a library user holding a lease across
-// turns may call it between turns (docker.SyncWorkspace(lease)).
+// host directory (copy mode; a no-op in bind mode). Close calls it, after
+// stopping the processes that still run; a library user holding a lease
+// across turns may call it between turns
+// (lease.Sandbox().(*docker.Sandbox).SyncWorkspace(ctx)).
 //
 // Only what changed in the sandbox since the last copy is written: new and
 // modified files, directories and links, with their modes and times.
