@@ -13,6 +13,7 @@ import (
 	"io"
 	"io/fs"
 	"os/exec"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -498,6 +499,10 @@ func (l *limited) Write(p []byte) (int, error) {
 func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, error) {
 	if pathEnv == "" {
 		pathEnv = s.env.Defaults["PATH"]
+	}
+	// outpost's own binary leads the default PATH: no need to ask.
+	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == path.Dir(BinaryPath) && name == path.Base(BinaryPath) {
+		return BinaryPath, nil
 	}
 	res, err := s.run(ctx, shim.LookPathArgs(BinaryPath, name), []string{"PATH=" + pathEnv})
 	if err != nil {
