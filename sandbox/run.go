@@ -795,7 +795,13 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 	}
 	p, err := lease.Start(ctx, req)
 	if err != nil {
-		return e.stepErr(ctx, outpost.Sandbox, "start", err)
+		serr := e.stepErr(ctx, outpost.Sandbox, "start", err)
+		var oe *outpost.Error
+		if ctx.Err() == nil && errors.As(serr, &oe) && oe.Code == outpost.Sandbox && lease.Vanished(context.WithoutCancel(ctx)) {
+			oe.Msg = "the sandbox vanished before the agent started"
+			oe.Detail("vanished", true)
+		}
+		return serr
 	}
 	s.started = true
 	if cmd.Session != "" {

@@ -111,6 +111,12 @@ func TestVanishedDuringTurn(t *testing.T) {
 	if !l.Vanished(t.Context()) {
 		t.Error("Lease.Vanished is false")
 	}
+	// The next turn on the lease fails the same way, before its agent runs.
+	_, err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "next"}, &sandbox.RunOptions{
+		Lease: l, Store: conversation.NewMemory(), Environ: []string{}})
+	if !errors.As(err, &oe) || oe.Code != outpost.Sandbox || oe.Details["vanished"] != true {
+		t.Errorf("a turn on a vanished lease: %v (details %v)", err, oe.Details)
+	}
 	if err := l.Close(context.Background()); !errors.Is(err, docker.ErrVanished) {
 		t.Errorf("Close: %v, want ErrVanished", err)
 	}
