@@ -55,4 +55,42 @@ func BenchmarkEchoTurn(b *testing.B) {
 			b.Fatal("no events")
 		}
 	})
+	// The same turn on a lease held across turns, as an orchestrator
+	// running several turns in one sandbox does: no home to make or remove.
+	b.Run("outpost-held-lease", func(b *testing.B) {
+		p := local.New(&local.Options{BaseDir: b.TempDir()})
+		lease, err := sandbox.Acquire(context.Background(), p, sandbox.Options{Workdir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer lease.Close(context.Background())
+		o := &sandbox.RunOptions{Lease: lease, Store: conversation.NewFS(b.TempDir()), Environ: []string{"PATH=" + os.Getenv("PATH")}}
+		for b.Loop() {
+			if _, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "hello"}, o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// A fresh home for the agent run directly: what isolation costs
+	// without outpost.
+	b.Run("direct-fresh-home", func(b *testing.B) {
+		base := b.TempDir()
+		for b.Loop() {
+			home, err := os.MkdirTemp(base, "home-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			cmd := exec.Command(self, echo.Subcommand, "--", "hello")
+			cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, out)
+			if err := cmd.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			os.RemoveAll(home)
+		}
+	})
 }
