@@ -61,28 +61,28 @@ func (d *Decoder) Decode(line []byte) []harness.Event {
 	if o == nil {
 		return nil
 	}
-	switch o.str("event") {
+	switch o.Str("event") {
 	case "init":
-		init := o.obj("init")
-		id := o.str("conversation_id")
+		init := o.Obj("init")
+		id := o.Str("conversation_id")
 		if id == "" && init != nil {
-			id = init.str("conversation_id")
+			id = init.Str("conversation_id")
 		}
-		det := details("model", init.str("model"), "cwd", init.str("cwd"), "permission_mode", init.str("permission_mode"))
+		det := details("model", init.Str("model"), "cwd", init.Str("cwd"), "permission_mode", init.Str("permission_mode"))
 		return d.conversation(id, det)
 	case "step_update":
-		su := o.obj("step_update")
+		su := o.Obj("step_update")
 		if su == nil {
 			return nil
 		}
-		evs := d.conversation(su.str("conversation_id"), nil)
+		evs := d.conversation(su.Str("conversation_id"), nil)
 		return append(evs, d.step(su)...)
 	case "result":
-		r := o.obj("result")
+		r := o.Obj("result")
 		if r == nil {
 			return nil
 		}
-		evs := d.conversation(r.str("conversation_id"), nil)
+		evs := d.conversation(r.Str("conversation_id"), nil)
 		return append(evs, d.result(r)...)
 	}
 	return nil
@@ -108,7 +108,7 @@ func (d *Decoder) conversation(id string, det map[string]any) []harness.Event {
 }
 
 func (d *Decoder) step(su obj) []harness.Event {
-	idx, ok := su.num("step_index")
+	idx, ok := su.Num("step_index")
 	if !ok {
 		return nil
 	}
@@ -121,24 +121,24 @@ func (d *Decoder) step(su obj) []harness.Event {
 		d.steps[idx] = st
 	}
 	id := fmt.Sprintf("step-%d", idx)
-	state := su.str("state")
-	typ := su.str("step_type")
-	info := su.obj("tool_info")
+	state := su.Str("state")
+	typ := su.Str("step_type")
+	info := su.Obj("tool_info")
 	var evs []harness.Event
 	switch {
 	case typ == "tool" || (info != nil && typ != "agent_response"):
 		st.isTool = true
-		name := info.str("name")
+		name := info.Str("name")
 		if name == "" {
-			name = su.str("tool_name")
+			name = su.Str("tool_name")
 		}
 		if !st.called {
 			st.called = true
-			evs = append(evs, harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: name, Input: harness.SafeJSON(info.raw("parameters"))}})
+			evs = append(evs, harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: name, Input: harness.SafeJSON(info.Raw("parameters"))}})
 		}
 		if state == "DONE" && !st.done {
 			st.done = true
-			t := &harness.Tool{ID: id, Name: name, Output: info.str("output")}
+			t := &harness.Tool{ID: id, Name: name, Output: info.Str("output")}
 			if e := errorText(info, "error"); e != "" {
 				t.Error = true
 				if t.Output == "" {
@@ -148,7 +148,7 @@ func (d *Decoder) step(su obj) []harness.Event {
 			evs = append(evs, harness.Event{Type: harness.EventToolResult, Tool: t})
 		}
 	case typ == "agent_response" || typ == "":
-		if delta := su.str("text_delta"); delta != "" && !st.done {
+		if delta := su.Str("text_delta"); delta != "" && !st.done {
 			if st.text.Len() < 64<<20 {
 				st.text.WriteString(delta)
 			}
@@ -161,7 +161,7 @@ func (d *Decoder) step(su obj) []harness.Event {
 			}
 		}
 	case strings.Contains(typ, "think") || strings.Contains(typ, "reason"):
-		if delta := su.str("text_delta"); delta != "" {
+		if delta := su.Str("text_delta"); delta != "" {
 			evs = append(evs, harness.Event{Type: harness.EventReasoning, ID: id, Text: delta, Delta: true})
 		}
 	}
@@ -169,20 +169,20 @@ func (d *Decoder) step(su obj) []harness.Event {
 }
 
 func (d *Decoder) result(r obj) []harness.Event {
-	status := r.str("status")
-	response := r.str("response")
+	status := r.Str("status")
+	response := r.Str("response")
 	fin := harness.Event{Type: harness.EventFinished, Text: response, Stop: "end_turn"}
 	det := map[string]any{}
 	if status != "" {
 		det["status"] = status
 	}
-	if n, ok := r.num("num_turns"); ok {
+	if n, ok := r.Num("num_turns"); ok {
 		det["num_turns"] = n
 	}
 	if len(det) > 0 {
 		fin.Details = det
 	}
-	if u := r.obj("usage"); u != nil {
+	if u := r.Obj("usage"); u != nil {
 		if usage, ok := usageOf(u); ok {
 			fin.Usage = &usage
 		}
@@ -224,12 +224,12 @@ func deniedList(r obj) []string {
 			out = append(out, clip(x, 200))
 		case map[string]any:
 			o := obj(x)
-			s := o.str("tool_name")
+			s := o.Str("tool_name")
 			if s == "" {
-				s = o.str("name")
+				s = o.Str("name")
 			}
 			if s == "" {
-				s = clip(string(harness.SafeJSON(o.raw("parameters"))), 200)
+				s = clip(string(harness.SafeJSON(o.Raw("parameters"))), 200)
 			}
 			if s == "" {
 				s = "an action"
@@ -249,11 +249,11 @@ func errorText(o obj, k string) string {
 	case map[string]any:
 		e := obj(x)
 		for _, f := range []string{"short_error", "message", "error"} {
-			if s := e.str(f); s != "" {
+			if s := e.Str(f); s != "" {
 				return s
 			}
 		}
-		if s := e.str("status"); s != "" {
+		if s := e.Str("status"); s != "" {
 			return s
 		}
 	}
@@ -261,18 +261,18 @@ func errorText(o obj, k string) string {
 }
 
 func errorDetails(r obj) map[string]any {
-	e := r.obj("error")
+	e := r.Obj("error")
 	if e == nil {
 		return nil
 	}
 	det := map[string]any{}
-	if s := e.str("status"); s != "" {
+	if s := e.Str("status"); s != "" {
 		det["status"] = s
 	}
-	if n, ok := e.num("error_code"); ok {
+	if n, ok := e.Num("error_code"); ok {
 		det["error_code"] = n
 	}
-	if b, ok := e.boolean("retryable"); ok {
+	if b, ok := e.Bool("retryable"); ok {
 		det["retryable"] = b
 	}
 	if len(det) == 0 {
@@ -286,9 +286,9 @@ func errorDetails(r obj) map[string]any {
 // input, so they cannot include them); it reports no cache-write counter.
 // Complete needs input, output and cache-read counters.
 func usageOf(u obj) (harness.Usage, bool) {
-	in, okIn := u.num("input_tokens")
-	out, okOut := u.num("output_tokens")
-	cr, okCR := u.num("cache_read_tokens")
+	in, okIn := u.Num("input_tokens")
+	out, okOut := u.Num("output_tokens")
+	cr, okCR := u.Num("cache_read_tokens")
 	if !okIn && !okOut {
 		return harness.Usage{}, false
 	}

@@ -65,13 +65,13 @@ func (d *Decoder) Decode(line []byte) []harness.Event {
 	if o == nil {
 		return nil
 	}
-	data := o.obj("data")
+	data := o.Obj("data")
 	if data == nil {
 		data = obj{}
 	}
-	switch o.str("type") {
+	switch o.Str("type") {
 	case "assistant.message_delta":
-		id, text := data.str("messageId"), data.str("deltaContent")
+		id, text := data.Str("messageId"), data.Str("deltaContent")
 		if text == "" {
 			return nil
 		}
@@ -83,23 +83,23 @@ func (d *Decoder) Decode(line []byte) []harness.Event {
 	case "assistant.message":
 		return d.message(data)
 	case "assistant.reasoning_delta":
-		if text := data.str("deltaContent"); text != "" {
-			return []harness.Event{{Type: harness.EventReasoning, ID: data.str("reasoningId"), Text: text, Delta: true}}
+		if text := data.Str("deltaContent"); text != "" {
+			return []harness.Event{{Type: harness.EventReasoning, ID: data.Str("reasoningId"), Text: text, Delta: true}}
 		}
 	case "assistant.reasoning":
-		if text := data.str("content"); text != "" {
-			return []harness.Event{{Type: harness.EventReasoning, ID: data.str("reasoningId"), Text: text}}
+		if text := data.Str("content"); text != "" {
+			return []harness.Event{{Type: harness.EventReasoning, ID: data.Str("reasoningId"), Text: text}}
 		}
 	case "tool.execution_start":
-		id := data.str("toolCallId")
+		id := data.Str("toolCallId")
 		if id != "" {
 			if _, seen := d.tools[id]; seen {
 				return nil
 			}
 		}
-		name := data.str("toolName")
+		name := data.Str("toolName")
 		d.remember(id, name)
-		return []harness.Event{toolCall(id, name, data.raw("arguments"), data)}
+		return []harness.Event{toolCall(id, name, data.Raw("arguments"), data)}
 	case "tool.execution_complete":
 		return []harness.Event{d.toolResult(data)}
 	case "assistant.usage":
@@ -109,7 +109,7 @@ func (d *Decoder) Decode(line []byte) []harness.Event {
 	case "assistant.turn_retry":
 		return []harness.Event{d.retry(data)}
 	case "session.error":
-		ev := failure(data, o.str("timestamp"))
+		ev := failure(data, o.Str("timestamp"))
 		if len(d.open) > 0 {
 			// The failed attempt's deltas never complete.
 			ev.Details["discard"] = d.open
@@ -117,15 +117,15 @@ func (d *Decoder) Decode(line []byte) []harness.Event {
 		}
 		return []harness.Event{ev}
 	case "session.warning":
-		if msg := data.str("message"); msg != "" {
-			return []harness.Event{{Type: harness.EventNotice, Kind: "warning", Text: msg, Details: details("warning_type", data.str("warningType"), "url", data.str("url"))}}
+		if msg := data.Str("message"); msg != "" {
+			return []harness.Event{{Type: harness.EventNotice, Kind: "warning", Text: msg, Details: details("warning_type", data.Str("warningType"), "url", data.Str("url"))}}
 		}
 	case "session.info":
-		if msg := data.str("message"); msg != "" {
-			return []harness.Event{{Type: harness.EventNotice, Kind: "info", Text: msg, Details: details("info_type", data.str("infoType"))}}
+		if msg := data.Str("message"); msg != "" {
+			return []harness.Event{{Type: harness.EventNotice, Kind: "info", Text: msg, Details: details("info_type", data.Str("infoType"))}}
 		}
 	case "abort":
-		reason := data.str("reason")
+		reason := data.Str("reason")
 		return []harness.Event{{Type: harness.EventNotice, Kind: "abort", Text: "the turn was aborted: " + reason, Details: details("reason", reason)}}
 	case "result":
 		return []harness.Event{d.finished(o)}
@@ -134,11 +134,11 @@ func (d *Decoder) Decode(line []byte) []harness.Event {
 }
 
 func (d *Decoder) message(data obj) []harness.Event {
-	id := data.str("messageId")
+	id := data.Str("messageId")
 	d.close(id)
 	var evs []harness.Event
-	content := data.str("content")
-	parent := data.str("parentToolCallId")
+	content := data.Str("content")
+	parent := data.Str("parentToolCallId")
 	if content != "" {
 		ev := harness.Event{Type: harness.EventMessage, ID: id, Text: content}
 		if parent != "" {
@@ -149,17 +149,17 @@ func (d *Decoder) message(data obj) []harness.Event {
 		}
 		evs = append(evs, ev)
 	}
-	for _, r := range data.objs("toolRequests") {
-		tid, name := r.str("toolCallId"), r.str("name")
+	for _, r := range data.Objs("toolRequests") {
+		tid, name := r.Str("toolCallId"), r.Str("name")
 		d.remember(tid, name)
-		evs = append(evs, toolCall(tid, name, r.raw("arguments"), data))
+		evs = append(evs, toolCall(tid, name, r.Raw("arguments"), data))
 	}
 	return evs
 }
 
 func toolCall(id, name string, args json.RawMessage, data obj) harness.Event {
 	ev := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: name, Input: harness.SafeJSON(args)}}
-	if p := data.str("parentToolCallId"); p != "" {
+	if p := data.Str("parentToolCallId"); p != "" {
 		ev.Details = details("parent_tool_call_id", p)
 	}
 	return ev
@@ -172,26 +172,26 @@ func (d *Decoder) remember(id, name string) {
 }
 
 func (d *Decoder) toolResult(data obj) harness.Event {
-	id := data.str("toolCallId")
-	ok, _ := data.boolean("success")
+	id := data.Str("toolCallId")
+	ok, _ := data.Bool("success")
 	t := &harness.Tool{ID: id, Name: d.tools[id], Error: !ok}
-	if r := data.obj("result"); r != nil {
-		t.Output = r.str("content")
+	if r := data.Obj("result"); r != nil {
+		t.Output = r.Str("content")
 	}
-	if e := data.obj("error"); e != nil && t.Output == "" {
-		t.Output = e.str("message")
+	if e := data.Obj("error"); e != nil && t.Output == "" {
+		t.Output = e.Str("message")
 	}
 	ev := harness.Event{Type: harness.EventToolResult, Tool: t}
 	det := map[string]any{}
-	if sh := data.obj("shellExecution"); sh != nil {
-		if code, ok := sh.num("exitCode"); ok {
+	if sh := data.Obj("shellExecution"); sh != nil {
+		if code, ok := sh.Num("exitCode"); ok {
 			det["exit_code"] = code
 		}
 	}
-	if e := data.obj("error"); e != nil && e.str("code") != "" {
-		det["error_code"] = e.str("code")
+	if e := data.Obj("error"); e != nil && e.Str("code") != "" {
+		det["error_code"] = e.Str("code")
 	}
-	if p := data.str("parentToolCallId"); p != "" {
+	if p := data.Str("parentToolCallId"); p != "" {
 		det["parent_tool_call_id"] = p
 	}
 	if len(det) > 0 {
@@ -220,7 +220,7 @@ func (d *Decoder) close(id string) {
 // HTTP status of the failed call, never its error message (kept in
 // details.error), so it cannot be taken for the terminal failure.
 func (d *Decoder) retry(data obj) harness.Event {
-	turn, reason := data.str("turnId"), data.str("reason")
+	turn, reason := data.Str("turnId"), data.Str("reason")
 	if len(d.attempts) < maxTracked || d.attempts[turn] > 0 {
 		d.attempts[turn]++
 	}
@@ -234,14 +234,14 @@ func (d *Decoder) retry(data obj) harness.Event {
 		text += ", " + reason
 	}
 	if f := d.failure; f != nil {
-		if code, ok := f.num("statusCode"); ok {
+		if code, ok := f.Num("statusCode"); ok {
 			det["status_code"] = code
 			text += fmt.Sprintf(", HTTP %d", code)
 		}
-		if k := f.str("failureKind"); k != "" {
+		if k := f.Str("failureKind"); k != "" {
 			det["failure_kind"] = k
 		}
-		if m := providerMessage(f.str("errorMessage")); m != "" {
+		if m := providerMessage(f.Str("errorMessage")); m != "" {
 			det["error"] = m
 		}
 		d.failure = nil
@@ -259,9 +259,9 @@ func (d *Decoder) retry(data obj) harness.Event {
 // raw JSON error, else returns the text itself, at most 1 KiB.
 func providerMessage(s string) string {
 	if o := parseObj([]byte(s)); o != nil {
-		if m := o.obj("error").str("message"); m != "" {
+		if m := o.Obj("error").Str("message"); m != "" {
 			s = m
-		} else if m := o.str("message"); m != "" {
+		} else if m := o.Str("message"); m != "" {
 			s = m
 		}
 	}
@@ -281,32 +281,32 @@ var typeRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 // failure is the event of session.error: its text is the CLI's message
 // followed by a line "(copilot error type: T[, HTTP N][, code C])".
 func failure(data obj, timestamp string) harness.Event {
-	msg := strings.TrimSpace(data.str("message"))
+	msg := strings.TrimSpace(data.Str("message"))
 	if msg == "" {
 		msg = "the agent reported an error"
 	}
-	typ := data.str("errorType")
+	typ := data.Str("errorType")
 	if !typeRE.MatchString(typ) {
 		typ = "unknown"
 	}
 	det := map[string]any{"error_type": typ}
 	marker := failureMarker + typ
-	if code, ok := data.num("statusCode"); ok {
+	if code, ok := data.Num("statusCode"); ok {
 		det["status_code"] = code
 		marker += fmt.Sprintf(", HTTP %d", code)
 	}
-	if c := data.str("errorCode"); c != "" {
+	if c := data.Str("errorCode"); c != "" {
 		det["error_code"] = c
 		if typeRE.MatchString(c) {
 			marker += ", code " + c
 		}
 	}
 	for k, f := range map[string]string{"provider_error_type": "providerErrorType", "remediation": "remediation", "url": "url"} {
-		if v := data.str(f); v != "" {
+		if v := data.Str(f); v != "" {
 			det[k] = v
 		}
 	}
-	if v, ok := data.boolean("eligibleForAutoSwitch"); ok {
+	if v, ok := data.Bool("eligibleForAutoSwitch"); ok {
 		det["eligible_for_auto_switch"] = v
 	}
 	if typ == "rate_limit" || typ == "quota" {
@@ -345,27 +345,27 @@ func (d *Decoder) addUsage(data obj) []harness.Event {
 func (d *Decoder) finished(o obj) harness.Event {
 	ev := harness.Event{Type: harness.EventFinished, Text: d.last, Stop: "end_turn"}
 	det := map[string]any{}
-	if code, ok := o.num("exitCode"); ok {
+	if code, ok := o.Num("exitCode"); ok {
 		det["exit_code"] = code
 		if code != 0 {
 			ev.Stop = "error"
 		}
 	}
-	if s := o.str("sessionId"); s != "" {
+	if s := o.Str("sessionId"); s != "" {
 		det["session_id"] = s
 	}
-	if u := o.obj("usage"); u != nil {
-		if n, ok := u.num("premiumRequests"); ok {
+	if u := o.Obj("usage"); u != nil {
+		if n, ok := u.Num("premiumRequests"); ok {
 			det["premium_requests"] = n
 		}
-		if n, ok := u.num("totalApiDurationMs"); ok {
+		if n, ok := u.Num("totalApiDurationMs"); ok {
 			det["api_duration_ms"] = n
 		}
-		if c := u.obj("codeChanges"); c != nil {
-			if n, ok := c.num("linesAdded"); ok {
+		if c := u.Obj("codeChanges"); c != nil {
+			if n, ok := c.Num("linesAdded"); ok {
 				det["lines_added"] = n
 			}
-			if n, ok := c.num("linesRemoved"); ok {
+			if n, ok := c.Num("linesRemoved"); ok {
 				det["lines_removed"] = n
 			}
 		}

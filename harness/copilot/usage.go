@@ -52,11 +52,11 @@ func UsageResult(stdout []byte) *harness.Usage {
 		if o == nil {
 			continue
 		}
-		switch o.str("type") {
+		switch o.Str("type") {
 		case "session.start", "session.resume":
 			u, seen, marker = harness.Usage{Complete: true}, true, true
 		case "session.usage_record":
-			r, ok := recordUsage(o.obj("data").obj("usage"))
+			r, ok := recordUsage(o.Obj("data").Obj("usage"))
 			if !ok {
 				continue
 			}
@@ -138,11 +138,11 @@ func eachRecord(log []byte, f func(id string, u harness.Usage, ok bool)) {
 			continue
 		}
 		o := parseObj(line)
-		if o == nil || o.str("type") != "session.usage_record" {
+		if o == nil || o.Str("type") != "session.usage_record" {
 			continue
 		}
-		u, ok := recordUsage(o.obj("data").obj("usage"))
-		f(o.str("id"), u, ok)
+		u, ok := recordUsage(o.Obj("data").Obj("usage"))
+		f(o.Str("id"), u, ok)
 	}
 }
 
@@ -153,10 +153,10 @@ func recordUsage(o obj) (harness.Usage, bool) {
 	if o == nil {
 		return harness.Usage{}, false
 	}
-	in, okIn := o.num("inputTokens")
-	out, okOut := o.num("outputTokens")
-	cr, okCR := o.num("cacheReadTokens")
-	cw, okCW := o.num("cacheWriteTokens")
+	in, okIn := o.Num("inputTokens")
+	out, okOut := o.Num("outputTokens")
+	cr, okCR := o.Num("cacheReadTokens")
+	cw, okCW := o.Num("cacheWriteTokens")
 	if !okIn && !okOut {
 		return harness.Usage{}, false
 	}
