@@ -143,7 +143,54 @@ func (cp *capturer) scanRoot(root string, natives []string) ([]capturedFile, err
 	if err := cp.ctx.Err(); err != nil {
 		return nil, err
 	}
-	rc, err := cp.c.CopyOut(cp.ctx, path.Join(cp.home, root))
+	if l, ok := cp.c.(Lister); ok {
+		rels, err := l.List(cp.ctx, path.Join(cp.home, root))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, nil
+		case err == nil:
+			return cp.scanListed(root, rels, natives)
+		case !errors.Is(err, errors.ErrUnsupported):
+			return nil, fmt.Errorf("listing %s: %w", root, err)
+		}
+	}
+	return cp.scanCopy(root, natives, path.Join(cp.home, root), "")
+}
+
+// scanListed copies out, one by one, only the listed files that match.
+func (cp *capturer) scanListed(root string, rels, natives []string) ([]capturedFile, error) {
+	var out []capturedFile
+	for _, rel := range rels {
+		if err := cp.ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !validPath(rel) {
+			return nil, fmt.Errorf("%w: the listing of %s holds %q", ErrUnsafe, root, rel)
+		}
+		p := root + "/" + rel
+		if _, done := cp.files[p]; done || innerRoot(p, cp.roots) != root {
+			continue
+		}
+		match, err := matchAny(cp.st, rel, natives)
+		if err != nil {
+			return nil, err
+		}
+		if !match {
+			continue
+		}
+		got, err := cp.scanCopy(root, natives, path.Join(cp.home, p), rel)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// scanCopy reads the tar copy of src (a root, or with only set, the one
+// file rel under it) and captures the files matching natives.
+func (cp *capturer) scanCopy(root string, natives []string, src, only string) ([]capturedFile, error) {
+	rc, err := cp.c.CopyOut(cp.ctx, src)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -152,6 +199,9 @@ func (cp *capturer) scanRoot(root string, natives []string) ([]capturedFile, err
 	}
 	defer rc.Close()
 	base := path.Base(root)
+	if only != "" {
+		base = path.Base(src)
+	}
 	tr := tar.NewReader(rc)
 	var out []capturedFile
 	for {
@@ -174,12 +224,20 @@ func (cp *capturer) scanRoot(root string, natives []string) ([]capturedFile, err
 		if err := tarsafe.Check(h); err != nil {
 			return nil, fmt.Errorf("%w: in the copy of %s: %w", ErrUnsafe, root, err)
 		}
-		if h.Name == base {
-			continue // a root that is a file
-		}
-		rel, ok := under(h.Name, base)
-		if !ok {
-			return nil, fmt.Errorf("%w: the copy of %s holds %q, outside %s/", ErrInvalid, root, h.Name, base)
+		var rel string
+		if only != "" {
+			if h.Name != base {
+				return nil, fmt.Errorf("%w: the copy of %s/%s holds %q", ErrInvalid, root, only, h.Name)
+			}
+			rel = only
+		} else {
+			if h.Name == base {
+				continue // a root that is a file
+			}
+			var ok bool
+			if rel, ok = under(h.Name, base); !ok {
+				return nil, fmt.Errorf("%w: the copy of %s holds %q, outside %s/", ErrInvalid, root, h.Name, base)
+			}
 		}
 		p := root + "/" + rel
 		if _, done := cp.files[p]; done || innerRoot(p, cp.roots) != root {

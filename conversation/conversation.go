@@ -145,3 +145,15 @@ type Copier interface {
 	// errors.Is(err, fs.ErrNotExist).
 	CopyOut(ctx context.Context, path string) (io.ReadCloser, error)
 }
+
+// Lister is implemented by Copiers that can list a directory without
+// copying it: Capture then copies out only the files it keeps, so its cost
+// does not grow with the other conversations in the same home. List
+// returns the regular files under dir, as clean slash-separated paths
+// relative to dir (links are not followed and not listed). A missing dir
+// gives an error satisfying errors.Is(err, fs.ErrNotExist); a Copier that
+// cannot list returns one satisfying errors.Is(err, errors.ErrUnsupported)
+// and Capture copies the whole root instead.
+type Lister interface {
+	List(ctx context.Context, dir string) ([]string, error)
+}

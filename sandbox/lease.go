@@ -320,3 +320,27 @@ func (l *Lease) LookPath(ctx context.Context, name string) (string, error) {
 	}
 	return p, nil
 }
+
+// Lister is implemented by sandboxes that can list a directory's regular
+// files without copying them (the local provider).
+type Lister interface {
+	// List returns the regular files under dir as clean slash-separated
+	// paths relative to dir, links neither followed nor listed. A missing
+	// dir gives an error satisfying errors.Is(err, fs.ErrNotExist).
+	List(ctx context.Context, dir string) ([]string, error)
+}
+
+// List lists the regular files under dir inside the sandbox, for providers
+// that can (Lister); others give an error satisfying
+// errors.Is(err, errors.ErrUnsupported).
+func (l *Lease) List(ctx context.Context, dir string) ([]string, error) {
+	if err := l.enter(); err != nil {
+		return nil, err
+	}
+	defer l.active.Done()
+	ls, ok := l.sb.(Lister)
+	if !ok {
+		return nil, fmt.Errorf("the %s sandbox cannot list files: %w", l.provider.Name(), errors.ErrUnsupported)
+	}
+	return ls.List(ctx, dir)
+}

@@ -431,6 +431,33 @@ func (s *Sandbox) CopyOut(ctx context.Context, path string) (io.ReadCloser, erro
 	return pr, nil
 }
 
+// List returns the regular files under dir, relative to it, without
+// following links.
+func (s *Sandbox) List(ctx context.Context, dir string) ([]string, error) {
+	if _, err := os.Lstat(dir); err != nil {
+		return nil, err
+	}
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		out = append(out, filepath.ToSlash(rel))
+		return nil
+	})
+	return out, err
+}
+
 // Close removes the lease's home. The working directory is the caller's
 // and stays.
 func (s *Sandbox) Close(ctx context.Context) error {
