@@ -79,6 +79,13 @@ type Harness struct {
 	// stays process and Details["unavailable"] is true.
 	Unavailable func(text string) bool
 
+	// Misconfigured recognizes a terminal failure caused by the agent's
+	// credentials or configuration: a key the model API refused (401/403),
+	// a CLI that is not logged in, a missing required setting. When the
+	// process then fails without a quota signal, the turn fails with code
+	// configuration: retrying will not help, fixing the setup will.
+	Misconfigured func(text string) bool
+
 	// UsageCommand returns a bounded read command run in the leased sandbox
 	// after the turn (Usage mode UsageSession), and UsageResult decodes its
 	// standard output into session totals. UsageResult never returns

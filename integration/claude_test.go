@@ -480,7 +480,7 @@ func testClaudeHostCredentialsFile(t *testing.T, kind string) {
 	o := e.run(sandbox.Turn{Prompt: "say hi"}, turnOpts{})
 	reqs := e.messages()
 	if kind == "local" {
-		if outpost.CodeOf(o.err) != outpost.Process || len(reqs) != 0 || !strings.Contains(o.err.Error(), "Not logged in") {
+		if outpost.CodeOf(o.err) != outpost.Configuration || len(reqs) != 0 || !strings.Contains(o.err.Error(), "Not logged in") {
 			t.Errorf("local: error %v with %d requests; want the CLI not logged in", o.err, len(reqs))
 		}
 		return
@@ -873,16 +873,12 @@ func TestClaudeStallHitsTheWatchdog(t *testing.T) { eachProvider(t, testClaudeSt
 
 func testClaudeStallHitsTheWatchdog(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
-	start := time.Now()
 	// The bound leaves the CLI time to start on a loaded machine (it
 	// prints its init line at once, then waits on the stalled stream).
 	o := e.run(sandbox.Turn{Prompt: "FAKE_STALL say hi", Inactivity: 6 * time.Second}, turnOpts{})
 	var oe *outpost.Error
 	if !errors.As(o.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true || oe.Details["unavailable"] != true {
 		t.Fatalf("error %v, want code process with details.inactivity and details.unavailable", o.err)
-	}
-	if d := time.Since(start); d > time.Minute {
-		t.Errorf("the watchdog took %v", d)
 	}
 	if len(e.messages()) != 1 {
 		t.Errorf("the stream did not stall: %d requests", len(e.messages()))

@@ -673,14 +673,16 @@ type stream struct {
 	usage  *harness.Usage
 	exit   *harness.ExitStatus
 
-	finished    bool
-	failures    []string
-	quotaText   string
-	quotaEvent  map[string]any // Details of the failure event quotaText came from
-	limit       *harness.Event // the first failure of kind harness.KindLimit
-	unavailable bool
-	started     bool
-	steered     int
+	finished  bool
+	failures  []string
+	quotaText string
+	// misconfigText is the first text the preset's Misconfigured matched.
+	misconfigText string
+	quotaEvent    map[string]any // Details of the failure event quotaText came from
+	limit         *harness.Event // the first failure of kind harness.KindLimit
+	unavailable   bool
+	started       bool
+	steered       int
 
 	stderrMu   sync.Mutex
 	stderrTail []string
@@ -771,6 +773,9 @@ func (s *stream) classify(text string) {
 	}
 	if h.Unavailable != nil && h.Unavailable(text) {
 		s.unavailable = true
+	}
+	if s.misconfigText == "" && h.Misconfigured != nil && h.Misconfigured(text) {
+		s.misconfigText = text
 	}
 }
 
@@ -1124,6 +1129,10 @@ func (s *stream) classifyEnd(ctx context.Context, st harness.ExitStatus, waitErr
 			err.Detail("resets_at", r)
 		}
 		return err
+	}
+	if failed && s.misconfigText != "" {
+		return details(&outpost.Error{Code: outpost.Configuration, Op: op, Msg: "the agent's credentials or configuration were refused: " + firstLine(s.misconfigText)}).
+			Detail("agent_reported", true)
 	}
 	if !st.Success() {
 		msg := fmt.Sprintf("the agent exited with status %d", st.Code)

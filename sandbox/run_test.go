@@ -381,3 +381,24 @@ func TestSteering(t *testing.T) {
 		})
 	}
 }
+
+// TestMisconfigured: a failure the preset recognizes as refused credentials
+// ends with code configuration, not process; quota still wins.
+func TestMisconfigured(t *testing.T) {
+	f := newFixture(t)
+	h := echo.Harness()
+	h.Misconfigured = func(text string) bool {
+		return strings.Contains(text, "simulated crash") || strings.Contains(text, "usage limit")
+	}
+	_, err := f.run(sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "#crash"})
+	var oe *outpost.Error
+	if !errors.As(err, &oe) || oe.Code != outpost.Configuration || oe.Details["agent_reported"] != true {
+		t.Fatalf("error %v, want configuration reported by the agent", err)
+	}
+	if _, err := f.run(sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "#quota"}); outpost.CodeOf(err) != outpost.Quota {
+		t.Errorf("quota text: %v", err)
+	}
+	if _, err := f.run(sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "fine"}); err != nil {
+		t.Errorf("a successful turn failed: %v", err)
+	}
+}

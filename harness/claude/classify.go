@@ -191,3 +191,15 @@ func resetTime(text string, now time.Time) (time.Time, bool) {
 	}
 	return time.Time{}, false
 }
+
+// authFragments are the CLI's texts for credentials the API or the CLI
+// refused (lower case).
+var authFragments = []string{"not logged in", "invalid api key", "authentication_error", "please run /login", "oauth token has expired", "invalid bearer token", "permission_error"}
+
+// Misconfigured recognizes refused credentials: an invalid or expired key
+// or token (401/403), or a CLI that is not logged in. Retry notices never
+// match.
+func Misconfigured(text string) bool {
+	t, ok := classifiable(text)
+	return ok && containsAny(t, authFragments)
+}

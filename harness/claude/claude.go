@@ -82,6 +82,7 @@ func Harness() *harness.Harness {
 		Quota:                 Quota,
 		QuotaDetails:          QuotaDetails,
 		Unavailable:           Unavailable,
+		Misconfigured:         Misconfigured,
 		TranscriptUsage:       TranscriptUsage,
 		ThreadUsage:           ThreadUsage,
 		Usage:                 harness.UsageEvents,

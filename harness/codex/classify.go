@@ -184,3 +184,10 @@ const (
 	infoTooManyFailedAttempts = "responseTooManyFailedAttempts"
 	infoInternalServerError   = "internalServerError"
 )
+
+// Misconfigured recognizes refused credentials and missing settings: a 401
+// or 403 answer, a missing key variable, app-server's unauthorized tag.
+// Retry notices never match.
+func Misconfigured(text string) bool {
+	return !isRetry(text) && failureKind(text) == "auth"
+}

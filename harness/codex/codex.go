@@ -128,6 +128,7 @@ func Harness() *harness.Harness {
 		Quota:                 Quota,
 		QuotaDetails:          QuotaDetails,
 		Unavailable:           Unavailable,
+		Misconfigured:         Misconfigured,
 		TranscriptUsage:       TranscriptUsage,
 		ThreadUsage:           ThreadUsage,
 		Usage:                 harness.UsageEvents,

@@ -113,3 +113,11 @@ func Unavailable(text string) bool {
 	}
 	return false
 }
+
+// Misconfigured recognizes refused credentials: a session.error typed
+// authentication, or the CLI finding no credentials at all. Retry notices
+// do not match.
+func Misconfigured(text string) bool {
+	return strings.Contains(text, "(copilot error type: authentication") ||
+		strings.Contains(text, "No authentication information found")
+}

@@ -124,6 +124,7 @@ func Harness() *harness.Harness {
 		Quota:                 Quota,
 		QuotaDetails:          QuotaDetails,
 		Unavailable:           Unavailable,
+		Misconfigured:         Misconfigured,
 		UsageCommand:          UsageCommand,
 		UsageResult:           UsageResult,
 		TranscriptUsage:       TranscriptUsage,
