@@ -98,45 +98,17 @@ func Filter(r io.Reader) io.ReadCloser { return filter(r, false) }
 func FilterOut(r io.Reader) io.ReadCloser { return filter(r, true) }
 
 func filter(r io.Reader, dropLinks bool) io.ReadCloser {
-	pr, pw := io.Pipe()
-	go func() {
-		tr := tar.NewReader(r)
-		tw := tar.NewWriter(pw)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				pw.CloseWithError(tw.Close())
-				return
-			}
-			if err != nil {
-				pw.CloseWithError(fmt.Errorf("reading archive: %w", err))
-				return
-			}
-			if h.Typeflag == tar.TypeXGlobalHeader {
-				continue
-			}
-			if err := Check(h); err != nil {
-				if dropLinks && (h.Typeflag == tar.TypeSymlink || h.Typeflag == tar.TypeLink) {
-					if _, nerr := CleanName(h.Name); nerr == nil {
-						continue
-					}
-				}
-				pw.CloseWithError(err)
-				return
-			}
-			if err := tw.WriteHeader(h); err != nil {
-				pw.CloseWithError(err)
-				return
-			}
-			if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
-				if _, err := io.Copy(tw, tr); err != nil {
-					pw.CloseWithError(err)
-					return
+	return Rewrite(r, func(h *tar.Header) (bool, error) {
+		if dropLinks && (h.Typeflag == tar.TypeSymlink || h.Typeflag == tar.TypeLink) {
+			c := *h
+			if Check(&c) != nil {
+				if _, err := CleanName(h.Name); err == nil {
+					return false, nil // a link pointing outside: dropped
 				}
 			}
 		}
-	}()
-	return pr
+		return true, nil
+	})
 }
 
 // Write writes files as a tar stream.
