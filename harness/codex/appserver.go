@@ -410,56 +410,33 @@ func (l *live) item(p, it obj, done bool) []harness.Event {
 		}
 		return []harness.Event{{Type: harness.EventReasoning, ID: id, Text: strings.Join(parts, "\n")}}
 	case "commandExecution":
-		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "command_execution", Input: marshal(map[string]string{"command": it.str("command")})}}
-		if !done {
-			l.started[id] = true
-			return []harness.Event{call}
-		}
-		status := it.str("status")
-		res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id, Output: it.str("aggregatedOutput")}, Details: map[string]any{"status": status}}
-		code, hasCode := it.num("exitCode")
-		if hasCode {
-			res.Details["exit_code"] = code
-		}
-		res.Tool.Error = status == "failed" || status == "declined" || (hasCode && code != 0)
-		return l.finishTool(id, call, res)
+		return l.toolItem(id, done, commandCall(id, it.str("command")), func() harness.Event {
+			code, hasCode := it.num("exitCode")
+			return commandResult(id, it.str("aggregatedOutput"), it.str("status"), code, hasCode)
+		})
 	case "fileChange":
-		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "file_change", Input: marshal(map[string]any{"changes": it.raw("changes")})}}
-		if !done {
-			l.started[id] = true
-			return []harness.Event{call}
-		}
-		status := it.str("status")
-		res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id, Output: changesText(it.objs("changes")), Error: status == "failed" || status == "declined"}, Details: map[string]any{"status": status}}
-		return l.finishTool(id, call, res)
+		return l.toolItem(id, done, fileChangeCall(id, it), func() harness.Event { return fileChangeResult(id, it) })
 	case "mcpToolCall", "dynamicToolCall":
 		name := "mcp:" + it.str("server") + "/" + it.str("tool")
 		if typ == "dynamicToolCall" {
 			name = "dynamic:" + it.str("tool")
 		}
 		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: name, Input: it.rawJSON("arguments")}}
-		if !done {
-			l.started[id] = true
-			return []harness.Event{call}
-		}
-		status := it.str("status")
-		res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}, Details: map[string]any{"status": status}}
-		if e := it.obj("error"); e != nil {
-			res.Tool.Output, res.Tool.Error = e.str("message"), true
-		} else if r := it.raw("result"); r != nil {
-			res.Tool.Output = string(r)
-		} else if r := it.raw("contentItems"); r != nil {
-			res.Tool.Output = string(r)
-		}
-		res.Tool.Error = res.Tool.Error || status == "failed" || string(it.raw("success")) == "false"
-		return l.finishTool(id, call, res)
+		return l.toolItem(id, done, call, func() harness.Event {
+			status := it.str("status")
+			res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}, Details: map[string]any{"status": status}}
+			if e := it.obj("error"); e != nil {
+				res.Tool.Output, res.Tool.Error = e.str("message"), true
+			} else if r := it.raw("result"); r != nil {
+				res.Tool.Output = string(r)
+			} else if r := it.raw("contentItems"); r != nil {
+				res.Tool.Output = string(r)
+			}
+			res.Tool.Error = res.Tool.Error || status == "failed" || string(it.raw("success")) == "false"
+			return res
+		})
 	case "webSearch":
-		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "web_search", Input: marshal(map[string]string{"query": it.str("query")})}}
-		if !done {
-			l.started[id] = true
-			return []harness.Event{call}
-		}
-		return l.finishTool(id, call, harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}})
+		return l.toolItem(id, done, webSearchCall(id, it), func() harness.Event { return harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}} })
 	case "plan":
 		if done {
 			return []harness.Event{{Type: harness.EventNotice, Kind: "plan", ID: id, Text: it.str("text")}}

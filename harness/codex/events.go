@@ -213,50 +213,27 @@ func (d *decoder) item(it obj, done bool) []harness.Event {
 		}
 		return []harness.Event{{Type: harness.EventReasoning, ID: id, Text: it.str("text")}}
 	case "command_execution":
-		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "command_execution", Input: marshal(map[string]string{"command": it.str("command")})}}
-		if !done {
-			d.started[id] = true
-			return []harness.Event{call}
-		}
-		status := it.str("status")
-		res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id, Output: it.str("aggregated_output")}, Details: map[string]any{"status": status}}
-		code, hasCode := it.num("exit_code")
-		if hasCode {
-			res.Details["exit_code"] = code
-		}
-		res.Tool.Error = status == "failed" || status == "declined" || (hasCode && code != 0)
-		return d.finishTool(id, call, res)
+		return d.toolItem(id, done, commandCall(id, it.str("command")), func() harness.Event {
+			code, hasCode := it.num("exit_code")
+			return commandResult(id, it.str("aggregated_output"), it.str("status"), code, hasCode)
+		})
 	case "file_change":
-		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "file_change", Input: marshal(map[string]any{"changes": it.raw("changes")})}}
-		if !done {
-			d.started[id] = true
-			return []harness.Event{call}
-		}
-		status := it.str("status")
-		res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id, Output: changesText(it.objs("changes")), Error: status == "failed" || status == "declined"}, Details: map[string]any{"status": status}}
-		return d.finishTool(id, call, res)
+		return d.toolItem(id, done, fileChangeCall(id, it), func() harness.Event { return fileChangeResult(id, it) })
 	case "mcp_tool_call":
 		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "mcp:" + it.str("server") + "/" + it.str("tool"), Input: it.rawJSON("arguments")}}
-		if !done {
-			d.started[id] = true
-			return []harness.Event{call}
-		}
-		status := it.str("status")
-		res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}, Details: map[string]any{"status": status}}
-		if e := it.obj("error"); e != nil {
-			res.Tool.Output, res.Tool.Error = e.str("message"), true
-		} else if r := it.raw("result"); r != nil {
-			res.Tool.Output = string(r)
-		}
-		res.Tool.Error = res.Tool.Error || status == "failed"
-		return d.finishTool(id, call, res)
+		return d.toolItem(id, done, call, func() harness.Event {
+			status := it.str("status")
+			res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}, Details: map[string]any{"status": status}}
+			if e := it.obj("error"); e != nil {
+				res.Tool.Output, res.Tool.Error = e.str("message"), true
+			} else if r := it.raw("result"); r != nil {
+				res.Tool.Output = string(r)
+			}
+			res.Tool.Error = res.Tool.Error || status == "failed"
+			return res
+		})
 	case "web_search":
-		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "web_search", Input: marshal(map[string]string{"query": it.str("query")})}}
-		if !done {
-			d.started[id] = true
-			return []harness.Event{call}
-		}
-		return d.finishTool(id, call, harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}})
+		return d.toolItem(id, done, webSearchCall(id, it), func() harness.Event { return harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}} })
 	case "todo_list":
 		return []harness.Event{planNotice(it)}
 	case "error":
@@ -274,7 +251,46 @@ func (d *decoder) item(it obj, done bool) []harness.Event {
 	}
 }
 
-// done completes a tool item: its call (when item.started was never seen,
+// toolItem emits a tool item: its call when the item starts, and when it
+// completes its call (unless already emitted) and result.
+func (t *turnState) toolItem(id string, done bool, call harness.Event, result func() harness.Event) []harness.Event {
+	if !done {
+		t.started[id] = true
+		return []harness.Event{call}
+	}
+	return t.finishTool(id, call, result())
+}
+
+// commandCall and commandResult are a command execution item's events.
+func commandCall(id, command string) harness.Event {
+	return harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "command_execution", Input: marshal(map[string]string{"command": command})}}
+}
+
+func commandResult(id, output, status string, code int64, hasCode bool) harness.Event {
+	res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id, Output: output}, Details: map[string]any{"status": status}}
+	if hasCode {
+		res.Details["exit_code"] = code
+	}
+	res.Tool.Error = status == "failed" || status == "declined" || (hasCode && code != 0)
+	return res
+}
+
+// fileChangeCall and fileChangeResult are a file change item's events.
+func fileChangeCall(id string, it obj) harness.Event {
+	return harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "file_change", Input: marshal(map[string]any{"changes": it.raw("changes")})}}
+}
+
+func fileChangeResult(id string, it obj) harness.Event {
+	status := it.str("status")
+	return harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id, Output: changesText(it.objs("changes")), Error: status == "failed" || status == "declined"}, Details: map[string]any{"status": status}}
+}
+
+// webSearchCall is a web search item's call; its result carries nothing.
+func webSearchCall(id string, it obj) harness.Event {
+	return harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "web_search", Input: marshal(map[string]string{"query": it.str("query")})}}
+}
+
+// finishTool completes a tool item: its call (when item.started was never seen,
 // as for some sandbox-denied commands), its result, and the budget check.
 func (t *turnState) finishTool(id string, call, res harness.Event) []harness.Event {
 	var evs []harness.Event
