@@ -1088,9 +1088,12 @@ func (s *stream) classifyEnd(ctx context.Context, st harness.ExitStatus, waitErr
 		s.stderrMu.Unlock()
 		return err
 	}
-	if waitErr != nil || (!st.Success() && s.lease.Vanished(context.WithoutCancel(ctx))) {
+	// Asking whether the sandbox vanished may cost a round trip (docker):
+	// ask once, and only when the turn failed.
+	vanished := (waitErr != nil || !st.Success()) && s.lease.Vanished(context.WithoutCancel(ctx))
+	if waitErr != nil || vanished {
 		err := &outpost.Error{Code: outpost.Sandbox, Op: op, Agent: h.Name, Msg: "the sandbox failed during the turn", Err: waitErr}
-		if s.lease.Vanished(context.WithoutCancel(ctx)) {
+		if vanished {
 			err.Msg = "the sandbox vanished during the turn"
 			err.Detail("vanished", true)
 		}
