@@ -87,7 +87,7 @@ func (d *decoder) decodeObj(o obj) []harness.Event {
 	if o == nil {
 		return nil
 	}
-	switch o.str("type") {
+	switch o.Str("type") {
 	case "system":
 		return d.system(o)
 	case "assistant":
@@ -105,27 +105,27 @@ func (d *decoder) decodeObj(o obj) []harness.Event {
 }
 
 func (d *decoder) system(o obj) []harness.Event {
-	switch o.str("subtype") {
+	switch o.Str("subtype") {
 	case "init":
 		d.running, d.failed = true, false
-		id := o.str("session_id")
+		id := o.Str("session_id")
 		if id == "" || (!d.stateless && id == d.session) {
 			return nil
 		}
 		d.session = id
 		details := map[string]any{}
 		for k, name := range map[string]string{"model": "model", "cwd": "cwd", "permissionMode": "permission_mode", "claude_code_version": "version"} {
-			if v := o.str(k); v != "" {
+			if v := o.Str(k); v != "" {
 				details[name] = v
 			}
 		}
 		return []harness.Event{{Type: harness.EventSession, Session: id, Details: details}}
 	case "api_retry":
-		attempt, _ := o.num("attempt")
-		max, _ := o.num("max_retries")
-		delay, _ := o.num("retry_delay_ms")
-		kind := o.str("error")
-		status, hasStatus := o.num("error_status")
+		attempt, _ := o.Num("attempt")
+		max, _ := o.Num("max_retries")
+		delay, _ := o.Num("retry_delay_ms")
+		kind := o.Str("error")
+		status, hasStatus := o.Num("error_status")
 		what := kind
 		if hasStatus {
 			what = strconv.FormatInt(status, 10) + " " + kind
@@ -143,8 +143,8 @@ func (d *decoder) system(o obj) []harness.Event {
 		text := fmt.Sprintf("API request failed (%s); retrying in %s, attempt %d of %d", strings.TrimSpace(what), time.Duration(delay)*time.Millisecond, attempt, max)
 		return []harness.Event{{Type: harness.EventNotice, Kind: "retry", Text: text, Details: details}}
 	case "permission_denied":
-		ev := harness.Event{Type: harness.EventNotice, Kind: "permission_denied", Text: o.str("message")}
-		if id, name := o.str("tool_use_id"), o.str("tool_name"); id != "" || name != "" {
+		ev := harness.Event{Type: harness.EventNotice, Kind: "permission_denied", Text: o.Str("message")}
+		if id, name := o.Str("tool_use_id"), o.Str("tool_name"); id != "" || name != "" {
 			ev.Tool = &harness.Tool{ID: id, Name: name}
 		}
 		if ev.Text == "" {
@@ -152,17 +152,17 @@ func (d *decoder) system(o obj) []harness.Event {
 		}
 		return []harness.Event{ev}
 	case "task_started", "task_notification", "task_progress":
-		status := o.str("status")
-		if status == "" && o.str("subtype") == "task_started" {
+		status := o.Str("status")
+		if status == "" && o.Str("subtype") == "task_started" {
 			status = "started"
 		}
-		text := o.str("summary")
+		text := o.Str("summary")
 		if text == "" {
-			text = o.str("description")
+			text = o.Str("description")
 		}
 		details := map[string]any{}
 		for _, k := range []string{"task_id", "task_type"} {
-			if v := o.str(k); v != "" {
+			if v := o.Str(k); v != "" {
 				details[k] = v
 			}
 		}
@@ -170,7 +170,7 @@ func (d *decoder) system(o obj) []harness.Event {
 			details["status"] = status
 		}
 		ev := harness.Event{Type: harness.EventNotice, Kind: "task", Text: text, Details: details}
-		if id := o.str("tool_use_id"); id != "" {
+		if id := o.Str("tool_use_id"); id != "" {
 			ev.Tool = &harness.Tool{ID: id}
 		}
 		return []harness.Event{ev}
@@ -197,43 +197,43 @@ func (d *decoder) blockID(msg string) string {
 }
 
 func (d *decoder) assistant(o obj) []harness.Event {
-	msg := o.obj("message")
+	msg := o.Obj("message")
 	if msg == nil {
 		return nil
 	}
-	if msg.str("model") == SyntheticModel || o.str("error") != "" || o.boolean("is_api_error_message") {
+	if msg.Str("model") == SyntheticModel || o.Str("error") != "" || o.Flag("is_api_error_message") {
 		return d.apiError(o, msg)
 	}
-	id := msg.str("id")
+	id := msg.Str("id")
 	var common map[string]any
-	if p := o.str("parent_tool_use_id"); p != "" {
+	if p := o.Str("parent_tool_use_id"); p != "" {
 		common = map[string]any{"parent_tool_use_id": p}
 	}
-	if o.boolean("aborted") {
+	if o.Flag("aborted") {
 		if common == nil {
 			common = map[string]any{}
 		}
 		common["aborted"] = true
 	}
 	var evs []harness.Event
-	for _, b := range msg.objs("content") {
+	for _, b := range msg.Objs("content") {
 		bid := d.blockID(id)
 		var ev harness.Event
-		switch t := b.str("type"); t {
+		switch t := b.Str("type"); t {
 		case "text":
-			ev = harness.Event{Type: harness.EventMessage, ID: bid, Text: b.str("text")}
+			ev = harness.Event{Type: harness.EventMessage, ID: bid, Text: b.Str("text")}
 		case "thinking":
-			ev = harness.Event{Type: harness.EventReasoning, ID: bid, Text: b.str("thinking")}
+			ev = harness.Event{Type: harness.EventReasoning, ID: bid, Text: b.Str("thinking")}
 		case "redacted_thinking":
 			ev = harness.Event{Type: harness.EventReasoning, ID: bid, Details: map[string]any{"redacted": true}}
 		case "tool_use", "server_tool_use", "mcp_tool_use":
-			ev = harness.Event{Type: harness.EventToolCall, ID: bid, Tool: &harness.Tool{ID: b.str("id"), Name: b.str("name"), Input: b.raw("input")}}
+			ev = harness.Event{Type: harness.EventToolCall, ID: bid, Tool: &harness.Tool{ID: b.Str("id"), Name: b.Str("name"), Input: raw(b, "input")}}
 			if t != "tool_use" {
 				ev.Details = map[string]any{"tool_type": t}
 			}
 		default:
 			if strings.HasSuffix(t, "_tool_result") {
-				ev = harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: b.str("tool_use_id"), Output: contentText(b["content"]), Error: b.boolean("is_error")}}
+				ev = harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: b.Str("tool_use_id"), Output: contentText(b["content"]), Error: b.Flag("is_error")}}
 				break
 			}
 			continue
@@ -255,21 +255,21 @@ func (d *decoder) apiError(o, msg obj) []harness.Event {
 	if text == "" {
 		text = "API error"
 	}
-	kind := o.str("error")
+	kind := o.Str("error")
 	if kind == "" {
 		kind = "api_error"
 	}
 	details := map[string]any{}
-	if status, ok := o.num("api_error_status"); ok {
+	if status, ok := o.Num("api_error_status"); ok {
 		details["api_error_status"] = status
 	}
 	for _, k := range []string{"api_error_type", "api_error"} {
-		if v := o.str(k); v != "" {
+		if v := o.Str(k); v != "" {
 			details[k] = v
 		}
 	}
-	if params := o.obj("api_error_params"); params != nil {
-		if info := params.obj("rate_limit_info"); info != nil {
+	if params := o.Obj("api_error_params"); params != nil {
+		if info := params.Obj("rate_limit_info"); info != nil {
 			for k, v := range rateLimitDetails(info) {
 				if k != "status" {
 					details[k] = v
@@ -289,14 +289,14 @@ func (d *decoder) apiError(o, msg obj) []harness.Event {
 }
 
 func (d *decoder) user(o obj) []harness.Event {
-	if o.boolean("isReplay") {
+	if o.Flag("isReplay") {
 		return nil
 	}
-	msg := o.obj("message")
+	msg := o.Obj("message")
 	if msg == nil {
 		return nil
 	}
-	synthetic := o.boolean("isSynthetic")
+	synthetic := o.Flag("isSynthetic")
 	if content, ok := msg["content"].(string); ok {
 		if synthetic {
 			return []harness.Event{{Type: harness.EventNotice, Kind: "synthetic", Text: content}}
@@ -304,12 +304,12 @@ func (d *decoder) user(o obj) []harness.Event {
 		return nil
 	}
 	var evs []harness.Event
-	for _, b := range msg.objs("content") {
-		switch b.str("type") {
+	for _, b := range msg.Objs("content") {
+		switch b.Str("type") {
 		case "tool_result":
-			evs = append(evs, harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: b.str("tool_use_id"), Output: contentText(b["content"]), Error: b.boolean("is_error")}})
+			evs = append(evs, harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: b.Str("tool_use_id"), Output: contentText(b["content"]), Error: b.Flag("is_error")}})
 		case "text":
-			t := b.str("text")
+			t := b.Str("text")
 			switch {
 			case strings.HasPrefix(t, "[Request interrupted by user"):
 				evs = append(evs, harness.Event{Type: harness.EventNotice, Kind: "interrupted", Text: t})
@@ -327,10 +327,10 @@ func Usage(u obj) (harness.Usage, bool) {
 	if u == nil {
 		return harness.Usage{}, false
 	}
-	in, ok1 := u.num("input_tokens")
-	out, ok2 := u.num("output_tokens")
-	cr, ok3 := u.num("cache_read_input_tokens")
-	cw, ok4 := u.num("cache_creation_input_tokens")
+	in, ok1 := u.Num("input_tokens")
+	out, ok2 := u.Num("output_tokens")
+	cr, ok3 := u.Num("cache_read_input_tokens")
+	cw, ok4 := u.Num("cache_creation_input_tokens")
 	if !ok1 && !ok2 && !ok3 && !ok4 {
 		return harness.Usage{}, false
 	}
@@ -339,7 +339,7 @@ func Usage(u obj) (harness.Usage, bool) {
 
 func (d *decoder) result(o obj) []harness.Event {
 	d.running = false
-	u, hasUsage := Usage(o.obj("usage"))
+	u, hasUsage := Usage(o.Obj("usage"))
 	var sum *harness.Usage
 	if hasUsage {
 		if d.results == 0 || d.stateless {
@@ -351,9 +351,9 @@ func (d *decoder) result(o obj) []harness.Event {
 		s := d.usage
 		sum = &s
 	}
-	subtype := o.str("subtype")
-	stop := o.str("stop_reason")
-	terminal := o.str("terminal_reason")
+	subtype := o.Str("subtype")
+	stop := o.Str("stop_reason")
+	terminal := o.Str("terminal_reason")
 	details := map[string]any{}
 	if subtype != "" {
 		details["subtype"] = subtype
@@ -361,26 +361,26 @@ func (d *decoder) result(o obj) []harness.Event {
 	if terminal != "" {
 		details["terminal_reason"] = terminal
 	}
-	if n, ok := o.num("num_turns"); ok {
+	if n, ok := o.Num("num_turns"); ok {
 		details["num_turns"] = n
 	}
-	if n, ok := o.num("duration_ms"); ok {
+	if n, ok := o.Num("duration_ms"); ok {
 		details["duration_ms"] = n
 	}
-	if c, ok := o.float("total_cost_usd"); ok {
+	if c, ok := o.Float("total_cost_usd"); ok {
 		// Cumulative over the session, including resumed and forked-from
 		// turns: never sum it over turns.
 		details["session_cost_usd"] = c
 	}
-	if n := len(o.arr("permission_denials")); n > 0 {
+	if n := len(o.Arr("permission_denials")); n > 0 {
 		details["permission_denials"] = n
 	}
-	failed := o.boolean("is_error") || strings.HasPrefix(subtype, "error")
+	failed := o.Flag("is_error") || strings.HasPrefix(subtype, "error")
 	wasFailed := d.failed
 	d.failed = false
 	if !failed {
 		d.interrupting = false
-		return []harness.Event{{Type: harness.EventFinished, Text: o.str("result"), Stop: stop, Usage: sum, Details: details}}
+		return []harness.Event{{Type: harness.EventFinished, Text: o.Str("result"), Stop: stop, Usage: sum, Details: details}}
 	}
 	if d.interrupting && (terminal == "aborted_streaming" || terminal == "aborted_tools" || subtype == "error_during_execution") {
 		d.interrupting = false
@@ -389,10 +389,10 @@ func (d *decoder) result(o obj) []harness.Event {
 	}
 	var evs []harness.Event
 	if !wasFailed || d.stateless {
-		text := strings.TrimSpace(o.str("result"))
+		text := strings.TrimSpace(o.Str("result"))
 		if text == "" {
 			var errs []string
-			for _, e := range o.arr("errors") {
+			for _, e := range o.Arr("errors") {
 				if s := strings.TrimSpace(contentText(e)); s != "" {
 					errs = append(errs, s)
 				}
@@ -405,10 +405,10 @@ func (d *decoder) result(o obj) []harness.Event {
 				text += " (" + terminal + ")"
 			}
 		}
-		if status, ok := o.num("api_error_status"); ok {
+		if status, ok := o.Num("api_error_status"); ok {
 			details["api_error_status"] = status
 		}
-		if v := o.str("api_error"); v != "" {
+		if v := o.Str("api_error"); v != "" {
 			details["api_error"] = v
 		}
 		kind := "result_error"
@@ -433,23 +433,23 @@ func (d *decoder) result(o obj) []harness.Event {
 // rateLimitDetails reads a rate_limit_info object.
 func rateLimitDetails(info obj) map[string]any {
 	details := map[string]any{}
-	if s := info.str("status"); s != "" {
+	if s := info.Str("status"); s != "" {
 		details["status"] = s
 	}
-	if t := info.str("rateLimitType"); t != "" {
+	if t := info.Str("rateLimitType"); t != "" {
 		details["rate_limit_type"] = t
 	}
-	if at, ok := info.num("resetsAt"); ok && at > 0 && at < 1<<40 {
+	if at, ok := info.Num("resetsAt"); ok && at > 0 && at < 1<<40 {
 		details["resets_at"] = time.Unix(at, 0).UTC().Format(time.RFC3339)
 	}
-	if info.has("isUsingOverage") {
-		details["is_using_overage"] = info.boolean("isUsingOverage")
+	if info.Has("isUsingOverage") {
+		details["is_using_overage"] = info.Flag("isUsingOverage")
 	}
 	return details
 }
 
 func (d *decoder) rateLimit(o obj) []harness.Event {
-	info := o.obj("rate_limit_info")
+	info := o.Obj("rate_limit_info")
 	if info == nil {
 		return nil
 	}
@@ -474,19 +474,19 @@ func (d *decoder) rateLimit(o obj) []harness.Event {
 }
 
 func (d *decoder) streamEvent(o obj) []harness.Event {
-	ev := o.obj("event")
+	ev := o.Obj("event")
 	if ev == nil {
 		return nil
 	}
-	msg := o.str("api_message_id")
-	switch ev.str("type") {
+	msg := o.Str("api_message_id")
+	switch ev.Str("type") {
 	case "message_start":
-		if m := ev.obj("message"); m != nil && msg == "" {
-			msg = m.str("id")
+		if m := ev.Obj("message"); m != nil && msg == "" {
+			msg = m.Str("id")
 		}
 		return nil
 	case "content_block_start":
-		if i, ok := ev.num("index"); ok && msg != "" && !d.stateless && (len(d.open) < maxBlocksTracked || d.has(msg)) {
+		if i, ok := ev.Num("index"); ok && msg != "" && !d.stateless && (len(d.open) < maxBlocksTracked || d.has(msg)) {
 			d.open[msg] = int(i)
 		}
 		return nil
@@ -496,23 +496,23 @@ func (d *decoder) streamEvent(o obj) []harness.Event {
 		}
 		return nil
 	case "content_block_delta":
-		delta := ev.obj("delta")
+		delta := ev.Obj("delta")
 		if delta == nil {
 			return nil
 		}
 		id := msg
-		if i, ok := ev.num("index"); ok && msg != "" && !d.stateless {
+		if i, ok := ev.Num("index"); ok && msg != "" && !d.stateless {
 			id = msg + ":" + strconv.FormatInt(i, 10)
 		}
 		var details map[string]any
-		if p := o.str("parent_tool_use_id"); p != "" {
+		if p := o.Str("parent_tool_use_id"); p != "" {
 			details = map[string]any{"parent_tool_use_id": p}
 		}
-		switch delta.str("type") {
+		switch delta.Str("type") {
 		case "text_delta":
-			return []harness.Event{{Type: harness.EventMessage, Delta: true, ID: id, Text: delta.str("text"), Details: details}}
+			return []harness.Event{{Type: harness.EventMessage, Delta: true, ID: id, Text: delta.Str("text"), Details: details}}
 		case "thinking_delta":
-			return []harness.Event{{Type: harness.EventReasoning, Delta: true, ID: id, Text: delta.str("thinking"), Details: details}}
+			return []harness.Event{{Type: harness.EventReasoning, Delta: true, ID: id, Text: delta.Str("thinking"), Details: details}}
 		}
 	}
 	return nil

@@ -3,90 +3,20 @@ package claude
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"strings"
+
+	"github.com/outposthq/outpost/internal/jsonobj"
 )
 
-// obj is a decoded JSON object. Lines are decoded once (numbers as
-// json.Number) and fields are read with tolerant getters: a field of an
-// unexpected type reads as absent instead of failing the whole line, so a
-// CLI update that changes one field's type costs that field only. Strings
-// decoded by encoding/json are valid UTF-8 (invalid bytes become U+FFFD).
-type obj map[string]any
+// obj is a decoded JSON object read with the tolerant getters of
+// internal/jsonobj, shared with the other presets.
+type obj = jsonobj.Obj
 
-// parseObj decodes b as a JSON object; anything else gives nil.
-func parseObj(b []byte) obj {
-	b = bytes.TrimSpace(b)
-	if len(b) < 2 || b[0] != '{' {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil || m == nil {
-		return nil
-	}
-	return obj(m)
-}
+func parseObj(b []byte) obj { return jsonobj.Parse(b) }
 
-func (o obj) has(k string) bool { return o[k] != nil }
-
-func (o obj) str(k string) string {
-	s, _ := o[k].(string)
-	return s
-}
-
-func (o obj) boolean(k string) bool {
-	b, _ := o[k].(bool)
-	return b
-}
-
-// num reads a JSON number as an int64 (truncated toward zero), refusing
-// values out of range.
-func (o obj) num(k string) (int64, bool) {
-	f, ok := o.float(k)
-	if !ok || f > math.MaxInt64/2 || f < -math.MaxInt64/2 {
-		return 0, false
-	}
-	return int64(f), true
-}
-
-func (o obj) float(k string) (float64, bool) {
-	n, ok := o[k].(json.Number)
-	if !ok {
-		return 0, false
-	}
-	f, err := n.Float64()
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false
-	}
-	return f, true
-}
-
-func (o obj) obj(k string) obj {
-	m, _ := o[k].(map[string]any)
-	return obj(m)
-}
-
-func (o obj) arr(k string) []any {
-	a, _ := o[k].([]any)
-	return a
-}
-
-// objs returns the elements of array k that are objects.
-func (o obj) objs(k string) []obj {
-	var out []obj
-	for _, e := range o.arr(k) {
-		if m, ok := e.(map[string]any); ok {
-			out = append(out, obj(m))
-		}
-	}
-	return out
-}
-
-// raw returns field k encoded as JSON (valid, valid UTF-8), or nil when
-// absent.
-func (o obj) raw(k string) json.RawMessage {
+// raw returns field k of o encoded as JSON (valid, valid UTF-8, HTML
+// characters as they are, an explicit null kept), or nil when absent.
+func raw(o obj, k string) json.RawMessage {
 	v, ok := o[k]
 	if !ok {
 		return nil
@@ -114,9 +44,9 @@ func contentText(v any) string {
 			if !ok {
 				continue
 			}
-			switch t := obj(m).str("type"); t {
+			switch t := obj(m).Str("type"); t {
 			case "text":
-				parts = append(parts, obj(m).str("text"))
+				parts = append(parts, obj(m).Str("text"))
 			case "":
 			default:
 				parts = append(parts, "["+t+"]")

@@ -169,7 +169,7 @@ func (l *live) Decode(line []byte, _ io.Writer) (evs []harness.Event) {
 	if o == nil {
 		return nil
 	}
-	if o.str("type") == "command_lifecycle" {
+	if o.Str("type") == "command_lifecycle" {
 		return l.lifecycleLine(o)
 	}
 	evs = l.dec.decodeObj(o)
@@ -185,7 +185,7 @@ func (l *live) Decode(line []byte, _ io.Writer) (evs []harness.Event) {
 			}
 		}
 	}
-	if o.str("type") == "result" {
+	if o.Str("type") == "result" {
 		l.results++
 		l.turnPending = false
 		clear(l.tools)
@@ -194,7 +194,7 @@ func (l *live) Decode(line []byte, _ io.Writer) (evs []harness.Event) {
 }
 
 func (l *live) lifecycleLine(o obj) []harness.Event {
-	id, state := o.str("command_uuid"), o.str("state")
+	id, state := o.Str("command_uuid"), o.Str("state")
 	if id == "" || state == "" {
 		return nil
 	}

@@ -71,24 +71,24 @@ func eachMessage(data []byte, f func(id string, usage obj)) {
 			continue // most lines, and the largest, are something else
 		}
 		o := parseObj(line)
-		if o == nil || o.str("type") != "assistant" {
+		if o == nil || o.Str("type") != "assistant" {
 			continue
 		}
-		msg := o.obj("message")
+		msg := o.Obj("message")
 		if msg == nil {
 			continue
 		}
-		id := msg.str("id")
+		id := msg.Str("id")
 		if id == "" {
-			id = o.str("requestId")
+			id = o.Str("requestId")
 		}
 		if id == "" {
-			id = o.str("uuid")
+			id = o.Str("uuid")
 		}
 		if id == "" {
 			continue
 		}
-		f(id, msg.obj("usage"))
+		f(id, msg.Obj("usage"))
 	}
 }
 
@@ -131,20 +131,20 @@ func lastCostState(data []byte) (harness.Usage, bool) {
 			continue
 		}
 		o := parseObj(line)
-		if o == nil || o.str("type") != "cost-state" {
+		if o == nil || o.Str("type") != "cost-state" {
 			continue
 		}
-		models := o.obj("modelUsage")
+		models := o.Obj("modelUsage")
 		if models == nil {
 			continue
 		}
 		u := harness.Usage{Complete: true}
 		for _, name := range slices.Sorted(maps.Keys(models)) {
-			m := models.obj(name)
-			in, ok1 := m.num("inputTokens")
-			out, ok2 := m.num("outputTokens")
-			cr, ok3 := m.num("cacheReadInputTokens")
-			cw, ok4 := m.num("cacheCreationInputTokens")
+			m := models.Obj(name)
+			in, ok1 := m.Num("inputTokens")
+			out, ok2 := m.Num("outputTokens")
+			cr, ok3 := m.Num("cacheReadInputTokens")
+			cw, ok4 := m.Num("cacheCreationInputTokens")
 			complete := u.Complete && ok1 && ok2 && ok3 && ok4
 			u = u.Add(harness.Usage{InputTokens: in, OutputTokens: out, CacheReadTokens: cr, CacheWriteTokens: cw, Complete: true})
 			u.Complete = complete

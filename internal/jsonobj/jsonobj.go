@@ -47,12 +47,8 @@ func (o Obj) Bool(k string) (v, ok bool) {
 // Num reads a JSON number as an int64 (truncated toward zero), refusing
 // values out of range.
 func (o Obj) Num(k string) (int64, bool) {
-	n, ok := o[k].(json.Number)
-	if !ok {
-		return 0, false
-	}
-	f, err := n.Float64()
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f > math.MaxInt64/2 || f < -math.MaxInt64/2 {
+	f, ok := o.Float(k)
+	if !ok || f > math.MaxInt64/2 || f < -math.MaxInt64/2 {
 		return 0, false
 	}
 	return int64(f), true
@@ -66,9 +62,8 @@ func (o Obj) Obj(k string) Obj {
 
 // Objs returns the elements of array k that are objects.
 func (o Obj) Objs(k string) []Obj {
-	a, _ := o[k].([]any)
 	var out []Obj
-	for _, e := range a {
+	for _, e := range o.Arr(k) {
 		if m, ok := e.(map[string]any); ok {
 			out = append(out, Obj(m))
 		}
@@ -87,4 +82,32 @@ func (o Obj) Raw(k string) json.RawMessage {
 		return nil
 	}
 	return b
+}
+
+// Has reports whether k is present and not null.
+func (o Obj) Has(k string) bool { return o[k] != nil }
+
+// Flag reads a JSON boolean; false when k is absent or not a boolean.
+func (o Obj) Flag(k string) bool {
+	v, _ := o[k].(bool)
+	return v
+}
+
+// Float reads a finite JSON number.
+func (o Obj) Float(k string) (float64, bool) {
+	n, ok := o[k].(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := n.Float64()
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// Arr reads a JSON array; nil when k is absent or not an array.
+func (o Obj) Arr(k string) []any {
+	a, _ := o[k].([]any)
+	return a
 }
