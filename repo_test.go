@@ -3,6 +3,7 @@ package outpost_test
 import (
 	"go/build"
 	"io/fs"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,6 +76,11 @@ func TestLayering(t *testing.T) {
 		{module + "/credentials", func(imp string) bool {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
 		}, "credentials never imports sandbox"},
+		{module + "/sandbox/driver", func(imp string) bool {
+			return imp == module || imp == module+"/harness"
+		}, "the driver contract imports only harness and the root"},
+		{module + "/providers", driverOnly, "providers import only sandbox/driver, harness, the root and leaf utilities"},
+		{module + "/sandbox/memsandbox", driverOnly, "memsandbox is a provider: it imports only sandbox/driver, harness, the root and leaf utilities"},
 	}
 	for _, p := range packages(t) {
 		for _, imp := range p.imports {
@@ -94,6 +100,40 @@ func TestLayering(t *testing.T) {
 				if inScope && !strings.HasSuffix(p.path, "test") && !r.allowed(imp) {
 					t.Errorf("%s imports %s: %s", p.path, imp, r.why)
 				}
+			}
+		}
+	}
+}
+
+// driverOnly is what a provider may import of outpost: the driver
+// contract, harness, the root, its own subpackages and internal leaf
+// utilities.
+func driverOnly(imp string) bool {
+	switch {
+	case imp == module, imp == module+"/harness", imp == module+"/sandbox/driver":
+		return true
+	case strings.HasPrefix(imp, module+"/internal/"):
+		return !strings.HasPrefix(imp, module+"/internal/testenv")
+	case strings.HasPrefix(imp, module+"/providers/"):
+		return true // its own subpackages; importing another provider is refused above
+	}
+	return false
+}
+
+// TestProviderDeps: no provider pulls in bootstrap, credentials or
+// conversation, even indirectly (go list -deps).
+func TestProviderDeps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	out, err := exec.Command("go", "list", "-deps", "./providers/...", "./sandbox/memsandbox", "./sandbox/driver").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, line := range strings.Fields(string(out)) {
+		for _, banned := range []string{"/bootstrap", "/credentials", "/conversation"} {
+			if strings.HasPrefix(line, module+banned) {
+				t.Errorf("a provider depends on %s", line)
 			}
 		}
 	}

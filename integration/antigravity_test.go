@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
@@ -56,7 +58,7 @@ type agyEnv struct {
 	t       *testing.T
 	binDir  string
 	base    string
-	prov    sandbox.Provider
+	prov    driver.Provider
 	store   *conversation.FS
 	workdir string
 }
@@ -318,7 +320,7 @@ func TestAntigravityArchiveBootstrap(t *testing.T) {
 			Platforms: map[string]*bootstrap.Artifact{"linux-x64": {URL: srv.URL + "/cli_linux_x64.tar.gz", SHA512: digest, Bin: "antigravity"}},
 		}}}
 	}
-	run := func(inst *bootstrap.Installer, p sandbox.Provider) (*sandbox.Result, error) {
+	run := func(inst *bootstrap.Installer, p driver.Provider) (*sandbox.Result, error) {
 		if p == nil {
 			p = local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}})
 		}

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
@@ -307,7 +309,7 @@ func TestBootstrapRealClaudeDocker(t *testing.T) {
 	t.Run("copied", func(t *testing.T) {
 		// A lease without the cache mount (a remote engine's): the CLI is
 		// copied into the container's home.
-		l, err := sandbox.Acquire(ctx, p, sandbox.Options{Workdir: f.workdir})
+		l, err := sandbox.Acquire(ctx, p, driver.Options{Workdir: f.workdir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +373,7 @@ func BenchmarkBootstrap(b *testing.B) {
 	if _, err := inst.Prefetch(ctx, "claude", bootstrap.HostPlatform(), nil); err != nil {
 		b.Fatal(err)
 	}
-	install := func(b *testing.B, p sandbox.Provider, opts sandbox.Options) {
+	install := func(b *testing.B, p driver.Provider, opts driver.Options) {
 		for b.Loop() {
 			b.StopTimer()
 			l, err := sandbox.Acquire(ctx, p, opts)
@@ -389,7 +391,7 @@ func BenchmarkBootstrap(b *testing.B) {
 		}
 	}
 	b.Run("cached/local", func(b *testing.B) {
-		install(b, local.New(&local.Options{BaseDir: b.TempDir()}), sandbox.Options{Workdir: b.TempDir()})
+		install(b, local.New(&local.Options{BaseDir: b.TempDir()}), driver.Options{Workdir: b.TempDir()})
 	})
 	b.Run("cached/docker-mount", func(b *testing.B) {
 		p := benchDocker(b)
@@ -397,10 +399,10 @@ func BenchmarkBootstrap(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		install(b, p, sandbox.Options{Workdir: b.TempDir(), Mounts: []sandbox.Mount{{Source: host, Target: target}}})
+		install(b, p, driver.Options{Workdir: b.TempDir(), Mounts: []driver.Mount{{Source: host, Target: target}}})
 	})
 	b.Run("cached/docker-copy", func(b *testing.B) {
-		install(b, benchDocker(b), sandbox.Options{Workdir: b.TempDir()})
+		install(b, benchDocker(b), driver.Options{Workdir: b.TempDir()})
 	})
 	if _, err := exec.LookPath("npm"); err != nil {
 		b.Log("no npm: skipping the npm baseline")

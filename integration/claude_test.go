@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -141,7 +143,7 @@ type claudeEnv struct {
 	kind     string // provider
 	bin      string // the pinned claude executable
 	srv      *anthropic.Server
-	provider sandbox.Provider
+	provider driver.Provider
 	store    *conversation.FS
 	workdir  string
 	key      string            // the fake API key: must never show in any output

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -50,7 +52,7 @@ type codexEnv struct {
 	fake    *openai.Server
 	base    string // the local provider's lease directory ("" on docker)
 	marker  string // in every prompt: finds the turns' processes in /proc
-	prov    sandbox.Provider
+	prov    driver.Provider
 	store   *conversation.FS
 	workdir string
 	environ []string
@@ -708,7 +710,7 @@ func TestCodexDocker(t *testing.T) {
 	}
 	// The turns that need no fresh container share one held lease: the
 	// bootstrap copies the CLI into a container once.
-	lease, err := sandbox.Acquire(ctx, e.prov, sandbox.Options{Workdir: e.workdir})
+	lease, err := sandbox.Acquire(ctx, e.prov, driver.Options{Workdir: e.workdir})
 	if err != nil {
 		t.Fatal(err)
 	}

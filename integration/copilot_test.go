@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -83,7 +85,7 @@ type copilotEnv struct {
 	binDir  string
 	fake    *openai.Server
 	base    string // the current provider's lease directory
-	prov    sandbox.Provider
+	prov    driver.Provider
 	store   *conversation.FS
 	workdir string
 	environ []string

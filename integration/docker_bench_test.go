@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
@@ -69,12 +71,12 @@ func BenchmarkDockerFirstByte(b *testing.B) {
 	})
 	b.Run("outpost", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			l, err := sandbox.Acquire(ctx, p, sandbox.Options{Workdir: wd})
+			l, err := sandbox.Acquire(ctx, p, driver.Options{Workdir: wd})
 			if err != nil {
 				b.Fatal(err)
 			}
 			env := l.Environment()
-			pr, err := l.Start(ctx, sandbox.ExecRequest{Path: docker.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
+			pr, err := l.Start(ctx, driver.ExecRequest{Path: docker.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -116,7 +118,7 @@ func BenchmarkDockerTurn(b *testing.B) {
 		}
 	})
 	b.Run("outpost-held-lease", func(b *testing.B) {
-		l, err := sandbox.Acquire(ctx, p, sandbox.Options{Workdir: wd})
+		l, err := sandbox.Acquire(ctx, p, driver.Options{Workdir: wd})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
@@ -49,7 +51,7 @@ type turns struct {
 	events  []harness.Event
 }
 
-func (f *turns) run(p sandbox.Provider, l *sandbox.Lease, turn sandbox.Turn, mod ...func(*sandbox.RunOptions)) (*sandbox.Result, error) {
+func (f *turns) run(p driver.Provider, l *sandbox.Lease, turn sandbox.Turn, mod ...func(*sandbox.RunOptions)) (*sandbox.Result, error) {
 	f.mu.Lock()
 	f.events = nil
 	f.mu.Unlock()
@@ -71,7 +73,7 @@ func (f *turns) run(p sandbox.Provider, l *sandbox.Lease, turn sandbox.Turn, mod
 	return sandbox.Run(context.Background(), turn, o)
 }
 
-func (f *turns) ok(p sandbox.Provider, turn sandbox.Turn) *sandbox.Result {
+func (f *turns) ok(p driver.Provider, turn sandbox.Turn) *sandbox.Result {
 	f.t.Helper()
 	res, err := f.run(p, nil, turn)
 	if err != nil {
@@ -115,7 +117,7 @@ func TestDockerEchoScenarios(t *testing.T) {
 	})
 
 	// The failure classes on one held lease (a persistent container).
-	l, err := sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: f.workdir})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: f.workdir})
 	if err != nil {
 		t.Fatal(err)
 	}

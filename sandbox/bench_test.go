@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
@@ -59,7 +61,7 @@ func BenchmarkEchoTurn(b *testing.B) {
 	// running several turns in one sandbox does: no home to make or remove.
 	b.Run("outpost-held-lease", func(b *testing.B) {
 		p := local.New(&local.Options{BaseDir: b.TempDir()})
-		lease, err := sandbox.Acquire(context.Background(), p, sandbox.Options{Workdir: b.TempDir()})
+		lease, err := sandbox.Acquire(context.Background(), p, driver.Options{Workdir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"github.com/outposthq/outpost/bootstrap"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // installer is the turn's bootstrap installer (RunOptions.Installer or a
@@ -21,7 +22,7 @@ func (e *engine) installer() *bootstrap.Installer {
 // pinned CLI to download and the provider's sandboxes are isolated. With
 // it an install (step 5) copies nothing into the sandbox; a provider that
 // cannot mount it ignores it, and the install copies instead.
-func (e *engine) bootstrapMounts() []Mount {
+func (e *engine) bootstrapMounts() []driver.Mount {
 	if name := e.h.Bootstrap; name == "" || name == "echo" || !e.caps().Isolated {
 		return nil
 	}
@@ -29,7 +30,7 @@ func (e *engine) bootstrapMounts() []Mount {
 	if err != nil {
 		return nil // step 5 reports the cache's trouble if it needs it
 	}
-	return []Mount{{Source: host, Target: target}}
+	return []driver.Mount{{Source: host, Target: target}}
 }
 
 // bootstrapProgress delivers an install's progress (step 5) to the caller

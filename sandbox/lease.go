@@ -9,22 +9,24 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tarsafe"
 )
 
 // ErrClosed is returned by every method of a released lease.
-var ErrClosed = errors.New("sandbox: lease released")
+var ErrClosed = driver.ErrClosed
 
 // Lease is an allocated sandbox, held by the caller for one or more turns.
 // It wraps a provider's Sandbox with the behaviour every provider shares:
 // coded errors, closed checks, tar path checks and bounded output. Methods
 // are safe for concurrent use.
 type Lease struct {
-	provider Provider
-	sb       Sandbox
-	caps     Capabilities
+	provider driver.Provider
+	sb       driver.Sandbox
+	caps     driver.Capabilities
 
 	mu      sync.Mutex
 	closed  bool
@@ -34,7 +36,7 @@ type Lease struct {
 }
 
 // Acquire allocates a sandbox from p. Errors have code sandbox.
-func Acquire(ctx context.Context, p Provider, opts Options) (*Lease, error) {
+func Acquire(ctx context.Context, p driver.Provider, opts driver.Options) (*Lease, error) {
 	if p == nil {
 		return nil, outpost.New(outpost.Configuration, "lease", "no sandbox provider")
 	}
@@ -58,16 +60,16 @@ func (l *Lease) Home() string { return l.sb.Home() }
 func (l *Lease) Workdir() string { return l.sb.Workdir() }
 
 // Provider returns the provider the lease came from.
-func (l *Lease) Provider() Provider { return l.provider }
+func (l *Lease) Provider() driver.Provider { return l.provider }
 
 // Capabilities of the lease's provider.
-func (l *Lease) Capabilities() Capabilities { return l.caps }
+func (l *Lease) Capabilities() driver.Capabilities { return l.caps }
 
 // Environment is the provider's environment for processes.
-func (l *Lease) Environment() Environment { return l.sb.Environment() }
+func (l *Lease) Environment() driver.Environment { return l.sb.Environment() }
 
 // Sandbox returns the driver value, for provider-specific inspection.
-func (l *Lease) Sandbox() Sandbox { return l.sb }
+func (l *Lease) Sandbox() driver.Sandbox { return l.sb }
 
 func (l *Lease) enter() error {
 	l.mu.Lock()
@@ -80,7 +82,7 @@ func (l *Lease) enter() error {
 }
 
 // Start starts a process in the sandbox. The caller must Wait for it.
-func (l *Lease) Start(ctx context.Context, req ExecRequest) (Process, error) {
+func (l *Lease) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
 	if err := l.enter(); err != nil {
 		return nil, outpost.Wrap(outpost.Sandbox, "start", err)
 	}
@@ -93,7 +95,7 @@ func (l *Lease) Start(ctx context.Context, req ExecRequest) (Process, error) {
 }
 
 type trackedProcess struct {
-	Process
+	driver.Process
 	once sync.Once
 	done func()
 }
@@ -115,7 +117,7 @@ type ExecResult struct {
 // most limit bytes of each stream (0 = 1 MiB); the rest is discarded, never
 // blocking the process. When ctx ends the process group is terminated, then
 // killed after grace.
-func (l *Lease) Exec(ctx context.Context, req ExecRequest, limit int) (ExecResult, error) {
+func (l *Lease) Exec(ctx context.Context, req driver.ExecRequest, limit int) (ExecResult, error) {
 	if limit <= 0 {
 		limit = 1 << 20
 	}
@@ -145,13 +147,13 @@ func (l *Lease) Exec(ctx context.Context, req ExecRequest, limit int) (ExecResul
 
 // stopProcess terminates p's group and kills it after grace unless it
 // exits first. It returns at once.
-func stopProcess(p Process, grace time.Duration) {
-	_ = p.Signal(Terminate)
+func stopProcess(p driver.Process, grace time.Duration) {
+	_ = p.Signal(driver.Terminate)
 	go func() {
 		t := time.NewTimer(grace)
 		defer t.Stop()
 		<-t.C
-		_ = p.Signal(Kill)
+		_ = p.Signal(driver.Kill)
 	}()
 }
 
@@ -226,7 +228,7 @@ func (c *closeFunc) Close() error {
 
 // Vanished reports whether the provider can tell the sandbox is gone.
 func (l *Lease) Vanished(ctx context.Context) bool {
-	g, ok := l.sb.(Gone)
+	g, ok := l.sb.(driver.Vanisher)
 	return ok && g.Vanished(ctx)
 }
 
@@ -303,14 +305,14 @@ func (l *Lease) LookPath(ctx context.Context, name string) (string, error) {
 	}
 	defer l.active.Done()
 	pathEnv := l.sb.Environment().Defaults["PATH"]
-	if pl, ok := l.sb.(PathLooker); ok {
+	if pl, ok := l.sb.(driver.PathLooker); ok {
 		return pl.LookPath(ctx, name, pathEnv)
 	}
 	env := map[string]string{"PATH": pathEnv}
 	for k, v := range l.sb.Environment().Fixed {
 		env[k] = v
 	}
-	res, err := l.Exec(ctx, ExecRequest{Path: "/bin/sh", Args: []string{"-c", `command -v "$1"`, "sh", name}, Env: env}, 4096)
+	res, err := l.Exec(ctx, driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `command -v "$1"`, "sh", name}, Env: env}, 4096)
 	if err != nil {
 		return "", err
 	}
@@ -321,15 +323,6 @@ func (l *Lease) LookPath(ctx context.Context, name string) (string, error) {
 	return p, nil
 }
 
-// Lister is implemented by sandboxes that can list a directory's regular
-// files without copying them (the local provider).
-type Lister interface {
-	// List returns the regular files under dir as clean slash-separated
-	// paths relative to dir, links neither followed nor listed. A missing
-	// dir gives an error satisfying errors.Is(err, fs.ErrNotExist).
-	List(ctx context.Context, dir string) ([]string, error)
-}
-
 // List lists the regular files under dir inside the sandbox, for providers
 // that can (Lister); others give an error satisfying
 // errors.Is(err, errors.ErrUnsupported).
@@ -338,7 +331,7 @@ func (l *Lease) List(ctx context.Context, dir string) ([]string, error) {
 		return nil, err
 	}
 	defer l.active.Done()
-	ls, ok := l.sb.(Lister)
+	ls, ok := l.sb.(driver.Lister)
 	if !ok {
 		return nil, fmt.Errorf("the %s sandbox cannot list files: %w", l.provider.Name(), errors.ErrUnsupported)
 	}

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
@@ -54,7 +56,7 @@ type RunOptions struct {
 	// Lease runs the turn in a sandbox the caller holds (and keeps).
 	Lease *Lease
 	// Provider allocates a sandbox for this turn only, when Lease is nil.
-	Provider Provider
+	Provider driver.Provider
 	// Store keeps conversations. Nil: no capture; resume and fork fail.
 	Store conversation.Store
 	// OnEvent receives every event as it happens, from one goroutine at a
@@ -167,7 +169,7 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 	owned := lease == nil
 	if owned {
 		var err error
-		lease, err = Acquire(ctx, e.o.Provider, Options{Workdir: e.t.Workdir, Mounts: e.bootstrapMounts()})
+		lease, err = Acquire(ctx, e.o.Provider, driver.Options{Workdir: e.t.Workdir, Mounts: e.bootstrapMounts()})
 		if err != nil {
 			return nil, e.agentErr(err)
 		}
@@ -266,7 +268,7 @@ func (e *engine) validate(ctx context.Context) error {
 		return refuse(outpost.Configuration, "agent kind %q is not supported (only \"cli\")", t.Agent.Kind)
 	}
 	if e.o.Lease == nil && e.o.Provider == nil {
-		return refuse(outpost.Configuration, "no sandbox: set Options.Lease or Options.Provider")
+		return refuse(outpost.Configuration, "no sandbox: set driver.Options.Lease or driver.Options.Provider")
 	}
 	if strings.TrimSpace(t.Prompt) == "" {
 		return refuse(outpost.Configuration, "empty prompt")
@@ -356,7 +358,7 @@ func (e *engine) validate(ctx context.Context) error {
 	return nil
 }
 
-func (e *engine) caps() Capabilities {
+func (e *engine) caps() driver.Capabilities {
 	if e.o.Lease != nil {
 		return e.o.Lease.Capabilities()
 	}
@@ -628,8 +630,8 @@ func (e *engine) capture(ctx context.Context, lease *Lease, res *Result, st *str
 	}, nil
 }
 
-func (e *engine) execRequest(lease *Lease, c harness.Command) ExecRequest {
-	return ExecRequest{Path: c.Path, Args: c.Args, Env: e.environment(lease, c.Env), Dir: c.Dir}
+func (e *engine) execRequest(lease *Lease, c harness.Command) driver.ExecRequest {
+	return driver.ExecRequest{Path: c.Path, Args: c.Args, Env: e.environment(lease, c.Env), Dir: c.Dir}
 }
 
 func (e *engine) runner(lease *Lease) harness.Runner {
@@ -840,7 +842,7 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 	}
 	if s.live != nil {
 		if err := writeStdin(s.live.Begin); err != nil {
-			p.Signal(Kill)
+			p.Signal(driver.Kill)
 			p.Wait()
 			return e.stepErr(ctx, outpost.Process, "start", err)
 		}
@@ -1020,7 +1022,7 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 	// process group, so descendants let go of its output, then read the
 	// output to its end. Only a descendant that left the group can keep
 	// the streams open; it gets a bounded wait before they are closed.
-	p.Signal(Kill)
+	p.Signal(driver.Kill)
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	select {

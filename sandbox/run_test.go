@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -26,11 +28,11 @@ func TestMain(m *testing.M) {
 
 // counting wraps a provider and counts allocations.
 type counting struct {
-	sandbox.Provider
+	driver.Provider
 	opens atomic.Int32
 }
 
-func (c *counting) Open(ctx context.Context, o sandbox.Options) (sandbox.Sandbox, error) {
+func (c *counting) Open(ctx context.Context, o driver.Options) (driver.Sandbox, error) {
 	c.opens.Add(1)
 	return c.Provider.Open(ctx, o)
 }

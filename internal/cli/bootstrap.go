@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
@@ -170,9 +172,7 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 	if err != nil {
 		return err
 	}
-	if c, ok := provider.(io.Closer); ok {
-		defer c.Close()
-	}
+	defer provider.Close()
 	// Bootstrap needs no workspace: an empty one (the docker provider
 	// would copy the current directory in).
 	wd, err := os.MkdirTemp("", "outpost-bootstrap-")
@@ -183,10 +183,10 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 	// As a turn would: the cache's unpacked CLIs mounted read-only where
 	// the provider can (then nothing is copied into the sandbox).
 	inst := &bootstrap.Installer{}
-	opts := sandbox.Options{Workdir: wd}
+	opts := driver.Options{Workdir: wd}
 	if name != "echo" && provider.Capabilities().Isolated {
 		if host, target, err := inst.SharedCache(); err == nil {
-			opts.Mounts = []sandbox.Mount{{Source: host, Target: target}}
+			opts.Mounts = []driver.Mount{{Source: host, Target: target}}
 		}
 	}
 	lease, err := sandbox.Acquire(ctx, provider, opts)
@@ -230,7 +230,7 @@ func checkRuns(ctx context.Context, lease *sandbox.Lease, name, path string) (st
 	maps.Copy(env, lease.Environment().Fixed)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	r, err := lease.Exec(ctx, sandbox.ExecRequest{Path: path, Args: args, Env: env}, 64<<10)
+	r, err := lease.Exec(ctx, driver.ExecRequest{Path: path, Args: args, Env: env}, 64<<10)
 	if err != nil {
 		return "", fmt.Errorf("running %s %s: %w", path, strings.Join(args, " "), err)
 	}

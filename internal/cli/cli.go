@@ -13,6 +13,8 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
@@ -203,12 +205,8 @@ func (a *app) store() (*conversation.FS, error) {
 	return conversation.NewFS(dir), nil
 }
 
-func openProvider(name string, settings map[string]string) (sandbox.Provider, error) {
-	p, err := sandbox.Open(name, settings)
-	if err != nil {
-		return nil, outpost.Wrap(outpost.Configuration, "sandbox", err)
-	}
-	return p, nil
+func openProvider(name string, settings map[string]string) (driver.Provider, error) {
+	return sandbox.Open(name, settings)
 }
 
 func getwd() string {

@@ -165,6 +165,7 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	if err != nil {
 		return a.fail(f, nil, err)
 	}
+	defer provider.Close()
 	store, err := a.store()
 	if err != nil {
 		return a.fail(f, nil, err)

@@ -13,10 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/outposthq/outpost/internal/selfbin"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // Errors of the provider. Each is wrapped with the details; the Lease
@@ -148,7 +149,7 @@ var Settings = map[string]string{
 }
 
 func init() {
-	sandbox.Register("docker", func(settings map[string]string) (sandbox.Provider, error) {
+	driver.Register("docker", func(settings map[string]string) (driver.Provider, error) {
 		opts, err := ParseSettings(settings)
 		if err != nil {
 			return nil, err
@@ -313,8 +314,8 @@ var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME
 
 // Capabilities: host files may be copied into the private home, processes
 // are isolated from the host, stdin is live, leases keep state.
-func (p *Provider) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed}
+func (p *Provider) Capabilities() driver.Capabilities {
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed}
 }
 
 // Options returns the provider's options, defaults applied.

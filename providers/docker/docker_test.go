@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/docker"
@@ -27,11 +29,11 @@ func TestConformance(t *testing.T) {
 	for _, mode := range []docker.WorkspaceMode{docker.Copy, docker.Bind} {
 		t.Run(string(mode), func(t *testing.T) {
 			sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
-				NewProvider: func(t *testing.T) sandbox.Provider {
+				NewProvider: func(t *testing.T) driver.Provider {
 					return dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Workspace = mode })
 				},
-				Options: func(t *testing.T) sandbox.Options {
-					return sandbox.Options{Workdir: workdir(t)}
+				Options: func(t *testing.T) driver.Options {
+					return driver.Options{Workdir: workdir(t)}
 				},
 			})
 		})
@@ -52,7 +54,7 @@ func workdir(t *testing.T) string {
 }
 
 // lease acquires a sandbox and releases it when the test ends.
-func lease(t *testing.T, p sandbox.Provider, opts sandbox.Options) *sandbox.Lease {
+func lease(t *testing.T, p driver.Provider, opts driver.Options) *sandbox.Lease {
 	t.Helper()
 	if opts.Workdir == "" {
 		opts.Workdir = t.TempDir()
@@ -74,7 +76,7 @@ func TestNoEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: t.TempDir()})
+	_, err = sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
 	if outpost.CodeOf(err) != outpost.Sandbox {
 		t.Fatalf("code %q, want sandbox (%v)", outpost.CodeOf(err), err)
 	}

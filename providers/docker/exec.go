@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
@@ -29,7 +31,6 @@ import (
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/providers/docker/shim"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // signalTimeout bounds one Signal (an exec of the shim's signal mode).
@@ -41,7 +42,7 @@ const signalTimeout = 30 * time.Second
 // gives an *exec.Error wrapping exec.ErrNotFound, a missing working
 // directory an error wrapping shim.ErrNoDir, a container that is gone or
 // stopped one wrapping ErrVanished. ctx bounds only the start.
-func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.P
 		go func() {
 			<-p.ready
 			if p.pid > 0 {
-				_ = p.Signal(sandbox.Kill)
+				_ = p.Signal(driver.Kill)
 			}
 			p.Close()
 			_, _ = p.Wait()
@@ -392,12 +393,12 @@ func (p *process) signalRecord(ctx context.Context) (syscall.Signal, bool) {
 // Signal sends SIGTERM or SIGKILL to the program's process group through
 // the shim's signal mode. A process that has ended, or a container that is
 // gone, is not an error.
-func (p *process) Signal(sig sandbox.Signal) error {
+func (p *process) Signal(sig driver.Signal) error {
 	if p.pid <= 0 || p.exited.Load() {
 		return nil
 	}
 	name := "TERM"
-	if sig == sandbox.Kill {
+	if sig == driver.Kill {
 		name = "KILL"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
@@ -495,7 +496,7 @@ func (l *limited) Write(p []byte) (int, error) {
 
 // LookPath finds an executable on pathEnv (default: the sandbox's PATH)
 // inside the container, without a shell. A missing one gives an
-// *exec.Error wrapping exec.ErrNotFound. It implements sandbox.PathLooker.
+// *exec.Error wrapping exec.ErrNotFound. It implements driver.PathLooker.
 func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, error) {
 	if pathEnv == "" {
 		pathEnv = s.env.Defaults["PATH"]

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/outposthq/outpost/providers/docker"
@@ -36,7 +38,7 @@ func shStatus(t *testing.T, l *sandbox.Lease, script string) sandbox.ExecResult 
 	for k, v := range l.Environment().Fixed {
 		env[k] = v
 	}
-	res, err := l.Exec(t.Context(), sandbox.ExecRequest{Path: "/bin/sh", Args: []string{"-c", script}, Env: env}, 1<<20)
+	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", script}, Env: env}, 1<<20)
 	if err != nil {
 		t.Fatalf("%q: %v", script, err)
 	}
@@ -49,7 +51,7 @@ func TestHardeningDefaults(t *testing.T) {
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox)
 	before := time.Now().Add(-time.Second)
-	l := lease(t, p, sandbox.Options{Labels: map[string]string{"example.com/team": "infra"}})
+	l := lease(t, p, driver.Options{Labels: map[string]string{"example.com/team": "infra"}})
 	sb := l.Sandbox().(*docker.Sandbox)
 	ins, err := sb.Inspect(t.Context())
 	if err != nil {
@@ -159,7 +161,7 @@ func TestHardeningSettings(t *testing.T) {
 		*d = *o
 		d.Image, d.Binary = dockertest.Busybox, bin
 	})
-	l := lease(t, p, sandbox.Options{})
+	l := lease(t, p, driver.Options{})
 	ins, err := l.Sandbox().(*docker.Sandbox).Inspect(t.Context())
 	if err != nil {
 		t.Fatal(err)

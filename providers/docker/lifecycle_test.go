@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/volume"
@@ -29,7 +31,7 @@ import (
 // and 128+n from a program that simply exited is not mistaken for one.
 func TestExitStatuses(t *testing.T) {
 	dockertest.Require(t, dockertest.Busybox)
-	l := lease(t, dockertest.Provider(t, dockertest.Busybox), sandbox.Options{})
+	l := lease(t, dockertest.Provider(t, dockertest.Busybox), driver.Options{})
 	for script, want := range map[string]harness.ExitStatus{
 		"exit 0":        {Code: 0},
 		"exit 3":        {Code: 3},
@@ -42,11 +44,11 @@ func TestExitStatuses(t *testing.T) {
 		}
 	}
 	env := l.Environment().Defaults
-	_, err := l.Start(t.Context(), sandbox.ExecRequest{Path: "no-such-program", Env: env})
+	_, err := l.Start(t.Context(), driver.ExecRequest{Path: "no-such-program", Env: env})
 	if !errors.Is(err, exec.ErrNotFound) {
 		t.Errorf("Start of a missing program: %v, want exec.ErrNotFound", err)
 	}
-	_, err = l.Start(t.Context(), sandbox.ExecRequest{Path: "/bin/true", Env: env, Dir: "/no/such/dir"})
+	_, err = l.Start(t.Context(), driver.ExecRequest{Path: "/bin/true", Env: env, Dir: "/no/such/dir"})
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Start in a missing directory: %v, want fs.ErrNotExist", err)
 	}
@@ -67,7 +69,7 @@ func TestMinimalImage(t *testing.T) {
 	if !strings.Contains(res.Text, "hello (turn 1)") || res.Sandbox != "docker" {
 		t.Errorf("result %+v", res)
 	}
-	l := lease(t, p, sandbox.Options{Workdir: wd})
+	l := lease(t, p, driver.Options{Workdir: wd})
 	if got, err := l.LookPath(t.Context(), "outpost"); err != nil || got != docker.BinaryPath {
 		t.Errorf("LookPath(outpost) = %q, %v", got, err)
 	}
@@ -83,7 +85,7 @@ func TestVanishedDuringTurn(t *testing.T) {
 	dockertest.Require(t, dockertest.Busybox)
 	cli := dockertest.Client(t)
 	p := dockertest.Provider(t, dockertest.Busybox)
-	l, err := sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: t.TempDir()})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +247,7 @@ func TestGC(t *testing.T) {
 
 	// A new provider's first lease sweeps.
 	orphan := owned(t, "outpost-gcsweep0001", here(deadPID(t), "1"))
-	lease(t, dockertest.Provider(t, dockertest.Busybox), sandbox.Options{})
+	lease(t, dockertest.Provider(t, dockertest.Busybox), driver.Options{})
 	if exists(t, orphan) {
 		t.Error("the first lease of a provider did not sweep a dead owner's container")
 	}

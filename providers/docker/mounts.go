@@ -6,21 +6,21 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/docker/docker/api/types/mount"
+	"github.com/outposthq/outpost/sandbox/driver"
 
-	"github.com/outposthq/outpost/sandbox"
+	"github.com/docker/docker/api/types/mount"
 )
 
-// sharedMounts picks the requested host mounts (sandbox.Options.Mounts,
+// sharedMounts picks the requested host mounts (driver.Options.Mounts,
 // such as the bootstrap cache) the lease can honor: only on an engine on
 // this machine, which sees its directories, and only existing absolute
 // directories mounted at clean absolute paths outside the provider's own
 // (/outpost, /workspace). The rest are ignored: the caller copies instead.
-func sharedMounts(eng *engine, req []sandbox.Mount) []sandbox.Mount {
+func sharedMounts(eng *engine, req []driver.Mount) []driver.Mount {
 	if !eng.local {
 		return nil
 	}
-	var out []sandbox.Mount
+	var out []driver.Mount
 	for _, m := range req {
 		if !filepath.IsAbs(m.Source) || !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target || m.Target == "/" {
 			continue
@@ -51,5 +51,5 @@ func (s *Sandbox) bindMounts() []mount.Mount {
 
 // HostPath returns where a host path under one of the lease's shared
 // directories is visible in the container. It implements
-// sandbox.HostPather.
-func (s *Sandbox) HostPath(p string) (string, bool) { return sandbox.MapMount(s.shared, p) }
+// driver.HostPather.
+func (s *Sandbox) HostPath(p string) (string, bool) { return driver.MapMount(s.shared, p) }

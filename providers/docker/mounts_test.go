@@ -3,12 +3,12 @@ package docker
 import (
 	"testing"
 
-	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 func TestSharedMounts(t *testing.T) {
 	dir := t.TempDir()
-	req := []sandbox.Mount{
+	req := []driver.Mount{
 		{Source: dir, Target: "/opt/outpost/bootstrap"},
 		{Source: dir, Target: "/outpost/home/x"},     // inside the provider's own
 		{Source: dir, Target: "/"},                   // over everything
@@ -23,7 +23,7 @@ func TestSharedMounts(t *testing.T) {
 	if got := sharedMounts(&engine{local: false}, req); len(got) != 0 {
 		t.Errorf("a remote engine mounts %+v", got)
 	}
-	s := &Sandbox{shared: []sandbox.Mount{req[0]}}
+	s := &Sandbox{shared: []driver.Mount{req[0]}}
 	if p, ok := s.HostPath(dir + "/sha512-x/bin/claude"); !ok || p != "/opt/outpost/bootstrap/sha512-x/bin/claude" {
 		t.Errorf("HostPath = %q, %v", p, ok)
 	}

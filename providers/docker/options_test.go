@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/outposthq/outpost"
@@ -21,7 +23,7 @@ func TestBinaryCopy(t *testing.T) {
 	p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) {
 		o.BinaryMode, o.ReadOnly = docker.BinaryCopy, true
 	})
-	l := lease(t, p, sandbox.Options{})
+	l := lease(t, p, driver.Options{})
 	ins, err := l.Sandbox().(*docker.Sandbox).Inspect(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -41,13 +43,13 @@ func TestUserByName(t *testing.T) {
 	dockertest.Require(t, dockertest.Busybox)
 	for user, want := range map[string]string{"agent": "1000 1000", "agent:nogroup": "1000 65534", "1000": "1000 1000"} {
 		p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.User = user })
-		l := lease(t, p, sandbox.Options{})
+		l := lease(t, p, driver.Options{})
 		if got := sh(t, l, "id -u; id -g; stat -c '%u %g' $HOME | tr -d '\\n'"); !strings.HasSuffix(got, want) || !strings.HasPrefix(got, strings.ReplaceAll(want, " ", "\n")) {
 			t.Errorf("user %q: ids and home owner %q, want %q", user, got, want)
 		}
 	}
 	p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.User = "nosuchuser" })
-	if _, err := sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: t.TempDir()}); outpost.CodeOf(err) != outpost.Sandbox || !strings.Contains(err.Error(), "nosuchuser") {
+	if _, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()}); outpost.CodeOf(err) != outpost.Sandbox || !strings.Contains(err.Error(), "nosuchuser") {
 		t.Errorf("unknown user: %v", err)
 	}
 }
@@ -56,7 +58,7 @@ func TestUserByName(t *testing.T) {
 func TestPullNever(t *testing.T) {
 	dockertest.Require(t)
 	p := dockertest.Provider(t, "outpost/does-not-exist:never", func(o *docker.Options) { o.Pull = docker.PullNever })
-	_, err := sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: t.TempDir()})
+	_, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
 	if !errors.Is(err, docker.ErrImage) || !strings.Contains(err.Error(), "outpost/does-not-exist:never") {
 		t.Errorf("Acquire: %v, want ErrImage naming the image", err)
 	}

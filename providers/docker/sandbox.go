@@ -18,13 +18,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/versions"
 
 	"github.com/outposthq/outpost/providers/docker/shim"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // Paths inside every container.
@@ -60,10 +61,10 @@ type Sandbox struct {
 	user    string
 	uid     int // numeric ids of user, owners of what is copied in
 	gid     int
-	env     sandbox.Environment
+	env     driver.Environment
 	mode    WorkspaceMode
-	hostDir string          // the caller's working directory (host side)
-	shared  []sandbox.Mount // host directories bind-mounted read-only (mounts.go)
+	hostDir string         // the caller's working directory (host side)
+	shared  []driver.Mount // host directories bind-mounted read-only (mounts.go)
 
 	closing atomic.Bool  // Close has begun: processes ending now were stopped by it
 	active  atomic.Int64 // processes started and not yet seen to end
@@ -95,8 +96,8 @@ func (s *Sandbox) User() string { return s.user }
 
 // Environment: HOME, XDG_* and TMPDIR are fixed; the image's variables
 // are defaults, and PATH starts with outpost's binary directory.
-func (s *Sandbox) Environment() sandbox.Environment {
-	return sandbox.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
+func (s *Sandbox) Environment() driver.Environment {
+	return driver.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
 }
 
 func newID() string {
@@ -110,7 +111,7 @@ func newID() string {
 // image is unavailable, the working directory's error, the engine's
 // errors; on ctx cancel, an error wrapping ctx's, and nothing is left
 // behind.
-func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sandbox, error) {
+func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -179,8 +180,8 @@ func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sand
 }
 
 // environment is the provider's environment for an image's variables.
-func environment(imageEnv []string) sandbox.Environment {
-	env := sandbox.Environment{
+func environment(imageEnv []string) driver.Environment {
+	env := driver.Environment{
 		Fixed: map[string]string{
 			"HOME":            HomeDir,
 			"XDG_CONFIG_HOME": HomeDir + "/.config",
@@ -471,7 +472,7 @@ func (s *Sandbox) remove(ctx context.Context) error {
 }
 
 // Vanished reports whether the container was removed, or stopped, behind
-// outpost's back. It implements sandbox.Gone.
+// outpost's back. It implements driver.Vanisher.
 func (s *Sandbox) Vanished(ctx context.Context) bool {
 	if s.closing.Load() {
 		return false

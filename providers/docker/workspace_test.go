@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
@@ -53,7 +55,7 @@ func TestWorkspaceCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := dockertest.Provider(t, dockertest.Busybox)
-	l, err := sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: host})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: host})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,7 @@ func TestWorkspaceSyncBetweenTurns(t *testing.T) {
 	dockertest.Require(t, dockertest.Busybox)
 	host := t.TempDir()
 	write(t, host, "f", "0\n")
-	l := lease(t, dockertest.Provider(t, dockertest.Busybox), sandbox.Options{Workdir: host})
+	l := lease(t, dockertest.Provider(t, dockertest.Busybox), driver.Options{Workdir: host})
 	sb := l.Sandbox().(*docker.Sandbox)
 	sh(t, l, "echo 1 > f")
 	if err := sb.SyncWorkspace(t.Context()); err != nil {
@@ -150,7 +152,7 @@ func TestWorkspaceBind(t *testing.T) {
 	write(t, host, ".outpost/.env", "SECRET=s3cr3t\n")
 	write(t, host, "in.txt", "from host\n")
 	p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Workspace = docker.Bind })
-	l := lease(t, p, sandbox.Options{Workdir: host})
+	l := lease(t, p, driver.Options{Workdir: host})
 	if got := sh(t, l, "cat in.txt; echo from sandbox > out.txt; ls -A .outpost | wc -l"); got != "from host\n0" {
 		t.Errorf("in the sandbox: %q", got)
 	}

@@ -29,9 +29,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tarsafe"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // Allowlist names the host variables passed to every process as
@@ -43,7 +44,7 @@ var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "US
 var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR"}
 
 func init() {
-	sandbox.Register("local", func(settings map[string]string) (sandbox.Provider, error) {
+	driver.Register("local", func(settings map[string]string) (driver.Provider, error) {
 		opts := &Options{}
 		for k, v := range settings {
 			switch k {
@@ -91,15 +92,19 @@ func New(opts *Options) *Provider {
 // Name returns "local".
 func (p *Provider) Name() string { return "local" }
 
+// Close implements driver.Provider: the provider holds nothing beyond its
+// sandboxes, so it has nothing to release.
+func (p *Provider) Close() error { return nil }
+
 // Capabilities: no host files (the home is on the host), not isolated,
 // live stdin, persistent leases.
-func (p *Provider) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: Fixed}
+func (p *Provider) Capabilities() driver.Capabilities {
+	return driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: Fixed}
 }
 
 // Open makes a private home for a new lease. Homes left behind by dead
 // processes (SIGKILL) are swept on the first Open of a process.
-func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sandbox, error) {
+func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -143,7 +148,7 @@ func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sand
 			return nil, err
 		}
 	}
-	env := sandbox.Environment{
+	env := driver.Environment{
 		Fixed: map[string]string{
 			"HOME":            home,
 			"XDG_CONFIG_HOME": filepath.Join(home, ".config"),
@@ -234,19 +239,19 @@ func processStart(pid int) uint64 {
 // Sandbox is one local lease.
 type Sandbox struct {
 	id, dir, home, workdir string
-	env                    sandbox.Environment
+	env                    driver.Environment
 
 	mu      sync.Mutex
 	running map[*process]struct{} // started and not yet waited for
 }
 
-func (s *Sandbox) ID() string                       { return s.id }
-func (s *Sandbox) Home() string                     { return s.home }
-func (s *Sandbox) Workdir() string                  { return s.workdir }
-func (s *Sandbox) Environment() sandbox.Environment { return s.env }
+func (s *Sandbox) ID() string                      { return s.id }
+func (s *Sandbox) Home() string                    { return s.home }
+func (s *Sandbox) Workdir() string                 { return s.workdir }
+func (s *Sandbox) Environment() driver.Environment { return s.env }
 
 // Start runs a process in its own process group.
-func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -377,9 +382,9 @@ func (p *process) Wait() (harness.ExitStatus, error) {
 	return st, err
 }
 
-func (p *process) Signal(s sandbox.Signal) error {
+func (p *process) Signal(s driver.Signal) error {
 	sig := syscall.SIGTERM
-	if s == sandbox.Kill {
+	if s == driver.Kill {
 		sig = syscall.SIGKILL
 	}
 	err := syscall.Kill(-p.pgid, sig)
@@ -465,7 +470,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	// releases everything it holds.
 	s.mu.Lock()
 	for p := range s.running {
-		_ = p.Signal(sandbox.Kill)
+		_ = p.Signal(driver.Kill)
 	}
 	s.mu.Unlock()
 	err := os.RemoveAll(s.dir)

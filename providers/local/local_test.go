@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/internal/tarsafe"
@@ -26,7 +28,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
-		NewProvider: func(t *testing.T) sandbox.Provider {
+		NewProvider: func(t *testing.T) driver.Provider {
 			return local.New(&local.Options{BaseDir: t.TempDir()})
 		},
 	})
@@ -47,10 +49,10 @@ func TestConformanceBusybox(t *testing.T) {
 		}
 	}
 	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
-		NewProvider: func(t *testing.T) sandbox.Provider {
+		NewProvider: func(t *testing.T) driver.Provider {
 			return local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=" + bin}})
 		},
-		Command: func(p sandboxtest.Program, args ...string) sandbox.ExecRequest {
+		Command: func(p sandboxtest.Program, args ...string) driver.ExecRequest {
 			req := sandboxtest.Shell(p, args...)
 			req.Path = filepath.Join(bin, "sh")
 			return req
@@ -58,9 +60,9 @@ func TestConformanceBusybox(t *testing.T) {
 	})
 }
 
-func acquire(t *testing.T, p sandbox.Provider) *sandbox.Lease {
+func acquire(t *testing.T, p driver.Provider) *sandbox.Lease {
 	t.Helper()
-	l, err := sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: t.TempDir()})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -95,7 +97,7 @@ func TestRegistry(t *testing.T) {
 }
 
 func TestCapabilities(t *testing.T) {
-	want := sandbox.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: local.Fixed}
+	want := driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: local.Fixed}
 	if diff := cmp.Diff(want, local.New(nil).Capabilities()); diff != "" {
 		t.Errorf("capabilities (-want +got):\n%s", diff)
 	}
@@ -105,7 +107,7 @@ func TestCapabilities(t *testing.T) {
 // directory, and removed on Close.
 func TestHome(t *testing.T) {
 	base := t.TempDir()
-	l, err := sandbox.Acquire(t.Context(), local.New(&local.Options{BaseDir: base}), sandbox.Options{Workdir: t.TempDir()})
+	l, err := sandbox.Acquire(t.Context(), local.New(&local.Options{BaseDir: base}), driver.Options{Workdir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +184,7 @@ func TestAllowlist(t *testing.T) {
 	if defaults["PATH"] != os.Getenv("PATH") || defaults["TZ"] != "Europe/Paris" {
 		t.Errorf("allowlisted host variables: PATH=%q TZ=%q, want the host's", defaults["PATH"], defaults["TZ"])
 	}
-	res, err := l.Exec(t.Context(), sandbox.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "env"}, Env: env(l)}, 0)
+	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "env"}, Env: env(l)}, 0)
 	if err != nil || !res.Status.Success() {
 		t.Fatalf("env: %v, %+v, %s", err, res.Status, res.Stderr)
 	}
@@ -254,7 +256,7 @@ func TestProcessGroupKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Signal(sandbox.Kill); p.Close() })
+	t.Cleanup(func() { p.Signal(driver.Kill); p.Close() })
 	go io.Copy(io.Discard, p.Stderr())
 	out := bufio.NewReader(p.Stdout())
 	line, err := out.ReadString('\n')
@@ -278,7 +280,7 @@ func TestProcessGroupKill(t *testing.T) {
 	if st, err := readProcStat(child); err != nil || st.state == 'Z' {
 		t.Fatalf("the grandchild died with its parent (%v): the test proves nothing", err)
 	}
-	if err := p.Signal(sandbox.Kill); err != nil {
+	if err := p.Signal(driver.Kill); err != nil {
 		t.Fatalf("Signal(Kill): %v", err)
 	}
 	// The grandchild holds stdout: its end means the grandchild has closed
@@ -343,7 +345,7 @@ func TestOpenRefusals(t *testing.T) {
 	}
 	p := local.New(&local.Options{BaseDir: base})
 	for _, wd := range []string{filepath.Join(base, "missing"), file} {
-		if _, err := sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: wd}); err == nil {
+		if _, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: wd}); err == nil {
 			t.Errorf("Acquire with workdir %s succeeded", wd)
 		}
 	}

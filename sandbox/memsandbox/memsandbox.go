@@ -13,8 +13,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost/internal/tarsafe"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // Name is the provider's registry name.
@@ -38,7 +39,7 @@ const (
 var ErrVanished = errors.New("memsandbox: sandbox vanished")
 
 func init() {
-	sandbox.Register(Name, func(settings map[string]string) (sandbox.Provider, error) {
+	driver.Register(Name, func(settings map[string]string) (driver.Provider, error) {
 		for k := range settings {
 			return nil, fmt.Errorf("memory: unknown setting %q (it has none)", k)
 		}
@@ -84,13 +85,17 @@ func New(opts *Options) *Provider {
 // Name returns "memory".
 func (p *Provider) Name() string { return Name }
 
+// Close implements driver.Provider: the provider holds nothing beyond its
+// sandboxes, so it has nothing to release.
+func (p *Provider) Close() error { return nil }
+
 // FixedEnv names the variables the provider defines.
 var FixedEnv = []string{"HOME", "TMPDIR"}
 
 // Capabilities: isolated (a sandbox's files are its own), host files may
 // be copied in, live stdin, persistent leases.
-func (p *Provider) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: append([]string(nil), FixedEnv...)}
+func (p *Provider) Capabilities() driver.Capabilities {
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: append([]string(nil), FixedEnv...)}
 }
 
 // Opens reports how many times Open has been called, including calls that
@@ -112,7 +117,7 @@ func (p *Provider) Live() int {
 // Open makes a sandbox with an empty home (Home), TempDir and working
 // directory: opts.Workdir when absolute (the host directory's contents are
 // not copied), DefaultDir otherwise. A cancelled ctx allocates nothing.
-func (p *Provider) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sandbox, error) {
+func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
 	p.mu.Lock()
 	p.opens++
 	p.mu.Unlock()
@@ -194,7 +199,7 @@ type Sandbox struct {
 	fs       *tree
 
 	mu     sync.Mutex
-	gone   error // sandbox.ErrClosed or ErrVanished once ended
+	gone   error // driver.ErrClosed or ErrVanished once ended
 	procs  map[*process]bool
 	closed bool
 }
@@ -216,8 +221,8 @@ func (s *Sandbox) Labels() map[string]string { return maps.Clone(s.labels) }
 func (s *Sandbox) FS() *FS { return &FS{t: s.fs, dir: "/"} }
 
 // Environment: HOME and TMPDIR fixed, PATH a default.
-func (s *Sandbox) Environment() sandbox.Environment {
-	return sandbox.Environment{
+func (s *Sandbox) Environment() driver.Environment {
+	return driver.Environment{
 		Fixed:    map[string]string{"HOME": Home, "TMPDIR": TempDir},
 		Defaults: map[string]string{"PATH": DefaultPath},
 	}
@@ -233,7 +238,7 @@ func (s *Sandbox) check() error {
 // Start starts the program named by req.Path (see Options.Programs; PATH
 // is not consulted) in req.Dir, which must be an existing directory. A
 // missing program gives an *exec.Error wrapping exec.ErrNotFound.
-func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -422,7 +427,7 @@ func (s *Sandbox) Close(context.Context) error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	s.end(sandbox.ErrClosed)
+	s.end(driver.ErrClosed)
 	s.provider.mu.Lock()
 	delete(s.provider.sandboxes, s.id)
 	s.provider.live--

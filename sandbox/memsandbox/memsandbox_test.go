@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/harness"
@@ -36,12 +38,12 @@ var programs = map[sandboxtest.Program]string{
 	sandboxtest.Mode:      "mode",
 }
 
-func command(p sandboxtest.Program, args ...string) sandbox.ExecRequest {
+func command(p sandboxtest.Program, args ...string) driver.ExecRequest {
 	name, ok := programs[p]
 	if !ok {
 		panic("no memsandbox program for " + p.String())
 	}
-	return sandbox.ExecRequest{Path: name, Args: args}
+	return driver.ExecRequest{Path: name, Args: args}
 }
 
 func TestConformance(t *testing.T) {
@@ -51,7 +53,7 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
-		NewProvider: func(t *testing.T) sandbox.Provider {
+		NewProvider: func(t *testing.T) driver.Provider {
 			p := memsandbox.New(nil)
 			t.Cleanup(func() {
 				if n := p.Live(); n != 0 {
@@ -64,9 +66,9 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func acquire(t *testing.T, p sandbox.Provider) *sandbox.Lease {
+func acquire(t *testing.T, p driver.Provider) *sandbox.Lease {
 	t.Helper()
-	l, err := sandbox.Acquire(t.Context(), p, sandbox.Options{})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,17 +107,17 @@ func TestCounters(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := sandbox.Acquire(ctx, p, sandbox.Options{}); err == nil {
+	if _, err := sandbox.Acquire(ctx, p, driver.Options{}); err == nil {
 		t.Fatal("Acquire with a cancelled context succeeded")
 	}
 	if p.Opens() != 1 || p.Live() != 0 {
 		t.Errorf("after a cancelled Open: Opens %d, Live %d, want 1, 0", p.Opens(), p.Live())
 	}
-	a, err := sandbox.Acquire(t.Context(), p, sandbox.Options{})
+	a, err := sandbox.Acquire(t.Context(), p, driver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := sandbox.Acquire(t.Context(), p, sandbox.Options{})
+	b, err := sandbox.Acquire(t.Context(), p, driver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +142,7 @@ func TestWorkdir(t *testing.T) {
 		{"relative/dir", memsandbox.DefaultDir},
 		{"/src/project/", "/src/project"},
 	} {
-		l, err := sandbox.Acquire(t.Context(), p, sandbox.Options{Workdir: tc.given, Labels: map[string]string{"k": "v"}})
+		l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: tc.given, Labels: map[string]string{"k": "v"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +164,7 @@ func TestWorkdir(t *testing.T) {
 func TestRemove(t *testing.T) {
 	p := memsandbox.New(nil)
 	l := acquire(t, p)
-	proc, err := l.Start(t.Context(), sandbox.ExecRequest{Path: "sleep", Args: []string{"3600"}, Env: env(l)})
+	proc, err := l.Start(t.Context(), driver.ExecRequest{Path: "sleep", Args: []string{"3600"}, Env: env(l)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +188,7 @@ func TestRemove(t *testing.T) {
 	if !l.Vanished(t.Context()) {
 		t.Error("Vanished is false after Remove")
 	}
-	if _, err := l.Exec(t.Context(), sandbox.ExecRequest{Path: "echo", Env: env(l)}, 0); !errors.Is(err, memsandbox.ErrVanished) {
+	if _, err := l.Exec(t.Context(), driver.ExecRequest{Path: "echo", Env: env(l)}, 0); !errors.Is(err, memsandbox.ErrVanished) {
 		t.Errorf("Exec after Remove: %v, want ErrVanished", err)
 	}
 	if _, err := l.CopyOut(t.Context(), l.Home()); !errors.Is(err, memsandbox.ErrVanished) {
@@ -222,14 +224,14 @@ func TestSignalStatus(t *testing.T) {
 	l := acquire(t, p)
 	for _, tc := range []struct {
 		prog string
-		sigs []sandbox.Signal
+		sigs []driver.Signal
 		want harness.ExitStatus
 	}{
-		{"sleep", []sandbox.Signal{sandbox.Terminate}, harness.ExitStatus{Code: -1, Signal: "terminated"}},
-		{"sleep", []sandbox.Signal{sandbox.Kill}, harness.ExitStatus{Code: -1, Signal: "killed"}},
-		{"stubborn", []sandbox.Signal{sandbox.Terminate, sandbox.Kill}, harness.ExitStatus{Code: -1, Signal: "killed"}},
+		{"sleep", []driver.Signal{driver.Terminate}, harness.ExitStatus{Code: -1, Signal: "terminated"}},
+		{"sleep", []driver.Signal{driver.Kill}, harness.ExitStatus{Code: -1, Signal: "killed"}},
+		{"stubborn", []driver.Signal{driver.Terminate, driver.Kill}, harness.ExitStatus{Code: -1, Signal: "killed"}},
 	} {
-		proc, err := l.Start(t.Context(), sandbox.ExecRequest{Path: tc.prog, Args: []string{"3600"}, Env: env(l)})
+		proc, err := l.Start(t.Context(), driver.ExecRequest{Path: tc.prog, Args: []string{"3600"}, Env: env(l)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +257,7 @@ func TestSignalStatus(t *testing.T) {
 // read, as with real pipes.
 func TestBuffered(t *testing.T) {
 	l := acquire(t, memsandbox.New(nil))
-	proc, err := l.Start(t.Context(), sandbox.ExecRequest{Path: "/bin/echo", Args: []string{"buffered"}, Env: env(l)})
+	proc, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/echo", Args: []string{"buffered"}, Env: env(l)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,15 +289,15 @@ func TestProgramTable(t *testing.T) {
 	if _, err := l.LookPath(t.Context(), "agent"); err == nil {
 		t.Error("an absolute program is found by its base name")
 	}
-	res, err := l.Exec(t.Context(), sandbox.ExecRequest{Path: "/opt/agent/bin/agent", Args: []string{"a", "b"}, Env: env(l)}, 0)
+	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/opt/agent/bin/agent", Args: []string{"a", "b"}, Env: env(l)}, 0)
 	if err != nil || string(res.Stdout) != "agent a,b" || res.Status.Code != 3 {
 		t.Errorf("agent: %q, %+v, %v", res.Stdout, res.Status, err)
 	}
-	res, err = l.Exec(t.Context(), sandbox.ExecRequest{Path: "panics", Env: env(l)}, 0)
+	res, err = l.Exec(t.Context(), driver.ExecRequest{Path: "panics", Env: env(l)}, 0)
 	if err != nil || res.Status.Code != 2 || !bytes.Contains(res.Stderr, []byte("panic: boom")) {
 		t.Errorf("panicking program: %+v, stderr %q, %v", res.Status, res.Stderr, err)
 	}
-	if _, err := l.Start(t.Context(), sandbox.ExecRequest{Path: "echo", Env: env(l)}); !errors.Is(err, exec.ErrNotFound) {
+	if _, err := l.Start(t.Context(), driver.ExecRequest{Path: "echo", Env: env(l)}); !errors.Is(err, exec.ErrNotFound) {
 		t.Errorf("Start of a removed program: %v, want exec.ErrNotFound", err)
 	}
 }
@@ -316,7 +318,7 @@ func TestGroup(t *testing.T) {
 		},
 	}})
 	l := acquire(t, p)
-	proc, err := l.Start(t.Context(), sandbox.ExecRequest{Path: "daemon", Env: env(l)})
+	proc, err := l.Start(t.Context(), driver.ExecRequest{Path: "daemon", Env: env(l)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +330,7 @@ func TestGroup(t *testing.T) {
 	if _, err := io.ReadFull(proc.Stdout(), out); err != nil {
 		t.Fatalf("reading: %q, %v", out, err)
 	}
-	proc.Signal(sandbox.Terminate)
+	proc.Signal(driver.Terminate)
 	if rest, err := io.ReadAll(proc.Stdout()); err != nil || len(rest) != 0 {
 		t.Errorf("after Terminate: %q, %v", rest, err)
 	}

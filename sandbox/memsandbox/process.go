@@ -8,8 +8,9 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // Program is a process's code: it runs with the process's context, which
@@ -170,7 +171,7 @@ type process struct {
 }
 
 // start runs prog as a new process of sb.
-func start(sb *Sandbox, prog Program, req sandbox.ExecRequest, dir string) *process {
+func start(sb *Sandbox, prog Program, req driver.ExecRequest, dir string) *process {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	p := &process{sb: sb, stdout: newPipe(), stderr: newPipe(), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	env := make(map[string]string, len(req.Env))
@@ -283,8 +284,8 @@ func (p *process) Wait() (harness.ExitStatus, error) {
 // Signal delivers s to the whole group. Terminate cancels the group's
 // context; Kill also ends the process at once (see kill). Signalling an
 // ended group does nothing.
-func (p *process) Signal(s sandbox.Signal) error {
-	if s == sandbox.Kill {
+func (p *process) Signal(s driver.Signal) error {
+	if s == driver.Kill {
 		p.mu.Lock()
 		if !p.exited {
 			p.signal = "killed"

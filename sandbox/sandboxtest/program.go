@@ -3,7 +3,7 @@ package sandboxtest
 import (
 	"fmt"
 
-	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // Program is one of the small programs the suite runs inside a sandbox. A
@@ -101,11 +101,11 @@ var shellScripts = [...]string{
 // `/bin/sh -c SCRIPT sh ARGS...`. The scripts need only a POSIX shell and
 // cat, sleep, head, tr and stat, and work with busybox as well as with
 // dash or bash. The request has no Env, Dir or Stdin: the suite sets them.
-func Shell(p Program, args ...string) sandbox.ExecRequest {
+func Shell(p Program, args ...string) driver.ExecRequest {
 	if p < 0 || p >= numPrograms {
 		panic(fmt.Sprintf("sandboxtest: unknown %v", p))
 	}
-	return sandbox.ExecRequest{
+	return driver.ExecRequest{
 		Path: "/bin/sh",
 		Args: append([]string{"-c", shellScripts[p], "sh"}, args...),
 	}

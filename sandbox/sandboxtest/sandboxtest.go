@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/harness"
@@ -30,14 +32,14 @@ type Harness struct {
 	// NewProvider returns the provider under test. It is called once per
 	// subtest, so subtests share no provider state; it may use t.Cleanup
 	// and t.TempDir.
-	NewProvider func(t *testing.T) sandbox.Provider
+	NewProvider func(t *testing.T) driver.Provider
 	// Command returns the request that runs program p with args in a
 	// sandbox: Path and Args only, the suite sets Env, Dir and Stdin. Nil
 	// means Shell.
-	Command func(p Program, args ...string) sandbox.ExecRequest
+	Command func(p Program, args ...string) driver.ExecRequest
 	// Options returns the options of each lease. Nil means a Workdir made
 	// with t.TempDir and no labels.
-	Options func(t *testing.T) sandbox.Options
+	Options func(t *testing.T) driver.Options
 }
 
 // RunConformanceTests runs the provider conformance suite as subtests of
@@ -51,7 +53,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		h.Command = Shell
 	}
 	if h.Options == nil {
-		h.Options = func(t *testing.T) sandbox.Options { return sandbox.Options{Workdir: t.TempDir()} }
+		h.Options = func(t *testing.T) driver.Options { return driver.Options{Workdir: t.TempDir()} }
 	}
 	s := &suite{h: h}
 	tests := []struct {
@@ -97,7 +99,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 type suite struct{ h Harness }
 
 // provider makes the provider for one subtest.
-func (s *suite) provider(t *testing.T) sandbox.Provider {
+func (s *suite) provider(t *testing.T) driver.Provider {
 	t.Helper()
 	p := s.h.NewProvider(t)
 	if p == nil {
@@ -107,7 +109,7 @@ func (s *suite) provider(t *testing.T) sandbox.Provider {
 }
 
 // acquire leases a sandbox from p and releases it when the test ends.
-func (s *suite) acquire(t *testing.T, p sandbox.Provider) *sandbox.Lease {
+func (s *suite) acquire(t *testing.T, p driver.Provider) *sandbox.Lease {
 	t.Helper()
 	l, err := sandbox.Acquire(t.Context(), p, s.h.Options(t))
 	if err != nil {
@@ -141,7 +143,7 @@ func baseEnv(l *sandbox.Lease) map[string]string {
 }
 
 // req is the request running p with args and the provider's environment.
-func (s *suite) req(l *sandbox.Lease, p Program, args ...string) sandbox.ExecRequest {
+func (s *suite) req(l *sandbox.Lease, p Program, args ...string) driver.ExecRequest {
 	r := s.h.Command(p, args...)
 	r.Env = baseEnv(l)
 	return r
@@ -158,7 +160,7 @@ func (s *suite) run(t *testing.T, l *sandbox.Lease, p Program, args ...string) s
 	return s.exec(t, l, s.req(l, p, args...))
 }
 
-func (s *suite) exec(t *testing.T, l *sandbox.Lease, req sandbox.ExecRequest) sandbox.ExecResult {
+func (s *suite) exec(t *testing.T, l *sandbox.Lease, req driver.ExecRequest) sandbox.ExecResult {
 	t.Helper()
 	res, err := l.Exec(t.Context(), req, execLimit)
 	if err != nil {
@@ -190,7 +192,7 @@ func trim(b []byte) string {
 // killed, closed and waited for.
 type proc struct {
 	t      *testing.T
-	p      sandbox.Process
+	p      driver.Process
 	out    *bufio.Reader
 	errOut chan []byte
 
@@ -199,7 +201,7 @@ type proc struct {
 	waitErr  error
 }
 
-func (s *suite) start(t *testing.T, l *sandbox.Lease, req sandbox.ExecRequest) *proc {
+func (s *suite) start(t *testing.T, l *sandbox.Lease, req driver.ExecRequest) *proc {
 	t.Helper()
 	p, err := l.Start(t.Context(), req)
 	if err != nil {
@@ -211,7 +213,7 @@ func (s *suite) start(t *testing.T, l *sandbox.Lease, req sandbox.ExecRequest) *
 		pr.errOut <- b
 	}()
 	t.Cleanup(func() {
-		_ = p.Signal(sandbox.Kill)
+		_ = p.Signal(driver.Kill)
 		_ = p.Close()
 		pr.wait()
 	})
@@ -309,7 +311,7 @@ func (s *suite) testUseAfterClose(t *testing.T) {
 		{"Start", func() error {
 			p, err := l.Start(ctx, echo)
 			if err == nil {
-				p.Signal(sandbox.Kill)
+				p.Signal(driver.Kill)
 				p.Close()
 				p.Wait()
 			}
@@ -487,8 +489,8 @@ func (s *suite) testSignal(t *testing.T) {
 	l := s.lease(t)
 	for _, tc := range []struct {
 		name string
-		sig  sandbox.Signal
-	}{{"Terminate", sandbox.Terminate}, {"Kill", sandbox.Kill}} {
+		sig  driver.Signal
+	}{{"Terminate", driver.Terminate}, {"Kill", driver.Kill}} {
 		t.Run(tc.name, func(t *testing.T) {
 			pr := s.start(t, l, s.req(l, Sleep, "3600"))
 			if got := pr.line(); got != "started\n" {
@@ -520,7 +522,7 @@ func (s *suite) testSignalAfterExit(t *testing.T) {
 	if st := pr.mustWait(); !st.Success() {
 		t.Fatalf("status %+v", st)
 	}
-	for _, sig := range []sandbox.Signal{sandbox.Terminate, sandbox.Kill} {
+	for _, sig := range []driver.Signal{driver.Terminate, driver.Kill} {
 		if err := pr.p.Signal(sig); err != nil {
 			t.Errorf("Signal(%d) after exit: %v, want nil", sig, err)
 		}
@@ -639,11 +641,11 @@ func (s *suite) testExecLimit(t *testing.T) {
 // startHook wraps a provider so that a hook runs right after each process
 // has started: the suite's way to act at a known point without sleeping.
 type startHook struct {
-	sandbox.Provider
+	driver.Provider
 	after func()
 }
 
-func (h startHook) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sandbox, error) {
+func (h startHook) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
 	sb, err := h.Provider.Open(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -652,11 +654,11 @@ func (h startHook) Open(ctx context.Context, opts sandbox.Options) (sandbox.Sand
 }
 
 type hookedSandbox struct {
-	sandbox.Sandbox
+	driver.Sandbox
 	after func()
 }
 
-func (s hookedSandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+func (s hookedSandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
 	p, err := s.Sandbox.Start(ctx, req)
 	if err == nil {
 		s.after()
@@ -714,7 +716,7 @@ func (s *suite) testProcessGroupKill(t *testing.T) {
 	if st := pr.mustWait(); !st.Success() {
 		t.Fatalf("Spawn's parent: status %+v, stderr %q", st, pr.stderr())
 	}
-	if err := pr.p.Signal(sandbox.Kill); err != nil {
+	if err := pr.p.Signal(driver.Kill); err != nil {
 		t.Fatalf("Signal(Kill) after the parent's exit: %v", err)
 	}
 	// Blocks until the child is gone; a hang here is a group left alive.

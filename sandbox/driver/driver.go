@@ -1,0 +1,247 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/outposthq/outpost/harness"
+)
+
+// Provider makes sandboxes. Implementations must be safe for concurrent use.
+type Provider interface {
+	// Name is the provider's registry name ("local", "docker").
+	Name() string
+	// Capabilities says what the provider's sandboxes can do. The engine
+	// reads it before acting, never discovering "not supported" mid-turn.
+	Capabilities() Capabilities
+	// Open allocates a sandbox. On ctx cancel it returns promptly and
+	// leaves nothing allocated. Errors are returned raw; the portable
+	// layer wraps them with code sandbox.
+	Open(ctx context.Context, opts Options) (Sandbox, error)
+	// Close releases what the provider holds for all its sandboxes (a
+	// client connection). Sandboxes still open stay valid until their own
+	// Close; the provider must not be used to Open after Close. Calling it
+	// again returns nil.
+	Close() error
+}
+
+// Options are the per-lease settings a provider receives.
+type Options struct {
+	// Workdir is the caller's working directory on the host. Providers make
+	// it the sandbox's working directory (local: as is; docker: mounted or
+	// copied). The portable layer fills in the default (the current
+	// directory) before a provider sees it: it is never empty.
+	Workdir string
+	// Labels are attached to the sandbox where the provider can (cleanup).
+	Labels map[string]string
+	// Mounts are host directories an isolated sandbox should see,
+	// read-only, without copying (the bootstrap cache), where the
+	// provider can: a provider that honors one reports it through
+	// HostPather; one that cannot ignores it.
+	Mounts []Mount
+}
+
+// Sandbox is one allocated sandbox: a private home, a working directory and
+// a way to run processes and move files. Paths are as seen inside it.
+type Sandbox interface {
+	// ID identifies the sandbox (for logs and labels).
+	ID() string
+	// Home is the sandbox's private home directory (absolute).
+	Home() string
+	// Workdir is the working directory inside the sandbox (absolute).
+	Workdir() string
+	// Environment is the environment the provider defines for every
+	// process. Fixed names (HOME, XDG_*) may not be set by a turn: doing so
+	// is a configuration error. Defaults (PATH, LANG, TZ, TERM) may be
+	// overridden.
+	Environment() Environment
+	// Start starts a process. It returns once the process runs; its exit is
+	// read with Process.Wait. ctx bounds only the start, not the process's
+	// life: stop it with Process.Signal.
+	Start(ctx context.Context, req ExecRequest) (Process, error)
+	// CopyIn extracts a tar stream into dir, an absolute directory inside
+	// the sandbox, creating it if needed. The portable layer has already
+	// refused entries that escape dir.
+	CopyIn(ctx context.Context, dir string, tar io.Reader) error
+	// CopyOut returns a tar stream of path (a file or a directory, entries
+	// named relative to path's parent as `docker cp` does). A missing path
+	// gives an error satisfying errors.Is(err, fs.ErrNotExist).
+	CopyOut(ctx context.Context, path string) (io.ReadCloser, error)
+	// Close releases the sandbox and everything it holds. It is called
+	// once, with a fresh context.
+	Close(ctx context.Context) error
+}
+
+// Vanisher is implemented by sandboxes that can tell they were removed
+// behind outpost's back (a container deleted during a turn). The portable
+// layer asks it when an operation fails, and reports a vanished sandbox as
+// code sandbox with details.vanished.
+type Vanisher interface {
+	// Vanished reports whether the sandbox no longer exists.
+	Vanished(ctx context.Context) bool
+}
+
+// PathLooker is implemented by sandboxes that can find an executable
+// without starting a process (the local provider).
+type PathLooker interface {
+	LookPath(ctx context.Context, name, pathEnv string) (string, error)
+}
+
+// Lister is implemented by sandboxes that can list a directory's regular
+// files without copying them (the local provider).
+type Lister interface {
+	// List returns the regular files under dir as clean slash-separated
+	// paths relative to dir, links neither followed nor listed. A missing
+	// dir gives an error satisfying errors.Is(err, fs.ErrNotExist).
+	List(ctx context.Context, dir string) ([]string, error)
+}
+
+// Environment is the variables a provider defines.
+type Environment struct {
+	Fixed    map[string]string // HOME, XDG_*, TMPDIR: a turn may not override them
+	Defaults map[string]string // PATH, LANG, TZ, TERM: a turn may override them
+}
+
+// ExecRequest is one process to start.
+type ExecRequest struct {
+	Path  string            // executable; looked up in Env["PATH"] when not absolute
+	Args  []string          // arguments without the program name
+	Env   map[string]string // the complete environment
+	Dir   string            // working directory; "" = Workdir
+	Stdin bool              // give the process a stdin pipe (otherwise /dev/null)
+}
+
+// Signal is how to stop a process.
+type Signal int
+
+const (
+	Terminate Signal = iota // ask politely (SIGTERM to the process group)
+	Kill                    // SIGKILL to the process group
+)
+
+// Process is a started process. Stdout and Stderr must be read
+// concurrently. Wait returns when the process has exited; output it wrote
+// can still be read afterwards.
+type Process interface {
+	// Stdin is nil unless the request asked for it.
+	Stdin() io.WriteCloser
+	Stdout() io.Reader
+	Stderr() io.Reader
+	// Wait waits for the process to end. The exit status is a value; the
+	// error is for the sandbox failing (e.g. vanished), not the process.
+	Wait() (harness.ExitStatus, error)
+	// Signal signals the process's whole group. Signalling a process that
+	// has ended is not an error.
+	Signal(s Signal) error
+	// Close releases the streams, unblocking pending reads. After the
+	// process has exited, a descendant may still hold its output open; the
+	// engine closes the streams once it has drained them.
+	Close() error
+}
+
+// Capabilities say what a provider's sandboxes can do.
+type Capabilities struct {
+	// HostFiles: host files from credential plans may be copied into the
+	// sandbox's private home. False for local, whose home is on the host:
+	// it receives only variables.
+	HostFiles bool `json:"host_files"`
+	// Isolated: processes cannot see the host's files and processes.
+	Isolated bool `json:"isolated"`
+	// Stdin: processes can be given a live standard input.
+	Stdin bool `json:"stdin"`
+	// Persistent: a lease keeps state between turns (home, processes).
+	Persistent bool `json:"persistent"`
+	// FixedEnv names the variables the provider defines for every process
+	// (HOME, XDG_*...). A turn that sets one fails with configuration
+	// before a sandbox is allocated.
+	FixedEnv []string `json:"fixed_env"`
+}
+
+// Factory makes a provider from string settings (e.g. "image" for docker).
+type Factory func(settings map[string]string) (Provider, error)
+
+var (
+	regMu    sync.Mutex
+	registry = map[string]Factory{}
+)
+
+// Register makes a provider available by name. It panics on a duplicate,
+// like database/sql.Register: providers call it from their init function,
+// which is the one line a new provider needs.
+func Register(name string, f Factory) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic("sandbox/driver: Register called twice for " + name)
+	}
+	registry[name] = f
+}
+
+// Lookup returns the factory registered under name.
+func Lookup(name string) (Factory, bool) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	f, ok := registry[name]
+	return f, ok
+}
+
+// Names lists the registered provider names, sorted.
+func Names() []string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ErrUnknown is the cause of a lookup of a name nobody registered.
+var ErrUnknown = fmt.Errorf("unknown sandbox provider")
+
+// Mount is a host directory shown read-only inside an isolated sandbox
+// (Options.Mounts).
+type Mount struct {
+	// Source is the absolute host directory.
+	Source string `json:"source"`
+	// Target is the absolute path inside the sandbox.
+	Target string `json:"target"`
+}
+
+// HostPather is implemented by sandboxes that honored some of their
+// Options.Mounts.
+type HostPather interface {
+	// HostPath returns where the host path p, inside a honored mount's
+	// Source, is visible in the sandbox, or false.
+	HostPath(p string) (string, bool)
+}
+
+// MapMount maps host path p through mounts: its place under the Target of
+// the mount whose Source contains it. Providers implementing HostPather
+// use it.
+func MapMount(mounts []Mount, p string) (string, bool) {
+	p = filepath.Clean(p)
+	for _, m := range mounts {
+		src := filepath.Clean(m.Source)
+		if p == src {
+			return m.Target, true
+		}
+		if rest, ok := strings.CutPrefix(p, src+string(filepath.Separator)); ok {
+			return path.Join(m.Target, filepath.ToSlash(rest)), true
+		}
+	}
+	return "", false
+}
+
+// ErrClosed is the error of every operation on a released sandbox. The
+// portable layer returns it for a released lease; drivers may return it
+// for a closed Sandbox.
+var ErrClosed = errors.New("sandbox: lease released")
