@@ -87,7 +87,7 @@ func TestLayering(t *testing.T) {
 			if !internal(imp) {
 				continue
 			}
-			if (strings.HasPrefix(imp, module+"/cmd") || strings.HasPrefix(imp, module+"/internal/cli")) && !strings.HasPrefix(p.path, module+"/cmd/") {
+			if strings.HasPrefix(imp, module+"/cmd") && !strings.HasPrefix(p.path, module+"/cmd/") {
 				t.Errorf("%s imports %s: nobody imports the command", p.path, imp)
 			}
 			if strings.HasPrefix(p.path, module+"/providers/") && strings.HasPrefix(imp, module+"/providers/") {

@@ -19,7 +19,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/codex"
-	"github.com/outposthq/outpost/internal/cli"
+	"github.com/outposthq/outpost/cmd/outpost/cli"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"

@@ -9,7 +9,7 @@ import (
 	"syscall"
 
 	"github.com/outposthq/outpost/harness/echo"
-	"github.com/outposthq/outpost/internal/cli"
+	"github.com/outposthq/outpost/cmd/outpost/cli"
 	"github.com/outposthq/outpost/providers/docker/shim"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness/echo"
-	"github.com/outposthq/outpost/internal/cli"
+	"github.com/outposthq/outpost/cmd/outpost/cli"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

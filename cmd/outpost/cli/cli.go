@@ -27,7 +27,7 @@ import (
 	_ "github.com/outposthq/outpost/providers/local"  // registers "local"
 )
 
-// Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
+// Version is set at build time with -ldflags "-X .../cmd/outpost/cli.Version=v1.2.3".
 var Version = ""
 
 // usageError marks errors of the command line itself (exit status 2).

@@ -23,7 +23,7 @@ type humanWriter struct {
 	out, err io.Writer
 	streamed map[string]bool // message ids shown through deltas
 	midLine  bool
-	bar      *progressBar // bootstrap progress (internal/cli/bootstrap.go)
+	bar      *progressBar // bootstrap progress (cmd/outpost/cli/bootstrap.go)
 }
 
 func newHumanWriter(out, err io.Writer) *humanWriter {
