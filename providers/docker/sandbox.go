@@ -25,7 +25,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/versions"
 
-	"github.com/outposthq/outpost/providers/docker/shim"
+	"github.com/outposthq/outpost/internal/shim"
 )
 
 // Paths inside every container.
