@@ -95,6 +95,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return signalMain(args[1:], stderr)
 	case "lookpath":
 		return lookpathMain(args[1:], stdout, stderr)
+	case "sum":
+		return sumMain(args[1:], stdout, stderr)
+	case "reap":
+		return reapMain(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "outpost sandbox-shim: unknown mode %q\n", args[0])
 	return 2
@@ -154,6 +158,7 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 	runDir := fl.String("run", "", "directory for the status file")
 	dir := fl.String("dir", "", "working directory")
 	withStdin := fl.Bool("stdin", false, "give the program the shim's stdin")
+	envStdin := fl.Bool("env-stdin", false, "read the program's environment from the first line of stdin")
 	if err := fl.Parse(args); err != nil || fl.NArg() == 0 {
 		fmt.Fprintln(stderr, "usage: outpost sandbox-shim exec --token=T --run=DIR --dir=DIR [--stdin] -- PROGRAM [ARG...]")
 		return 2
@@ -168,6 +173,12 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 		msg := fmt.Sprintf(format, a...)
 		fmt.Fprintf(stdout, "%s%s %s\n", handshake, result, strings.ReplaceAll(msg, "\n", " "))
 		return code
+	}
+	if *envStdin {
+		var err error
+		if env, err = readEnvLine(os.Stdin); err != nil {
+			return fail(resultError, ExitCannot, "%v", err)
+		}
 	}
 	if *dir != "" {
 		if err := os.Chdir(*dir); err != nil {

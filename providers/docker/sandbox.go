@@ -209,12 +209,12 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	o := p.opts
 	labels := map[string]string{}
 	maps.Copy(labels, extra)
-	maps.Copy(labels, self().labels())
+	maps.Copy(labels, ownerLabels(self()))
 	labels[LabelLease] = s.id
 	labels[LabelCreated] = time.Now().UTC().Format(time.RFC3339Nano)
 	labels[LabelVersion] = version()
 	labels[LabelWorkspace] = string(s.mode)
-	volLabels := self().labels()
+	volLabels := ownerLabels(self())
 	volLabels[LabelLease] = s.id
 
 	cfg := &container.Config{
