@@ -90,9 +90,21 @@ func ReapArgs(binary, runDir string) []string {
 // TreeSum is the hex SHA-512 of a file or directory tree: of every
 // entry's path (relative, slash-separated, in lexical order), type,
 // permission bits, and a file's content or a link's target. Owners and
-// times are left out, so a copy of a tree has its original's sum.
+// times are left out, so a copy of a tree has its original's sum. The
+// sum of a regular file is the SHA-512 of its content.
 func TreeSum(root string) (string, error) {
 	h := sha512.New()
+	if fi, err := os.Lstat(root); err == nil && fi.Mode().IsRegular() {
+		f, err := os.Open(root)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		if _, err := io.Copy(h, f); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -106,6 +118,11 @@ func TreeSum(root string) (string, error) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
+		if rel == "." && fi.IsDir() {
+			// The root's mode is its parent's business: a copy's differs.
+			fmt.Fprint(h, "d .\x00")
+			return nil
+		}
 		switch {
 		case fi.IsDir():
 			fmt.Fprintf(h, "d %o %s\x00", fi.Mode().Perm(), rel)

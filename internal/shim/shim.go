@@ -360,13 +360,25 @@ func signalMain(args []string, stderr io.Writer) int {
 
 // childOf returns the pid of a child of pid, or 0.
 func childOf(pid int) int {
+	// Any thread of the (Go) shim may have forked the program: read the
+	// children of every thread.
 	p := strconv.Itoa(pid)
-	if b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			n, _ := strconv.Atoi(f[0])
-			return n
+	if tasks, err := os.ReadDir("/proc/" + p + "/task"); err == nil {
+		readable := false
+		for _, t := range tasks {
+			b, err := os.ReadFile("/proc/" + p + "/task/" + t.Name() + "/children")
+			if err != nil {
+				continue
+			}
+			readable = true
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
 		}
-		return 0
+		if readable {
+			return 0
+		}
 	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
