@@ -10,12 +10,14 @@ import (
 
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
+	"github.com/outposthq/outpost/providers/ssh/sshtest"
 )
 
 func TestMain(m *testing.M) {
 	echo.MaybeRun()
 	code := m.Run()
 	cleanupBuilds()
+	sshtest.Cleanup()
 	// No test may leave a container or volume of its own behind.
 	if left := dockertest.Leftovers(); left != "" {
 		fmt.Fprintln(os.Stderr, "FAIL: the tests left Docker objects behind:\n"+left)

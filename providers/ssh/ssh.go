@@ -33,7 +33,7 @@ var (
 	ErrRemote = errors.New("ssh: the remote host cannot run sandboxes")
 	// ErrDisconnected: the connection to the host dropped; the lease's
 	// processes are lost to it. The next lease reconnects.
-	ErrDisconnected = errors.New("ssh: connection to the host lost")
+	ErrDisconnected = fmt.Errorf("ssh: %w", driver.ErrDisconnected)
 	// ErrConflict: copying the workspace back found files changed both on
 	// the host and in the sandbox (see Sandbox.SyncWorkspace).
 	ErrConflict = errors.New("ssh: workspace changed on both sides")

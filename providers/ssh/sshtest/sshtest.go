@@ -277,13 +277,19 @@ func Shared(tb testing.TB) *Server {
 // built binary. TestMain functions call it after their own setup.
 func Main(m *testing.M) {
 	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
+// Cleanup terminates the shared server and removes the built binary:
+// TestMain functions that do not use Main call it after m.Run.
+func Cleanup() {
 	if shared != nil {
 		shared.Terminate()
 	}
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
-	os.Exit(code)
 }
 
 // Options are the provider options for s: its address, key and
@@ -366,4 +372,44 @@ func moduleRoot() (string, error) {
 			return "", fmt.Errorf("no go.mod above %s", wd)
 		}
 	}
+}
+
+// Relay listens on the server's Gateway (this machine's address on the
+// Docker bridge, the only one of its addresses the container reaches)
+// and forwards each connection to target, a loopback address of the test
+// (a fake model API, which listens on loopback only). It returns the
+// relay's address as the container sees it; the relay closes when the
+// test ends.
+func (s *Server) Relay(tb testing.TB, target string) string {
+	tb.Helper()
+	if s.Gateway == "" {
+		tb.Fatal("sshtest: the container has no bridge gateway")
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(s.Gateway, "0"))
+	if err != nil {
+		tb.Fatalf("sshtest: relay: %v", err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				done := make(chan struct{}, 2)
+				go func() { io.Copy(u, c); u.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+				go func() { io.Copy(c, u); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+				<-done
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
