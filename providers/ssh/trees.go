@@ -113,7 +113,7 @@ func (p *Provider) mirror(ctx context.Context, c *conn, src, name string) error 
 set -e
 D=%s
 T="$D.tmp-$$"
-trap 'chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
+trap '[ ! -e "$T" ] || { chmod -R u+w "$T"; rm -rf "$T"; } 2>/dev/null || :' EXIT
 mkdir -p "$T"
 tar -x -p --no-same-owner -C "$T" -f -
 s=$(%s)
