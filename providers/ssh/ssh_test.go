@@ -9,7 +9,6 @@ import (
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
-	"github.com/outposthq/outpost/sandbox/sandboxtest"
 )
 
 func TestMain(m *testing.M) {
@@ -17,14 +16,8 @@ func TestMain(m *testing.M) {
 	sshtest.Main(m)
 }
 
-// TestConformance runs the provider conformance suite against a real
-// OpenSSH server.
-func TestConformance(t *testing.T) {
-	srv := sshtest.Shared(t)
-	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
-		NewProvider: func(t *testing.T) driver.Provider { return sshtest.Provider(t, srv) },
-	})
-}
+// The provider conformance suite runs against the real sshd in
+// integration (TestSSHConformance), once for the whole module.
 
 // lease acquires a sandbox and releases it when the test ends.
 func lease(t *testing.T, p driver.Provider, opts driver.Options) *sandbox.Lease {
