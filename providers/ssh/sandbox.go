@@ -57,7 +57,8 @@ type Sandbox struct {
 	mode      WorkspaceMode
 	hostDir   string         // copy mode: the caller's directory
 	shared    []driver.Mount // mounts mirrored on demand (trees.go)
-	mirrorErr error
+	mirrorMu  sync.Mutex
+	mirrorErr error // why the last HostPath could not show a directory
 
 	closing atomic.Bool
 	wsMu    sync.Mutex

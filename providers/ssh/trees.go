@@ -74,7 +74,9 @@ func (s *Sandbox) HostPath(p string) (string, bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
 		defer cancel()
 		if err := s.p.mirror(ctx, s.c, filepath.Join(m.Source, name), name); err != nil {
+			s.mirrorMu.Lock()
 			s.mirrorErr = err
+			s.mirrorMu.Unlock()
 			return "", false
 		}
 		return path.Join(treesDir, name, below), true
@@ -83,7 +85,11 @@ func (s *Sandbox) HostPath(p string) (string, bool) {
 }
 
 // MirrorError is why the last HostPath could not show a directory.
-func (s *Sandbox) MirrorError() error { return s.mirrorErr }
+func (s *Sandbox) MirrorError() error {
+	s.mirrorMu.Lock()
+	defer s.mirrorMu.Unlock()
+	return s.mirrorErr
+}
 
 // mirror makes sure <root>/trees/<name> on the host is a verified copy of
 // the local directory src.
