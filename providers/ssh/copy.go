@@ -249,3 +249,30 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string) error 
 	}
 	return nil
 }
+
+// List returns the regular files under dir on the host, as clean
+// slash-separated paths relative to dir, links neither followed nor
+// listed, in one round trip (find). It implements driver.Lister.
+func (s *Sandbox) List(ctx context.Context, dir string) ([]string, error) {
+	if err := checkPath(dir); err != nil {
+		return nil, err
+	}
+	res, err := run(ctx, s.c, fmt.Sprintf("[ -d %s ] || exit %d; cd %s && exec find . -type f -print0", shq(dir), exitMissing, shq(dir)), nil)
+	if err != nil {
+		return nil, err
+	}
+	switch res.code {
+	case 0:
+	case exitMissing:
+		return nil, &fs.PathError{Op: "list", Path: dir, Err: fs.ErrNotExist}
+	default:
+		return nil, fmt.Errorf("ssh: listing %s: exit %d: %s", dir, res.code, strings.TrimSpace(string(res.stderr)))
+	}
+	var out []string
+	for _, f := range strings.Split(string(res.stdout), "\x00") {
+		if f = strings.TrimPrefix(f, "./"); f != "" && f != "." {
+			out = append(out, path.Clean(f))
+		}
+	}
+	return out, nil
+}

@@ -1,8 +1,11 @@
 package ssh_test
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -63,5 +66,29 @@ func TestMirror(t *testing.T) {
 	}
 	if got, ok := open().HostPath(filepath.Join(tree, "bin", "x")); !ok || got != exe {
 		t.Errorf("second lease: HostPath = %q, %v", got, ok)
+	}
+}
+
+// TestList lists a lease's regular files without following links.
+func TestList(t *testing.T) {
+	srv := sshtest.Shared(t)
+	sb, err := sshtest.Provider(t, srv).Open(t.Context(), driver.Options{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(t.Context())
+	s := sb.(*sshp.Sandbox)
+	d := s.Home() + "/listed"
+	srv.MustExec(t, "su", "agent", "-c", "mkdir -p "+d+"/a/b && touch "+d+"/x '"+d+"/a/b/y z' && ln -s /etc "+d+"/link && ln -s x "+d+"/l2")
+	got, err := s.List(t.Context(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(got)
+	if strings.Join(got, "|") != "a/b/y z|x" {
+		t.Errorf("List = %q", got)
+	}
+	if _, err := s.List(t.Context(), d+"/missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("List of a missing directory: %v", err)
 	}
 }
