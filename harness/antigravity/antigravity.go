@@ -74,7 +74,6 @@ var Efforts = []string{"low", "medium", "high", "max"}
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    Name,
-		Version: Version,
 		Request: Request,
 		NewDecoder: func() func([]byte) []harness.Event {
 			return NewDecoder("").Decode

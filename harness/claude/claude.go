@@ -19,10 +19,6 @@ import (
 const (
 	// Name is the preset's name.
 	Name = "claude"
-	// Version is the Claude Code version the preset was proven against.
-	Version = "2.1.332"
-	// Package is the npm package of the CLI.
-	Package = "@anthropic-ai/claude-code"
 	// Program is the executable the preset runs, looked up on the sandbox's
 	// PATH.
 	Program = "claude"
@@ -71,7 +67,6 @@ var PermissionModes = []string{"default", "manual", "acceptEdits", "auto", "dont
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    Name,
-		Version: Version,
 		Request: Request,
 		Events:  Events,
 		NewDecoder: func() func([]byte) []harness.Event {

@@ -18,10 +18,6 @@ import (
 const (
 	// Name is the preset's name.
 	Name = "codex"
-	// Version is the Codex CLI version the preset was proven against.
-	Version = "0.171.0"
-	// Package is the npm package of the CLI.
-	Package = "@openai/codex"
 	// Program is the executable the preset runs, looked up on the
 	// sandbox's PATH.
 	Program = "codex"
@@ -114,7 +110,6 @@ var ReasoningEfforts = []string{"none", "minimal", "low", "medium", "high", "xhi
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    Name,
-		Version: Version,
 		Request: Request,
 		NewDecoder: func() func([]byte) []harness.Event {
 			return newDecoder(settings{}).decode

@@ -19,11 +19,6 @@ import (
 const (
 	// Name is the preset's name and its bootstrap name.
 	Name = "copilot"
-	// Version is the GitHub Copilot CLI version the preset was proven
-	// against.
-	Version = "1.0.102"
-	// Package is the npm package of the CLI.
-	Package = "@github/copilot"
 	// Program is the executable the preset runs, looked up on the sandbox's
 	// PATH (or installed by the "copilot" bootstrap).
 	Program = "copilot"
@@ -114,7 +109,6 @@ var ReasoningEfforts = []string{"none", "minimal", "low", "medium", "high", "xhi
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    Name,
-		Version: Version,
 		Request: Request,
 		NewDecoder: func() func([]byte) []harness.Event {
 			return NewDecoder().Decode

@@ -36,7 +36,6 @@ const TokenVariable = "ECHO_API_KEY"
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    "echo",
-		Version: "builtin",
 		Request: request,
 		Events:  Events,
 		Credentials: func(vars harness.Vars) (harness.Plan, error) {
