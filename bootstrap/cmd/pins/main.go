@@ -7,7 +7,7 @@
 //	go run ./bootstrap/cmd/pins -verify linux-x64 claude
 //	                                              # also download, verify and unpack into the cache
 //
-// Archive pins (antigravity) and echo are kept as they are: edit them by
+// Pins of kind archive (antigravity) and self (echo) are kept as they are: edit them by
 // hand. The registry is $OUTPOST_NPM_REGISTRY or -registry, default
 // https://registry.npmjs.org; the file keeps the public registry's URLs
 // unless -registry is given explicitly.
