@@ -18,6 +18,12 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	cleanupBuilds()
 	sshtest.Cleanup()
+	if left := sshtest.Leftovers(); left != "" {
+		fmt.Fprintln(os.Stderr, "FAIL: the tests left sshd containers behind:\n"+left)
+		if code == 0 {
+			code = 1
+		}
+	}
 	// No test may leave a container or volume of its own behind.
 	if left := dockertest.Leftovers(); left != "" {
 		fmt.Fprintln(os.Stderr, "FAIL: the tests left Docker objects behind:\n"+left)

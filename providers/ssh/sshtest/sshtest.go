@@ -278,7 +278,30 @@ func Shared(tb testing.TB) *Server {
 func Main(m *testing.M) {
 	code := m.Run()
 	Cleanup()
+	if left := Leftovers(); left != "" {
+		fmt.Fprintln(os.Stderr, "FAIL: the tests left sshd containers behind (removed now):\n"+left)
+		if code == 0 {
+			code = 1
+		}
+	}
 	os.Exit(code)
+}
+
+// Leftovers removes the sshd containers this process started and did not
+// terminate, and lists them ("" when there were none).
+func Leftovers() string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+Label+"="+strconv.Itoa(os.Getpid())).Output()
+	if err != nil {
+		return ""
+	}
+	ids := strings.Fields(string(out))
+	if len(ids) == 0 {
+		return ""
+	}
+	_ = exec.CommandContext(ctx, "docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+	return strings.Join(ids, "\n")
 }
 
 // Cleanup terminates the shared server and removes the built binary:
