@@ -299,22 +299,40 @@ func algorithmsFor(t string) []string {
 	return []string{t}
 }
 
-func port(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
 func hostOf(addr string) string {
 	h, _, _ := net.SplitHostPort(addr)
 	return h
 }
 
+// fakeKey is a host key nobody has: checking it lists the known ones.
 type fakeKey struct{}
 
 func (*fakeKey) Type() string                        { return "outpost-probe" }
 func (*fakeKey) Marshal() []byte                     { return []byte("outpost-probe") }
 func (*fakeKey) Verify([]byte, *ssh.Signature) error { return errors.New("probe") }
-func fakeAddr(addr string) net.Addr                  { return &net.TCPAddr{IP: net.IPv4zero} }
-func (p *Provider) closedErr() error                 { return fmt.Errorf("ssh: provider closed") }
-func (c *conn) wait()                                { _ = c.client.Wait(); c.once.Do(func() { close(c.done) }) }
-func (c *conn) markDead()                            { c.once.Do(func() { close(c.done) }) }
-func (c *conn) keepAlive(interval time.Duration)     { keepAlive(c, interval) }
+
+func fakeAddr(string) net.Addr { return &net.TCPAddr{IP: net.IPv4zero} }
+
+// errProviderClosed is the error of an Open after the provider's Close.
+var errProviderClosed = errors.New("ssh: the provider is closed")
+
+func (p *Provider) closedErr() error { return errProviderClosed }
+
+// wait marks the connection dead once it has ended.
+func (c *conn) wait() {
+	_ = c.client.Wait()
+	c.markDead()
+}
+
+func (c *conn) markDead() { c.once.Do(func() { close(c.done) }) }
+
+func (c *conn) keepAlive(interval time.Duration) { keepAlive(c, interval) }
+
 func (c *conn) sendKeepAlive() error {
 	_, _, err := c.client.SendRequest("keepalive@openssh.com", true, nil)
 	return err
