@@ -210,35 +210,20 @@ func (p *process) wait() (harness.ExitStatus, error) {
 	return harness.ExitStatus{Code: -1}, fmt.Errorf("ssh: waiting for a process of %s: %w", p.s.id, err)
 }
 
-func signalName(sig string) string {
-	for n := syscall.Signal(1); n < 65; n++ {
-		if strings.EqualFold(strings.TrimPrefix(strings.ToUpper(unixName(n)), "SIG"), sig) {
-			return n.String()
-		}
-	}
-	return sig
+// signals maps the names of RFC 4254's exit-signal to signals.
+var signals = map[string]syscall.Signal{
+	"ABRT": syscall.SIGABRT, "ALRM": syscall.SIGALRM, "FPE": syscall.SIGFPE, "HUP": syscall.SIGHUP,
+	"ILL": syscall.SIGILL, "INT": syscall.SIGINT, "KILL": syscall.SIGKILL, "PIPE": syscall.SIGPIPE,
+	"QUIT": syscall.SIGQUIT, "SEGV": syscall.SIGSEGV, "TERM": syscall.SIGTERM, "USR1": syscall.SIGUSR1,
+	"USR2": syscall.SIGUSR2,
 }
 
-func unixName(n syscall.Signal) string {
-	switch n {
-	case syscall.SIGKILL:
-		return "KILL"
-	case syscall.SIGTERM:
-		return "TERM"
-	case syscall.SIGINT:
-		return "INT"
-	case syscall.SIGHUP:
-		return "HUP"
-	case syscall.SIGPIPE:
-		return "PIPE"
-	case syscall.SIGQUIT:
-		return "QUIT"
-	case syscall.SIGSEGV:
-		return "SEGV"
-	case syscall.SIGABRT:
-		return "ABRT"
+// signalName is the name ExitStatus uses for an exit-signal's.
+func signalName(sig string) string {
+	if s, ok := signals[sig]; ok {
+		return s.String()
 	}
-	return ""
+	return "SIG" + sig
 }
 
 // decode turns the shim's exit status into the program's: 128+n is a
