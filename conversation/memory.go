@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Memory is a Store in memory, for tests of code that uses a Store. It
@@ -15,6 +16,42 @@ import (
 type Memory struct {
 	mu    sync.RWMutex
 	convs map[string]memConv
+	holds map[string]*memHold
+}
+
+type memHold struct {
+	s      *Memory
+	id     string
+	holder Holder
+}
+
+// Release implements Hold.
+func (h *memHold) Release() error {
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	if h.s.holds[h.id] == h {
+		delete(h.s.holds, h.id)
+	}
+	return nil
+}
+
+// Hold implements Store: holds live as long as the Memory, in this
+// process only.
+func (s *Memory) Hold(ctx context.Context, id string, o Owner) (Hold, error) {
+	if err := s.ready(ctx, "hold"); err != nil {
+		return nil, err
+	}
+	if !ValidID(id) {
+		return nil, fmt.Errorf("conversation: hold: %w: id %q", ErrInvalid, id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.holds[id]; ok {
+		return nil, &BusyError{ID: id, Holder: h.holder}
+	}
+	h := &memHold{s: s, id: id, holder: Holder{Owner: o, Since: time.Now().UTC()}}
+	s.holds[id] = h
+	return h, nil
 }
 
 type memConv struct {
@@ -23,7 +60,7 @@ type memConv struct {
 }
 
 // NewMemory returns an empty in-memory store.
-func NewMemory() *Memory { return &Memory{convs: make(map[string]memConv)} }
+func NewMemory() *Memory { return &Memory{convs: make(map[string]memConv), holds: make(map[string]*memHold)} }
 
 func (s *Memory) ready(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
@@ -50,6 +87,11 @@ func (s *Memory) Put(ctx context.Context, m Meta, files []File) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	rev, err := checkRevision(m.ID, m.Revision, s.convs[m.ID].meta.Revision)
+	if err != nil {
+		return err
+	}
+	c.meta.Revision = rev
 	s.convs[m.ID] = c
 	return nil
 }
