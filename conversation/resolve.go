@@ -108,8 +108,10 @@ func ambiguous(ref, what string, ids []string) error {
 	return fmt.Errorf("%w: %s %q matches %s", ErrAmbiguous, what, ref, list)
 }
 
-// sortMetas orders conversations newest first: by Updated, then Created,
-// then ID, all descending.
+// SortMetas orders conversations as Store.List returns them, newest
+// first: by Updated, then Created, then ID, all descending.
+func SortMetas(ms []Meta) { sortMetas(ms) }
+
 func sortMetas(ms []Meta) {
 	slices.SortStableFunc(ms, func(a, b Meta) int {
 		if c := b.Updated.Compare(a.Updated); c != 0 {
