@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
@@ -177,7 +178,7 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	resume, fork := f.resume, f.fork
 	for _, ref := range []*string{&resume, &fork} {
 		if *ref != "" {
-			if id, err := store.Resolve(ctx, *ref); err == nil {
+			if id, err := conversation.Resolve(ctx, store, *ref); err == nil {
 				*ref = id
 				// Continuing a conversation: its agent, unless --agent says.
 				if m, err := store.Meta(ctx, id); err == nil && !f.agentSet {
