@@ -10,7 +10,7 @@
 // transaction, so a fork reads one consistent revision.
 //
 // A hold is a session-level advisory lock taken on a connection of its
-// own, kept for the turn: when the holder dies its connection closes and
+// own (from a second pool, kept for holds) for the whole turn: when the holder dies its connection closes and
 // the server frees the lock at once (a killed process's kernel closes the
 // socket). When the holder's machine vanishes without closing it, TCP
 // keepalives set on the session (5s idle, 2s interval, 3 probes) end it

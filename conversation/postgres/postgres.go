@@ -43,9 +43,9 @@ type Options struct {
 // Store is the PostgreSQL conversation.Store. It is safe for concurrent
 // use; Close it when done.
 type Store struct {
-	pool *pgxpool.Pool
-	cfg  *pgx.ConnConfig // for hold connections
-	url  string
+	pool  *pgxpool.Pool
+	holds *pgxpool.Pool // connections that hold advisory locks, one per hold
+	url   string
 }
 
 var _ conversation.Store = (*Store)(nil)
@@ -76,17 +76,32 @@ func Open(ctx context.Context, url string, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: %w", redactURL(err, url))
 	}
-	s := &Store{pool: pool, cfg: pc.ConnConfig.Copy(), url: url}
-	if err := s.migrate(ctx); err != nil {
+	hc := pc.Copy()
+	hc.MaxConns = 256
+	hc.MinConns = 0
+	hc.ConnConfig.RuntimeParams["tcp_keepalives_idle"] = "5"
+	hc.ConnConfig.RuntimeParams["tcp_keepalives_interval"] = "2"
+	hc.ConnConfig.RuntimeParams["tcp_keepalives_count"] = "3"
+	hc.ConnConfig.RuntimeParams["application_name"] = "outpost hold"
+	holds, err := pgxpool.NewWithConfig(ctx, hc)
+	if err != nil {
 		pool.Close()
+		return nil, fmt.Errorf("postgres store: %w", redactURL(err, url))
+	}
+	s := &Store{pool: pool, holds: holds, url: url}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// Close closes the store's connections. Holds still taken keep their own
-// connection until released.
-func (s *Store) Close() { s.pool.Close() }
+// Close closes the store's connections, waiting for holds still taken to
+// be released.
+func (s *Store) Close() {
+	s.pool.Close()
+	s.holds.Close()
+}
 
 // redactURL keeps a password in url out of err's text.
 func redactURL(err error, url string) error {
@@ -493,31 +508,32 @@ func (s *Store) Hold(ctx context.Context, id string, o conversation.Owner) (conv
 	if !conversation.ValidID(id) {
 		return nil, fmt.Errorf("conversation: hold: %w: id %q", conversation.ErrInvalid, id)
 	}
-	cfg := s.cfg.Copy()
-	cfg.RuntimeParams["tcp_keepalives_idle"] = "5"
-	cfg.RuntimeParams["tcp_keepalives_interval"] = "2"
-	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
-	cfg.RuntimeParams["application_name"] = "outpost hold " + id
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := s.holds.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("conversation: hold %s: %w", id, redactURL(err, s.url))
+	}
+	fail := func(err error) (conversation.Hold, error) {
+		// A connection in an unknown state never goes back to the pool
+		// (it could keep the lock).
+		conn.Conn().Close(context.WithoutCancel(ctx))
+		conn.Release()
+		return nil, fmt.Errorf("conversation: hold %s: %w", id, err)
 	}
 	key := lockKey(id)
 	var ok bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("conversation: hold %s: %w", id, err)
+		return fail(err)
 	}
 	if !ok {
-		defer conn.Close(context.WithoutCancel(ctx))
-		return nil, &conversation.BusyError{ID: id, Holder: holder(ctx, conn, id, key)}
+		h := holder(ctx, conn.Conn(), id, key)
+		conn.Release()
+		return nil, &conversation.BusyError{ID: id, Holder: h}
 	}
 	since := time.Now().UTC()
 	if _, err := conn.Exec(ctx, `INSERT INTO outpost_holds (id, host, pid, lease, since, backend) VALUES ($1, $2, $3, $4, $5, pg_backend_pid())
 		ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, lease = $4, since = $5, backend = pg_backend_pid()`,
 		id, o.Host, int32(o.PID), o.Lease, since); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("conversation: hold %s: %w", id, err)
+		return fail(err)
 	}
 	return &hold{conn: conn, id: id, key: key}, nil
 }
@@ -540,13 +556,14 @@ func holder(ctx context.Context, conn *pgx.Conn, id string, key int64) conversat
 
 type hold struct {
 	mu   sync.Mutex
-	conn *pgx.Conn
+	conn *pgxpool.Conn
 	id   string
 	key  int64
 }
 
-// Release implements conversation.Hold: it unlocks and closes the hold's
-// connection (closing alone would free the lock too, a moment later).
+// Release implements conversation.Hold: it unlocks and returns the
+// connection to the hold pool; a connection that fails to unlock is
+// closed instead, which frees the lock on the server.
 func (h *hold) Release() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -555,11 +572,17 @@ func (h *hold) Release() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err1 := h.conn.Exec(ctx, `DELETE FROM outpost_holds WHERE id = $1 AND backend = pg_backend_pid()`, h.id)
-	_, err2 := h.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, h.key)
-	err3 := h.conn.Close(ctx)
+	var unlocked bool
+	_, err := h.conn.Exec(ctx, `DELETE FROM outpost_holds WHERE id = $1 AND backend = pg_backend_pid()`, h.id)
+	if err == nil {
+		err = h.conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, h.key).Scan(&unlocked)
+	}
+	if err != nil || !unlocked {
+		h.conn.Conn().Close(ctx)
+	}
+	h.conn.Release()
 	h.conn = nil
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err != nil {
 		return fmt.Errorf("conversation: release %s: %w", h.id, err)
 	}
 	return nil

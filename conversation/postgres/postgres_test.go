@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	os.Exit(pgtest.Run(m))
 }
 
-func open(t *testing.T, url string) *postgres.Store {
+func open(t testing.TB, url string) *postgres.Store {
 	t.Helper()
 	s, err := postgres.Open(context.Background(), url, nil)
 	if err != nil {

@@ -31,7 +31,8 @@ CREATE TABLE outpost_parts (
 -- Who holds a conversation: written by the holder after it takes the
 -- advisory lock, read to name it in busy errors. backend is the holder's
 -- server process: a row whose backend no longer holds the lock is stale.
-CREATE TABLE outpost_holds (
+-- Unlogged: holds do not outlive the server, so they cost no WAL.
+CREATE UNLOGGED TABLE outpost_holds (
 	id      text PRIMARY KEY,
 	host    text NOT NULL,
 	pid     integer NOT NULL,
