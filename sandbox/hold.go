@@ -142,3 +142,49 @@ func storeTurn(ctx context.Context, s conversation.Store, spool *conversation.Sp
 	e.Detail("spooled", name)
 	return e
 }
+
+// holdResumed takes the hold of the conversation a resume continues (step
+// 1, before it is read), unless this engine continues a turn that holds it
+// already (resumeWith).
+func (e *engine) holdResumed(ctx context.Context) error {
+	if e.t.Resume == "" || e.hold != nil {
+		return nil
+	}
+	lease := ""
+	if e.o.Lease != nil {
+		lease = e.o.Lease.Provider().Name() + " lease " + e.o.Lease.ID()
+	} else if e.o.Provider != nil {
+		lease = e.o.Provider.Name()
+	}
+	h, err := holdConversation(ctx, e.o.Store, e.t.Resume, e.t.Wait, lease, func(ev harness.Event) {
+		if e.o.OnEvent != nil {
+			ev.Agent = e.h.Name
+			ev.Time = time.Now().UTC()
+			e.o.OnEvent(ev)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	e.hold = h
+	return nil
+}
+
+// releaseHold frees the conversation once the turn is stored (or not).
+func (e *engine) releaseHold() {
+	if e.hold != nil {
+		_ = e.hold.Release()
+		e.hold = nil
+	}
+}
+
+// keepSpooled copies details.spooled of a store error onto the turn's own
+// error, so a failed turn still says where its conversation went.
+func keepSpooled(dst *outpost.Error, storeErr error) {
+	var se *outpost.Error
+	if errors.As(storeErr, &se) {
+		if f, ok := se.Details["spooled"]; ok {
+			dst.Detail("spooled", f)
+		}
+	}
+}

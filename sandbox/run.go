@@ -36,6 +36,10 @@ type Turn struct {
 	// continues it into a new conversation. At most one is set.
 	Resume string `json:"resume,omitempty"`
 	Fork   string `json:"fork,omitempty"`
+	// Wait is how long a resume waits for a conversation another turn
+	// holds (a notice of kind "waiting" says so); zero fails at once with
+	// code conversation, details.busy (docs/stores.md).
+	Wait time.Duration `json:"wait,omitempty"`
 	// Env are explicit variables for the agent (the CLI's --env), over
 	// everything else but the provider's fixed names.
 	Env map[string]string `json:"env,omitempty"`
@@ -59,6 +63,11 @@ type RunOptions struct {
 	Provider driver.Provider
 	// Store keeps conversations. Nil: no capture; resume and fork fail.
 	Store conversation.Store
+	// Spool keeps a turn's conversation that Store could not take within
+	// StoreRetry (default DefaultStoreRetry); nil: the turn fails without
+	// spooling (docs/stores.md).
+	Spool      *conversation.Spool
+	StoreRetry time.Duration
 	// OnEvent receives every event as it happens, from one goroutine at a
 	// time. A slow callback slows the agent down; nothing is buffered.
 	OnEvent func(harness.Event)
@@ -124,6 +133,7 @@ func Run(ctx context.Context, t Turn, o *RunOptions) (*Result, error) {
 	}
 	e := &engine{t: t, o: o, red: credentials.NewRedactor()}
 	res, err := e.run(ctx)
+	e.releaseHold()
 	if err != nil {
 		err = e.red.Error(err)
 	}
@@ -148,6 +158,7 @@ type engine struct {
 	ownLease bool                            // the lease is this turn's alone
 	put      func(ctx context.Context) error // deferred store write of step 10
 	stored   string                          // conversation id once stored
+	hold     conversation.Hold               // the resumed conversation's (sandbox/hold.go)
 }
 
 func (e *engine) run(ctx context.Context) (*Result, error) {
@@ -222,6 +233,7 @@ func (e *engine) afterCapture(res *Result, runErr, captureErr error) error {
 		var oe *outpost.Error
 		if errors.As(runErr, &oe) {
 			oe.Detail("capture_error", captureErr.Error())
+			keepSpooled(oe, captureErr)
 		}
 		return runErr
 	}
@@ -341,6 +353,9 @@ func (e *engine) validate(ctx context.Context) error {
 	}
 	// The conversation to continue must exist and belong to this agent.
 	if ref := t.Resume + t.Fork; ref != "" {
+		if err := e.holdResumed(ctx); err != nil {
+			return err
+		}
 		m, files, err := e.o.Store.Get(ctx, ref)
 		if err != nil {
 			return outpost.Wrap(outpost.Conversation, "locate", fmt.Errorf("conversation %s: %w", ref, err))
@@ -565,7 +580,7 @@ func (e *engine) resumeWith(ctx context.Context, lease *Lease, prev *Result, msg
 	t.Prompt, t.Resume, t.Fork, t.Timeout = msg, prev.Conversation, "", 0
 	o := *e.o
 	o.Lease = lease
-	next := &engine{t: t, o: &o, red: e.red}
+	next := &engine{t: t, o: &o, red: e.red, hold: e.hold}
 	res, err := next.run(ctx)
 	if res != nil {
 		res.Usage = prev.Usage.Add(res.Usage)
@@ -622,7 +637,7 @@ func (e *engine) capture(ctx context.Context, lease *Lease, res *Result, st *str
 		m.Files = append(m.Files, f.Path)
 	}
 	return func(ctx context.Context) error {
-		if err := e.o.Store.Put(ctx, m, files); err != nil {
+		if err := storeTurn(ctx, e.o.Store, e.o.Spool, e.o.StoreRetry, m, maskFiles(e.red, files)); err != nil {
 			return err
 		}
 		e.stored = m.ID

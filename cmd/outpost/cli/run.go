@@ -60,7 +60,7 @@ func ErrorToJSON(err error) *ErrorJSON {
 
 type runFlags struct {
 	agent, sandbox, model, workdir, resume, fork, image string
-	timeout, inactivity                                 time.Duration
+	timeout, inactivity, wait                           time.Duration
 	env, set, options                                   []string
 	json, raw, steerStdin, verbose                      bool
 	agentSet                                            bool // --agent was given
@@ -93,6 +93,7 @@ says how the turn ended (docs/errors.md).`,
 	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current one)")
 	fl.StringVar(&f.resume, "resume", "", "continue the conversation with this id")
 	fl.StringVar(&f.fork, "fork", "", "continue the conversation with this id into a new one")
+	fl.DurationVar(&f.wait, "wait", 0, "with --resume: wait up to this long for a conversation another turn holds (default: fail at once, exit status 75)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop the turn after this long (exit status 124)")
 	fl.DurationVar(&f.inactivity, "inactivity", 0, "stop the turn when the agent prints nothing for this long (default: the preset's)")
 	fl.StringArrayVar(&f.env, "env", nil, "variable for the agent, NAME=VALUE or NAME (taken from the environment); repeatable")
@@ -196,6 +197,7 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		Workdir:    workdir,
 		Resume:     resume,
 		Fork:       fork,
+		Wait:       f.wait,
 		Env:        env,
 		Timeout:    f.timeout,
 		Inactivity: f.inactivity,
@@ -207,7 +209,7 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	} else {
 		out = newHumanWriter(a.stdout, a.stderr)
 	}
-	opts := &sandbox.RunOptions{Provider: provider, Store: store, OnEvent: out.event, Raw: f.raw && f.json}
+	opts := &sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json}
 	if f.verbose {
 		opts.Stderr = a.stderr
 	}
