@@ -19,6 +19,14 @@
 // formats carry a version and every file's size and SHA-256, so damage is
 // reported as ErrInvalid rather than read as a conversation.
 //
+// Every stored conversation has a revision (Meta.Revision): Put is a
+// compare-and-swap from the revision the caller read (*StaleError), so no
+// interleaving of turns overwrites one. A turn that continues a
+// conversation holds it (Store.Hold, HoldWait): another turn is refused
+// with a *BusyError naming the holder, or waits. Both are part of the Store
+// contract. A Spool keeps what a failing store could not take, to push it
+// later under the same revision rules.
+//
 // Capture collects a native conversation from a sandbox's home, following
 // the parent chain Storage.Ancestors reports, and Restore writes it back
 // (relocated by Storage.Place) after refusing every path that could leave

@@ -33,10 +33,13 @@ const convExt = ".conv"
 // reader would misread, while added JSON fields keep it.
 //
 // Put writes a temporary file in dir (".put-<id>-*", ignored by every
-// reader), fsyncs it, renames it over <id>.conv and fsyncs dir: readers in
-// any process see the old version or the new one, never a partial file,
-// and of concurrent writers the last rename wins. A temporary file left by
-// a crashed writer is never read; it may be deleted at any time.
+// reader), fsyncs it, then, holding the store's write lock (an flock on
+// dir/.lock), checks the stored revision, renames the file over <id>.conv
+// and fsyncs dir: readers in any process see the old version or the new
+// one, never a partial file, and of concurrent writers from one revision
+// exactly one succeeds. A temporary file left by a crashed writer is never
+// read; it may be deleted at any time. Holds are flocks on
+// dir/.holds/<id>.hold (see Hold).
 //
 // dir is created (0700, with missing parents) on the first Put; files are
 // 0600. A missing dir is an empty store. FS is safe for concurrent use.
