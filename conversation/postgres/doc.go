@@ -3,7 +3,7 @@
 // their revisions and their holds. It uses github.com/jackc/pgx/v5.
 //
 // Metadata and revisions live in rows (outpost_conversations); files in
-// outpost_files, their data as bytea in parts of at most 4 MiB
+// outpost_files, their data as bytea in parts of at most 256 KiB
 // (outpost_parts), every file's size and SHA-256 checked on Get. Put is
 // one transaction that locks the conversation's row and compares its
 // revision (compare-and-swap); Get reads in one REPEATABLE READ

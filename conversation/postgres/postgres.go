@@ -28,7 +28,7 @@ import (
 var migrations embed.FS
 
 // PartSize is the largest bytea value one row of file data holds.
-const PartSize = 4 << 20
+const PartSize = 256 << 10
 
 // ErrNewerSchema: the database's schema was made by a newer outpost.
 var ErrNewerSchema = errors.New("postgres store: the database schema is newer than this outpost")

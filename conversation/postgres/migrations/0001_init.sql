@@ -18,7 +18,7 @@ CREATE TABLE outpost_files (
 	PRIMARY KEY (conversation, idx)
 );
 
--- File data as bytea, in parts of at most 4 MiB (docs/stores.md says why).
+-- File data as bytea, in parts of at most 256 KiB (docs/stores.md says why).
 CREATE TABLE outpost_parts (
 	conversation text NOT NULL,
 	idx          integer NOT NULL,
