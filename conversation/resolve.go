@@ -98,6 +98,11 @@ func resolve(ref string, ids []string, metas func() ([]Meta, error)) (string, er
 	return "", fmt.Errorf("%w: %q", ErrNotFound, ref)
 }
 
+// Ambiguous returns the error Resolve gives when ref, a "native id" or an
+// "id prefix" (what), names every one of ids; for Resolver
+// implementations.
+func Ambiguous(ref, what string, ids []string) error { return ambiguous(ref, what, ids) }
+
 func ambiguous(ref, what string, ids []string) error {
 	slices.Sort(ids)
 	const show = 5

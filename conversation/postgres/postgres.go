@@ -587,3 +587,55 @@ func (h *hold) Release() error {
 	}
 	return nil
 }
+
+var _ conversation.Resolver = (*Store)(nil)
+
+// Resolve implements conversation.Resolver with three indexed queries
+// instead of reading every conversation's metadata.
+func (s *Store) Resolve(ctx context.Context, ref string) (string, error) {
+	if err := ready(ctx, "resolve"); err != nil {
+		return "", err
+	}
+	if ref == "" {
+		return "", fmt.Errorf("%w: empty reference", conversation.ErrNotFound)
+	}
+	ids := func(sql string, arg any) ([]string, error) {
+		rows, err := s.pool.Query(ctx, sql, arg)
+		if err != nil {
+			return nil, fmt.Errorf("conversation: resolve: %w", err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("conversation: resolve: %w", err)
+		}
+		return out, nil
+	}
+	if conversation.ValidID(ref) {
+		exact, err := ids(`SELECT id FROM outpost_conversations WHERE id = $1`, ref)
+		if err != nil || len(exact) == 1 {
+			return ref, err
+		}
+	}
+	natives, err := ids(`SELECT id FROM outpost_conversations WHERE native = $1`, []byte(ref))
+	switch {
+	case err != nil:
+		return "", err
+	case len(natives) == 1:
+		return natives[0], nil
+	case len(natives) > 1:
+		return "", conversation.Ambiguous(ref, "native id", natives)
+	}
+	if len(ref) >= conversation.MinPrefix && conversation.ValidID(ref) {
+		like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(ref) + "%"
+		hits, err := ids(`SELECT id FROM outpost_conversations WHERE id LIKE $1 ESCAPE '\' ORDER BY id LIMIT 100`, like)
+		switch {
+		case err != nil:
+			return "", err
+		case len(hits) == 1:
+			return hits[0], nil
+		case len(hits) > 1:
+			return "", conversation.Ambiguous(ref, "id prefix", hits)
+		}
+	}
+	return "", fmt.Errorf("%w: %q", conversation.ErrNotFound, ref)
+}

@@ -6,6 +6,8 @@ CREATE TABLE outpost_conversations (
 	meta     json NOT NULL
 );
 CREATE INDEX outpost_conversations_native ON outpost_conversations (native);
+-- Id prefixes (Resolve) whatever the database's collation.
+CREATE INDEX outpost_conversations_prefix ON outpost_conversations (id text_pattern_ops);
 
 -- The files of a conversation's current revision, in their order.
 CREATE TABLE outpost_files (
