@@ -89,7 +89,7 @@ type app struct {
 	spool     *conversation.Spool
 	// noAutoPush: opening the store does not push the spool (sync does).
 	noAutoPush bool
-	closers   []func()
+	closers    []func()
 }
 
 func (a *app) root() *cobra.Command {
@@ -229,7 +229,6 @@ func writeJSONLines[T any](w io.Writer, rows []T) error {
 	}
 	return nil
 }
-
 
 func openProvider(name string, settings map[string]string) (driver.Provider, error) {
 	return sandbox.Open(name, settings)

@@ -148,7 +148,7 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	if f.wait < 0 || (f.wait > 0 && f.resume == "") {
 		return usageError{errors.New("--wait takes a positive duration and applies to --resume (a fork never waits)")}
 	}
-		env, err := parsePairs(f.env, "--env", lookupEnv)
+	env, err := parsePairs(f.env, "--env", lookupEnv)
 	if err != nil {
 		return err
 	}
