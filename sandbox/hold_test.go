@@ -13,6 +13,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/conversation/storetest"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/local"
@@ -58,7 +59,7 @@ func (w *holdWorld) first() string {
 var someone = conversation.Owner{Host: "elsewhere", PID: 31337, Lease: "docker lease x"}
 
 func TestResumeOfAHeldConversation(t *testing.T) {
-	w := &holdWorld{t: t, store: conversation.NewMemory()}
+	w := &holdWorld{t: t, store: storetest.NewMemory()}
 	id := w.first()
 	h, err := w.store.Hold(context.Background(), id, someone)
 	if err != nil {
@@ -141,7 +142,7 @@ func (f *flaky) Put(ctx context.Context, m conversation.Meta, files []conversati
 }
 
 func TestStoreFailureRetriesThenSpools(t *testing.T) {
-	mem := conversation.NewMemory()
+	mem := storetest.NewMemory()
 	st := &flaky{Store: mem}
 	spool := conversation.NewSpool(filepath.Join(t.TempDir(), "spool"))
 	w := &holdWorld{t: t, store: st, opts: func(o *sandbox.RunOptions) { o.Spool, o.StoreRetry = spool, 2*time.Second }}
@@ -184,7 +185,7 @@ func TestStoreFailureRetriesThenSpools(t *testing.T) {
 
 func TestStoredFilesAreMasked(t *testing.T) {
 	key := "sk-echo-0123456789abcdef"
-	w := &holdWorld{t: t, store: conversation.NewMemory()}
+	w := &holdWorld{t: t, store: storetest.NewMemory()}
 	res, err := w.run(sandbox.Turn{Prompt: "#leak ECHO_API_KEY"}, "ECHO_API_KEY="+key)
 	if err != nil {
 		t.Fatal(err)

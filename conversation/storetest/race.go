@@ -97,7 +97,7 @@ func testRevisions(t *testing.T, s conversation.Store) {
 
 func testImportRevision(t *testing.T, s conversation.Store) {
 	ctx := context.Background()
-	src := conversation.NewMemory()
+	src := NewMemory()
 	m := meta("c01imp", t0)
 	files := []conversation.File{{Path: "h", Mode: 0o600, Data: []byte("x")}}
 	mustPut(t, src, m, files)

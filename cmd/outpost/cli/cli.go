@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime/debug"
 	"strings"
 
@@ -232,12 +231,4 @@ func writeJSONLines[T any](w io.Writer, rows []T) error {
 
 func openProvider(name string, settings map[string]string) (driver.Provider, error) {
 	return sandbox.Open(name, settings)
-}
-
-func getwd() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "."
-	}
-	return wd
 }
