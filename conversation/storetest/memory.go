@@ -63,7 +63,9 @@ type memConv struct {
 }
 
 // NewMemory returns an empty in-memory store.
-func NewMemory() *Memory { return &Memory{convs: make(map[string]memConv), holds: make(map[string]*memHold)} }
+func NewMemory() *Memory {
+	return &Memory{convs: make(map[string]memConv), holds: make(map[string]*memHold)}
+}
 
 func (s *Memory) ready(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
