@@ -122,7 +122,8 @@ type File struct {
 
 // Store keeps conversations. Implementations are safe for concurrent use
 // by several goroutines and processes, and pass storetest's suite. FS is
-// the default store; Memory is an in-memory one for tests.
+// the default store; postgres.Store (conversation/postgres) the one a
+// fleet shares; storetest.Memory an in-memory one for tests.
 //
 // Every method checks ctx before doing anything and returns an error
 // wrapping ctx.Err() when it is done. Returned metadata and files belong to
