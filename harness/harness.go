@@ -45,6 +45,12 @@ type Harness struct {
 	// tools that decode recorded output without an Input.
 	NewTurnDecoder func(in Input) func(line []byte) []Event
 
+	// DecodeEnd makes the engine call the turn's decoder once more, with a
+	// nil line, when standard output ends, so a decoder that accumulates
+	// (plain-text output, whose whole text is the final message) can emit
+	// its last events.
+	DecodeEnd bool
+
 	// Fork is the native fork step for CLIs that fork with a separate
 	// command: given the parent's native id and a runner of commands inside
 	// the leased sandbox, it returns the child's native id. Omitted where
@@ -193,6 +199,11 @@ type Command struct {
 	// and a turn that ends before the CLI reports it is still captured.
 	// "" means the id arrives with the CLI's own session event.
 	Session string
+	// Files are written into the sandbox's home (paths relative to it)
+	// before the process starts, such as a prompt passed as a file
+	// (aider's --message-file). They stay in the private home until the
+	// lease closes; a later turn's files replace them.
+	Files []File
 }
 
 // Runner runs a command inside the leased sandbox to completion and returns
