@@ -88,6 +88,17 @@ func regexps(field string, pats []string) ([]*regexp.Regexp, error) {
 	return out, nil
 }
 
+// retried reports whether any line of a text is a retry notice: such a
+// text is transient, never terminal.
+func (p *preset) retried(text string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if anyMatch(p.retry, l) {
+			return true
+		}
+	}
+	return false
+}
+
 func anyMatch(res []*regexp.Regexp, s string) bool {
 	for _, re := range res {
 		if re.MatchString(s) {
@@ -292,13 +303,13 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 		h.RequiresFinishedEvent = s.Output.RequireFinished
 	}
 	if len(p.quota) > 0 {
-		h.Quota = func(t string) bool { return anyMatch(p.quota, t) && !anyMatch(p.retry, t) }
+		h.Quota = func(t string) bool { return anyMatch(p.quota, t) && !p.retried(t) }
 	}
 	if len(p.unavail) > 0 {
-		h.Unavailable = func(t string) bool { return anyMatch(p.unavail, t) && !anyMatch(p.retry, t) }
+		h.Unavailable = func(t string) bool { return anyMatch(p.unavail, t) && !p.retried(t) }
 	}
 	if len(p.misconfig) > 0 {
-		h.Misconfigured = func(t string) bool { return anyMatch(p.misconfig, t) && !anyMatch(p.retry, t) }
+		h.Misconfigured = func(t string) bool { return anyMatch(p.misconfig, t) && !p.retried(t) }
 	}
 	if s.Credentials != nil {
 		h.Credentials = p.credentials

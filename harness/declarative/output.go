@@ -177,11 +177,16 @@ func (p *preset) ruleEvent(r rule, v any) harness.Event {
 	ev.ID, _ = r.id.text(v)
 	ev.Stop, _ = r.stop.text(v)
 	if r.usage {
-		u := &harness.Usage{Complete: true}
+		// Complete when input, output and every other counter the file
+		// names were found.
+		u := &harness.Usage{Complete: r.in != nil && r.out != nil}
 		for _, c := range []struct {
 			p   fieldPath
 			dst *int64
 		}{{r.in, &u.InputTokens}, {r.out, &u.OutputTokens}, {r.cacheRead, &u.CacheReadTokens}, {r.cacheWr, &u.CacheWriteTokens}} {
+			if c.p == nil {
+				continue // the CLI has no such counter
+			}
 			n, ok := c.p.number(v)
 			if !ok {
 				u.Complete = false
@@ -202,12 +207,22 @@ var ansiRE = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x
 
 // textDecoder decodes a plain-text output: every line that no pattern
 // claims is a delta of one message, and at the end (a nil line) the whole
-// of them is the finished event's text.
+// of them is the finished event's text. Failure lines directly followed by
+// a retry line are the retry's notices, not failures: they are held until
+// the next line says which.
 func (p *preset) textDecoder() func([]byte) []harness.Event {
 	t := p.text
 	var answer strings.Builder
 	var usage *harness.Usage
+	var pending []string // failure lines not yet known to be terminal
 	ended := false
+	flush := func(evs []harness.Event) []harness.Event {
+		for _, f := range pending {
+			evs = append(evs, harness.Event{Type: harness.EventFailure, Text: f})
+		}
+		pending = nil
+		return evs
+	}
 	return func(line []byte) []harness.Event {
 		if line == nil {
 			if ended {
@@ -219,18 +234,27 @@ func (p *preset) textDecoder() func([]byte) []harness.Event {
 				u := *usage
 				ev.Usage = &u
 			}
-			return []harness.Event{ev}
+			return append(flush(nil), ev)
 		}
 		s := strings.TrimRight(string(line), "\r")
 		if !utf8.ValidString(s) {
 			s = strings.ToValidUTF8(s, "\uFFFD")
 		}
 		s = ansiRE.ReplaceAllString(s, "")
+		if anyMatch(p.retry, s) {
+			// One notice: the error lines retried, then the retry line.
+			text := strings.Join(append(pending, s), "\n")
+			pending = nil
+			return []harness.Event{{Type: harness.EventNotice, Kind: "retry", Text: text}}
+		}
+		if anyMatch(t.failure, s) {
+			if len(pending) < 64 {
+				pending = append(pending, s)
+			}
+			return nil
+		}
+		evs := flush(nil)
 		switch {
-		case anyMatch(p.retry, s):
-			return []harness.Event{{Type: harness.EventNotice, Kind: "retry", Text: s}}
-		case anyMatch(t.failure, s):
-			return []harness.Event{{Type: harness.EventFailure, Text: s}}
 		case t.usage != nil && t.usage.MatchString(s):
 			u := textUsage(t.usage, s)
 			if usage == nil {
@@ -240,18 +264,18 @@ func (p *preset) textDecoder() func([]byte) []harness.Event {
 				usage = &sum
 			}
 			cp := *usage
-			return []harness.Event{{Type: harness.EventUsage, Usage: &cp}}
+			return append(evs, harness.Event{Type: harness.EventUsage, Usage: &cp})
 		case anyMatch(t.notice, s):
-			return []harness.Event{{Type: harness.EventNotice, Text: s}}
+			return append(evs, harness.Event{Type: harness.EventNotice, Text: s})
 		case anyMatch(t.ignore, s):
-			return nil
+			return evs
 		}
 		if answer.Len() == 0 && strings.TrimSpace(s) == "" {
-			return nil
+			return evs
 		}
 		answer.WriteString(s)
 		answer.WriteByte('\n')
-		return []harness.Event{{Type: harness.EventMessage, ID: "m1", Text: s + "\n", Delta: true}}
+		return append(evs, harness.Event{Type: harness.EventMessage, ID: "m1", Text: s + "\n", Delta: true})
 	}
 }
 

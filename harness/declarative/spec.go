@@ -167,7 +167,9 @@ type EventRule struct {
 	Kind string `json:"kind,omitempty"`
 }
 
-// UsagePaths are the field paths of the token counters.
+// UsagePaths are the field paths of the token counters. Usage is complete
+// when input, output and every other counter given a path are found; a
+// counter without a path is one the CLI does not have.
 type UsagePaths struct {
 	Input      string `json:"input,omitempty"`
 	Output     string `json:"output,omitempty"`
