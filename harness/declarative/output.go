@@ -161,18 +161,32 @@ func (p *preset) jsonEvents(line []byte) []harness.Event {
 			if r.ignore {
 				return nil
 			}
-			return []harness.Event{p.ruleEvent(r, v)}
+			ev, ok := p.ruleEvent(r, v)
+			if !ok {
+				return nil
+			}
+			return []harness.Event{ev}
 		}
 	}
 	return nil
 }
 
-func (p *preset) ruleEvent(r rule, v any) harness.Event {
-	ev := harness.Event{Type: r.typ, Delta: r.delta, Kind: r.kind}
-	ev.Text, _ = r.text.text(v)
+// ruleEvent builds a rule's event; ok is false when the line lacks what
+// the event is about (a session rule without an id, a message without text).
+func (p *preset) ruleEvent(r rule, v any) (ev harness.Event, ok bool) {
+	ev = harness.Event{Type: r.typ, Delta: r.delta, Kind: r.kind}
+	ev.Text, ok = r.text.text(v)
+	switch r.typ {
+	case harness.EventMessage, harness.EventReasoning, harness.EventNotice, harness.EventFailure:
+		if !ok {
+			return ev, false
+		}
+	}
 	ev.Text = strings.ToValidUTF8(ev.Text, "\uFFFD")
 	if s, ok := r.session.text(v); ok && ValidSessionID(s) {
 		ev.Session = s
+	} else if r.typ == harness.EventSession {
+		return ev, false
 	}
 	ev.ID, _ = r.id.text(v)
 	ev.Stop, _ = r.stop.text(v)
@@ -199,7 +213,7 @@ func (p *preset) ruleEvent(r rule, v any) harness.Event {
 	if ev.Type == harness.EventNotice && ev.Kind == "" && anyMatch(p.retry, ev.Text) {
 		ev.Kind = "retry"
 	}
-	return ev
+	return ev, true
 }
 
 // ansiRE matches terminal escape sequences, removed from text lines.

@@ -125,8 +125,11 @@ func decodeLine(line []byte) map[string]any {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.UseNumber()
 	var m map[string]any
-	if dec.Decode(&m) != nil {
+	if dec.Decode(&m) != nil || dec.More() {
 		return nil
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil // trailing data
 	}
 	return m
 }

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/outposthq/outpost"
@@ -245,6 +248,12 @@ func jsonErr(data []byte, err error) error {
 		return &FieldError{Field: te.Field, Msg: fmt.Sprintf("want %s, not a JSON %s", te.Type, te.Value)}
 	}
 	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
+		var v any
+		if json.Unmarshal(data, &v) == nil {
+			if f := unknownField(v, reflect.TypeOf(Spec{}), ""); f != "" {
+				return &FieldError{Field: f, Msg: "unknown field"}
+			}
+		}
 		return &FieldError{Field: strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`), Msg: "unknown field"}
 	}
 	var se *json.SyntaxError
@@ -253,6 +262,48 @@ func jsonErr(data []byte, err error) error {
 		return fmt.Errorf("invalid JSON at line %d: %w", line, err)
 	}
 	return fmt.Errorf("invalid JSON: %w", err)
+}
+
+// unknownField returns the path of the first field of v that type t does
+// not have, "" when none.
+func unknownField(v any, t reflect.Type, at string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		fields := map[string]reflect.Type{}
+		for i := 0; i < t.NumField(); i++ {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			fields[name] = t.Field(i).Type
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			p := k
+			if at != "" {
+				p = at + "." + k
+			}
+			ft, ok := fields[k]
+			if !ok {
+				return p
+			}
+			if f := unknownField(m[k], ft, p); f != "" {
+				return f
+			}
+		}
+	case reflect.Slice:
+		if a, ok := v.([]any); ok {
+			for i, x := range a {
+				if f := unknownField(x, t.Elem(), fmt.Sprintf("%s[%d]", at, i)); f != "" {
+					return f
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // Load reads, validates and compiles the preset file at path. Its name
