@@ -9,10 +9,13 @@
 // and --fork continue them; usage counts words (input = prompt, output =
 // reply, cache read = history). Prompt directives simulate the hard cases:
 // #quota, #outage, #retry, #crash, #nofinish, #slow[=N], #tool, #big, #hang,
-// #badlines, #env NAME, #leak NAME.
+// #badlines, #env NAME, #leak NAME, #retryforever, #args (the arguments it does not know,
+// passed through). `echo-agent fork PARENT` forks a conversation with a
+// separate command (Fork).
 package echo
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -68,6 +71,22 @@ func Harness() *harness.Harness {
 		Resumable:  true,
 		Forkable:   true,
 		Inactivity: 0,
+	}
+}
+
+// Fork returns a Fork hook for the echo agent: it runs `PROGRAM
+// echo-agent fork PARENT` in the sandbox and returns the id it prints.
+// program is the echo agent's executable as the sandbox sees it (the hook
+// runs before the turn's own command is bootstrapped). The echo preset
+// forks through its request instead; tests that prove the engine's fork
+// step set this hook on a copy of the preset.
+func Fork(program string) func(ctx context.Context, parent string, run harness.Runner) (string, error) {
+	return func(ctx context.Context, parent string, run harness.Runner) (string, error) {
+		out, err := run(ctx, harness.Command{Path: program, Args: []string{Subcommand, ForkSubcommand, parent}})
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(out)), nil
 	}
 }
 
