@@ -320,7 +320,7 @@ func (s *suite) testUseAfterClose(t *testing.T) {
 		{"Exec", func() error { _, err := l.Exec(ctx, echo, 0); return err }},
 		{"CopyIn", func() error { return l.CopyIn(ctx, home, bytes.NewReader(tarball.Bytes())) }},
 		{"WriteFiles", func() error {
-			return l.WriteFiles(ctx, home, []tarsafe.File{{Name: "f", Data: []byte("x")}})
+			return WriteFiles(ctx, l, home, []tarsafe.File{{Name: "f", Data: []byte("x")}})
 		}},
 		{"CopyOut", func() error {
 			rc, err := l.CopyOut(ctx, home)
@@ -370,7 +370,7 @@ func (s *suite) testDistinctHomes(t *testing.T) {
 	if a.ID() == b.ID() {
 		t.Errorf("two leases have the same ID %q", a.ID())
 	}
-	if err := a.WriteFiles(t.Context(), a.Home(), []tarsafe.File{{Name: "only-in-a", Data: []byte("a")}}); err != nil {
+	if err := WriteFiles(t.Context(), a, a.Home(), []tarsafe.File{{Name: "only-in-a", Data: []byte("a")}}); err != nil {
 		t.Fatalf("WriteFiles: %v", err)
 	}
 	rc, err := b.CopyOut(t.Context(), path.Join(b.Home(), "only-in-a"))
@@ -831,7 +831,7 @@ func (s *suite) testCopyRoundTrip(t *testing.T) {
 		{Name: "tree/sub/up", Link: "../a.txt"},
 	}
 	dest := path.Join(l.Home(), "roundtrip", "nested") // missing: CopyIn creates it
-	if err := l.WriteFiles(t.Context(), dest, want); err != nil {
+	if err := WriteFiles(t.Context(), l, dest, want); err != nil {
 		t.Fatalf("WriteFiles: %v", err)
 	}
 	got := s.copyOut(t, l, path.Join(dest, "tree"))
@@ -848,7 +848,7 @@ func (s *suite) testCopyRoundTrip(t *testing.T) {
 func (s *suite) testCopyOutSingle(t *testing.T) {
 	l := s.lease(t)
 	dir := path.Join(l.Home(), "single")
-	if err := l.WriteFiles(t.Context(), dir, []tarsafe.File{
+	if err := WriteFiles(t.Context(), l, dir, []tarsafe.File{
 		{Name: "f.txt", Mode: 0o640, Data: []byte("content")},
 		{Name: "l", Link: "f.txt"},
 	}); err != nil {
@@ -888,7 +888,7 @@ func (s *suite) testCopyInReplaces(t *testing.T) {
 	dir := path.Join(l.Home(), "replace")
 	write := func(files ...tarsafe.File) {
 		t.Helper()
-		if err := l.WriteFiles(t.Context(), dir, files); err != nil {
+		if err := WriteFiles(t.Context(), l, dir, files); err != nil {
 			t.Fatalf("WriteFiles: %v", err)
 		}
 	}
@@ -1089,7 +1089,7 @@ func (s *suite) testFilesShared(t *testing.T) {
 	}, cmp.Ignore())); diff != "" {
 		t.Errorf("CopyOut of a file a process wrote (-want +got):\n%s", diff)
 	}
-	if err := l.WriteFiles(t.Context(), l.Home(), []tarsafe.File{{Name: "from-copy.txt", Data: []byte("copied in")}}); err != nil {
+	if err := WriteFiles(t.Context(), l, l.Home(), []tarsafe.File{{Name: "from-copy.txt", Data: []byte("copied in")}}); err != nil {
 		t.Fatalf("WriteFiles: %v", err)
 	}
 	if got := string(s.runOK(t, l, ReadFile, path.Join(l.Home(), "from-copy.txt")).Stdout); got != "copied in" {
