@@ -386,7 +386,7 @@ func TestClaudeTextTurn(t *testing.T) { eachProvider(t, testClaudeTextTurn) }
 
 func testClaudeTextTurn(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
-	o := e.run(sandbox.Turn{Prompt: "say hi", Agent: harness.Agent{Model: "claude-sonnet-4-5"}}, turnOpts{})
+	o := e.run(sandbox.Turn{Prompt: "say hi", Agent: harness.Agent{Kind: harness.KindCLI, Model: "claude-sonnet-4-5"}}, turnOpts{})
 	e.mustSucceed(o)
 	if o.res.Text != anthropic.DefaultText {
 		t.Errorf("text %q", o.res.Text)
@@ -987,7 +987,7 @@ func BenchmarkClaudeTurn(b *testing.B) {
 		o := &sandbox.RunOptions{Provider: p, Store: store, Environ: []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=sk-fake"}}
 		h := claude.Harness()
 		for b.Loop() {
-			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "say hi", Workdir: wd}, o)
+			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "say hi", Workdir: wd}, o)
 			if err != nil || res.Text != anthropic.DefaultText {
 				b.Fatalf("turn: %v %+v", err, res)
 			}

@@ -14,7 +14,7 @@ import (
 // with the release (engine.finish) when nothing in this turn needs it
 // first. It returns the turn's error with the capture's folded in.
 func (e *engine) captureStep(ctx context.Context, lease *Lease, res *Result, st *stream, runErr error) error {
-	if !e.h.Capture || e.o.Store == nil || st.native == "" {
+	if !e.h.Captures() || e.o.Store == nil || st.native == "" {
 		return e.afterCapture(res, runErr, nil)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)

@@ -3,7 +3,9 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
@@ -74,9 +76,15 @@ func (e *engine) restore(ctx context.Context, lease *Lease, res *Result) (harnes
 		in.Fork = true
 		return in, nil
 	}
-	child, err := h.Fork(ctx, e.parent.Native, e.runner(lease))
-	if err != nil {
-		return in, e.stepErr(ctx, outpost.Process, "fork", err)
+	var last harness.RunResult
+	child, err := h.Fork(ctx, e.parent.Native, e.runner(lease, &last))
+	switch {
+	case err != nil:
+		return in, e.forkErr(ctx, err, last)
+	case strings.TrimSpace(child) == "":
+		return in, e.forkErr(ctx, errors.New("the fork hook returned no conversation id"), last)
+	case child == e.parent.Native:
+		return in, e.forkErr(ctx, fmt.Errorf("the fork hook returned the parent's id %s, not a new one", child), last)
 	}
 	in.Conversation = child
 	return in, nil
@@ -109,20 +117,39 @@ func (e *engine) command(ctx context.Context, lease *Lease, in harness.Input) (h
 	return live, cmd, nil
 }
 
-// runner runs a preset hook's commands in the sandbox.
-func (e *engine) runner(lease *Lease) harness.Runner {
-	return func(ctx context.Context, c harness.Command) ([]byte, error) {
+// runner runs a preset hook's commands in the sandbox. It keeps the
+// last command's output (redacted) for the hook's error details.
+func (e *engine) runner(lease *Lease, last *harness.RunResult) harness.Runner {
+	return func(ctx context.Context, c harness.Command) (harness.RunResult, error) {
 		req, err := e.execRequest(lease, c)
 		if err != nil {
-			return nil, err
+			return harness.RunResult{}, err
 		}
 		r, err := lease.Exec(ctx, req, runnerOutputLimit)
 		if err != nil {
-			return nil, err
+			return harness.RunResult{}, err
 		}
-		if !r.Status.Success() {
-			return r.Stdout, fmt.Errorf("%s exited with %d: %s", c.Path, r.Status.Code, bytes.TrimSpace(e.red.Bytes(r.Stderr)))
-		}
-		return r.Stdout, nil
+		out := harness.RunResult{Stdout: r.Stdout, Stderr: r.Stderr, Status: r.Status}
+		*last = harness.RunResult{Stdout: e.red.Bytes(r.Stdout), Stderr: e.red.Bytes(r.Stderr), Status: r.Status}
+		return out, nil
 	}
+}
+
+// forkErr is the error of a Fork hook that failed or gave no distinct
+// child id, with the output of its last command.
+func (e *engine) forkErr(ctx context.Context, err error, last harness.RunResult) error {
+	oe, ok := e.stepErr(ctx, outpost.Process, "fork", err).(*outpost.Error)
+	if !ok || oe.Code != outpost.Process {
+		return e.stepErr(ctx, outpost.Process, "fork", err)
+	}
+	clip := func(b []byte) string {
+		if len(b) > 4096 {
+			b = b[len(b)-4096:]
+		}
+		return string(bytes.ToValidUTF8(b, []byte("\uFFFD")))
+	}
+	if last.Stdout != nil || last.Stderr != nil {
+		oe.Detail("fork_stdout", clip(last.Stdout)).Detail("fork_stderr", clip(last.Stderr)).Detail("fork_exit_code", last.Status.Code)
+	}
+	return oe
 }

@@ -52,8 +52,11 @@ func (e *engine) checkTurn() error {
 	if err := h.Validate(); err != nil {
 		return outpost.Wrap(outpost.Configuration, "validate", err)
 	}
-	if t.Agent.Kind != "" && t.Agent.Kind != "cli" {
-		return refuse(outpost.Configuration, "agent kind %q is not supported (only \"cli\")", t.Agent.Kind)
+	if t.Agent.Kind != harness.KindCLI {
+		if t.Agent.Kind == "" {
+			return refuse(outpost.Configuration, "agent kind is required (%q)", harness.KindCLI)
+		}
+		return refuse(outpost.Configuration, "agent kind %q is not supported (only %q)", t.Agent.Kind, harness.KindCLI)
 	}
 	if e.o.Lease == nil && e.o.Provider == nil {
 		return refuse(outpost.Configuration, "no sandbox: set driver.Options.Lease or driver.Options.Provider")
@@ -64,10 +67,13 @@ func (e *engine) checkTurn() error {
 	if t.Resume != "" && t.Fork != "" {
 		return refuse(outpost.Configuration, "resume and fork are exclusive")
 	}
-	if t.Resume != "" && !h.Resumable {
+	if t.Resume != "" && !h.Resumes() {
 		return refuse(outpost.Refused, "agent %s cannot resume conversations", h.Name)
 	}
-	if t.Fork != "" && !h.Forkable {
+	if t.Fork != "" && !h.Resumes() {
+		return refuse(outpost.Refused, "agent %s cannot fork conversations: it cannot continue them", h.Name)
+	}
+	if t.Fork != "" && !h.Forks() {
 		return refuse(outpost.Refused, "agent %s cannot fork conversations", h.Name)
 	}
 	if h.Bootstrap != "" && !bootstrap.Known(h.Bootstrap) {

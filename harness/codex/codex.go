@@ -136,9 +136,9 @@ func Harness() *harness.Harness {
 		Bootstrap:             Name,
 		RequiresFinishedEvent: true,
 		Storage:               Storage(),
-		Capture:               true,
-		Resumable:             true,
-		Forkable:              true,
+		Capture:               harness.True,
+		Resumable:             harness.True,
+		Forkable:              harness.True,
 		Inactivity:            Inactivity,
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -245,15 +244,12 @@ func TestAiderConversation(t *testing.T) {
 	if second.Session != first.Session || !strings.Contains(text, "(turn 2)") {
 		t.Fatalf("resume: session %q (want %q), text %q", second.Session, first.Session, text)
 	}
-	if !h.Forkable || h.Fork == nil {
+	if !h.Forks() || h.Fork == nil {
 		t.Fatal("aider must fork with its fork command")
 	}
-	runner := func(ctx context.Context, c harness.Command) ([]byte, error) {
+	runner := func(ctx context.Context, c harness.Command) (harness.RunResult, error) {
 		out, errOut, exit := sb.exec(t, "", c)
-		if exit != 0 {
-			return out, errors.New("exit " + strconv.Itoa(exit) + ": " + string(errOut))
-		}
-		return out, nil
+		return harness.RunResult{Stdout: out, Stderr: errOut, Status: harness.ExitStatus{Code: exit}}, nil
 	}
 	child, err := h.Fork(context.Background(), first.Session, runner)
 	if err != nil {

@@ -564,17 +564,28 @@ func (p *preset) fork(ctx context.Context, parent string, run harness.Runner) (s
 		vals["child"] = newID()
 	}
 	argv := p.forkCmd.expand(vals, nil)
-	out, err := run(ctx, harness.Command{Path: argv[0], Args: argv[1:]})
+	r, err := run(ctx, harness.Command{Path: argv[0], Args: argv[1:]})
 	if err != nil {
 		return "", err
 	}
+	if !r.Status.Success() {
+		return "", fmt.Errorf("%s: the fork command exited with %d: %s", p.s.Name, r.Status.Code, firstLine(string(r.Stderr)))
+	}
 	child := vals["child"]
 	if child == "" {
-		child, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+		child, _, _ = strings.Cut(strings.TrimSpace(string(r.Stdout)), "\n")
 		child = strings.TrimSpace(child)
 		if !ValidSessionID(child) {
 			return "", fmt.Errorf("%s: the fork command printed no conversation id", p.s.Name)
 		}
 	}
 	return child, nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
 }

@@ -27,7 +27,7 @@ func echoFile(t *testing.T) *harness.Harness {
 
 func TestJSONLinesStandIn(t *testing.T) {
 	h := echoFile(t)
-	if h.Name != "echo-file" || !h.Resumable || !h.Forkable || !h.Capture || !h.RequiresFinishedEvent {
+	if h.Name != "echo-file" || !h.Resumes() || !h.Forks() || !h.Captures() || !h.RequiresFinishedEvent {
 		t.Fatalf("flags: %+v", h)
 	}
 	home := t.TempDir()

@@ -41,7 +41,7 @@ func TestValidFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !h.Capture || !h.Resumable || !h.Forkable || h.Bootstrap != "tool" || h.Inactivity.Minutes() != 10 {
+	if !h.Captures() || !h.Resumes() || !h.Forks() || h.Bootstrap != "tool" || h.Inactivity.Minutes() != 10 {
 		t.Errorf("compiled %+v", h)
 	}
 }

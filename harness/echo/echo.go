@@ -17,6 +17,7 @@ package echo
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -67,9 +68,9 @@ func Harness() *harness.Harness {
 			Roots: []string{".echo/sessions"},
 			Match: func(rel, native string) bool { return rel == native+".jsonl" },
 		},
-		Capture:    true,
-		Resumable:  true,
-		Forkable:   true,
+		Capture:    harness.True,
+		Resumable:  harness.True,
+		Forkable:   harness.True,
 		Inactivity: 0,
 	}
 }
@@ -82,11 +83,14 @@ func Harness() *harness.Harness {
 // step set this hook on a copy of the preset.
 func Fork(program string) func(ctx context.Context, parent string, run harness.Runner) (string, error) {
 	return func(ctx context.Context, parent string, run harness.Runner) (string, error) {
-		out, err := run(ctx, harness.Command{Path: program, Args: []string{Subcommand, ForkSubcommand, parent}})
+		r, err := run(ctx, harness.Command{Path: program, Args: []string{Subcommand, ForkSubcommand, parent}})
 		if err != nil {
 			return "", err
 		}
-		return strings.TrimSpace(string(out)), nil
+		if !r.Status.Success() {
+			return "", fmt.Errorf("echo-agent fork exited with %d: %s", r.Status.Code, strings.TrimSpace(string(r.Stderr)))
+		}
+		return strings.TrimSpace(string(r.Stdout)), nil
 	}
 }
 

@@ -162,7 +162,7 @@ func (a *app) agentsCmd() *cobra.Command {
 			var rows []row
 			for _, n := range presets.Names() {
 				h, _ := presets.Lookup(n)
-				rows = append(rows, row{h.Name, h.Version, h.Resumable, h.Forkable, h.LiveInput != nil, h.Bootstrap})
+				rows = append(rows, row{h.Name, h.Version, h.Resumes(), h.Forks(), h.LiveInput != nil, h.Bootstrap})
 			}
 			if asJSON {
 				return writeJSONLines(a.stdout, rows)
