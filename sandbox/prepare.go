@@ -28,18 +28,31 @@ func (e *engine) applyPlans(ctx context.Context, lease *Lease) error {
 	if lease.planned(h.Name) {
 		return nil
 	}
-	files := append(append([]harness.File{}, e.plan.Files...), e.config.Files...)
-	hostFiles := append(append([]harness.HostFile{}, e.plan.HostFiles...), e.config.HostFiles...)
-	if len(files) > 0 || len(hostFiles) > 0 {
-		release, err := credentials.Apply(ctx, lease, files, hostFiles, credentials.ApplyOptions{HostFiles: lease.Capabilities().HostFiles})
+	// Authentication first: the credential plan's files, then its login
+	// commands. A provider that takes no host files (local) receives only
+	// the plan's variables.
+	hostFiles := lease.Capabilities().HostFiles
+	plan := e.plan
+	if !hostFiles {
+		plan.Files, plan.HostFiles, plan.Login = nil, nil, nil
+	}
+	apply := func(op string, files []harness.File, hosts []harness.HostFile) error {
+		if len(files) == 0 && len(hosts) == 0 {
+			return nil
+		}
+		release, err := credentials.Apply(ctx, lease, files, hosts, credentials.ApplyOptions{HostFiles: hostFiles})
 		if err != nil {
-			return e.stepErr(ctx, outpost.Configuration, "credentials", err)
+			return e.stepErr(ctx, outpost.Configuration, op, err)
 		}
 		if release != nil {
 			lease.OnClose(release)
 		}
+		return nil
 	}
-	for _, login := range e.plan.Login {
+	if err := apply("credentials", plan.Files, plan.HostFiles); err != nil {
+		return err
+	}
+	for _, login := range plan.Login {
 		req, err := e.execRequest(lease, login)
 		if err != nil {
 			return err
@@ -52,7 +65,11 @@ func (e *engine) applyPlans(ctx context.Context, lease *Lease) error {
 			return e.stepErr(ctx, outpost.Configuration, "login", err)
 		}
 	}
-	lease.markPlanned(h.Name)
+	// Then the configuration, once authenticated.
+	if err := apply("configuration", e.config.Files, e.config.HostFiles); err != nil {
+		return err
+	}
+	lease.markPlanned(h.Name, e.plan)
 	return nil
 }
 
@@ -60,7 +77,7 @@ func (e *engine) applyPlans(ctx context.Context, lease *Lease) error {
 // or fork, and the preset's input naming it.
 func (e *engine) restore(ctx context.Context, lease *Lease, res *Result) (harness.Input, error) {
 	h := e.h
-	in := harness.Input{Prompt: e.t.Prompt, Model: e.t.Agent.Model, Workdir: lease.Workdir(), Home: lease.Home(), Options: e.t.Options, ExtraArgs: e.t.ExtraArgs}
+	in := harness.Input{Prompt: e.t.Prompt, Model: e.model, Workdir: lease.Workdir(), Home: lease.Home(), Options: e.t.Options, ExtraArgs: e.t.ExtraArgs}
 	if e.parent.ID == "" {
 		return in, nil
 	}
@@ -109,11 +126,22 @@ func (e *engine) command(ctx context.Context, lease *Lease, in harness.Input) (h
 	} else if cmd, err = e.request(in); err != nil {
 		return nil, cmd, err
 	}
-	path, err := e.installer().Ensure(ctx, lease, h.Bootstrap, cmd.Path, &bootstrap.EnsureOptions{Progress: e.bootstrapProgress})
-	if err != nil {
-		return nil, cmd, e.stepErr(ctx, outpost.Bootstrap, "bootstrap", err)
+	if e.t.Command != "" {
+		// The caller's executable replaces the preset's: no bootstrap.
+		cmd.Path = e.t.Command
+	} else {
+		path, err := e.installer().Ensure(ctx, lease, h.Bootstrap, cmd.Path, &bootstrap.EnsureOptions{Progress: e.bootstrapProgress})
+		if err != nil {
+			return nil, cmd, e.stepErr(ctx, outpost.Bootstrap, "bootstrap", err)
+		}
+		cmd.Path = path
 	}
-	cmd.Path = path
+	if len(cmd.Files) > 0 {
+		// The command's own files (a prompt file), in the private home.
+		if _, err := credentials.Apply(ctx, lease, cmd.Files, nil, credentials.ApplyOptions{}); err != nil {
+			return nil, cmd, e.stepErr(ctx, outpost.Sandbox, "files", err)
+		}
+	}
 	return live, cmd, nil
 }
 

@@ -186,7 +186,7 @@ func TestFailureClasses(t *testing.T) {
 		{prompt: "#crash", code: outpost.Process, detail: "exit_code"},
 		{prompt: "#nofinish", code: outpost.Process, detail: "finished"},
 		{prompt: "#slow", code: outpost.Timeout, turn: sandbox.Turn{Timeout: 300 * time.Millisecond}},
-		{prompt: "#hang", code: outpost.Process, unavailable: true, detail: "inactivity", turn: sandbox.Turn{Inactivity: 300 * time.Millisecond}},
+		{prompt: "#hang", code: outpost.Process, detail: "stalled", turn: sandbox.Turn{Inactivity: 300 * time.Millisecond}},
 	}
 	for _, c := range cases {
 		t.Run(c.prompt, func(t *testing.T) {
