@@ -128,6 +128,6 @@ func (s *stream) note(text string) {
 		s.seen.misconfigText = text
 	}
 	if c != (textClass{}) {
-		s.e.trace("classify text", "text", s.e.red.String(firstLine(text)), "quota", c.quota, "unavailable", c.unavailable, "misconfigured", c.misconfigured)
+		s.e.trace("outpost classify text", "text", s.e.red.String(firstLine(text)), "quota", c.quota, "unavailable", c.unavailable, "misconfigured", c.misconfigured)
 	}
 }
