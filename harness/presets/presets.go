@@ -11,10 +11,12 @@ import (
 	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/harness/codex"
 	"github.com/outposthq/outpost/harness/copilot"
+	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/harness/echo"
 )
 
 var builtins = map[string]func() *harness.Harness{
+	"aider":       declarative.Aider,
 	"antigravity": antigravity.Harness,
 	"claude":      claude.Harness,
 	"codex":       codex.Harness,
