@@ -32,10 +32,15 @@ func (s *stream) pumpStdout(r io.Reader) {
 		}
 		evs := s.decodeLine(line)
 		// A line that only says the agent retries is no progress: it does
-		// not feed the inactivity watchdog, and starts the retry bound.
-		if onlyRetries(evs) {
+		// not feed the inactivity watchdog, and starts the retry bound. A
+		// line that gives no events (noise, or text a decoder holds) feeds
+		// the watchdog but is no progress either.
+		switch {
+		case len(evs) == 0:
+			s.alive()
+		case onlyRetries(evs):
 			s.retried()
-		} else {
+		default:
 			s.touch()
 		}
 		for _, ev := range evs {
@@ -73,7 +78,7 @@ func onlyRetries(evs []harness.Event) bool {
 func (s *stream) pumpStderr(r io.Reader) {
 	e := s.e
 	readLines(r, maxStderrLine, func(line []byte, dropped int) {
-		s.touch()
+		s.alive() // diagnostics: the agent lives, which is no progress
 		if dropped > 0 {
 			return
 		}

@@ -146,6 +146,12 @@ func (s *stream) touch() {
 	s.retryMu.Lock()
 	s.retrySince = time.Time{}
 	s.retryMu.Unlock()
+	s.alive()
+}
+
+// alive records output that is no progress: it feeds the inactivity
+// watchdog only.
+func (s *stream) alive() {
 	select {
 	case s.activity <- struct{}{}:
 	default:

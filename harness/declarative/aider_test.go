@@ -55,18 +55,18 @@ func TestMain(m *testing.M) {
 // sandbox is a host directory pair standing in for a lease: the
 // declarative tests run the stand-in directly, the engine tests in
 // sandbox/ run it through the turn engine.
-type sandbox struct {
+type hostDirs struct {
 	home, wd string
 	env      []string
 }
 
-func newSandbox(t *testing.T, env ...string) *sandbox {
-	return &sandbox{home: t.TempDir(), wd: t.TempDir(), env: env}
+func newSandbox(t *testing.T, env ...string) *hostDirs {
+	return &hostDirs{home: t.TempDir(), wd: t.TempDir(), env: env}
 }
 
 // exec runs cmd the way the engine does: its files written into the home,
 // its program replaced by the stand-in.
-func (s *sandbox) exec(t *testing.T, bin string, cmd harness.Command) (stdout, stderr []byte, exit int) {
+func (s *hostDirs) exec(t *testing.T, bin string, cmd harness.Command) (stdout, stderr []byte, exit int) {
 	t.Helper()
 	for _, f := range cmd.Files {
 		p := filepath.Join(s.home, filepath.FromSlash(f.Path))
