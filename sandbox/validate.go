@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/outposthq/outpost"
-	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/credentials"
 	"github.com/outposthq/outpost/harness"
@@ -79,8 +78,8 @@ func (e *engine) checkTurn() error {
 	if t.Fork != "" && !h.Forks() {
 		return refuse(outpost.Refused, "agent %s cannot fork conversations", h.Name)
 	}
-	if h.Bootstrap != "" && !bootstrap.Known(h.Bootstrap) {
-		return refuse(outpost.Configuration, "agent %s names unknown bootstrap %q (known: %v)", h.Name, h.Bootstrap, bootstrap.Names())
+	if h.Bootstrap != "" && !e.installer().Known(h.Bootstrap) {
+		return refuse(outpost.Configuration, "agent %s names unknown bootstrap %q (known: %v)", h.Name, h.Bootstrap, e.installer().Names())
 	}
 	if (t.Resume != "" || t.Fork != "") && e.o.Store == nil {
 		return refuse(outpost.Configuration, "resume and fork need a conversation store")
