@@ -879,8 +879,8 @@ func testClaudeStallHitsTheWatchdog(t *testing.T, kind string) {
 	// prints its init line at once, then waits on the stalled stream).
 	o := e.run(sandbox.Turn{Prompt: "FAKE_STALL say hi", Inactivity: 6 * time.Second}, turnOpts{})
 	var oe *outpost.Error
-	if !errors.As(o.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true || oe.Details["unavailable"] != true {
-		t.Fatalf("error %v, want code process with details.inactivity and details.unavailable", o.err)
+	if !errors.As(o.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true || oe.Details["stalled"] != true || outpost.UnavailableFault(o.err) {
+		t.Fatalf("error %v, want code process with details.inactivity and details.stalled (a stall is not an outage)", o.err)
 	}
 	if len(e.messages()) != 1 {
 		t.Errorf("the stream did not stall: %d requests", len(e.messages()))

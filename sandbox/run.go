@@ -47,7 +47,8 @@ type Turn struct {
 	// Timeout bounds the whole turn (code timeout). Zero: no bound.
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// Inactivity stops a turn whose agent prints nothing for this long
-	// (code process, details.unavailable, details.inactivity). Zero: the
+	// (code process, details.stalled, details.inactivity); retry notices
+	// are no activity. Zero: the
 	// preset's default; negative: none.
 	Inactivity time.Duration `json:"inactivity,omitempty"`
 	// RetryBound is how long the agent may make no progress but retry

@@ -2,8 +2,6 @@ package declarative
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
 	"fmt"
 	"maps"
 	"path"
@@ -13,11 +11,12 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
-// MaxArgPrompt is the largest prompt passed as an argument (Linux limits
-// one argument to 128 KiB); use prompt "stdin" or "file" for more.
-const MaxArgPrompt = 100 << 10
+// MaxArgPrompt is the largest prompt passed as an argument (kit's: Linux
+// limits one argument to 128 KiB); use prompt "stdin" or "file" for more.
+const MaxArgPrompt = kit.MaxArgPrompt
 
 var (
 	nameRE    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
@@ -45,7 +44,7 @@ type preset struct {
 	resume    argList
 	forkArgs  argList
 	forkCmd   argList
-	reserved  []string
+	reserved  kit.Flags
 	quota     []*regexp.Regexp
 	unavail   []*regexp.Regexp
 	misconfig []*regexp.Regexp
@@ -219,7 +218,10 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 			return nil, fe(fmt.Sprintf("reserved_args[%d]", i), "%q is not a flag name", r)
 		}
 	}
-	p.reserved = slices.Concat(p.args.flags(), p.model.flags(), p.newArgs.flags(), p.resume.flags(), p.forkArgs.flags(), s.ReservedArgs)
+	p.reserved = kit.Flags{}
+	for _, f := range slices.Concat(p.args.flags(), p.model.flags(), p.newArgs.flags(), p.resume.flags(), p.forkArgs.flags(), s.ReservedArgs) {
+		p.reserved[f] = ""
+	}
 	for k := range s.Env {
 		if !harness.ValidVariableName(k) {
 			return nil, fe("env", "%q is not a variable name", k)
@@ -430,12 +432,12 @@ func (p *preset) compileStorage(st *StorageSpec) (*harness.Storage, error) {
 }
 
 // newID returns a random UUID (version 4).
-func newID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+func newID(preset string) (string, error) {
+	id, err := kit.NewUUID()
+	if err != nil {
+		return "", fmt.Errorf("%s: generating an id: %w", preset, err)
+	}
+	return id, nil
 }
 
 // PromptDir is where prompt files go, relative to the sandbox's home.
@@ -444,8 +446,11 @@ const PromptDir = ".outpost/prompts"
 func (p *preset) request(in harness.Input) (harness.Command, error) {
 	s := p.s
 	name := s.Name
-	if strings.ContainsRune(in.Prompt, 0) {
-		return harness.Command{}, fmt.Errorf("%s: the prompt contains a NUL byte", name)
+	if err := (kit.Opening{Preset: name}).Check(in); err != nil {
+		return harness.Command{}, err
+	}
+	if in.Fork && p.forkArgs.items == nil && p.forkCmd.items == nil {
+		return harness.Command{}, fmt.Errorf("%s: conversations cannot be forked (the file describes no fork)", name)
 	}
 	if len(in.Options) > 0 {
 		return harness.Command{}, fmt.Errorf("%s: a preset file takes no options (got %s)", name, strings.Join(slices.Sorted(maps.Keys(in.Options)), ", "))
@@ -461,7 +466,11 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 	case "stdin":
 		cmd.Stdin = []byte(in.Prompt)
 	case "file":
-		rel := PromptDir + "/" + newID() + ".txt"
+		id, err := newID(name)
+		if err != nil {
+			return harness.Command{}, err
+		}
+		rel := PromptDir + "/" + id + ".txt"
 		vals["prompt_file"] = path.Join(in.Home, rel)
 		cmd.Files = []harness.File{{Path: rel, Content: []byte(in.Prompt), Mode: 0o600}}
 	}
@@ -480,8 +489,11 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 	switch {
 	case in.Conversation == "":
 		if s.Session == "generated" {
-			vals["session"] = newID()
-			cmd.Session = vals["session"]
+			id, err := newID(name)
+			if err != nil {
+				return harness.Command{}, err
+			}
+			vals["session"], cmd.Session = id, id
 		}
 		session = p.newArgs.expand(vals, nil)
 	case in.Fork:
@@ -490,8 +502,11 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 		}
 		vals["parent"] = in.Conversation
 		if s.Session == "generated" {
-			vals["session"] = newID()
-			cmd.Session = vals["session"]
+			id, err := newID(name)
+			if err != nil {
+				return harness.Command{}, err
+			}
+			vals["session"], cmd.Session = id, id
 		}
 		session = p.forkArgs.expand(vals, nil)
 	default:
@@ -504,10 +519,8 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 		}
 		session = p.resume.expand(vals, nil)
 	}
-	for i, a := range in.ExtraArgs {
-		if err := p.checkExtraArg(a); err != nil {
-			return harness.Command{}, fmt.Errorf("%s: extra argument %d: %w", name, i+1, err)
-		}
+	if err := kit.CheckExtraArgs(name, in.ExtraArgs, p.reserved.Check); err != nil {
+		return harness.Command{}, err
 	}
 	splices := map[string][]string{"{model_args}": model, "{session_args}": session, "{extra_args}": in.ExtraArgs}
 	cmd.Args = p.args.expand(vals, splices)
@@ -517,17 +530,6 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 		}
 	}
 	return cmd, nil
-}
-
-func (p *preset) checkExtraArg(a string) error {
-	if strings.ContainsRune(a, 0) {
-		return errors.New("contains a NUL byte")
-	}
-	name, _, _ := strings.Cut(a, "=")
-	if slices.Contains(p.reserved, name) {
-		return fmt.Errorf("%s is set by outpost", name)
-	}
-	return nil
 }
 
 func (p *preset) credentials(vars harness.Vars) (harness.Plan, error) {
@@ -561,7 +563,11 @@ func (p *preset) fork(ctx context.Context, parent string, run harness.Runner) (s
 	}
 	vals := map[string]string{"parent": parent}
 	if p.s.Session == "generated" {
-		vals["child"] = newID()
+		id, err := newID(p.s.Name)
+		if err != nil {
+			return "", err
+		}
+		vals["child"] = id
 	}
 	argv := p.forkCmd.expand(vals, nil)
 	r, err := run(ctx, harness.Command{Path: argv[0], Args: argv[1:]})
