@@ -199,10 +199,14 @@ func lastLine(tail []string) string {
 	return ""
 }
 
+// maxMessageText bounds the agent's text quoted in an error message.
+const maxMessageText = 500
+
+// firstLine is the first line of s, at most maxMessageText bytes.
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	if len(s) > 500 {
-		s = s[:500] + "…"
+	if len(s) > maxMessageText {
+		s = s[:maxMessageText] + "…"
 	}
 	return s
 }

@@ -80,6 +80,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"ExecCancel", s.testExecCancel},
 		{"ConcurrentStart", s.testConcurrentStart},
 		{"ProcessGroupKill", s.testProcessGroupKill},
+		{"ExecReapsGroup", s.testExecReapsGroup},
 		{"CloseStopsProcesses", s.testCloseStopsProcesses},
 		{"LookPath", s.testLookPath},
 		{"CopyRoundTrip", s.testCopyRoundTrip},
@@ -724,6 +725,24 @@ func (s *suite) testProcessGroupKill(t *testing.T) {
 		t.Errorf("unexpected output: %q", rest)
 	}
 	pr.stderr()
+}
+
+// testExecReapsGroup checks that Exec returns once its process exited,
+// though a background child it left in its group holds stdout open: the
+// portable layer kills what is left of the group (Job.Wait), so nothing an
+// Exec starts outlives it. A hang here is a group left alive.
+func (s *suite) testExecReapsGroup(t *testing.T) {
+	l := s.lease(t)
+	res, err := l.Exec(t.Context(), s.req(l, Spawn), 0)
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if !res.Status.Success() {
+		t.Errorf("Spawn's parent: status %+v, stderr %q", res.Status, trim(res.Stderr))
+	}
+	if child := strings.TrimSpace(string(res.Stdout)); child == "" {
+		t.Error("Spawn named no child")
+	}
 }
 
 // closeGrace bounds how long testCloseStopsProcesses waits for a process to
