@@ -67,7 +67,7 @@ func (s *stream) emit(ev harness.Event) {
 	}
 	e.red.Event(&ev)
 	s.record(ev)
-	e.trace("outpost event", "event", ev)
+	e.trace("event", "event", ev)
 	if e.o.OnEvent != nil {
 		e.o.OnEvent(ev)
 	}
@@ -128,6 +128,6 @@ func (s *stream) note(text string) {
 		s.seen.misconfigText = text
 	}
 	if c != (textClass{}) {
-		s.e.trace("outpost classify text", "text", s.e.red.String(firstLine(text)), "quota", c.quota, "unavailable", c.unavailable, "misconfigured", c.misconfigured)
+		s.e.trace("classify text", "text", s.e.red.String(firstLine(text)), "quota", c.quota, "unavailable", c.unavailable, "misconfigured", c.misconfigured)
 	}
 }

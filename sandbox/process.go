@@ -96,7 +96,7 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 	s.mu.Unlock()
 	o := s.outcome(ctx, status, waitErr)
 	err := classify(o)
-	s.e.trace("outpost classify", "exit_code", status.Code, "signal", status.Signal, "stop", o.stopReason, "failures", len(o.seen.failures),
+	s.e.trace("classify", "exit_code", status.Code, "signal", status.Signal, "stop", o.stopReason, "failures", len(o.seen.failures),
 		"quota", o.seen.quotaText != "", "misconfigured", o.seen.misconfigText != "", "unavailable", o.seen.unavailable, "finished", o.seen.finished, "code", string(outpost.CodeOf(err)))
 	return err
 }

@@ -446,7 +446,7 @@ func TestTraceAndTiming(t *testing.T) {
 		}
 		msgs[r["msg"].(string)]++
 	}
-	for _, m := range []string{"outpost step", "outpost event", "outpost classify text", "outpost classify", "outpost end"} {
+	for _, m := range []string{"step", "event", "classify text", "classify", "end"} {
 		if msgs[m] == 0 {
 			t.Errorf("no %q record in the trace (%v)", m, msgs)
 		}

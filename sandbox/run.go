@@ -291,7 +291,7 @@ func (e *engine) step(name string) {
 	}
 	now := time.Now()
 	if !e.mark.IsZero() {
-		e.o.Logger.Debug("outpost step", "step", name, "ms", float64(now.Sub(e.mark).Microseconds())/1000, "agent", e.agentName())
+		e.o.Logger.Debug("step", "step", name, "ms", float64(now.Sub(e.mark).Microseconds())/1000, "agent", e.agentName())
 	}
 	e.mark = now
 }
@@ -322,11 +322,11 @@ func (e *engine) traceEnd(err error) {
 	var oe *outpost.Error
 	switch {
 	case err == nil:
-		e.trace("outpost end", "code", "")
+		e.trace("end", "code", "")
 	case errors.As(err, &oe):
-		e.trace("outpost end", "code", string(oe.Code), "op", oe.Op, "error", err.Error(), "details", oe.Details)
+		e.trace("end", "code", string(oe.Code), "op", oe.Op, "error", err.Error(), "details", oe.Details)
 	default:
-		e.trace("outpost end", "error", err.Error())
+		e.trace("end", "error", err.Error())
 	}
 }
 
