@@ -351,7 +351,9 @@ func Dir(getenv func(string) string) string {
 }
 
 // Find loads the user's preset file <dir>/<name>.json. ok is false when
-// there is no such file; a file that exists and is bad is an error.
+// there is no such file; a file that exists and is bad is an error, and so
+// is one whose "name" is not its file's (its conversations could not find
+// it again).
 func Find(dir, name string, opts *Options) (h *harness.Harness, ok bool, err error) {
 	if dir == "" || !nameOK(name) {
 		return nil, false, nil
@@ -361,6 +363,10 @@ func Find(dir, name string, opts *Options) (h *harness.Harness, ok bool, err err
 		return nil, false, nil
 	}
 	h, err = Load(p, opts)
+	if err == nil && h.Name != name {
+		err = configErr(p, &FieldError{Field: "name", Msg: fmt.Sprintf("%q differs from the file's name %q: a preset in the agents directory is found by its name", h.Name, name)})
+		h = nil
+	}
 	return h, err == nil, err
 }
 

@@ -3,6 +3,7 @@ package declarative_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -241,7 +242,13 @@ func TestLoadAndFind(t *testing.T) {
 	if _, ok, _ := declarative.Find(dir, "../my-tool", nil); ok {
 		t.Error("Find followed a path")
 	}
-	if got := declarative.List(dir); len(got) != 1 || got[0] != "my-tool" {
+	if err := os.WriteFile(filepath.Join(dir, "other.json"), set(t, "name", "renamed"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := declarative.Find(dir, "other", nil); outpost.CodeOf(err) != outpost.Configuration || !strings.Contains(fmt.Sprint(err), "field name:") {
+		t.Errorf("a file whose name is not its own: %v", err)
+	}
+	if got := declarative.List(dir); len(got) != 2 || got[0] != "my-tool" || got[1] != "other" {
 		t.Errorf("List %v", got)
 	}
 	_, err = declarative.Load(filepath.Join(dir, "nope.json"), nil)
