@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/internal/pgtest"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 )
@@ -16,6 +17,7 @@ import (
 func TestMain(m *testing.M) {
 	echo.MaybeRun()
 	code := m.Run()
+	pgtest.Stop()
 	cleanupBuilds()
 	sshtest.Cleanup()
 	if left := sshtest.Leftovers(); left != "" {
