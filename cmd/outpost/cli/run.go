@@ -20,42 +20,14 @@ import (
 )
 
 // ResultLine is the last line of `outpost run --json`: the wire contract
-// documented in docs/events.md.
-type ResultLine struct {
-	Type         string        `json:"type"` // "result"
-	Conversation string        `json:"conversation"`
-	Parent       string        `json:"parent,omitempty"`
-	Agent        string        `json:"agent"`
-	Session      string        `json:"session,omitempty"`
-	Model        string        `json:"model,omitempty"`
-	Sandbox      string        `json:"sandbox,omitempty"`
-	Text         string        `json:"text,omitempty"`
-	Usage        harness.Usage `json:"usage"`
-	// ThreadUsage is the agent's own running total for the whole native
-	// conversation, when the preset reads one (sandbox.Result.ThreadUsage).
-	ThreadUsage *harness.Usage `json:"thread_usage,omitempty"`
-	ExitCode    int            `json:"exit_code"` // outpost's own exit status
-	Error       *ErrorJSON     `json:"error"`
-}
+// documented in docs/events.md, shared with the HTTP API.
+type ResultLine = sandbox.ResultLine
 
 // ErrorJSON is an error on the wire.
-type ErrorJSON struct {
-	Code    outpost.Code   `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
+type ErrorJSON = outpost.ErrorJSON
 
 // ErrorToJSON converts any error to its wire form.
-func ErrorToJSON(err error) *ErrorJSON {
-	if err == nil {
-		return nil
-	}
-	var oe *outpost.Error
-	if errors.As(err, &oe) {
-		return &ErrorJSON{Code: oe.Code, Message: oe.Message(), Details: oe.Details}
-	}
-	return &ErrorJSON{Code: outpost.CodeOf(err), Message: err.Error()}
-}
+func ErrorToJSON(err error) *ErrorJSON { return outpost.ToJSON(err) }
 
 type runFlags struct {
 	agent, sandbox, model, workdir, resume, fork, image string
@@ -282,11 +254,7 @@ func (j *jsonWriter) event(ev harness.Event) {
 func (j *jsonWriter) result(res *sandbox.Result, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.enc.Encode(ResultLine{
-		Type: "result", Conversation: res.Conversation, Parent: res.Parent, Agent: res.Agent,
-		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
-		ThreadUsage: res.ThreadUsage, ExitCode: outpost.ExitCode(err), Error: ErrorToJSON(err),
-	})
+	j.enc.Encode(sandbox.NewResultLine(res, err))
 	j.w.Flush()
 }
 

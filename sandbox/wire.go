@@ -1,0 +1,41 @@
+package sandbox
+
+import (
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
+)
+
+// ResultLine is a finished turn on the wire: the last line of `outpost run
+// --json` and the last event of a turn's stream in the HTTP API (`outpost
+// serve`), documented in docs/events.md. Events before it are
+// harness.Event values; one decoder reads both.
+type ResultLine struct {
+	Type         string        `json:"type"` // "result"
+	Conversation string        `json:"conversation"`
+	Parent       string        `json:"parent,omitempty"`
+	Agent        string        `json:"agent"`
+	Session      string        `json:"session,omitempty"`
+	Model        string        `json:"model,omitempty"`
+	Sandbox      string        `json:"sandbox,omitempty"`
+	Text         string        `json:"text,omitempty"`
+	Usage        harness.Usage `json:"usage"`
+	// ThreadUsage is the agent's own running total for the whole native
+	// conversation, when the preset reads one (Result.ThreadUsage).
+	ThreadUsage *harness.Usage `json:"thread_usage,omitempty"`
+	// ExitCode is the exit status `outpost run` exits with for this turn
+	// (docs/errors.md).
+	ExitCode int                `json:"exit_code"`
+	Error    *outpost.ErrorJSON `json:"error"`
+}
+
+// NewResultLine is the wire form of what Run returned. res may be nil.
+func NewResultLine(res *Result, err error) ResultLine {
+	if res == nil {
+		res = &Result{}
+	}
+	return ResultLine{
+		Type: "result", Conversation: res.Conversation, Parent: res.Parent, Agent: res.Agent,
+		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
+		ThreadUsage: res.ThreadUsage, ExitCode: outpost.ExitCode(err), Error: outpost.ToJSON(err),
+	}
+}
