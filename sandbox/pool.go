@@ -52,7 +52,9 @@ type PoolOptions struct {
 	MaxKeys int
 	// Bootstrap lists the presets whose pinned CLIs are installed in every
 	// pooled sandbox before it is ready (bootstrap.Installer.Ensure), so a
-	// turn of theirs starts at once.
+	// turn of theirs starts at once. An install that fails is logged and the
+	// sandbox is kept: a turn of that agent installs again and reports the
+	// error with code bootstrap.
 	Bootstrap []*harness.Harness
 	// Installer installs them; default a zero bootstrap.Installer. Use the
 	// one the turns use (RunOptions.Installer).
@@ -373,8 +375,11 @@ func (p *Pool) open(ctx context.Context, key PoolKey) (*Lease, error) {
 			_, err = p.inst.Ensure(ctx, l, h.Bootstrap, cmd.Path, nil)
 		}
 		if err != nil {
-			p.destroy(l)
-			return nil, &outpost.Error{Code: outpost.Bootstrap, Op: "bootstrap", Agent: h.Name, Msg: "warming a pooled sandbox", Err: err}
+			// The sandbox serves the other agents; a turn of this one
+			// installs again and reports the error with its code.
+			if p.o.Logger != nil && ctx.Err() == nil {
+				p.o.Logger.Warn("outpost pool: installing an agent's CLI in a pooled sandbox", "agent", h.Name, "err", err)
+			}
 		}
 	}
 	return l, nil
