@@ -38,7 +38,7 @@ type turn struct {
 	state    string
 	started  time.Time
 	finished time.Time
-	first    int64   // sequence number of log[0]
+	first    int64    // sequence number of log[0]
 	log      [][]byte // encoded events, then the result line
 	bytes    int
 	maxBytes int
