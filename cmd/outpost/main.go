@@ -8,8 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/cmd/outpost/cli"
+	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/docker/shim"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/outposthq/outpost"
-	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/cmd/outpost/cli"
+	"github.com/outposthq/outpost/harness/echo"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
