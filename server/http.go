@@ -24,7 +24,18 @@ import (
 //go:embed openapi.json
 var OpenAPI []byte
 
-// routes are the API's handlers, by ServeMux pattern.
+// Routes lists the API's routes as "METHOD PATH" (ServeMux patterns), for
+// tests that hold them against the OpenAPI document.
+func Routes() []string {
+	return []string{
+		"POST /v1/turns", "GET /v1/turns/{id}", "GET /v1/turns/{id}/events", "POST /v1/turns/{id}/messages",
+		"POST /v1/turns/{id}/cancel", "GET /v1/conversations", "GET /v1/conversations/{id}",
+		"GET /v1/conversations/{id}/usage", "DELETE /v1/conversations/{id}", "GET /v1/agents",
+		"GET /v1/openapi.json", "GET /healthz", "GET /metrics",
+	}
+}
+
+// routes are the API's handlers, by ServeMux pattern (Routes).
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/turns", s.postTurn)
