@@ -39,7 +39,7 @@ func TestAPI(t *testing.T) {
 	}
 
 	// A turn, its events, its status.
-	st := ts.startTurn(map[string]any{"prompt": "hello #tool #env ECHO_API_KEY #leak ECHO_API_KEY #leak SERVICE_TOKEN"})
+	st := ts.startTurn(map[string]any{"prompt": "hello #tool #env ECHO_API_KEY #leak ECHO_API_KEY"})
 	if st.State != server.StateQueued && st.State != server.StateRunning {
 		t.Errorf("new turn state %q", st.State)
 	}
@@ -53,8 +53,18 @@ func TestAPI(t *testing.T) {
 	if res["type"] != "result" || res["error"] != nil || res["exit_code"] != 0.0 {
 		t.Fatalf("result: %s", items[len(items)-1].raw)
 	}
-	if text, _ := res["text"].(string); !strings.Contains(text, "ECHO_API_KEY=[REDACTED]") || !strings.Contains(text, "SERVICE_TOKEN=[REDACTED]") {
-		t.Errorf("the leaked variables are not redacted in the answer: %q", text)
+	if text, _ := res["text"].(string); !strings.Contains(text, "ECHO_API_KEY=[REDACTED]") {
+		t.Errorf("the leaked variable is not redacted in the answer: %q", text)
+	}
+	// A secret a request passes, and one of .outpost/.env, leaked on purpose.
+	for _, leak := range []map[string]any{
+		{"prompt": "#leak MY_API_KEY", "env": map[string]string{"MY_API_KEY": canary}},
+		{"prompt": "#leak SERVICE_TOKEN"},
+	} {
+		r := ts.wait(ts.startTurn(leak).ID)
+		if text, _ := r["text"].(string); strings.Contains(text, "=") && !strings.Contains(text, "[REDACTED]") && !strings.HasSuffix(text, "=") {
+			t.Errorf("leak %v: %q", leak["prompt"], text)
+		}
 	}
 	conv, _ := res["conversation"].(string)
 	if conv == "" {
@@ -137,7 +147,7 @@ func TestAPI(t *testing.T) {
 
 	// Metrics: turns by agent, sandbox and code; no secrets.
 	code, b, _ = ts.do("GET", "/metrics", nil)
-	for _, want := range []string{`outpost_turns_total{agent="echo",code="ok",sandbox="local"} 2`, "outpost_turn_duration_seconds_bucket", `outpost_tokens_total{agent="echo",kind="output"}`, "outpost_turns_queued 0", `outpost_pool_sandboxes{sandbox="local",state="ready"}`} {
+	for _, want := range []string{`outpost_turns_total{agent="echo",code="ok",sandbox="local"} 4`, "outpost_turn_duration_seconds_bucket", `outpost_tokens_total{agent="echo",kind="output"}`, "outpost_turns_queued 0", `outpost_pool_sandboxes{sandbox="local",state="ready"}`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)
 		}
