@@ -357,9 +357,11 @@ func (p *Pool) open(ctx context.Context, key PoolKey) (*Lease, error) {
 	}
 	labels[PoolLabel] = "1"
 	opts := driver.Options{Workdir: key.Workdir, Labels: labels}
-	if pr.Capabilities().Isolated && slices.ContainsFunc(p.o.Bootstrap, func(h *harness.Harness) bool { return h.Bootstrap != "" && h.Bootstrap != "echo" }) {
-		if host, target, err := p.inst.SharedCache(); err == nil {
-			opts.Mounts = []driver.Mount{{Source: host, Target: target}}
+	for _, h := range p.o.Bootstrap {
+		for _, m := range CacheMounts(p.inst, pr.Capabilities(), h.Bootstrap) {
+			if !slices.ContainsFunc(opts.Mounts, func(o driver.Mount) bool { return o.Source == m.Source && o.Target == m.Target }) {
+				opts.Mounts = append(opts.Mounts, m)
+			}
 		}
 	}
 	l, err := Acquire(ctx, pr, opts)

@@ -428,7 +428,7 @@ func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
 	out := []Agent{}
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
-		out = append(out, Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumable, Forkable: h.Forkable, Live: h.LiveInput != nil, Bootstrap: h.Bootstrap})
+		out = append(out, Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"agents": out})
 }

@@ -171,9 +171,6 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 		MaxBody: f.maxBody, Retention: f.retention, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
 		Warm: warm, Logger: log, Version: version(), Installer: &bootstrap.Installer{},
 	}
-	if opts.Workdir == "" {
-		opts.Workdir = getwd()
-	}
 	var ln net.Listener
 	where := ""
 	if f.listen != "" {
