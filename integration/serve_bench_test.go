@@ -188,7 +188,7 @@ func BenchmarkServePoolTurn(b *testing.B) {
 	pool := sandbox.NewPool(&sandbox.PoolOptions{Size: 2, Open: func(string, map[string]string) (driver.Provider, error) { return p, nil }})
 	defer pool.Close(ctx)
 	key := sandbox.PoolKey{Provider: "docker", Workdir: wd}
-	turn := sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
+	turn := sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
 	o := &sandbox.RunOptions{Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
 	for i := 0; i < b.N; i++ {
 		l, err := pool.Get(ctx, key)

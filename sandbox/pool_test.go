@@ -143,7 +143,7 @@ func TestPoolTurn(t *testing.T) {
 			t.Fatalf("home %s served two turns", l.Home())
 		}
 		homes[l.Home()] = true
-		res, err := sandbox.Run(ctx, sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "hello", Workdir: key.Workdir}, &sandbox.RunOptions{Lease: l, Environ: []string{}})
+		res, err := sandbox.Run(ctx, sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hello", Workdir: key.Workdir}, &sandbox.RunOptions{Lease: l, Environ: []string{}})
 		if err != nil {
 			t.Fatal(err)
 		}
