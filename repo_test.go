@@ -83,6 +83,9 @@ func TestLayering(t *testing.T) {
 			return imp == module || imp == module+"/harness"
 		}, "the driver contract imports only harness and the root"},
 		{module + "/providers", driverOnly, "providers import only sandbox/driver, harness, the root and leaf utilities"},
+		{module + "/server", func(imp string) bool {
+			return !strings.HasPrefix(imp, module+"/providers") && !strings.HasPrefix(imp, module+"/cmd")
+		}, "the server takes providers from the registry: it never imports them"},
 		{module + "/sandbox/memsandbox", driverOnly, "memsandbox is a provider: it imports only sandbox/driver, harness, the root and leaf utilities"},
 	}
 	for _, p := range packages(t) {

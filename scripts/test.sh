@@ -30,6 +30,12 @@ if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 	if [[ $(id -u) == 0 ]]; then step "PostgreSQL"; scripts/postgres-up.sh; fi
 	step "pinned agent CLIs"
 	scripts/install-clis.sh >/dev/null
+	step "TypeScript client dependencies"
+	# npm ci from the committed lockfile, again only when the lockfile changed.
+	lock=$(sha256sum clients/typescript/package-lock.json | cut -d' ' -f1)
+	if [[ "$(cat clients/typescript/node_modules/.outpost-lock 2>/dev/null)" != "$lock" ]]; then
+		(cd clients/typescript && npm ci --no-audit --no-fund >/dev/null && echo "$lock" >node_modules/.outpost-lock)
+	fi
 fi
 
 step "go vet"

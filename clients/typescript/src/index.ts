@@ -1,0 +1,271 @@
+// A client of the outpost serve HTTP API (docs/serve.md). Its types are
+// generated from the server's OpenAPI document (src/schema.d.ts, made by
+// `npm run generate`), so they are the server's.
+import * as http from "node:http";
+import * as https from "node:https";
+import type { components } from "./schema.js";
+
+type Schemas = components["schemas"];
+export type TurnRequest = Schemas["TurnRequest"];
+export type TurnStatus = Schemas["TurnStatus"];
+export type Event = Schemas["Event"];
+export type Result = Schemas["Result"];
+export type StreamItem = Schemas["StreamItem"];
+export type Usage = Schemas["Usage"];
+export type Conversation = Schemas["Conversation"];
+export type ConversationUsage = Schemas["ConversationUsage"];
+export type Agent = Schemas["Agent"];
+export type Health = Schemas["Health"];
+export type ErrorBody = Schemas["Error"];
+
+/** An event of a turn's stream with its sequence number (from 1). */
+export interface Sequenced {
+  seq: number;
+  item: StreamItem;
+}
+
+/** How to reach the server: a Unix socket, or a URL with a token. */
+export interface ClientOptions {
+  /** Unix socket of `outpost serve` (its default listener). */
+  socketPath?: string;
+  /** Base URL of a TCP listener, e.g. http://127.0.0.1:7070. */
+  baseUrl?: string;
+  /** Bearer token (`outpost serve token add NAME`), for TCP. */
+  token?: string;
+  /** An http.Agent of the caller's (keep-alive, limits). */
+  agent?: http.Agent;
+  /** Reconnection of event streams: attempts without progress (default 10). */
+  maxReconnects?: number;
+}
+
+/** An error the API returned: its HTTP status and outpost error. */
+export class OutpostError extends Error {
+  readonly status: number;
+  readonly code: ErrorBody["code"] | "transport";
+  readonly reason?: string;
+  readonly details?: Record<string, unknown>;
+  readonly retryAfter?: number;
+
+  constructor(status: number, body: ErrorBody | undefined, message: string, retryAfter?: number) {
+    super(body ? `${body.code}: ${body.message}` : message);
+    this.name = "OutpostError";
+    this.status = status;
+    this.code = body?.code ?? "transport";
+    this.details = body?.details as Record<string, unknown> | undefined;
+    this.reason = typeof this.details?.reason === "string" ? (this.details.reason as string) : undefined;
+    this.retryAfter = retryAfter;
+  }
+}
+
+interface Response {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
+  });
+
+/** The outpost serve API. */
+export class Outpost {
+  private readonly opts: ClientOptions;
+  private readonly url: URL;
+
+  constructor(opts: ClientOptions) {
+    if (!opts.socketPath && !opts.baseUrl) throw new Error("outpost: socketPath or baseUrl is required");
+    this.opts = opts;
+    this.url = new URL(opts.baseUrl ?? "http://outpost");
+  }
+
+  private request(method: string, path: string, body?: unknown, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<http.IncomingMessage> {
+    const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const h: Record<string, string> = { Accept: "application/json", ...headers };
+    if (data) {
+      h["Content-Type"] = "application/json";
+      h["Content-Length"] = String(data.length);
+    }
+    if (this.opts.token) h["Authorization"] = `Bearer ${this.opts.token}`;
+    const mod = this.url.protocol === "https:" ? https : http;
+    return new Promise((resolve, reject) => {
+      const req = mod.request({
+        method,
+        path,
+        headers: h,
+        agent: this.opts.agent,
+        signal,
+        ...(this.opts.socketPath
+          ? { socketPath: this.opts.socketPath, host: "outpost" }
+          : { host: this.url.hostname, port: this.url.port }),
+      }, resolve);
+      req.on("error", reject);
+      req.end(data);
+    });
+  }
+
+  private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const res = await this.request(method, path, body);
+    const r = await collect(res);
+    if (r.status >= 400) throw toError(r);
+    return (r.body === "" ? undefined : JSON.parse(r.body)) as T;
+  }
+
+  /** Start a turn; resolves at once with its id and state. */
+  startTurn(req: TurnRequest): Promise<TurnStatus> {
+    return this.call("POST", "/v1/turns", req);
+  }
+
+  /** A turn's state, and its result once finished. */
+  turn(id: string): Promise<TurnStatus> {
+    return this.call("GET", `/v1/turns/${encodeURIComponent(id)}`);
+  }
+
+  /** Send a message to a running turn. */
+  async steer(id: string, text: string): Promise<void> {
+    await this.call("POST", `/v1/turns/${encodeURIComponent(id)}/messages`, { text });
+  }
+
+  /** Cancel a turn; its result gets code cancelled. */
+  cancel(id: string): Promise<TurnStatus> {
+    return this.call("POST", `/v1/turns/${encodeURIComponent(id)}/cancel`);
+  }
+
+  /**
+   * A turn's events, the result line last. A dropped connection is
+   * resumed from the last sequence number received (Last-Event-ID), so
+   * nothing is lost or repeated. `after` starts after that number.
+   */
+  async *events(id: string, opts: { after?: number; signal?: AbortSignal } = {}): AsyncGenerator<Sequenced> {
+    let last = opts.after ?? 0;
+    let failures = 0;
+    const max = this.opts.maxReconnects ?? 10;
+    for (;;) {
+      let progressed = false;
+      try {
+        const headers: Record<string, string> = { Accept: "text/event-stream" };
+        if (last > 0) headers["Last-Event-ID"] = String(last);
+        const res = await this.request("GET", `/v1/turns/${encodeURIComponent(id)}/events`, undefined, headers, opts.signal);
+        if (res.statusCode !== 200) throw toError(await collect(res));
+        for await (const ev of parseSSE(res)) {
+          if (ev.seq <= last) continue;
+          last = ev.seq;
+          progressed = true;
+          failures = 0;
+          yield ev;
+          if ((ev.item as { type?: string }).type === "result") {
+            res.destroy();
+            return;
+          }
+        }
+      } catch (err) {
+        if (opts.signal?.aborted) return;
+        if (err instanceof OutpostError && err.status !== 503) throw err;
+      }
+      if (opts.signal?.aborted) return;
+      if (!progressed && ++failures > max) {
+        throw new OutpostError(0, undefined, `outpost: the event stream of ${id} dropped ${failures} times without progress`);
+      }
+      await sleep(Math.min(100 * 2 ** failures, 2000), opts.signal);
+    }
+  }
+
+  /** Follow a turn to its result line. */
+  async result(id: string, opts: { signal?: AbortSignal } = {}): Promise<Result> {
+    for await (const ev of this.events(id, opts)) {
+      if ((ev.item as { type?: string }).type === "result") return ev.item as Result;
+    }
+    throw new OutpostError(0, undefined, `outpost: the stream of ${id} ended without a result`);
+  }
+
+  /** Run a turn to its end: start it, deliver its events, return its result. */
+  async run(req: TurnRequest, onEvent?: (ev: Event) => void): Promise<Result> {
+    const t = await this.startTurn(req);
+    for await (const ev of this.events(t.id)) {
+      const item = ev.item as { type?: string };
+      if (item.type === "result") return ev.item as Result;
+      onEvent?.(ev.item as Event);
+    }
+    throw new OutpostError(0, undefined, `outpost: the stream of ${t.id} ended without a result`);
+  }
+
+  /** Stored conversations, newest first. */
+  async conversations(): Promise<Conversation[]> {
+    const r = await this.call<Schemas["ConversationList"]>("GET", "/v1/conversations");
+    return r.conversations;
+  }
+
+  /** A conversation (an id, a unique prefix or a native id). */
+  conversation(id: string): Promise<Conversation> {
+    return this.call("GET", `/v1/conversations/${encodeURIComponent(id)}`);
+  }
+
+  /** A conversation's token usage over the turns outpost ran. */
+  usage(id: string): Promise<ConversationUsage> {
+    return this.call("GET", `/v1/conversations/${encodeURIComponent(id)}/usage`);
+  }
+
+  /** Delete a conversation. */
+  async deleteConversation(id: string): Promise<void> {
+    await this.call("DELETE", `/v1/conversations/${encodeURIComponent(id)}`);
+  }
+
+  /** The agent presets. */
+  async agents(): Promise<Agent[]> {
+    const r = await this.call<Schemas["AgentList"]>("GET", "/v1/agents");
+    return r.agents;
+  }
+
+  /** Liveness (no credentials needed); status "draining" while shutting down. */
+  async health(): Promise<Health> {
+    const r = await collect(await this.request("GET", "/healthz"));
+    return JSON.parse(r.body) as Health;
+  }
+}
+
+async function collect(res: http.IncomingMessage): Promise<Response> {
+  const chunks: Buffer[] = [];
+  for await (const c of res) chunks.push(c as Buffer);
+  return { status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") };
+}
+
+function toError(r: Response): OutpostError {
+  let body: ErrorBody | undefined;
+  try {
+    body = (JSON.parse(r.body) as { error?: ErrorBody }).error;
+  } catch {
+    body = undefined;
+  }
+  const ra = r.headers["retry-after"];
+  return new OutpostError(r.status, body, `outpost: HTTP ${r.status}`, ra ? Number(ra) : undefined);
+}
+
+/** Parses a text/event-stream into sequenced items. */
+async function* parseSSE(res: AsyncIterable<Buffer | string>): AsyncGenerator<Sequenced> {
+  let buf = "";
+  let id = 0;
+  let data: string[] = [];
+  for await (const chunk of res) {
+    buf += typeof chunk === "string" ? chunk : chunk.toString("utf8");
+    let nl: number;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, nl).replace(/\r$/, "");
+      buf = buf.slice(nl + 1);
+      if (line === "") {
+        if (data.length > 0) {
+          yield { seq: id, item: JSON.parse(data.join("\n")) as StreamItem };
+        }
+        data = [];
+        continue;
+      }
+      if (line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "id") id = Number(value);
+      else if (field === "data") data.push(value);
+    }
+  }
+}

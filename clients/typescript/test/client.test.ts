@@ -1,0 +1,183 @@
+// Tests of the client against a real `outpost serve` started here, from
+// the binary in OUTPOST_BIN (integration/typescript_test.go builds it and
+// runs `node --test`).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import * as http from "node:http";
+import { Outpost, OutpostError, type Result, type Sequenced } from "../src/index.js";
+
+const bin = process.env.OUTPOST_BIN;
+if (!bin) throw new Error("OUTPOST_BIN must name the outpost binary");
+
+const root = mkdtempSync(join(tmpdir(), "outpost-ts-"));
+const servers: ChildProcess[] = [];
+
+function serve(args: string[]): Promise<string> {
+  const work = join(root, "work");
+  mkdirSync(work, { recursive: true });
+  const child = spawn(bin!, ["serve", "--workdir", work, "--log-format", "text", ...args], {
+    env: { ...process.env, XDG_DATA_HOME: join(root, "data"), XDG_CONFIG_HOME: join(root, "config") },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  servers.push(child);
+  let logs = "";
+  child.stderr!.on("data", (b: Buffer) => { logs += b.toString(); });
+  return new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout!.on("data", (b: Buffer) => {
+      out += b.toString();
+      const m = /listening on (\S+)/.exec(out);
+      if (m) resolve(m[1]);
+    });
+    child.on("exit", (code) => reject(new Error(`outpost serve exited with ${code}:\n${logs}`)));
+  });
+}
+
+let client: Outpost;
+let socket: string;
+
+before(async () => {
+  const sockDir = join(root, "run");
+  mkdirSync(sockDir, { mode: 0o700 });
+  socket = join(sockDir, "serve.sock");
+  const where = await serve(["--socket", socket]);
+  assert.equal(where, "unix:" + socket);
+  client = new Outpost({ socketPath: socket });
+});
+
+after(async () => {
+  for (const s of servers) {
+    const exited = new Promise((r) => s.once("exit", r));
+    s.kill("SIGTERM");
+    await exited;
+  }
+  rmSync(root, { recursive: true, force: true });
+});
+
+function contiguous(evs: Sequenced[]) {
+  evs.forEach((ev, i) => assert.equal(ev.seq, i + 1, `event ${i + 1} has sequence number ${ev.seq}`));
+}
+
+test("health and agents", async () => {
+  const h = await client.health();
+  assert.equal(h.status, "ok");
+  const agents = await client.agents();
+  assert.ok(agents.some((a) => a.name === "echo"));
+});
+
+test("a turn: start, events in order, result", async () => {
+  const t = await client.startTurn({ prompt: "hello #tool" });
+  assert.match(t.id, /^t[0-9a-f]{24}$/);
+  const evs: Sequenced[] = [];
+  for await (const ev of client.events(t.id)) evs.push(ev);
+  contiguous(evs);
+  const types = evs.map((e) => (e.item as { type: string }).type);
+  assert.deepEqual(types, ["session", "tool_call", "tool_result", "message", "finished", "result"]);
+  const res = evs[evs.length - 1].item as Result;
+  assert.equal(res.error, null);
+  assert.equal(res.exit_code, 0);
+  assert.equal(res.text, "echo: hello #tool (turn 1)");
+  const st = await client.turn(t.id);
+  assert.equal(st.state, "finished");
+  assert.deepEqual(st.result, res);
+});
+
+test("events resume from the last sequence number after a dropped connection", async () => {
+  const agent = new http.Agent({ keepAlive: false });
+  const c = new Outpost({ socketPath: socket, agent });
+  const t = await c.startTurn({ prompt: "#slow=30" });
+  const evs: Sequenced[] = [];
+  let drops = 0;
+  for await (const ev of c.events(t.id)) {
+    evs.push(ev);
+    if (ev.seq % 5 === 0 && (ev.item as { type: string }).type !== "result") {
+      // Cut every live connection of the client's agent.
+      for (const list of Object.values(agent.sockets)) for (const s of list ?? []) s.destroy();
+      drops++;
+    }
+  }
+  assert.ok(drops >= 3, `only ${drops} drops`);
+  contiguous(evs);
+  assert.equal((evs[evs.length - 1].item as Result).type, "result");
+  // The whole stream, read again, is the same.
+  const again: Sequenced[] = [];
+  for await (const ev of client.events(t.id)) again.push(ev);
+  assert.deepEqual(again, evs);
+  // And from a given point.
+  const tail: Sequenced[] = [];
+  for await (const ev of client.events(t.id, { after: evs.length - 2 })) tail.push(ev);
+  assert.deepEqual(tail, evs.slice(-2));
+});
+
+test("steer a running turn", async () => {
+  const t = await client.startTurn({ prompt: "#slow=2000" });
+  let steered = false;
+  let result: Result | undefined;
+  for await (const ev of client.events(t.id)) {
+    const item = ev.item as { type: string };
+    if (!steered && item.type === "message") {
+      await client.steer(t.id, "wrap up");
+      steered = true;
+    }
+    if (item.type === "result") result = ev.item as Result;
+  }
+  assert.ok(result);
+  assert.match(result.text ?? "", /steered: wrap up/);
+  await assert.rejects(client.steer(t.id, "too late"), (e: unknown) => e instanceof OutpostError && e.status === 409 && e.code === "refused");
+});
+
+test("cancel a running turn", async () => {
+  const t = await client.startTurn({ prompt: "#slow=2000" });
+  for await (const ev of client.events(t.id)) {
+    void ev;
+    break; // it runs
+  }
+  const st = await client.cancel(t.id);
+  assert.equal(st.id, t.id);
+  const res = await client.result(t.id);
+  assert.equal(res.error?.code, "cancelled");
+  assert.equal((res.error?.details as Record<string, unknown>).cancelled_by, "client");
+});
+
+test("conversations: list, get, usage, resume, delete", async () => {
+  const first = await client.run({ prompt: "remember me" });
+  const conv = first.conversation;
+  assert.ok(conv);
+  const seen: string[] = [];
+  const second = await client.run({ prompt: "again", resume: conv }, (ev) => seen.push(ev.type));
+  assert.equal(second.conversation, conv);
+  assert.ok(seen.includes("finished"));
+  assert.ok((await client.conversations()).some((c) => c.id === conv));
+  const got = await client.conversation(conv.slice(0, 12));
+  assert.equal(got.id, conv);
+  assert.equal(got.turns, 2);
+  const u = await client.usage(conv);
+  assert.equal(u.turns, 2);
+  assert.ok(u.usage.output_tokens > 0);
+  await client.deleteConversation(conv);
+  await assert.rejects(client.conversation(conv), (e: unknown) => e instanceof OutpostError && e.status === 404 && e.code === "conversation");
+});
+
+test("errors carry the status, code and reason", async () => {
+  await assert.rejects(client.startTurn({ prompt: "x", agent: "nope" }), (e: unknown) =>
+    e instanceof OutpostError && e.status === 400 && e.code === "configuration" && e.reason === "bad_request");
+  await assert.rejects(client.turn("t000000000000000000000000"), (e: unknown) => e instanceof OutpostError && e.status === 404);
+});
+
+test("TCP with a bearer token", async () => {
+  const tokens = join(root, "tokens");
+  const token = execFileSync(bin, ["serve", "token", "add", "ts-test", "--tokens", tokens], { encoding: "utf8" }).trim();
+  assert.match(token, /^opt_/);
+  const where = await serve(["--listen", "127.0.0.1:0", "--tokens", tokens]);
+  const tcp = new Outpost({ baseUrl: where, token });
+  const res = await tcp.run({ prompt: "over tcp" });
+  assert.equal(res.error, null);
+  const bad = new Outpost({ baseUrl: where, token: "opt_wrong" });
+  await assert.rejects(bad.agents(), (e: unknown) => e instanceof OutpostError && e.status === 401 && e.reason === "unauthorized");
+  const none = new Outpost({ baseUrl: where });
+  await assert.rejects(none.startTurn({ prompt: "x" }), (e: unknown) => e instanceof OutpostError && e.status === 401);
+});

@@ -1,0 +1,275 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/bootstrap"
+	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/server"
+)
+
+type serveFlags struct {
+	socket, listen, tokens, workdir, agent, image, logFormat string
+	sandboxes, set, allow, poolAgents, warm                  []string
+	maxConcurrent, maxQueue, poolSize                        int
+	maxTimeout, grace, retention                             time.Duration
+	maxBody                                                  int64
+	verbose                                                  bool
+}
+
+// serveCmd is `outpost serve`: the HTTP API (docs/serve.md).
+func (a *app) serveCmd() *cobra.Command {
+	var f serveFlags
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API (turns, events over SSE, conversations) for orchestrators",
+		Long: `Serve outpost's HTTP API: start turns, follow their events over Server-Sent
+Events, steer and cancel them, read conversations (docs/serve.md).
+
+By default it listens on a Unix socket, $XDG_RUNTIME_DIR/outpost/serve.sock,
+that only the same user may use (the directory is 0700 and every
+connection's peer uid is checked). --listen HOST:PORT opens TCP instead,
+which requires bearer tokens from the tokens file (outpost serve token
+add NAME). Turns run in sandboxes from a warm pool. SIGTERM drains: new
+turns are refused, running ones get --grace to finish, then are cancelled;
+conversations are captured either way.`,
+		Example: `  outpost serve
+  outpost serve --sandbox docker --image outpost/debian:test --pool-size 4
+  outpost serve token add ci-bot && outpost serve --listen 127.0.0.1:7070`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return a.serve(c.Context(), f) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.socket, "socket", "", "Unix socket path (default $XDG_RUNTIME_DIR/outpost/serve.sock)")
+	fl.StringVar(&f.listen, "listen", "", "listen on TCP HOST:PORT instead (requires tokens)")
+	fl.StringVar(&f.tokens, "tokens", "", "tokens file (default $XDG_CONFIG_HOME/outpost/serve-tokens)")
+	fl.StringVar(&f.workdir, "workdir", "", "directory turns run in; its .outpost/.env is read (default: the current one)")
+	fl.StringVar(&f.agent, "agent", "echo", "default agent ("+strings.Join(presets.Names(), ", ")+")")
+	fl.StringArrayVar(&f.sandboxes, "sandbox", nil, "sandbox provider clients may use, the first the default ("+strings.Join(sandbox.Providers(), ", ")+"); repeatable (default local)")
+	fl.StringArrayVar(&f.set, "set", nil, "provider setting PROVIDER.KEY=VALUE, e.g. docker.host=...; repeatable")
+	fl.StringVar(&f.image, "image", "", "docker image (same as --set docker.image=...)")
+	fl.StringArrayVar(&f.allow, "allow-setting", []string{"image"}, "provider setting name clients may set; repeatable")
+	fl.IntVar(&f.maxConcurrent, "max-concurrent", 8, "turns running at once")
+	fl.IntVar(&f.maxQueue, "max-queue", 0, "turns waiting for a slot before 429 (default 4 × --max-concurrent)")
+	fl.DurationVar(&f.maxTimeout, "max-timeout", time.Hour, "per-turn timeout ceiling (and default)")
+	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running turns may finish before they are cancelled")
+	fl.DurationVar(&f.retention, "retention", 15*time.Minute, "how long a finished turn's events stay replayable")
+	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "request body limit in bytes (413 beyond)")
+	fl.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept per sandbox kind (-1: no pool)")
+	fl.StringArrayVar(&f.poolAgents, "pool-agent", nil, "agent whose pinned CLI pooled sandboxes get in advance; repeatable (default: the default agent)")
+	fl.StringArrayVar(&f.warm, "warm", nil, "sandbox kind to fill at start: PROVIDER or PROVIDER:image=IMG; repeatable")
+	fl.StringVar(&f.logFormat, "log-format", "json", "log format on standard error: json or text")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log debug records too")
+	c.MarkFlagsMutuallyExclusive("socket", "listen")
+	c.AddCommand(a.serveTokenCmd())
+	return c
+}
+
+func (a *app) serveTokenCmd() *cobra.Command {
+	tok := &cobra.Command{Use: "token", Short: "Manage the bearer tokens of `outpost serve --listen`"}
+	var file string
+	add := &cobra.Command{
+		Use:   "add NAME",
+		Short: "Create a token; it is printed once, only its hash is kept",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			path, err := tokensPath(file)
+			if err != nil {
+				return err
+			}
+			token, err := server.AddToken(path, args[0])
+			if err != nil {
+				return outpost.Wrap(outpost.Configuration, "token", err)
+			}
+			fmt.Fprintln(a.stdout, token)
+			fmt.Fprintf(a.stderr, "outpost: token %q added to %s; it is not shown again\n", args[0], path)
+			return nil
+		},
+	}
+	add.Flags().StringVar(&file, "tokens", "", "tokens file (default $XDG_CONFIG_HOME/outpost/serve-tokens)")
+	tok.AddCommand(add)
+	return tok
+}
+
+func tokensPath(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", outpost.Wrap(outpost.Configuration, "token", err)
+	}
+	return filepath.Join(dir, "outpost", "serve-tokens"), nil
+}
+
+func (a *app) serve(ctx context.Context, f serveFlags) error {
+	level := slog.LevelInfo
+	if f.verbose {
+		level = slog.LevelDebug
+	}
+	var handler slog.Handler
+	switch f.logFormat {
+	case "json":
+		handler = slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: level})
+	case "text":
+		handler = slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level})
+	default:
+		return usageError{fmt.Errorf("--log-format %q: want json or text", f.logFormat)}
+	}
+	log := slog.New(handler)
+	settings := map[string]map[string]string{}
+	for _, kv := range f.set {
+		k, v, ok := strings.Cut(kv, "=")
+		prov, key, ok2 := strings.Cut(k, ".")
+		if !ok || !ok2 || prov == "" || key == "" {
+			return usageError{fmt.Errorf("--set %q: want PROVIDER.KEY=VALUE", kv)}
+		}
+		if settings[prov] == nil {
+			settings[prov] = map[string]string{}
+		}
+		settings[prov][key] = v
+	}
+	if f.image != "" {
+		if settings["docker"] == nil {
+			settings["docker"] = map[string]string{}
+		}
+		settings["docker"]["image"] = f.image
+	}
+	var warm []server.WarmKey
+	for _, w := range f.warm {
+		prov, rest, _ := strings.Cut(w, ":")
+		wk := server.WarmKey{Sandbox: prov}
+		if rest != "" {
+			m, err := parsePairs(strings.Split(rest, ","), "--warm", nil)
+			if err != nil {
+				return err
+			}
+			wk.Settings = m
+		}
+		warm = append(warm, wk)
+	}
+	store, err := a.store()
+	if err != nil {
+		return err
+	}
+	opts := &server.Options{
+		Store: store, Workdir: f.workdir, DefaultAgent: f.agent, Sandboxes: f.sandboxes, Settings: settings,
+		AllowSettings: f.allow, MaxConcurrent: f.maxConcurrent, MaxQueue: f.maxQueue, MaxTimeout: f.maxTimeout,
+		MaxBody: f.maxBody, Retention: f.retention, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
+		Warm: warm, Logger: log, Version: version(), Installer: &bootstrap.Installer{},
+	}
+	var ln net.Listener
+	where := ""
+	if f.listen != "" {
+		path, err := tokensPath(f.tokens)
+		if err != nil {
+			return err
+		}
+		tokens, err := server.LoadTokens(path)
+		if err == nil && tokens.Len() == 0 {
+			err = errors.New("it holds no token")
+		}
+		if err != nil {
+			return outpost.Errorf(outpost.Configuration, "serve", "--listen needs bearer tokens: %v (create one with `outpost serve token add NAME`)", err)
+		}
+		opts.Tokens = tokens
+		if ln, err = net.Listen("tcp", f.listen); err != nil {
+			return outpost.Wrap(outpost.Configuration, "serve", err)
+		}
+		where = "http://" + ln.Addr().String()
+	} else {
+		path := f.socket
+		if path == "" {
+			if path, err = defaultSocket(); err != nil {
+				return err
+			}
+		}
+		if ln, err = listenUnix(path); err != nil {
+			return err
+		}
+		where = "unix:" + path
+	}
+	srv, err := server.New(opts)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	log.Info("outpost serve: listening", "address", where, "sandboxes", opts.Sandboxes, "version", version())
+	fmt.Fprintln(a.stdout, "outpost serve: listening on", where)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln, nil) }()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+	}
+	// The grace, then time for cancelled turns to capture their
+	// conversations.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.grace+2*time.Minute)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		log.Error("outpost serve: shutdown", "err", serr)
+		err = errors.Join(err, serr)
+	}
+	log.Info("outpost serve: stopped")
+	if err != nil {
+		return outpost.Wrap(outpost.Sandbox, "serve", err)
+	}
+	return nil
+}
+
+// defaultSocket is $XDG_RUNTIME_DIR/outpost/serve.sock, or a directory of
+// the user's own under the temporary directory.
+func defaultSocket() (string, error) {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "outpost", "serve.sock"), nil
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("outpost-%d", os.Getuid()), "serve.sock"), nil
+}
+
+// listenUnix listens on path, in a directory only this user may enter,
+// with the socket itself 0600. A stale socket is replaced; a live one is
+// an error.
+func listenUnix(path string) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) || fi.Mode().Perm()&0o077 != 0 {
+		return nil, outpost.Errorf(outpost.Configuration, "serve", "socket directory %s must be a directory of this user's, mode 0700", dir)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, outpost.Errorf(outpost.Configuration, "serve", "%s: another server is listening", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, outpost.Wrap(outpost.Configuration, "serve", err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
+	}
+	return ln, nil
+}

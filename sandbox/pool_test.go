@@ -1,0 +1,155 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/providers/local"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/memsandbox"
+)
+
+// waitStats returns a channel of the pool's stats changes and the
+// PoolOptions.OnChange feeding it.
+func statsFeed() (chan sandbox.PoolStats, func(sandbox.PoolStats)) {
+	ch := make(chan sandbox.PoolStats, 1024)
+	return ch, func(s sandbox.PoolStats) { ch <- s }
+}
+
+func waitReady(t *testing.T, ch chan sandbox.PoolStats, n int) {
+	t.Helper()
+	for s := range ch {
+		if s.Ready == n && s.Opening == 0 {
+			return
+		}
+	}
+}
+
+func TestPoolKeepsSizeReadyAndDestroysAfterUse(t *testing.T) {
+	mem := memsandbox.New(nil)
+	ch, on := statsFeed()
+	p := sandbox.NewPool(&sandbox.PoolOptions{
+		Size:     3,
+		Open:     func(string, map[string]string) (driver.Provider, error) { return mem, nil },
+		Labels:   map[string]string{"example.com/team": "infra"},
+		OnChange: on,
+	})
+	key := sandbox.PoolKey{Provider: "memory", Workdir: "/work"}
+	if err := p.Warm(key); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ch, 3)
+	if got := mem.Live(); got != 3 {
+		t.Fatalf("live sandboxes after warming = %d, want 3", got)
+	}
+	ctx := context.Background()
+	l, err := p.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := l.Sandbox().(*memsandbox.Sandbox).Labels()
+	if labels[sandbox.PoolLabel] != "1" || labels["example.com/team"] != "infra" {
+		t.Errorf("pooled sandbox labels = %v, want %s and the caller's", labels, sandbox.PoolLabel)
+	}
+	waitReady(t, ch, 3) // refilled
+	if got := mem.Live(); got != 4 {
+		t.Fatalf("live sandboxes with one leased = %d, want 4", got)
+	}
+	p.Release(key, l)
+	for s := range ch {
+		if s.Leased == 0 {
+			break
+		}
+	}
+	if got := mem.Live(); got != 3 {
+		t.Fatalf("live sandboxes after the release = %d, want 3 (a used sandbox is destroyed)", got)
+	}
+	if _, err := l.Exec(ctx, driver.ExecRequest{Path: "true"}, 0); err == nil {
+		t.Error("a released pooled lease still runs processes")
+	}
+	if st := p.Stats(); len(st) != 1 || st[0].Ready != 3 || st[0].Key != key.String() {
+		t.Errorf("Stats = %+v", st)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := mem.Live(); got != 0 {
+		t.Fatalf("live sandboxes after Close = %d, want 0", got)
+	}
+	if _, err := p.Get(ctx, key); !errors.Is(err, sandbox.ErrPoolClosed) {
+		t.Errorf("Get after Close: %v, want ErrPoolClosed", err)
+	}
+}
+
+func TestPoolBoundsKeys(t *testing.T) {
+	mem := memsandbox.New(nil)
+	p := sandbox.NewPool(&sandbox.PoolOptions{Size: 1, MaxKeys: 1, Open: func(string, map[string]string) (driver.Provider, error) { return mem, nil }})
+	defer p.Close(context.Background())
+	ctx := context.Background()
+	a := sandbox.PoolKey{Provider: "memory", Workdir: "/a"}
+	b := sandbox.PoolKey{Provider: "memory", Workdir: "/b"}
+	la, err := p.Get(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := p.Get(ctx, b) // beyond MaxKeys: served cold, nothing kept
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(a, la)
+	p.Release(b, lb)
+	for _, s := range p.Stats() {
+		if s.Key == b.String() {
+			t.Errorf("a key beyond MaxKeys is kept warm: %+v", s)
+		}
+	}
+}
+
+func TestPoolKeyString(t *testing.T) {
+	a := sandbox.PoolKey{Provider: "docker", Settings: map[string]string{"image": "x", "user": "1"}, Workdir: "/w"}
+	b := sandbox.PoolKey{Provider: "docker", Settings: map[string]string{"user": "1", "image": "x"}, Workdir: "/w"}
+	c := sandbox.PoolKey{Provider: "docker", Settings: map[string]string{"image": "x,user=1"}, Workdir: "/w"}
+	if a.String() != b.String() {
+		t.Errorf("equal keys differ: %s vs %s", a, b)
+	}
+	if a.String() == c.String() {
+		t.Errorf("different keys collide: %s", a)
+	}
+}
+
+// A turn on a pooled lease runs like any other, and its sandbox carries
+// nothing into the next one.
+func TestPoolTurn(t *testing.T) {
+	prov := local.New(&local.Options{BaseDir: t.TempDir()})
+	p := sandbox.NewPool(&sandbox.PoolOptions{
+		Size:      1,
+		Open:      func(string, map[string]string) (driver.Provider, error) { return prov, nil },
+		Bootstrap: []*harness.Harness{echo.Harness()},
+	})
+	defer p.Close(context.Background())
+	ctx := context.Background()
+	key := sandbox.PoolKey{Provider: "local", Workdir: t.TempDir()}
+	homes := map[string]bool{}
+	for range 3 {
+		l, err := p.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if homes[l.Home()] {
+			t.Fatalf("home %s served two turns", l.Home())
+		}
+		homes[l.Home()] = true
+		res, err := sandbox.Run(ctx, sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hello", Workdir: key.Workdir}, &sandbox.RunOptions{Lease: l, Environ: []string{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Text == "" {
+			t.Errorf("empty answer: %+v", res)
+		}
+		p.Release(key, l)
+	}
+}

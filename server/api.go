@@ -1,0 +1,114 @@
+package server
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// TurnRequest is the body of POST /v1/turns.
+type TurnRequest struct {
+	// Agent is a preset name; default: the conversation's for resume and
+	// fork, else the server's default agent.
+	Agent  string `json:"agent,omitempty"`
+	Model  string `json:"model,omitempty"`
+	Prompt string `json:"prompt"`
+	// Sandbox is a provider the server allows; default the server's.
+	Sandbox string `json:"sandbox,omitempty"`
+	// Settings are provider settings; only the names the server allows
+	// (default: image).
+	Settings map[string]string `json:"settings,omitempty"`
+	// Resume continues a stored conversation; Fork continues it into a new
+	// one. At most one. A conversation id, a unique prefix or a native id.
+	Resume string `json:"resume,omitempty"`
+	Fork   string `json:"fork,omitempty"`
+	// Env are variables for the agent (the CLI's --env). Secret-looking
+	// names are redacted from everything the turn reports.
+	Env map[string]string `json:"env,omitempty"`
+	// Options are preset options (the CLI's --option).
+	Options map[string]string `json:"options,omitempty"`
+	// TimeoutMS bounds the turn (code timeout); 0: the server's ceiling.
+	// Above the ceiling: refused.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// InactivityMS stops an agent that prints nothing for this long; 0:
+	// the preset's default.
+	InactivityMS int64 `json:"inactivity_ms,omitempty"`
+	// Raw attaches each event's native line (redacted).
+	Raw bool `json:"raw,omitempty"`
+
+	// Structured answers (schema, repairs, protocol) belong to the
+	// structured-answers issue: the fields are reserved and bounded here,
+	// and a request that sets them is refused until the engine takes them
+	// (Turn gains them there; structured() passes them on).
+	Schema   json.RawMessage `json:"schema,omitempty"`
+	Repairs  *int            `json:"repairs,omitempty"`
+	Protocol string          `json:"protocol,omitempty"`
+}
+
+// Turn states.
+const (
+	StateQueued   = "queued"
+	StateRunning  = "running"
+	StateFinished = "finished"
+)
+
+// TurnStatus is a turn as GET /v1/turns/{id} and POST /v1/turns report it.
+type TurnStatus struct {
+	ID      string `json:"id"`
+	State   string `json:"state"`
+	Agent   string `json:"agent"`
+	Sandbox string `json:"sandbox"`
+	// Events is the sequence number of the last event so far (the result
+	// line included once finished).
+	Events   int64      `json:"events"`
+	Created  time.Time  `json:"created"`
+	Started  *time.Time `json:"started,omitempty"`
+	Finished *time.Time `json:"finished,omitempty"`
+	// Result is the turn's result line once finished.
+	Result *sandbox.ResultLine `json:"result,omitempty"`
+}
+
+// SteerRequest is the body of POST /v1/turns/{id}/messages.
+type SteerRequest struct {
+	Text string `json:"text"`
+}
+
+// SteerResponse acknowledges a message taken for delivery.
+type SteerResponse struct {
+	Accepted bool `json:"accepted"`
+}
+
+// ErrorResponse is every error the API returns.
+type ErrorResponse struct {
+	Error *outpost.ErrorJSON `json:"error"`
+}
+
+// Agent is one preset, as GET /v1/agents lists it (the shape of `outpost
+// agents --json`).
+type Agent struct {
+	Name      string `json:"name"`
+	Version   string `json:"version"`
+	Resumable bool   `json:"resumable"`
+	Forkable  bool   `json:"forkable"`
+	Live      bool   `json:"live_input"`
+	Bootstrap string `json:"bootstrap,omitempty"`
+}
+
+// Usage is a conversation's usage (the shape of `outpost usage --json`).
+type Usage struct {
+	Conversation string        `json:"conversation"`
+	Agent        string        `json:"agent"`
+	Turns        int           `json:"turns"`
+	Usage        harness.Usage `json:"usage"`
+}
+
+// Health is GET /healthz.
+type Health struct {
+	Status  string `json:"status"` // "ok" or "draining"
+	Version string `json:"version,omitempty"`
+	Running int    `json:"running"`
+	Queued  int    `json:"queued"`
+}

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TokenPrefix starts every token AddToken makes, so a leaked one is easy
+// to recognise (and to scan for).
+const TokenPrefix = "opt_"
+
+// ErrTokens marks a tokens file that cannot be used.
+var ErrTokens = errors.New("server: tokens")
+
+var tokenName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+type tokenEntry struct {
+	name string
+	sum  [sha256.Size]byte
+}
+
+// Tokens is a tokens file: one line per token, "NAME sha256:HEX", the
+// SHA-256 of the token (tokens are 256 random bits, so a fast hash is
+// enough). The file is read again when it changes, so adding or removing
+// a line takes effect without a restart. Safe for concurrent use.
+type Tokens struct {
+	path string
+
+	mu      sync.Mutex
+	mod     time.Time
+	size    int64
+	entries []tokenEntry
+}
+
+// LoadTokens reads a tokens file. A missing file is an error: a TCP
+// listener without tokens would be open to anyone.
+func LoadTokens(path string) (*Tokens, error) {
+	t := &Tokens{path: path}
+	if err := t.reload(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Len is the number of tokens.
+func (t *Tokens) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.entries)
+}
+
+func (t *Tokens) reload() error {
+	fi, err := os.Stat(t.path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTokens, err)
+	}
+	t.mu.Lock()
+	same := fi.ModTime().Equal(t.mod) && fi.Size() == t.size && t.entries != nil
+	t.mu.Unlock()
+	if same {
+		return nil
+	}
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTokens, err)
+	}
+	entries, err := parseTokens(b)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrTokens, t.path, err)
+	}
+	t.mu.Lock()
+	t.entries, t.mod, t.size = entries, fi.ModTime(), fi.Size()
+	t.mu.Unlock()
+	return nil
+}
+
+func parseTokens(b []byte) ([]tokenEntry, error) {
+	entries := []tokenEntry{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, hash, ok := strings.Cut(line, " ")
+		hash = strings.TrimSpace(hash)
+		if !ok || !tokenName.MatchString(name) || !strings.HasPrefix(hash, "sha256:") {
+			return nil, fmt.Errorf("line %d: want NAME sha256:HEX", n)
+		}
+		raw, err := hex.DecodeString(strings.TrimPrefix(hash, "sha256:"))
+		if err != nil || len(raw) != sha256.Size {
+			return nil, fmt.Errorf("line %d: bad hash", n)
+		}
+		var e tokenEntry
+		e.name = name
+		copy(e.sum[:], raw)
+		entries = append(entries, e)
+	}
+	return entries, sc.Err()
+}
+
+// Check returns the name of the token, or false. Every stored hash is
+// compared, in constant time, whatever matches.
+func (t *Tokens) Check(token string) (string, bool) {
+	_ = t.reload() // a broken edit keeps the last good list
+	sum := sha256.Sum256([]byte(token))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	name, found := "", 0
+	for _, e := range t.entries {
+		if subtle.ConstantTimeCompare(sum[:], e.sum[:]) == 1 {
+			name, found = e.name, 1
+		}
+	}
+	return name, found == 1 && token != ""
+}
+
+// AddToken makes a new token named name, appends its hash to the tokens
+// file at path (created 0600 with its directory 0700), and returns the
+// token: the only time it is seen. A name already in the file is refused.
+func AddToken(path, name string) (string, error) {
+	if !tokenName.MatchString(name) {
+		return "", fmt.Errorf("%w: token name %q: use letters, digits, '.', '_' and '-' (up to 64)", ErrTokens, name)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrTokens, err)
+	}
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%w: %w", ErrTokens, err)
+	}
+	entries, err := parseTokens(old)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrTokens, path, err)
+	}
+	for _, e := range entries {
+		if e.name == name {
+			return "", fmt.Errorf("%w: a token named %q exists", ErrTokens, name)
+		}
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	token := TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	sum := sha256.Sum256([]byte(token))
+	if len(old) > 0 && old[len(old)-1] != '\n' {
+		old = append(old, '\n')
+	}
+	data := append(old, fmt.Sprintf("%s sha256:%s\n", name, hex.EncodeToString(sum[:]))...)
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tokens-*")
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrTokens, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err == nil {
+		if _, err = tmp.Write(data); err == nil {
+			err = tmp.Sync()
+		}
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), path)
+		}
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", ErrTokens, err)
+		}
+	} else {
+		tmp.Close()
+		return "", fmt.Errorf("%w: %w", ErrTokens, err)
+	}
+	return token, nil
+}
+
+// connInfo is what the server knows of a connection's peer.
+type connInfo struct {
+	unix  bool
+	uid   int
+	uidOK bool // the peer's credentials were read
+}
+
+type connKey struct{}
+
+// connContext records the peer of a Unix connection (SO_PEERCRED).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	ci := connInfo{}
+	if uc, ok := c.(*net.UnixConn); ok {
+		ci.unix = true
+		ci.uid, ci.uidOK = peerUID(uc)
+	}
+	return context.WithValue(ctx, connKey{}, ci)
+}
+
+func connOf(ctx context.Context) connInfo {
+	ci, _ := ctx.Value(connKey{}).(connInfo)
+	return ci
+}

@@ -1,0 +1,446 @@
+package server
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness/presets"
+)
+
+// OpenAPI is the API's OpenAPI 3.1 document, served at /v1/openapi.json.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+// Routes lists the API's routes as "METHOD PATH" (ServeMux patterns), for
+// tests that hold them against the OpenAPI document.
+func Routes() []string {
+	return []string{
+		"POST /v1/turns", "GET /v1/turns/{id}", "GET /v1/turns/{id}/events", "POST /v1/turns/{id}/messages",
+		"POST /v1/turns/{id}/cancel", "GET /v1/conversations", "GET /v1/conversations/{id}",
+		"GET /v1/conversations/{id}/usage", "DELETE /v1/conversations/{id}", "GET /v1/agents",
+		"GET /v1/openapi.json", "GET /healthz", "GET /metrics",
+	}
+}
+
+// routes are the API's handlers, by ServeMux pattern (Routes).
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/turns", s.postTurn)
+	mux.HandleFunc("GET /v1/turns/{id}", s.getTurn)
+	mux.HandleFunc("GET /v1/turns/{id}/events", s.events)
+	mux.HandleFunc("POST /v1/turns/{id}/messages", s.steerTurn)
+	mux.HandleFunc("POST /v1/turns/{id}/cancel", s.cancelTurn)
+	mux.HandleFunc("GET /v1/conversations", s.listConversations)
+	mux.HandleFunc("GET /v1/conversations/{id}", s.getConversation)
+	mux.HandleFunc("GET /v1/conversations/{id}/usage", s.conversationUsage)
+	mux.HandleFunc("DELETE /v1/conversations/{id}", s.deleteConversation)
+	mux.HandleFunc("GET /v1/agents", s.agents)
+	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(OpenAPI)
+	})
+	mux.HandleFunc("GET /healthz", s.health)
+	mux.Handle("GET /metrics", s.metrics.handler())
+	return s.middleware(mux)
+}
+
+// statusWriter records the status for logs and metrics, and passes
+// flushing through (SSE).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+var methods = []string{http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodPut, http.MethodPatch}
+
+// middleware: panics become 500s, paths are checked, the peer is
+// authenticated, unknown routes get the JSON error shape, and every
+// request is logged and counted.
+func (s *Server) middleware(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		w := &statusWriter{ResponseWriter: rw}
+		route := "unmatched"
+		peer := ""
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("outpost serve: panic", "route", route, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				if w.status == 0 {
+					fail(outpost.Process, ReasonInternal, "internal error").write(w)
+				}
+			}
+			st := w.status
+			if st == 0 {
+				st = http.StatusOK
+			}
+			s.metrics.requests.WithLabelValues(route, strconv.Itoa(st)).Inc()
+			s.log.Info("outpost http", "method", r.Method, "route", route, "status", st, "ms", time.Since(start).Milliseconds(), "peer", peer)
+		}()
+		reject := func(e *apiError) {
+			s.metrics.rejected.WithLabelValues(e.err.Details["reason"].(string)).Inc()
+			e.write(w)
+		}
+		if p := r.URL.Path; strings.Contains(p, "//") || slices.ContainsFunc(strings.Split(p, "/"), func(seg string) bool { return seg == ".." || seg == "." }) {
+			reject(fail(outpost.Configuration, ReasonBadRequest, "the path is not clean"))
+			return
+		}
+		_, pattern := mux.Handler(r)
+		if pattern == "" {
+			for _, m := range methods {
+				r2 := r.Clone(r.Context())
+				r2.Method = m
+				if _, p := mux.Handler(r2); p != "" {
+					w.Header().Set("Allow", m)
+					reject(fail(outpost.Configuration, ReasonMethod, fmt.Sprintf("method %s is not allowed here", r.Method)))
+					return
+				}
+			}
+			reject(fail(outpost.Configuration, ReasonNotFound, "no such route"))
+			return
+		}
+		route = pattern
+		if pattern != "GET /healthz" {
+			name, e := s.authenticate(r)
+			if e != nil {
+				if e.status == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="outpost"`)
+				}
+				reject(e)
+				return
+			}
+			peer = name
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// authenticate checks the peer: its uid on a Unix socket, its bearer token
+// on TCP (when the server has tokens).
+func (s *Server) authenticate(r *http.Request) (string, *apiError) {
+	ci := connOf(r.Context())
+	if ci.unix {
+		if !ci.uidOK || !slices.Contains(s.o.AllowUIDs, ci.uid) {
+			return "", fail(outpost.Refused, ReasonForbidden, "this socket serves only its owner")
+		}
+		return "uid:" + strconv.Itoa(ci.uid), nil
+	}
+	if s.o.Tokens == nil {
+		return "", nil
+	}
+	auth := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", fail(outpost.Refused, ReasonUnauthorized, "a bearer token is required")
+	}
+	name, ok := s.o.Tokens.Check(strings.TrimSpace(token))
+	if !ok {
+		return "", fail(outpost.Refused, ReasonUnauthorized, "the token is not valid")
+	}
+	return "token:" + name, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		http.Error(w, `{"error":{"code":"process","message":"encoding the response"}}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+func writeErr(w http.ResponseWriter, err error) { fromError(err).write(w) }
+
+// readJSON decodes exactly one JSON object of at most max bytes into v,
+// refusing unknown fields.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, s.o.MaxBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("data after the JSON object")
+		}
+	}
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.metrics.rejected.WithLabelValues(ReasonTooLarge).Inc()
+			return fail(outpost.Configuration, ReasonTooLarge, fmt.Sprintf("the body is over the limit of %d bytes", s.o.MaxBody))
+		}
+		msg := err.Error()
+		if errors.Is(err, io.EOF) {
+			msg = "empty body"
+		}
+		return fail(outpost.Configuration, ReasonBadRequest, "invalid request body: "+msg)
+	}
+	return nil
+}
+
+func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
+	var req TurnRequest
+	if err := s.readJSON(w, r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	t, err := s.admit(r.Context(), &req)
+	if err != nil {
+		ae := fromError(err)
+		if reason, _ := ae.err.Details["reason"].(string); reason == ReasonBusy || reason == ReasonDraining || reason == ReasonTooLarge {
+			s.metrics.rejected.WithLabelValues(reason).Inc()
+		}
+		ae.write(w)
+		return
+	}
+	w.Header().Set("Location", "/v1/turns/"+t.id)
+	writeJSON(w, http.StatusAccepted, t.status())
+}
+
+func (s *Server) getTurn(w http.ResponseWriter, r *http.Request) {
+	t, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t.status())
+}
+
+func (s *Server) steerTurn(w http.ResponseWriter, r *http.Request) {
+	t, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var req SteerRequest
+	if err := s.readJSON(w, r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if strings.TrimSpace(req.Text) == "" {
+		writeErr(w, fail(outpost.Configuration, ReasonBadRequest, "empty message"))
+		return
+	}
+	if t.isFinished() {
+		writeErr(w, fail(outpost.Refused, ReasonConflict, "the turn is finished: start a new one with resume"))
+		return
+	}
+	select {
+	case t.steer <- req.Text:
+		writeJSON(w, http.StatusAccepted, SteerResponse{Accepted: true})
+	default:
+		e := fail(outpost.Refused, ReasonBusy, fmt.Sprintf("%d messages are already waiting for the turn", steerBuffer))
+		e.retryAfter = 1
+		e.write(w)
+	}
+}
+
+func (s *Server) cancelTurn(w http.ResponseWriter, r *http.Request) {
+	t, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if t.isFinished() {
+		writeJSON(w, http.StatusOK, t.status())
+		return
+	}
+	t.cancel(errClientCancel)
+	writeJSON(w, http.StatusAccepted, t.status())
+}
+
+// events streams a turn's events as Server-Sent Events: "id: SEQ" and
+// "data: EVENT" per event, the result line last, then the stream ends.
+// Last-Event-ID (or ?after=SEQ) resumes after that sequence number.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	t, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	after := int64(0)
+	from := r.Header.Get("Last-Event-ID")
+	if from == "" {
+		from = r.URL.Query().Get("after")
+	}
+	if from != "" {
+		n, err := strconv.ParseInt(from, 10, 64)
+		if err != nil || n < 0 {
+			writeErr(w, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("Last-Event-ID %q is not a sequence number", from)))
+			return
+		}
+		after = n
+	}
+	if _, _, _, _, gone := t.since(after); gone {
+		writeErr(w, fail(outpost.Configuration, ReasonGone, fmt.Sprintf("events after %d are no longer retained", after)))
+		return
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second)) // a stuck client is dropped
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !write([]byte("retry: 1000\n\n")) {
+		return
+	}
+	ping := time.NewTicker(s.o.Keepalive)
+	defer ping.Stop()
+	var buf bytes.Buffer
+	for {
+		entries, seq, finished, notify, gone := t.since(after)
+		if gone {
+			return // fell behind the retention: the client reconnects and gets 410
+		}
+		if len(entries) > 0 {
+			buf.Reset()
+			for i, e := range entries {
+				fmt.Fprintf(&buf, "id: %d\ndata: %s\n\n", seq+int64(i), e)
+			}
+			if !write(buf.Bytes()) {
+				return
+			}
+			after = seq + int64(len(entries)) - 1
+			continue
+		}
+		if finished {
+			return
+		}
+		select {
+		case <-notify:
+		case <-ping.C:
+			if !write([]byte(": ping\n\n")) {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		case <-s.base.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) store() (conversation.Store, error) {
+	if s.o.Store == nil {
+		return nil, fail(outpost.Conversation, ReasonNotFound, "this server keeps no conversations")
+	}
+	return s.o.Store, nil
+}
+
+func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
+	st, err := s.store()
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	list, err := st.List(r.Context())
+	if err != nil {
+		writeErr(w, outpost.Wrap(outpost.Conversation, "list", err))
+		return
+	}
+	if list == nil {
+		list = []conversation.Meta{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"conversations": list})
+}
+
+func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
+	_, m, err := s.resolve(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *Server) conversationUsage(w http.ResponseWriter, r *http.Request) {
+	_, m, err := s.resolve(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Usage{Conversation: m.ID, Agent: m.Agent, Turns: m.Turns, Usage: m.Usage})
+}
+
+func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request) {
+	id, _, err := s.resolve(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	s.mu.Lock()
+	inUse := s.convInUse[id] > 0
+	s.mu.Unlock()
+	if inUse {
+		writeErr(w, fail(outpost.Refused, ReasonConflict, fmt.Sprintf("conversation %s is being continued by a turn", id)))
+		return
+	}
+	if err := s.o.Store.Delete(r.Context(), id); err != nil {
+		writeErr(w, outpost.Wrap(outpost.Conversation, "delete", err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
+	out := []Agent{}
+	for _, n := range presets.Names() {
+		h, _ := presets.Lookup(n)
+		out = append(out, Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"agents": out})
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	h := Health{Status: "ok", Version: s.o.Version, Running: s.running, Queued: s.queued}
+	draining := s.draining
+	s.mu.Unlock()
+	st := http.StatusOK
+	if draining {
+		h.Status, st = "draining", http.StatusServiceUnavailable
+	}
+	writeJSON(w, st, h)
+}

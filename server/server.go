@@ -1,0 +1,421 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/bootstrap"
+	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// Options configure New; nil means defaults.
+type Options struct {
+	// Store keeps conversations (required for resume, fork and the
+	// conversation routes; nil: nothing is captured and those are 404).
+	Store conversation.Store
+	// Workdir is the host directory turns run in (its .outpost/.env is
+	// read); default the current directory. Clients cannot choose it.
+	Workdir string
+	// Environ is what variables are resolved from; default os.Environ().
+	Environ []string
+	// Installer installs pinned CLIs; default a zero bootstrap.Installer.
+	Installer *bootstrap.Installer
+
+	// DefaultAgent is used when a request names none (default "echo").
+	DefaultAgent string
+	// Sandboxes are the providers clients may ask for; the first is the
+	// default (default: "local").
+	Sandboxes []string
+	// Settings are each provider's server-side settings (e.g. the docker
+	// host), under which clients' settings are applied.
+	Settings map[string]map[string]string
+	// AllowSettings are the setting names a client may give (default:
+	// "image"). Anything else is refused: a client must not point the
+	// server at another engine.
+	AllowSettings []string
+
+	// MaxConcurrent bounds running turns (default 8); MaxQueue bounds the
+	// turns waiting for a slot (default 4 × MaxConcurrent). Beyond both,
+	// POST /v1/turns answers 429 with Retry-After.
+	MaxConcurrent int
+	MaxQueue      int
+	// MaxTimeout is the per-turn timeout ceiling, also the timeout of turns
+	// that ask for none (default 1h).
+	MaxTimeout time.Duration
+	// MaxBody bounds request bodies (default 1 MiB; 413 beyond).
+	MaxBody int64
+	// MaxSchema bounds a structured-answer schema (default 64 KiB; 413).
+	MaxSchema int
+	// Retention is how long a finished turn's events stay replayable
+	// (default 15m); MaxFinished bounds how many finished turns are kept
+	// (default 1000, oldest dropped first); MaxTurnEvents bounds one
+	// turn's retained events in bytes (default 32 MiB, oldest dropped:
+	// replaying from before them gives 410).
+	Retention     time.Duration
+	MaxFinished   int
+	MaxTurnEvents int
+	// Grace is how long Shutdown lets running turns finish before it
+	// cancels them (default 30s).
+	Grace time.Duration
+
+	// PoolSize is how many sandboxes are kept warm per sandbox kind
+	// (default 2; negative: no pool, every turn opens its own). PoolAgents
+	// are the presets whose CLIs pooled sandboxes get in advance (default
+	// the default agent). Warm lists sandbox kinds to fill at start.
+	PoolSize   int
+	PoolAgents []string
+	Warm       []WarmKey
+
+	// Tokens, when set, require a bearer token on every TCP request but
+	// /healthz. Unix-socket requests are checked by peer credentials
+	// instead: only AllowUIDs (default: the server's own uid).
+	Tokens    *Tokens
+	AllowUIDs []int
+
+	// Logger receives structured logs (default: discarded).
+	Logger *slog.Logger
+	// Version is reported by /healthz.
+	Version string
+	// Keepalive is the SSE comment interval (default 15s).
+	Keepalive time.Duration
+}
+
+// WarmKey is a sandbox kind to keep warm from the start.
+type WarmKey struct {
+	Sandbox  string
+	Settings map[string]string
+}
+
+// Server is the HTTP API. Create it with New, serve it with Serve (or
+// mount Handler), stop it with Shutdown.
+type Server struct {
+	o       Options
+	log     *slog.Logger
+	pool    *sandbox.Pool
+	metrics *metrics
+	handler http.Handler
+
+	base     context.Context // ends at the end of Shutdown: cancels every turn
+	baseStop context.CancelCauseFunc
+	sem      chan struct{}
+	wg       sync.WaitGroup // turn goroutines
+
+	mu        sync.Mutex
+	turns     map[string]*turn
+	finished  []*turn // oldest first
+	queued    int
+	running   int
+	draining  bool
+	convInUse map[string]int // conversations that live turns continue
+	servers   []*http.Server
+}
+
+var (
+	errShutdown     = errors.New("the server is shutting down")
+	errClientCancel = errors.New("cancelled by the client")
+)
+
+// New returns a server. Providers in Sandboxes must be registered
+// (driver.Register; the outpost command registers local and docker).
+func New(opts *Options) (*Server, error) {
+	s := &Server{turns: map[string]*turn{}, convInUse: map[string]int{}}
+	if opts != nil {
+		s.o = *opts
+	}
+	o := &s.o
+	if o.Workdir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, outpost.Wrap(outpost.Configuration, "serve", err)
+		}
+		o.Workdir = wd
+	}
+	if o.Environ == nil {
+		o.Environ = os.Environ()
+	}
+	if o.Installer == nil {
+		o.Installer = &bootstrap.Installer{}
+	}
+	if o.DefaultAgent == "" {
+		o.DefaultAgent = "echo"
+	}
+	if _, ok := presets.Lookup(o.DefaultAgent); !ok {
+		return nil, outpost.Errorf(outpost.Configuration, "serve", "unknown default agent %q", o.DefaultAgent)
+	}
+	if len(o.Sandboxes) == 0 {
+		o.Sandboxes = []string{"local"}
+	}
+	for _, name := range o.Sandboxes {
+		if !slices.Contains(sandbox.Providers(), name) {
+			return nil, outpost.Errorf(outpost.Configuration, "serve", "unknown sandbox provider %q (known: %v)", name, sandbox.Providers())
+		}
+	}
+	if o.AllowSettings == nil {
+		o.AllowSettings = []string{"image"}
+	}
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = 8
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = 4 * o.MaxConcurrent
+	}
+	if o.MaxTimeout <= 0 {
+		o.MaxTimeout = time.Hour
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = 1 << 20
+	}
+	if o.MaxSchema <= 0 {
+		o.MaxSchema = 64 << 10
+	}
+	if o.Retention <= 0 {
+		o.Retention = 15 * time.Minute
+	}
+	if o.MaxFinished <= 0 {
+		o.MaxFinished = 1000
+	}
+	if o.MaxTurnEvents <= 0 {
+		o.MaxTurnEvents = 32 << 20
+	}
+	if o.Grace <= 0 {
+		o.Grace = 30 * time.Second
+	}
+	if o.PoolSize == 0 {
+		o.PoolSize = 2
+	}
+	if o.PoolAgents == nil {
+		o.PoolAgents = []string{o.DefaultAgent}
+	}
+	if o.AllowUIDs == nil {
+		o.AllowUIDs = []int{os.Geteuid()}
+	}
+	if o.Keepalive <= 0 {
+		o.Keepalive = 15 * time.Second
+	}
+	s.log = o.Logger
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var warmAgents []*harness.Harness
+	for _, name := range o.PoolAgents {
+		h, ok := presets.Lookup(name)
+		if !ok {
+			return nil, outpost.Errorf(outpost.Configuration, "serve", "unknown pool agent %q", name)
+		}
+		warmAgents = append(warmAgents, h)
+	}
+	s.metrics = newMetrics()
+	size := max(o.PoolSize, 1)
+	s.pool = sandbox.NewPool(&sandbox.PoolOptions{
+		Size:      size,
+		Bootstrap: warmAgents,
+		Installer: o.Installer,
+		Logger:    s.log,
+		OnChange:  func(sandbox.PoolStats) { s.metrics.poolStats(s.pool.Stats()) },
+		Open: func(name string, settings map[string]string) (driver.Provider, error) {
+			return sandbox.Open(name, settings)
+		},
+	})
+	s.base, s.baseStop = context.WithCancelCause(context.Background())
+	s.sem = make(chan struct{}, o.MaxConcurrent)
+	s.handler = s.routes()
+	if o.PoolSize > 0 {
+		for _, w := range o.Warm {
+			key, err := s.poolKey(w.Sandbox, w.Settings, true)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.pool.Warm(key); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s, nil
+}
+
+// Handler is the API's handler, for mounting in a server of the caller's.
+// Requests it receives without connection information (connContext) are
+// treated as TCP requests: they need a token when Options.Tokens is set.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Pool is the server's sandbox pool.
+func (s *Server) Pool() *sandbox.Pool { return s.pool }
+
+// HTTPServer returns an http.Server for the handler with the API's
+// timeouts: 10s to read the headers (a slow-header client is dropped),
+// 2 minutes idle, 64 KiB of headers. There is no write timeout (event
+// streams are long); the SSE handler bounds each write itself.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ConnContext:       connContext,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve serves the API on ln until Shutdown (it then returns nil), with
+// HTTPServer's settings. hs may be nil, or an http.Server from HTTPServer
+// with settings changed.
+func (s *Server) Serve(ln net.Listener, hs *http.Server) error {
+	if hs == nil {
+		hs = s.HTTPServer()
+	}
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.servers = append(s.servers, hs)
+	s.mu.Unlock()
+	err := hs.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown drains the server: new turns are refused (503) at once, while
+// running and queued turns get Options.Grace (or until ctx ends, if
+// sooner) to finish; then they are cancelled (code cancelled,
+// details.cancelled_by "shutdown") and their conversations captured. Then
+// the HTTP servers stop (open event streams have ended with their turns'
+// results) and the pool is destroyed. The listeners stay open during the
+// grace so that clients can follow their turns to the end.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	live := s.liveTurns()
+	s.mu.Unlock()
+	s.log.Info("outpost serve: draining", "turns", len(live), "grace", s.o.Grace.String())
+	grace, cancel := context.WithTimeout(ctx, s.o.Grace)
+	waitTurns(grace, live)
+	cancel()
+	if len(s.unfinished(live)) > 0 {
+		s.log.Warn("outpost serve: grace over, cancelling turns", "turns", len(s.unfinished(live)))
+		for _, t := range live {
+			t.cancel(errShutdown)
+		}
+	}
+	// Cancelled turns still capture their conversations: wait for them,
+	// however long ctx allows.
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("server: shutdown: turns still running: %w", ctx.Err())
+	}
+	s.baseStop(errShutdown)
+	s.mu.Lock()
+	servers := s.servers
+	s.mu.Unlock()
+	for _, hs := range servers {
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if herr := hs.Shutdown(hctx); herr != nil {
+			hs.Close()
+		}
+		cancel()
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	return errors.Join(err, s.pool.Close(pctx))
+}
+
+func waitTurns(ctx context.Context, ts []*turn) {
+	for _, t := range ts {
+		select {
+		case <-t.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) unfinished(ts []*turn) []*turn {
+	var out []*turn
+	for _, t := range ts {
+		select {
+		case <-t.done:
+		default:
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// liveTurns returns the queued and running turns. Call with mu.
+func (s *Server) liveTurns() []*turn {
+	var out []*turn
+	for _, t := range s.turns {
+		select {
+		case <-t.done:
+		default:
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// poolKey validates a sandbox and client settings and returns the pool
+// key. trusted: settings come from the operator, not a client.
+func (s *Server) poolKey(name string, settings map[string]string, trusted bool) (sandbox.PoolKey, error) {
+	if name == "" {
+		name = s.o.Sandboxes[0]
+	}
+	if !slices.Contains(s.o.Sandboxes, name) {
+		return sandbox.PoolKey{}, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("sandbox %q is not served here (served: %v)", name, s.o.Sandboxes))
+	}
+	merged := map[string]string{}
+	for k, v := range s.o.Settings[name] {
+		merged[k] = v
+	}
+	for k, v := range settings {
+		if !trusted && !slices.Contains(s.o.AllowSettings, k) {
+			return sandbox.PoolKey{}, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("setting %q may not be set by a client (allowed: %v)", k, s.o.AllowSettings))
+		}
+		merged[k] = v
+	}
+	if len(merged) == 0 {
+		merged = nil
+	}
+	key := sandbox.PoolKey{Provider: name, Settings: merged, Workdir: s.o.Workdir}
+	if _, err := s.pool.Provider(key); err != nil {
+		return key, err
+	}
+	return key, nil
+}
+
+func newTurnID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:])
+}
+
+func validTurnID(id string) bool {
+	if len(id) != 25 || id[0] != 't' {
+		return false
+	}
+	_, err := hex.DecodeString(id[1:])
+	return err == nil
+}
