@@ -463,6 +463,13 @@ func (s *Sandbox) List(ctx context.Context, dir string) ([]string, error) {
 	return out, err
 }
 
+// SnapshotWorkspace describes the files of the working directory (metadata
+// only), skipping .git directories and .outpost. It implements
+// driver.Snapshotter.
+func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (driver.Snapshot, error) {
+	return driver.WalkWorkspace(ctx, s.workdir, limit)
+}
+
 // Close removes the lease's home. The working directory is the caller's
 // and stays.
 func (s *Sandbox) Close(ctx context.Context) error {
