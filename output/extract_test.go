@@ -154,7 +154,7 @@ func TestCheckProtocol(t *testing.T) {
 		{name: "handoff untagged fence", text: "Not mine.\n```\n{\"handoff\": {\"to\": \"reviewer\", \"task\": \"review\", \"context\": \"see a.go\"}}\n```", want: &Outcome{Kind: KindHandoff, To: "reviewer", Task: "review", Context: "see a.go"}},
 		{name: "last block wins", text: "```json\n{\"handoff\":{\"to\":\"a\",\"task\":\"b\"}}\n```\n```json\n{\"result\":{\"summary\":\"s\"}}\n```", want: &Outcome{Kind: KindResult, Summary: "s"}},
 		{name: "bash block is not the protocol", text: "All done here.\n\n```bash\nls\n```", want: &Outcome{Kind: KindResult, Summary: "All done here.", Fallback: true}},
-		{name: "unfenced block", text: `Done. {"result": {"summary": "ok"}}`, want: &Outcome{Kind: KindResult, Summary: "ok"}},
+		{name: "unfenced JSON is prose", text: `Done. {"result": {"summary": "ok"}}`, want: &Outcome{Kind: KindResult, Summary: `Done. {"result": {"summary": "ok"}}`, Fallback: true}},
 		{name: "fallback", text: "I changed the README.\nIt reads better.\n\nDetails follow.", want: &Outcome{Kind: KindResult, Summary: "I changed the README. It reads better.", Fallback: true}},
 		{name: "malformed block", text: "```json\n{\"result\": {\"summary\": 3}}\n```", problems: true},
 		{name: "both kinds", text: "```json\n{\"result\": {\"summary\": \"a\"}, \"handoff\": {\"to\": \"b\", \"task\": \"c\"}}\n```", problems: true},

@@ -84,8 +84,7 @@ type ProtocolAnswer struct {
 }
 
 // CheckProtocol parses the last fenced block of text (tagged json or
-// untagged) that holds an object; without one, the last balanced top-level
-// object naming "result" or "handoff". A block that is not JSON or does not
+// untagged) that holds an object. A block that is not JSON or does not
 // match ProtocolSchema gives problems (repaired like a schema failure).
 // Without any block the answer falls back to a result whose summary is the
 // text's first paragraph, bounded (Outcome.Fallback).
@@ -100,11 +99,6 @@ func CheckProtocol(text string) ProtocolAnswer {
 		if strings.HasPrefix(c, "{") || isJSONInfo(blocks[i].info) {
 			raw = []byte(c)
 			break
-		}
-	}
-	if raw == nil {
-		if c, ok := lastBalanced(text); ok && (strings.Contains(string(c), `"result"`) || strings.Contains(string(c), `"handoff"`)) {
-			raw = c
 		}
 	}
 	if raw == nil {

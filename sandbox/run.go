@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/credentials"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/output"
 )
 
 // Turn is one request to an agent. It serializes to JSON so the CLI and a
@@ -48,6 +50,21 @@ type Turn struct {
 	// Options are preset-specific settings; ExtraArgs pass through.
 	Options   map[string]string `json:"options,omitempty"`
 	ExtraArgs []string          `json:"extra_args,omitempty"`
+
+	// Output is a JSON Schema (draft 2020-12) the answer must match; the
+	// validated value is Result.Output (docs/output.md). A schema that is
+	// not JSON, not valid or over 1 MiB is a configuration error.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Repairs bounds the response repair attempts of a refused answer:
+	// nil means DefaultRepairs (2), 0 disables repair.
+	Repairs *int `json:"repairs,omitempty"`
+	// Protocol "handoff" asks for the result/handoff block
+	// (Result.Protocol). Exclusive with Output.
+	Protocol string `json:"protocol,omitempty"`
+	// ChangedFilesLimit bounds the workspace snapshots of
+	// Result.ChangedFiles by file count: 0 means the default (20000), a
+	// negative value turns changed files off.
+	ChangedFilesLimit int `json:"changed_files_limit,omitempty"`
 }
 
 // RunOptions configure Run. A Provider or a Lease is required; the rest
@@ -112,6 +129,17 @@ type Result struct {
 	Exit *harness.ExitStatus `json:"exit,omitempty"`
 	// Steered counts messages delivered into the turn.
 	Steered int `json:"steered,omitempty"`
+	// Output is the validated answer of a turn with Turn.Output.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Protocol is the parsed block of a turn with Turn.Protocol.
+	Protocol *output.Outcome `json:"protocol,omitempty"`
+	// ChangedFiles are the workspace files the turn created, modified or
+	// deleted, computed by outpost from snapshots; nil when the sandbox
+	// cannot describe its workspace.
+	ChangedFiles *output.Changes `json:"changed_files,omitempty"`
+	// Attempts are the answer's attempts (the turn, then each repair) with
+	// their own usage, for a turn with Output or Protocol.
+	Attempts []Attempt `json:"attempts,omitempty"`
 }
 
 // Run runs one turn through the ten lifecycle steps of
@@ -136,6 +164,7 @@ type engine struct {
 	o    *RunOptions
 	h    *harness.Harness
 	red  *credentials.Redactor
+	ans  answerState // structured answers (answer.go)
 
 	vars     harness.Vars
 	plan     harness.Plan
@@ -154,6 +183,9 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 	e.step("begin")
 	// 1. Validate before allocation.
 	if err := e.validate(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.prepareAnswer(); err != nil {
 		return nil, err
 	}
 	e.step("validate")
@@ -178,6 +210,7 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 	e.step("lease")
 	res.Sandbox = lease.Provider().Name()
 	out, err := e.turn(ctx, lease, res)
+	out, err = e.answer(ctx, lease, out, err)
 
 	// The store write of step 10 and the release overlap: both are
 	// filesystem-bound, and neither needs the other.
@@ -471,10 +504,13 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	}
 
 	e.step("restore")
+	in, err := e.answerInput(ctx, lease, in)
+	if err != nil {
+		return nil, err
+	}
 	// 5. Bootstrap the CLI if its executable is missing.
 	var live harness.Live
 	var cmd harness.Command
-	var err error
 	if e.o.Steer != nil && h.LiveInput != nil && lease.Capabilities().Stdin {
 		if live, err = h.LiveInput(in); err != nil {
 			return nil, outpost.Wrap(outpost.Configuration, "request", err)
@@ -501,6 +537,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	if cmd.Session != "" {
 		st.native = cmd.Session // the preset chose it
 	}
+	e.snapshotBefore(ctx, lease)
 	runErr := st.run(ctx, cmd)
 	res.Session = st.native
 	res.Text = st.final
@@ -566,6 +603,7 @@ func (e *engine) resumeWith(ctx context.Context, lease *Lease, prev *Result, msg
 	o := *e.o
 	o.Lease = lease
 	next := &engine{t: t, o: &o, red: e.red}
+	next.ans.inner = true
 	res, err := next.run(ctx)
 	if res != nil {
 		res.Usage = prev.Usage.Add(res.Usage)

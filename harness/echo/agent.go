@@ -299,6 +299,12 @@ func (a *agent) turn(dir, id, parent string, history []record, prompt string, ms
 		a.emit(line{Type: "tool_result", ID: id, Output: op.run()})
 	}
 	if block, ok := jsonAnswer(history, prompt, turn); ok {
+		// The prompt on a line of its own: one that ends with a fence
+		// (an instruction restating a schema) must not swallow the block.
+		reply = fmt.Sprintf("echo (turn %d):\n%s", turn, prompt)
+		if len(extra) > 0 {
+			reply += "\n" + strings.Join(extra, "\n")
+		}
 		reply += "\n\n```json\n" + block + "\n```"
 	}
 	a.emit(line{Type: "text", ID: "m1", Text: reply})
