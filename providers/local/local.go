@@ -464,10 +464,11 @@ func (s *Sandbox) List(ctx context.Context, dir string) ([]string, error) {
 }
 
 // SnapshotWorkspace describes the files of the working directory (metadata
-// only), skipping .git directories and .outpost. It implements
+// only), skipping .git directories, .outpost and the provider's own
+// directory of homes when the working directory holds it. It implements
 // driver.Snapshotter.
 func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (driver.Snapshot, error) {
-	return driver.WalkWorkspace(ctx, s.workdir, limit)
+	return driver.WalkWorkspace(ctx, s.workdir, limit, filepath.Dir(s.dir))
 }
 
 // Close removes the lease's home. The working directory is the caller's

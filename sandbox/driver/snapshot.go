@@ -59,9 +59,15 @@ func SkipInWorkspace(rel string) bool {
 // shim, inside the container). Entries are visited in lexical order
 // within each directory; links are not followed; special files and
 // directories themselves are not listed. Entries that vanish during the
-// walk are skipped.
-func WalkWorkspace(ctx context.Context, dir string, limit int) (Snapshot, error) {
+// walk are skipped, and so are the directories skip names (absolute paths:
+// a provider's own state inside the workspace, such as a local lease's
+// home under a workspace that holds $TMPDIR).
+func WalkWorkspace(ctx context.Context, dir string, limit int, skip ...string) (Snapshot, error) {
 	s := Snapshot{Files: map[string]FileStat{}, Complete: true}
+	skipped := map[string]bool{}
+	for _, p := range skip {
+		skipped[filepath.Clean(p)] = true
+	}
 	errLimit := errors.New("limit")
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -84,7 +90,7 @@ func WalkWorkspace(ctx context.Context, dir string, limit int) (Snapshot, error)
 			return nil
 		}
 		rel = filepath.ToSlash(rel)
-		if SkipInWorkspace(rel) {
+		if SkipInWorkspace(rel) || (d.IsDir() && skipped[p]) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

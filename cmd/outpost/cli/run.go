@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/output"
 	"github.com/outposthq/outpost/sandbox"
 )
 
@@ -34,8 +36,15 @@ type ResultLine struct {
 	// ThreadUsage is the agent's own running total for the whole native
 	// conversation, when the preset reads one (sandbox.Result.ThreadUsage).
 	ThreadUsage *harness.Usage `json:"thread_usage,omitempty"`
-	ExitCode    int            `json:"exit_code"` // outpost's own exit status
-	Error       *ErrorJSON     `json:"error"`
+	// Output is the validated answer of --schema; Protocol the parsed
+	// block of --protocol handoff; ChangedFiles the workspace files the
+	// turn changed, as outpost computed them (docs/output.md).
+	Output       json.RawMessage   `json:"output,omitempty"`
+	Protocol     *output.Outcome   `json:"protocol,omitempty"`
+	ChangedFiles *output.Changes   `json:"changed_files,omitempty"`
+	Attempts     []sandbox.Attempt `json:"attempts,omitempty"`
+	ExitCode     int               `json:"exit_code"` // outpost's own exit status
+	Error        *ErrorJSON        `json:"error"`
 }
 
 // ErrorJSON is an error on the wire.
@@ -59,6 +68,8 @@ func ErrorToJSON(err error) *ErrorJSON {
 
 type runFlags struct {
 	agent, sandbox, model, workdir, resume, fork, image string
+	schema, protocol                                    string
+	repairs                                             int
 	timeout, inactivity                                 time.Duration
 	env, set, options                                   []string
 	json, raw, steerStdin, verbose                      bool
@@ -102,7 +113,11 @@ says how the turn ended (docs/errors.md).`,
 	fl.BoolVar(&f.raw, "raw", false, "with --json: include each event's native line")
 	fl.BoolVar(&f.steerStdin, "steer-stdin", false, "read messages for the running turn from standard input, one per line")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "show the agent's standard error")
+	fl.StringVar(&f.schema, "schema", "", "JSON Schema FILE (or - for standard input) the answer must match; the validated value is printed (docs/output.md)")
+	fl.IntVar(&f.repairs, "repairs", sandbox.DefaultRepairs, "response repair attempts for an answer that does not match (0 disables)")
+	fl.StringVar(&f.protocol, "protocol", "", "ask for the result/handoff block: handoff")
 	c.MarkFlagsMutuallyExclusive("resume", "fork")
+	c.MarkFlagsMutuallyExclusive("schema", "protocol")
 	return c
 }
 
@@ -132,6 +147,20 @@ func parsePairs(list []string, what string, fromEnv func(string) (string, bool))
 func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	if _, ok := presets.Lookup(f.agent); !ok {
 		return a.fail(f, nil, outpost.Errorf(outpost.Configuration, "agent", "unknown agent %q (known: %s)", f.agent, strings.Join(presets.Names(), ", ")))
+	}
+	if prompt == "-" && f.schema == "-" {
+		return usageError{errors.New("the prompt and --schema cannot both come from standard input")}
+	}
+	var schema []byte
+	if f.schema != "" {
+		if f.schema == "-" && f.steerStdin {
+			return usageError{errors.New("--steer-stdin reads standard input: --schema cannot come from it too")}
+		}
+		b, err := readSchema(a.stdin, f.schema)
+		if err != nil {
+			return a.fail(f, nil, err)
+		}
+		schema = b
 	}
 	if prompt == "-" {
 		if f.steerStdin {
@@ -199,6 +228,9 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		Timeout:    f.timeout,
 		Inactivity: f.inactivity,
 		Options:    options,
+		Output:     schema,
+		Repairs:    &f.repairs,
+		Protocol:   f.protocol,
 	}
 	var out eventWriter
 	if f.json {
@@ -252,6 +284,32 @@ func (a *app) finish(out eventWriter, res *sandbox.Result, err error) error {
 
 func lookupEnv(k string) (string, bool) { return osLookupEnv(k) }
 
+// readSchema reads --schema: a file, or standard input for "-", bounded.
+// What it reads is compiled by the engine (a configuration error for a
+// document that is not a valid schema, before any sandbox exists).
+func readSchema(stdin io.Reader, name string) ([]byte, error) {
+	var r io.Reader = stdin
+	if name != "-" {
+		f, err := osOpen(name)
+		if err != nil {
+			return nil, outpost.Wrap(outpost.Configuration, "schema", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, output.MaxSchema+1))
+	if err != nil {
+		return nil, outpost.Wrap(outpost.Configuration, "schema", err)
+	}
+	if len(b) > output.MaxSchema {
+		return nil, outpost.Errorf(outpost.Configuration, "schema", "%s: %w", name, fmt.Errorf("%w: over the %d byte limit", output.ErrSchema, output.MaxSchema))
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, outpost.Errorf(outpost.Configuration, "schema", "%s: %w", name, fmt.Errorf("%w: empty document", output.ErrSchema))
+	}
+	return b, nil
+}
+
 // eventWriter renders a turn.
 type eventWriter interface {
 	event(ev harness.Event)
@@ -285,7 +343,8 @@ func (j *jsonWriter) result(res *sandbox.Result, err error) {
 	j.enc.Encode(ResultLine{
 		Type: "result", Conversation: res.Conversation, Parent: res.Parent, Agent: res.Agent,
 		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
-		ThreadUsage: res.ThreadUsage, ExitCode: outpost.ExitCode(err), Error: ErrorToJSON(err),
+		ThreadUsage: res.ThreadUsage, Output: res.Output, Protocol: res.Protocol, ChangedFiles: res.ChangedFiles,
+		Attempts: res.Attempts, ExitCode: outpost.ExitCode(err), Error: ErrorToJSON(err),
 	})
 	j.w.Flush()
 }
