@@ -73,6 +73,13 @@ func (e *engine) prepareAnswer() error {
 			return outpost.Wrap(outpost.Configuration, "validate", err)
 		}
 		e.ans.schema = s
+		if e.h.NativeSchema {
+			// The CLI takes the schema: it must accept this one.
+			if _, err := e.request(harness.Input{Prompt: t.Prompt, Model: t.Agent.Model, Options: t.Options, ExtraArgs: t.ExtraArgs,
+				Schema: s.JSON(), SchemaFile: "/outpost/schema.json"}); err != nil {
+				return err
+			}
+		}
 	}
 	if t.Repairs != nil && *t.Repairs < 0 {
 		return refuse(outpost.Configuration, "repairs must be 0 or more, not %d", *t.Repairs)

@@ -94,6 +94,7 @@ func Harness() *harness.Harness {
 		Storage:               Storage(),
 		Capture:               true,
 		Resumable:             true,
+		NativeSchema:          true,
 		Forkable:              false,
 		Inactivity:            Inactivity,
 	}
@@ -154,6 +155,10 @@ func Request(in harness.Input) (harness.Command, error) {
 		}
 	}
 	args = append(args, "--output-format", "stream-json", "--print-timeout", timeout)
+	if in.SchemaFile != "" {
+		// Published facts: agy takes --json-schema F (not measured here).
+		args = append(args, "--json-schema", in.SchemaFile)
+	}
 	if in.Model != "" {
 		if !modelRE.MatchString(in.Model) {
 			return harness.Command{}, fmt.Errorf("antigravity: invalid model name %q", in.Model)

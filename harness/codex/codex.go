@@ -138,6 +138,7 @@ func Harness() *harness.Harness {
 		Storage:               Storage(),
 		Capture:               true,
 		Resumable:             true,
+		NativeSchema:          true,
 		Forkable:              true,
 		Inactivity:            Inactivity,
 	}
@@ -384,6 +385,11 @@ func Request(in harness.Input) (harness.Command, error) {
 	}
 	for _, p := range s.configPairs() {
 		args = append(args, "-c", p)
+	}
+	if in.SchemaFile != "" {
+		// Codex sends the schema as the request's text.format (strict
+		// json_schema) and the final message is the value.
+		args = append(args, "--output-schema", in.SchemaFile)
 	}
 	args = append(args, in.ExtraArgs...)
 	args = append(args, "--")
