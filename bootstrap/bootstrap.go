@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 )
@@ -20,45 +21,15 @@ var ErrUnknown = errors.New("bootstrap: unknown agent")
 // installed.
 var ErrMissing = errors.New("bootstrap: executable not found in the sandbox")
 
-var known = map[string]bool{"echo": true, "claude": true, "codex": true, "copilot": true, "antigravity": true}
+// Known reports whether name is a bootstrap name outpost can install
+// with its default pins: one of the embedded pin file (bootstrap/pins.json,
+// the only list of built-in bootstrap names), or one the file named by
+// $OUTPOST_PINS adds. An Installer with its own Pins answers for itself
+// (Installer.Known).
+func Known(name string) bool { return (&Installer{}).Known(name) }
 
-// Known reports whether name is a bootstrap name outpost can install: a
-// built-in one, or one the file named by $OUTPOST_PINS adds.
-func Known(name string) bool {
-	if known[name] {
-		return true
-	}
-	if os.Getenv(PinsVariable) == "" {
-		return false
-	}
-	p, err := DefaultPins()
-	if err != nil {
-		return false
-	}
-	_, ok := p.Lookup(name)
-	return ok
-}
-
-// Names lists the known bootstrap names.
-func Names() []string {
-	set := map[string]bool{}
-	for n := range known {
-		set[n] = true
-	}
-	if os.Getenv(PinsVariable) != "" {
-		if p, err := DefaultPins(); err == nil {
-			for n := range p.Agents {
-				set[n] = true
-			}
-		}
-	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+// Names lists the bootstrap names of the default pins, sorted.
+func Names() []string { return (&Installer{}).Names() }
 
 // Target is what an installer needs of a sandbox. *sandbox.Lease
 // satisfies it, and the optional interfaces the installer looks for: a
@@ -178,10 +149,23 @@ func (i *Installer) Ensure(ctx context.Context, t Target, name, executable strin
 	if opts == nil {
 		opts = &EnsureOptions{}
 	}
-	if name != "" && !Known(name) && !i.pinned(name) {
-		return "", fmt.Errorf("%w %q (known: %v)", ErrUnknown, name, Names())
+	if name == "" {
+		p, err := t.LookPath(ctx, executable)
+		if err == nil {
+			return p, nil
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "", fmt.Errorf("%w: %s (install it in the sandbox or image; its preset names no pinned CLI)", ErrMissing, executable)
 	}
-	if name == "echo" && !t.Isolated() {
+	pin, err := i.pin(name)
+	if err != nil {
+		return "", err
+	}
+	// Outpost's own binary: on a sandbox sharing the host's filesystem the
+	// running executable itself, whatever the PATH holds.
+	if pin.Kind == KindSelf && !t.Isolated() {
 		return i.self()
 	}
 	if !opts.Pinned {
@@ -193,10 +177,7 @@ func (i *Installer) Ensure(ctx context.Context, t Target, name, executable strin
 			return "", ctx.Err()
 		}
 	}
-	switch name {
-	case "":
-		return "", fmt.Errorf("%w: %s (install it in the sandbox or image; its preset names no pinned CLI)", ErrMissing, executable)
-	case "echo":
+	if pin.Kind == KindSelf {
 		return i.installSelf(ctx, t, executable)
 	}
 	res, err := i.Install(ctx, t, name, opts)
@@ -206,14 +187,80 @@ func (i *Installer) Ensure(ctx context.Context, t Target, name, executable strin
 	return res.Path, nil
 }
 
-// pinned reports whether the installer's own pins have name.
-func (i *Installer) pinned(name string) bool {
+// Known reports whether the installer can install bootstrap name: whether
+// its pins (Pins, or DefaultPins) have it. The turn engine asks the turn's
+// installer before allocating a sandbox.
+func (i *Installer) Known(name string) bool {
+	_, err := i.pin(name)
+	return err == nil
+}
+
+// Names lists the bootstrap names the installer can install, sorted.
+func (i *Installer) Names() []string {
 	p, err := i.loadPins()
 	if err != nil {
-		return false
+		return nil
 	}
-	_, ok := p.Lookup(name)
-	return ok
+	set := map[string]bool{}
+	for _, n := range p.Names() {
+		set[n] = true
+	}
+	for _, n := range selfNames() {
+		set[n] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// Cached reports whether name's pin installs a downloaded artifact through
+// the host cache (npm and archive pins), the cache an isolated sandbox may
+// mount read-only (SharedCache). It is false for outpost's own binary
+// (kind self) and for unknown names.
+func (i *Installer) Cached(name string) bool {
+	pin, err := i.pin(name)
+	return err == nil && pin.Kind != KindSelf
+}
+
+// Pin returns the installer's pin of bootstrap name.
+func (i *Installer) Pin(name string) (*Pin, bool) {
+	pin, err := i.pin(name)
+	if err != nil {
+		return nil, false
+	}
+	return pin.Clone(), true
+}
+
+// pin returns name's pin from the installer's pins. Pins of kind self
+// (outpost's own binary) are part of every installer: custom Pins need not
+// repeat them.
+func (i *Installer) pin(name string) (*Pin, error) {
+	p, err := i.loadPins()
+	if err != nil {
+		return nil, err
+	}
+	if pin, ok := p.Lookup(name); ok {
+		return pin, nil
+	}
+	if e, err := Embedded(); err == nil {
+		if pin, ok := e.Lookup(name); ok && pin.Kind == KindSelf {
+			return pin, nil
+		}
+	}
+	return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknown, name, i.Names())
+}
+
+// selfNames are the embedded pins of kind self.
+func selfNames() []string {
+	e, err := Embedded()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, n := range e.Names() {
+		if e.Agents[n].Kind == KindSelf {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func (i *Installer) self() (string, error) {

@@ -1,8 +1,9 @@
 // Package bootstrap installs an agent's pinned CLI into a sandbox that
 // lacks it, before the turn runs, without trusting the network.
 //
-// Every built-in agent has a bootstrap name (Known) and a pin in
-// pins.json, embedded in the binary: the CLI's version and, per platform
+// Every built-in agent has a bootstrap name: its pin's key in pins.json,
+// embedded in the binary (the file is the only list of them: Known,
+// Names, Installer.Known). A pin holds the CLI's version and, per platform
 // ("linux-x64", "linux-x64-musl", "linux-arm64", "darwin-arm64", ...), the
 // artifact to install with its SHA-512 digest — for npm CLIs the
 // registry's sha512 integrity of the main package and of each native
@@ -31,7 +32,7 @@
 // .outpost/bootstrap/<name>@<version>/. A second sandbox needing the same
 // pin installs from the cache without any download.
 //
-// The echo agent's install is outpost's own binary: on a sandbox that
+// A pin of kind self (the echo agent's) installs outpost's own binary: on a sandbox that
 // shares the host's filesystem it is the running executable itself; an
 // isolated sandbox uses the outpost it has on its PATH (the docker
 // provider puts one there) and otherwise gets a copy of a static outpost

@@ -55,13 +55,9 @@ func (i *Installer) Install(ctx context.Context, t Target, name string, opts *En
 	if opts == nil {
 		opts = &EnsureOptions{}
 	}
-	pins, err := i.loadPins()
+	pin, err := i.pin(name)
 	if err != nil {
 		return nil, err
-	}
-	pin, ok := pins.Lookup(name)
-	if !ok {
-		return nil, fmt.Errorf("%w %q (pinned: %v)", ErrUnknown, name, pins.Names())
 	}
 	res := &Installed{Agent: name, Version: pin.Version}
 	rep := newReporter(func(p Progress) {
@@ -116,6 +112,10 @@ func (i *Installer) Install(ctx context.Context, t Target, name string, opts *En
 	}
 
 	pl, err := detectPlatform(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	pins, err := i.loadPins()
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,10 @@ import (
 )
 
 // NPMSource says how an agent's npm pin is made from the registry: the
-// main package, and for each platform key the optional dependency that
-// holds the native CLI and the executable's path inside that package.
+// main package, and for each platform key the package that holds the
+// native CLI and the executable's path inside that package. It is derived
+// from the pin itself (NPMSourceOf): pins.json is the only place that
+// names an agent's npm packages.
 type NPMSource struct {
 	Package   string
 	Program   string
@@ -23,53 +25,50 @@ type NPMSource struct {
 
 // NPMPlatform is one platform of an NPMSource.
 type NPMPlatform struct {
-	// Dependency is the name under the main package's optionalDependencies
-	// (its value may be an npm: alias, as Codex's are).
-	Dependency string
+	// Package is the platform package's name, as the pin has it (for an
+	// npm: alias, the alias's target: Codex's are versions of @openai/codex
+	// itself).
+	Package string
+	// Suffix is what the platform package's version adds to the CLI's
+	// ("-linux-x64" for Codex's aliases, "" when the versions are equal).
+	Suffix string
 	// Bin is the executable inside the platform package (without npm's
 	// "package/" prefix).
 	Bin string
 }
 
-// NPMSources are the npm CLIs whose pins `go run ./bootstrap/cmd/pins`
-// regenerates. Only linux-x64 is installed by the test suite; the other
-// platforms' Bin paths follow each package's documented layout.
-var NPMSources = map[string]NPMSource{
-	"claude": {
-		Package: "@anthropic-ai/claude-code",
-		Program: "claude",
-		Platforms: map[string]NPMPlatform{
-			"linux-x64":        {"@anthropic-ai/claude-code-linux-x64", "claude"},
-			"linux-x64-musl":   {"@anthropic-ai/claude-code-linux-x64-musl", "claude"},
-			"linux-arm64":      {"@anthropic-ai/claude-code-linux-arm64", "claude"},
-			"linux-arm64-musl": {"@anthropic-ai/claude-code-linux-arm64-musl", "claude"},
-			"darwin-x64":       {"@anthropic-ai/claude-code-darwin-x64", "claude"},
-			"darwin-arm64":     {"@anthropic-ai/claude-code-darwin-arm64", "claude"},
-		},
-	},
-	"codex": {
-		Package: "@openai/codex",
-		Program: "codex",
-		Platforms: map[string]NPMPlatform{
-			// Static musl binaries: they run on any Linux.
-			"linux-x64":    {"@openai/codex-linux-x64", "vendor/x86_64-unknown-linux-musl/bin/codex"},
-			"linux-arm64":  {"@openai/codex-linux-arm64", "vendor/aarch64-unknown-linux-musl/bin/codex"},
-			"darwin-x64":   {"@openai/codex-darwin-x64", "vendor/x86_64-apple-darwin/bin/codex"},
-			"darwin-arm64": {"@openai/codex-darwin-arm64", "vendor/aarch64-apple-darwin/bin/codex"},
-		},
-	},
-	"copilot": {
-		Package: "@github/copilot",
-		Program: "copilot",
-		Platforms: map[string]NPMPlatform{
-			"linux-x64":        {"@github/copilot-linux-x64", "copilot"},
-			"linux-x64-musl":   {"@github/copilot-linuxmusl-x64", "copilot"},
-			"linux-arm64":      {"@github/copilot-linux-arm64", "copilot"},
-			"linux-arm64-musl": {"@github/copilot-linuxmusl-arm64", "copilot"},
-			"darwin-x64":       {"@github/copilot-darwin-x64", "copilot"},
-			"darwin-arm64":     {"@github/copilot-darwin-arm64", "copilot"},
-		},
-	},
+// NPMSourceOf derives the npm source of an npm pin: what `go run
+// ./bootstrap/cmd/pins` needs to regenerate it at another version. Only
+// linux-x64 is installed by the test suite; the other platforms' Bin
+// paths follow each package's documented layout.
+func NPMSourceOf(pin *Pin) (NPMSource, bool) {
+	if pin == nil || pin.Kind != KindNPM {
+		return NPMSource{}, false
+	}
+	src := NPMSource{Package: pin.Package, Program: pin.Program, Platforms: map[string]NPMPlatform{}}
+	for key, a := range pin.Platforms {
+		suffix, _ := strings.CutPrefix(a.Version, pin.Version)
+		if a.Version == "" {
+			suffix = ""
+		}
+		src.Platforms[key] = NPMPlatform{Package: a.Package, Suffix: suffix, Bin: a.Bin}
+	}
+	return src, true
+}
+
+// NPMSources are the npm agents of the embedded pins, by bootstrap name.
+func NPMSources() map[string]NPMSource {
+	out := map[string]NPMSource{}
+	p, err := Embedded()
+	if err != nil {
+		return out
+	}
+	for name, pin := range p.Agents {
+		if src, ok := NPMSourceOf(pin); ok {
+			out[name] = src
+		}
+	}
+	return out
 }
 
 // npmManifest is the part of a registry version document that pins use.
@@ -88,16 +87,32 @@ type npmManifest struct {
 
 var exactVersion = regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`)
 
-// ResolveNPM makes the pin of an npm agent (a key of NPMSources) at
-// version from the registry (default DefaultRegistry): the main package's
-// tarball and integrity, and each platform package's, checked against its
-// declared os, cpu and libc. It trusts the registry's integrity values as
-// npm itself does; what it returns is meant to be reviewed as a diff.
+// ResolveNPM makes the pin of an npm agent of the embedded pins at
+// version from the registry (default DefaultRegistry); see ResolvePin.
 func ResolveNPM(ctx context.Context, client *http.Client, registry, agent, version string) (*Pin, error) {
-	src, ok := NPMSources[agent]
+	sources := NPMSources()
+	src, ok := sources[agent]
 	if !ok {
-		return nil, fmt.Errorf("%w %q: not an npm agent (npm agents: %v)", ErrUnknown, agent, sortedKeys(NPMSources))
+		return nil, fmt.Errorf("%w %q: not an npm agent (npm agents: %v)", ErrUnknown, agent, sortedKeys(sources))
 	}
+	return resolveNPM(ctx, client, registry, src, version)
+}
+
+// ResolvePin makes the pin of the npm agent that from pins (its packages,
+// program and platforms, NPMSourceOf) at version from the registry
+// (default DefaultRegistry): the main package's tarball and integrity, and
+// each platform package's, checked against its declared os, cpu and libc.
+// It trusts the registry's integrity values as npm itself does; what it
+// returns is meant to be reviewed as a diff.
+func ResolvePin(ctx context.Context, client *http.Client, registry string, from *Pin, version string) (*Pin, error) {
+	src, ok := NPMSourceOf(from)
+	if !ok {
+		return nil, fmt.Errorf("%w: not an npm pin", ErrUnknown)
+	}
+	return resolveNPM(ctx, client, registry, src, version)
+}
+
+func resolveNPM(ctx context.Context, client *http.Client, registry string, src NPMSource, version string) (*Pin, error) {
 	if !exactVersion.MatchString(version) {
 		return nil, fmt.Errorf("version %q is not an exact version", version)
 	}
@@ -118,20 +133,9 @@ func ResolveNPM(ctx context.Context, client *http.Client, registry, agent, versi
 		Tarball: main.Dist.Tarball, Integrity: main.Dist.Integrity, Platforms: map[string]*Artifact{}}
 	for _, key := range sortedKeys(src.Platforms) {
 		sp := src.Platforms[key]
-		spec, ok := main.OptionalDependencies[sp.Dependency]
-		if !ok {
-			return nil, fmt.Errorf("%s@%s has no optional dependency %s (for %s)", src.Package, version, sp.Dependency, key)
-		}
-		name, ver := sp.Dependency, spec
-		if alias, ok := strings.CutPrefix(spec, "npm:"); ok {
-			at := strings.LastIndex(alias, "@")
-			if at <= 0 {
-				return nil, fmt.Errorf("%s: alias %q has no version", sp.Dependency, spec)
-			}
-			name, ver = alias[:at], alias[at+1:]
-		}
-		if !exactVersion.MatchString(ver) {
-			return nil, fmt.Errorf("%s: %q is not an exact version", sp.Dependency, spec)
+		name, ver, err := optionalDependency(main, sp, version)
+		if err != nil {
+			return nil, fmt.Errorf("%s@%s: %w (for %s)", src.Package, version, err, key)
 		}
 		m, err := npmVersion(ctx, client, registry, name, ver)
 		if err != nil {
@@ -160,6 +164,36 @@ func ResolveNPM(ctx context.Context, client *http.Client, registry, agent, versi
 		pin.Platforms[key] = &Artifact{Package: name, Version: ver, URL: m.Dist.Tarball, Integrity: m.Dist.Integrity, Bin: sp.Bin, Libc: libc}
 	}
 	return pin, pin.validate()
+}
+
+// optionalDependency finds the platform package sp among the main
+// package's optional dependencies: a dependency of that name, or an npm:
+// alias to it at the CLI's version plus sp.Suffix. It returns the package
+// and exact version to fetch.
+func optionalDependency(main *npmManifest, sp NPMPlatform, version string) (name, ver string, err error) {
+	for _, dep := range sortedKeys(main.OptionalDependencies) {
+		spec := main.OptionalDependencies[dep]
+		name, ver := dep, spec
+		if alias, ok := strings.CutPrefix(spec, "npm:"); ok {
+			at := strings.LastIndex(alias, "@")
+			if at <= 0 {
+				return "", "", fmt.Errorf("%s: alias %q has no version", dep, spec)
+			}
+			name, ver = alias[:at], alias[at+1:]
+		}
+		if name != sp.Package || (sp.Suffix != "" && ver != version+sp.Suffix) {
+			continue
+		}
+		if !exactVersion.MatchString(ver) {
+			return "", "", fmt.Errorf("%s: %q is not an exact version", dep, spec)
+		}
+		return name, ver, nil
+	}
+	want := sp.Package
+	if sp.Suffix != "" {
+		want += "@" + version + sp.Suffix
+	}
+	return "", "", fmt.Errorf("no optional dependency %s", want)
 }
 
 // npmVersion fetches a package's version document from the registry.

@@ -17,8 +17,9 @@ type Harness struct {
 	// errors, stored conversations and the CLI's --agent flag. Required.
 	Name string
 
-	// Version is the pinned CLI version this preset was proven against, for
-	// display ("outpost agents") and bootstrap. Optional.
+	// Version is the CLI version this preset was proven against, for
+	// display. Optional: the built-in presets leave it empty, as their
+	// version is their bootstrap pin's ("outpost agents" shows it).
 	Version string
 
 	// Request builds the command of one turn. It must be pure (no disk or
@@ -116,9 +117,11 @@ type Harness struct {
 	// conversation with the new message.
 	LiveInput func(in Input) (Live, error)
 
-	// Bootstrap names the built-in pinned CLI installed when the sandbox
-	// lacks the command's executable. An unknown name fails before any
-	// sandbox is allocated.
+	// Bootstrap names the pinned CLI installed when the sandbox lacks the
+	// command's executable: a pin of the turn's bootstrap installer (the
+	// embedded bootstrap/pins.json, $OUTPOST_PINS, or the installer's own
+	// Pins). A name the installer does not know fails before any sandbox
+	// is allocated.
 	Bootstrap string
 
 	// RequiresFinishedEvent makes a turn whose output has no EventFinished

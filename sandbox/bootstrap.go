@@ -23,7 +23,7 @@ func (e *engine) installer() *bootstrap.Installer {
 // it an install (step 5) copies nothing into the sandbox; a provider that
 // cannot mount it ignores it, and the install copies instead.
 func (e *engine) bootstrapMounts() []driver.Mount {
-	if name := e.h.Bootstrap; name == "" || name == "echo" || !e.caps().Isolated {
+	if name := e.h.Bootstrap; name == "" || !e.caps().Isolated || !e.installer().Cached(name) {
 		return nil
 	}
 	host, target, err := e.installer().SharedCache()

@@ -315,8 +315,8 @@ func (e *engine) validate(ctx context.Context) error {
 	if t.Fork != "" && !h.Forkable {
 		return refuse(outpost.Refused, "agent %s cannot fork conversations", h.Name)
 	}
-	if h.Bootstrap != "" && !bootstrap.Known(h.Bootstrap) {
-		return refuse(outpost.Configuration, "agent %s names unknown bootstrap %q (known: %v)", h.Name, h.Bootstrap, bootstrap.Names())
+	if h.Bootstrap != "" && !e.installer().Known(h.Bootstrap) {
+		return refuse(outpost.Configuration, "agent %s names unknown bootstrap %q (known: %v)", h.Name, h.Bootstrap, e.installer().Names())
 	}
 	if (t.Resume != "" || t.Fork != "") && e.o.Store == nil {
 		return refuse(outpost.Configuration, "resume and fork need a conversation store")

@@ -2,7 +2,13 @@
 # install-clis.sh — install the pinned coding-agent CLIs from npm, idempotently.
 #
 # Usage:
-#   scripts/install-clis.sh [claude] [codex] [copilot]     # no argument = all of them
+#   scripts/install-clis.sh [NAME...]     # no argument = every npm pin
+#   scripts/install-clis.sh --list        # print "NAME PACKAGE VERSION PROGRAM DIR" per npm pin; install nothing
+#
+# The CLIs and their versions are not written here: they are the pins of kind
+# "npm" in bootstrap/pins.json, read from `outpost bootstrap --list --json`
+# (the binary named by $OUTPOST_BIN, else `go run ./cmd/outpost` in this
+# repository). Today: claude, codex and copilot.
 #
 # Each CLI goes into its own npm prefix, so installing one never prunes another
 # (an `npm install --no-save` into a shared prefix without package.json removes
@@ -10,19 +16,12 @@
 #
 #   ${OUTPOST_CACHE:-$HOME/.cache/outpost}/npm/<dirname>/
 #
-# where <dirname> is "<package>@<version>" with every '/' replaced by '+':
+# where <dirname> is "<package>@<version>" with every '/' replaced by '+', e.g.
 #
 #   claude   @anthropic-ai/claude-code@2.1.332  ->  npm/@anthropic-ai+claude-code@2.1.332/
-#   codex    @openai/codex@0.171.0              ->  npm/@openai+codex@0.171.0/
-#   copilot  @github/copilot@1.0.102            ->  npm/@github+copilot@1.0.102/
 #
-# The executables are in <dir>/node_modules/.bin/. Go tests find the claude binary at
-#
-#   $OUTPOST_CACHE/npm/@anthropic-ai+claude-code@2.1.332/node_modules/.bin/claude
-#
-# (with OUTPOST_CACHE defaulting to $HOME/.cache/outpost), and likewise
-# .../npm/@openai+codex@0.171.0/node_modules/.bin/codex and
-# .../npm/@github+copilot@1.0.102/node_modules/.bin/copilot.
+# The executables are in <dir>/node_modules/.bin/ (internal/testenv finds them
+# there, deriving the same directories from the same pins).
 #
 # A directory counts as installed only when <dir>/.installed exists. The install
 # runs in a temporary sibling directory that is renamed into place after npm
@@ -35,17 +34,46 @@ set -euo pipefail
 
 CACHE="${OUTPOST_CACHE:-$HOME/.cache/outpost}"
 NPM_DIR="$CACHE/npm"
-
-# name -> "package version command"
-declare -A PINS=(
-  [claude]="@anthropic-ai/claude-code 2.1.332 claude"
-  [codex]="@openai/codex 0.171.0 codex"
-  [copilot]="@github/copilot 1.0.102 copilot"
-)
-ALL=(claude codex copilot)
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 log() { printf 'install-clis: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+# name -> "package version command", from the pin file; ALL: the names, sorted.
+declare -A PINS=()
+ALL=()
+read_pins() {
+  command -v node >/dev/null 2>&1 || die "node not found in PATH (npm needs it too)"
+  local json
+  if [[ -n "${OUTPOST_BIN:-}" ]]; then
+    json="$("$OUTPOST_BIN" bootstrap --list --json)" || die "$OUTPOST_BIN bootstrap --list --json failed"
+  else
+    command -v go >/dev/null 2>&1 || die "go not found in PATH (or set OUTPOST_BIN to an outpost binary)"
+    json="$(cd "$ROOT" && go run ./cmd/outpost bootstrap --list --json)" || die "go run ./cmd/outpost bootstrap --list --json failed"
+  fi
+  local lines name pkg ver cmd
+  lines="$(printf '%s' "$json" | node -e '
+    let s = "";
+    process.stdin.on("data", d => s += d).on("end", () => {
+      const agents = JSON.parse(s).agents || {};
+      for (const n of Object.keys(agents).sort()) {
+        const p = agents[n];
+        if (!p || p.kind !== "npm") continue;
+        const f = [n, p.package, p.version, p.program];
+        if (!f.every(x => typeof x === "string" && /^[A-Za-z0-9@._\/-]+$/.test(x))) {
+          console.error("install-clis: malformed pin " + JSON.stringify(n));
+          process.exit(1);
+        }
+        console.log(f.join(" "));
+      }
+    });')" || die "cannot read the pins"
+  while read -r name pkg ver cmd; do
+    [[ -n "$name" ]] || continue
+    PINS[$name]="$pkg $ver $cmd"
+    ALL+=("$name")
+  done <<<"$lines"
+  [[ ${#ALL[@]} -gt 0 ]] || die "no npm pins found"
+}
 
 # dirname_for PACKAGE VERSION -> filesystem-safe directory name
 dirname_for() {
@@ -141,6 +169,15 @@ install_one() {
 }
 
 main() {
+  read_pins
+  if [[ "${1:-}" == "--list" ]]; then
+    local n pkg ver cmd
+    for n in "${ALL[@]}"; do
+      read -r pkg ver cmd <<<"${PINS[$n]}"
+      printf '%s %s %s %s %s\n' "$n" "$pkg" "$ver" "$cmd" "$NPM_DIR/$(dirname_for "$pkg" "$ver")"
+    done
+    return 0
+  fi
   local names=("$@")
   if [[ ${#names[@]} -eq 0 ]]; then
     names=("${ALL[@]}")

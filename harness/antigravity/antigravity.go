@@ -1,7 +1,6 @@
 package antigravity
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"path"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // Pinned CLI and defaults.
@@ -32,13 +32,12 @@ const (
 	// Outpost's turn timeout and inactivity watchdog bound it as well: the
 	// CLI is reported not to honour it in every hang.
 	PrintTimeout = 30 * time.Minute
-	// Inactivity is the default watchdog: a turn whose CLI prints nothing
-	// for this long is stopped (code process, details.unavailable).
-	Inactivity = 15 * time.Minute
+	// Inactivity is the default watchdog (kit.Inactivity).
+	Inactivity = kit.Inactivity
 	// MaxArgPrompt is the largest prompt the preset takes: agy gets it as
-	// an argument (Linux limits one to 128 KiB). Its stream-json standard
-	// input (--input-format) could carry more but is unverified.
-	MaxArgPrompt = 100 << 10
+	// an argument (kit.MaxArgPrompt). Its stream-json standard input
+	// (--input-format) could carry more but is unverified.
+	MaxArgPrompt = kit.MaxArgPrompt
 )
 
 // Variable names the preset reads.
@@ -74,7 +73,6 @@ var Efforts = []string{"low", "medium", "high", "max"}
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    Name,
-		Version: Version,
 		Request: Request,
 		NewDecoder: func() func([]byte) []harness.Event {
 			return NewDecoder("").Decode
@@ -111,11 +109,8 @@ func Harness() *harness.Harness {
 // unknown option or value, and extra arguments that would take over what
 // outpost controls.
 func Request(in harness.Input) (harness.Command, error) {
-	if in.Fork {
-		return harness.Command{}, errors.New("antigravity: conversations cannot be forked (agy has no headless fork)")
-	}
-	if strings.ContainsRune(in.Prompt, 0) {
-		return harness.Command{}, errors.New("antigravity: the prompt contains a NUL byte")
+	if err := (kit.Opening{Preset: Name, NoFork: "agy has no headless fork"}).Check(in); err != nil {
+		return harness.Command{}, err
 	}
 	if len(in.Prompt) > MaxArgPrompt {
 		return harness.Command{}, fmt.Errorf("antigravity: the prompt is %d bytes; at most %d go on agy's command line (Linux limits one argument to 128 KiB), and its stream-json standard input is unverified", len(in.Prompt), MaxArgPrompt)
@@ -173,17 +168,15 @@ func Request(in harness.Input) (harness.Command, error) {
 		}
 		args = append(args, "--conversation", in.Conversation)
 	}
-	for i, a := range in.ExtraArgs {
-		if err := checkExtraArg(a); err != nil {
-			return harness.Command{}, fmt.Errorf("antigravity: extra argument %d: %w", i+1, err)
-		}
+	if err := kit.CheckExtraArgs(Name, in.ExtraArgs, reserved.Check); err != nil {
+		return harness.Command{}, err
 	}
 	args = append(args, in.ExtraArgs...)
 	return harness.Command{Path: Program, Args: args}, nil
 }
 
 // reserved are the flags outpost sets or that would break a turn.
-var reserved = map[string]string{
+var reserved = kit.Flags{
 	"-p": "", "--print": "", "--prompt": "", "--output-format": "", "--input-format": "",
 	"--conversation": "use Resume", "-c": "use Resume", "--continue": "use Resume",
 	"--model":                        "use the agent's model",
@@ -193,23 +186,6 @@ var reserved = map[string]string{
 	"--mode":                         "use the " + OptionPermissions + " option",
 	"--sandbox":                      "use the " + OptionPermissions + " option",
 	"-h":                             "", "--help": "", "-v": "", "--version": "",
-}
-
-func checkExtraArg(a string) error {
-	if strings.ContainsRune(a, 0) {
-		return errors.New("contains a NUL byte")
-	}
-	name := a
-	if strings.HasPrefix(a, "--") {
-		name, _, _ = strings.Cut(a, "=")
-	}
-	if why, ok := reserved[name]; ok {
-		if why == "" {
-			return fmt.Errorf("%s is set by outpost", name)
-		}
-		return fmt.Errorf("%s is set by outpost: %s", name, why)
-	}
-	return nil
 }
 
 var (

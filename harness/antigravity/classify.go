@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // ErrorPrefix starts the line agy (1.2.6 and later) writes on standard
@@ -110,15 +112,11 @@ func resetsAt(text string, from time.Time) string {
 		}
 		unit := map[string]time.Duration{"ms": time.Millisecond, "s": time.Second, "m": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[strings.ToLower(p[2])]
 		d += time.Duration(n * float64(unit))
-		if d < 0 || d > 366*24*time.Hour {
+		if d < 0 || d > kit.MaxWait {
 			return ""
 		}
 	}
-	at := from.Add(d).UTC()
-	if at.Nanosecond() != 0 {
-		at = at.Truncate(time.Second).Add(time.Second)
-	}
-	return at.Format(time.RFC3339)
+	return kit.ResetsAt(from, d)
 }
 
 // Unavailable recognizes a terminal outage: an AGY_ERROR line with status

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // Decoder turns agy's --output-format stream-json lines (NDJSON keyed by
@@ -265,20 +266,13 @@ func errorDetails(r obj) map[string]any {
 	if e == nil {
 		return nil
 	}
-	det := map[string]any{}
-	if s := e.Str("status"); s != "" {
-		det["status"] = s
-	}
-	if n, ok := e.Num("error_code"); ok {
-		det["error_code"] = n
-	}
-	if b, ok := e.Bool("retryable"); ok {
-		det["retryable"] = b
-	}
-	if len(det) == 0 {
-		return nil
-	}
-	return det
+	det := kit.Details{}
+	det.Str("status", e.Str("status"))
+	n, ok := e.Num("error_code")
+	det.Num("error_code", n, ok)
+	b, ok := e.Bool("retryable")
+	det.Bool("retryable", b, ok)
+	return det.Map()
 }
 
 // usageOf converts result.usage. agy's input_tokens are taken as the

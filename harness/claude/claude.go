@@ -13,32 +13,24 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // Pinned CLI and defaults.
 const (
 	// Name is the preset's name.
 	Name = "claude"
-	// Version is the Claude Code version the preset was proven against.
-	Version = "2.1.332"
-	// Package is the npm package of the CLI.
-	Package = "@anthropic-ai/claude-code"
 	// Program is the executable the preset runs, looked up on the sandbox's
 	// PATH.
 	Program = "claude"
-	// Inactivity is the default watchdog: a turn whose CLI prints nothing
-	// for this long is stopped (code process, details.unavailable and
-	// details.inactivity). The CLI never ends a model stream that stalls
-	// after its headers by itself. The bound is above the longest silence a
-	// healthy turn has without partial messages: a Bash command may run for
-	// up to 10 minutes, API_TIMEOUT_MS is 10 minutes by default, and a long
-	// generation prints nothing until its block is complete. Set
-	// sandbox.Turn.Inactivity (`outpost run --inactivity`) to change it.
-	Inactivity = 15 * time.Minute
+	// Inactivity is the default watchdog (kit.Inactivity). The CLI never
+	// ends a model stream that stalls after its headers by itself; a Bash
+	// command may run for up to 10 minutes, and API_TIMEOUT_MS is 10
+	// minutes by default.
+	Inactivity = kit.Inactivity
 	// MaxArgPrompt is the largest prompt passed as an argument; a longer one
-	// is written to the CLI's standard input (Linux limits one argument to
-	// 128 KiB).
-	MaxArgPrompt = 100 << 10
+	// is written to the CLI's standard input (kit.MaxArgPrompt).
+	MaxArgPrompt = kit.MaxArgPrompt
 )
 
 // Variable names the preset reads.
@@ -71,7 +63,6 @@ var PermissionModes = []string{"default", "manual", "acceptEdits", "auto", "dont
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    Name,
-		Version: Version,
 		Request: Request,
 		Events:  Events,
 		NewDecoder: func() func([]byte) []harness.Event {
@@ -138,6 +129,9 @@ func build(in harness.Input) (turnCommand, error) {
 		args: []string{"-p", "--output-format", "stream-json", "--verbose"},
 		env:  map[string]string{},
 	}
+	if err := (kit.Opening{Preset: Name}).Check(in); err != nil {
+		return tc, err
+	}
 	if in.Model != "" {
 		if !validModel(in.Model) {
 			return tc, fmt.Errorf("claude: invalid model name %q", in.Model)
@@ -161,8 +155,6 @@ func build(in harness.Input) (turnCommand, error) {
 		if in.Fork {
 			tc.args = append(tc.args, "--fork-session")
 		}
-	} else if in.Fork {
-		return tc, errors.New("claude: fork needs the conversation to fork")
 	}
 	bypass := false
 	for _, k := range slices.Sorted(maps.Keys(in.Options)) {
@@ -204,13 +196,11 @@ func build(in harness.Input) (turnCommand, error) {
 			return tc, fmt.Errorf("claude: unknown option %q (known: %s, %s, %s, %s)", k, OptionPermissionMode, OptionMaxRetries, OptionAPITimeout, OptionPartialMessages)
 		}
 	}
-	for i, a := range in.ExtraArgs {
-		if err := checkExtraArg(a); err != nil {
-			return tc, fmt.Errorf("claude: extra argument %d: %w", i+1, err)
-		}
-		if a == "--dangerously-skip-permissions" || a == "--allow-dangerously-skip-permissions" {
-			bypass = true
-		}
+	if err := kit.CheckExtraArgs(Name, in.ExtraArgs, checkExtraArg); err != nil {
+		return tc, err
+	}
+	if slices.Contains(in.ExtraArgs, "--dangerously-skip-permissions") || slices.Contains(in.ExtraArgs, "--allow-dangerously-skip-permissions") {
+		bypass = true
 	}
 	tc.args = append(tc.args, in.ExtraArgs...)
 	if bypass {
@@ -229,7 +219,7 @@ func build(in harness.Input) (turnCommand, error) {
 // and Fork), the model (Agent.Model), the permission mode (the option),
 // session persistence (capture needs the session file) and modes that leave
 // print mode.
-var reserved = map[string]string{
+var reserved = kit.Flags{
 	"-p": "", "--print": "", "--output-format": "", "--input-format": "", "--verbose": "",
 	"-r": "use Resume or Fork", "--resume": "use Resume or Fork", "-c": "use Resume", "--continue": "use Resume",
 	"--fork-session": "use Fork", "--session-id": "", "--replay-user-messages": "",
@@ -240,33 +230,19 @@ var reserved = map[string]string{
 	"-h":            "", "--help": "", "-v": "", "--version": "",
 }
 
+// checkExtraArg refuses "--" (outpost places it before the prompt) and
+// what reserved refuses.
 func checkExtraArg(a string) error {
 	if a == "--" {
 		return errors.New(`"--" is placed by outpost, before the prompt`)
 	}
-	if strings.ContainsRune(a, 0) {
-		return errors.New("contains a NUL byte")
-	}
-	name := a
-	if strings.HasPrefix(a, "--") {
-		name, _, _ = strings.Cut(a, "=")
-	}
-	if why, ok := reserved[name]; ok && strings.HasPrefix(a, "-") {
-		if why == "" {
-			return fmt.Errorf("%s is set by outpost", name)
-		}
-		return fmt.Errorf("%s is set by outpost: %s", name, why)
-	}
-	return nil
+	return reserved.Check(a)
 }
 
-var (
-	sessionIDRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	modelRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,199}$`)
-)
+var modelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,199}$`)
 
 // ValidSessionID reports whether id is a Claude Code session id (a UUID).
-func ValidSessionID(id string) bool { return sessionIDRE.MatchString(id) }
+func ValidSessionID(id string) bool { return kit.UUID(id) }
 
 func validModel(m string) bool { return modelRE.MatchString(m) }
 

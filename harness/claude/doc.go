@@ -1,5 +1,5 @@
 // Package claude is the preset for Anthropic's Claude Code CLI
-// (@anthropic-ai/claude-code), proven against version 2.1.332 (Version)
+// (@anthropic-ai/claude-code), proven against version 2.1.332
 // with the facts measured in the project's cli-facts and the recordings in
 // testdata/golden.
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // SyntheticModel is the model name of the assistant line the CLI writes
@@ -270,19 +271,11 @@ func (d *decoder) apiError(o, msg obj) []harness.Event {
 	}
 	if params := o.Obj("api_error_params"); params != nil {
 		if info := params.Obj("rate_limit_info"); info != nil {
-			for k, v := range rateLimitDetails(info) {
-				if k != "status" {
-					details[k] = v
-				}
-			}
+			kit.Details(details).Merge(rateLimitDetails(info), "status")
 		}
 	}
-	if _, ok := details["resets_at"]; !ok && d.rejected != nil {
-		for k, v := range d.rejected {
-			if k != "status" {
-				details[k] = v
-			}
-		}
+	if _, ok := details["resets_at"]; !ok {
+		kit.Details(details).Merge(d.rejected, "status")
 	}
 	d.failed = true
 	return []harness.Event{{Type: harness.EventFailure, Kind: kind, Text: text, Details: details}}
@@ -415,13 +408,7 @@ func (d *decoder) result(o obj) []harness.Event {
 		if terminal == "api_error" {
 			kind = "api_error"
 		}
-		if d.rejected != nil {
-			for k, v := range d.rejected {
-				if k != "status" {
-					details[k] = v
-				}
-			}
-		}
+		kit.Details(details).Merge(d.rejected, "status")
 		evs = append(evs, harness.Event{Type: harness.EventFailure, Kind: kind, Text: text, Details: details})
 	}
 	if sum != nil {

@@ -1,18 +1,16 @@
 package claude
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 
-	"github.com/outposthq/outpost/internal/jsonobj"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
-// obj is a decoded JSON object read with the tolerant getters of
-// internal/jsonobj, shared with the other presets.
-type obj = jsonobj.Obj
+// obj is a decoded JSON object read with the kit's tolerant getters.
+type obj = kit.Obj
 
-func parseObj(b []byte) obj { return jsonobj.Parse(b) }
+func parseObj(b []byte) obj { return kit.Parse(b) }
 
 // raw returns field k of o encoded as JSON (valid, valid UTF-8, HTML
 // characters as they are, an explicit null kept), or nil when absent.
@@ -21,13 +19,7 @@ func raw(o obj, k string) json.RawMessage {
 	if !ok {
 		return nil
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(v) != nil {
-		return nil
-	}
-	return json.RawMessage(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	return kit.Marshal(v)
 }
 
 // contentText flattens a message or tool_result content: a string as is;

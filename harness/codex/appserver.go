@@ -16,6 +16,12 @@ import (
 // records it as the originator of the threads it starts.
 const ClientName = "outpost"
 
+// ClientVersion is the clientInfo.version outpost gives the app-server:
+// the version of the preset's protocol use, which the app-server only
+// reports back (it is not the CLI's version, which bootstrap/pins.json
+// pins).
+const ClientVersion = "1.0.0"
+
 // LiveInput runs a turn through `codex app-server`, Codex's JSON-RPC
 // protocol over standard input and output, so messages can reach the agent
 // while it works:
@@ -120,7 +126,7 @@ func (l *live) Begin(w io.Writer) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.request(w, "initialize", map[string]any{
-		"clientInfo": map[string]any{"name": ClientName, "title": "Outpost", "version": Version},
+		"clientInfo": map[string]any{"name": ClientName, "title": "Outpost", "version": ClientVersion},
 	})
 }
 

@@ -12,16 +12,13 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // Pinned CLI and defaults.
 const (
 	// Name is the preset's name.
 	Name = "codex"
-	// Version is the Codex CLI version the preset was proven against.
-	Version = "0.171.0"
-	// Package is the npm package of the CLI.
-	Package = "@openai/codex"
 	// Program is the executable the preset runs, looked up on the
 	// sandbox's PATH.
 	Program = "codex"
@@ -33,21 +30,17 @@ const (
 	// OPENAI_BASE_URL is set, and the one the retry options apply to unless
 	// the provider option or an extra `-c model_provider=…` names another.
 	ProviderID = "outpost"
-	// Inactivity is the default watchdog: a turn whose CLI prints nothing
-	// for this long is stopped (code process, details.unavailable and
-	// details.inactivity). Codex never gives up by itself on a refused
-	// connection ("Reconnecting... waiting for network", forever) nor on a
-	// server that never sends response headers; and exec prints nothing
-	// while the model streams or a command runs, so the bound is above the
-	// longest silence of a healthy turn: a long command, or a stream that
-	// Codex's own idle timeout (stream_idle_timeout_ms, 5 minutes by
-	// default) ends and retries visibly. Set sandbox.Turn.Inactivity
-	// (`outpost run --inactivity`) to change it.
-	Inactivity = 15 * time.Minute
+	// Inactivity is the default watchdog (kit.Inactivity). Codex never
+	// gives up by itself on a refused connection ("Reconnecting... waiting
+	// for network", forever) nor on a server that never sends response
+	// headers; and exec prints nothing while the model streams or a command
+	// runs, so the bound is above a long command, or a stream that Codex's
+	// own idle timeout (stream_idle_timeout_ms, 5 minutes by default) ends
+	// and retries visibly.
+	Inactivity = kit.Inactivity
 	// MaxArgPrompt is the largest prompt passed as an argument; a longer
-	// one is written to the CLI's standard input (Linux limits one argument
-	// to 128 KiB).
-	MaxArgPrompt = 100 << 10
+	// one is written to the CLI's standard input (kit.MaxArgPrompt).
+	MaxArgPrompt = kit.MaxArgPrompt
 )
 
 // Variable names the preset reads.
@@ -114,7 +107,6 @@ var ReasoningEfforts = []string{"none", "minimal", "low", "medium", "high", "xhi
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    Name,
-		Version: Version,
 		Request: Request,
 		NewDecoder: func() func([]byte) []harness.Event {
 			return newDecoder(settings{}).decode
@@ -356,8 +348,8 @@ func Request(in harness.Input) (harness.Command, error) {
 	if err != nil {
 		return harness.Command{}, err
 	}
-	if in.Fork && in.Conversation == "" {
-		return harness.Command{}, errors.New("codex: fork needs the thread to fork")
+	if err := (kit.Opening{Preset: Name, Parent: "thread"}).Check(in); err != nil {
+		return harness.Command{}, err
 	}
 	if in.Conversation != "" && !ValidThreadID(in.Conversation) {
 		return harness.Command{}, fmt.Errorf("codex: %q is not a Codex thread id", in.Conversation)

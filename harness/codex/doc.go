@@ -1,5 +1,5 @@
 // Package codex is the preset for OpenAI's Codex CLI (@openai/codex),
-// proven against version 0.171.0 (Version) with the facts measured in the
+// proven against version 0.171.0 with the facts measured in the
 // project's cli-facts and the recordings in testdata/golden.
 //
 // A turn runs

@@ -7,12 +7,17 @@ import (
 	"strconv"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // obj is a JSON object decoded one level deep. Fields are read with
-// tolerant getters: a field of an unexpected type reads as absent instead
-// of failing the whole line, so a CLI update that changes one field's type
-// costs that field only.
+// tolerant getters, as kit.Obj's are: a field of an unexpected type reads
+// as absent instead of failing the whole line. Codex keeps its own reader
+// because its representation differs where it matters: a field stays the
+// CLI's own bytes (raw, rawJSON), so tool inputs and MCP arguments pass
+// through with their key order and number forms, which kit.Obj, decoding
+// into Go values, would re-encode; and integers are read exactly, not
+// through float64.
 type obj map[string]json.RawMessage
 
 // parseObj decodes b as a JSON object; anything else gives nil.
@@ -125,14 +130,6 @@ func (o obj) rawJSON(k string) json.RawMessage {
 	return v
 }
 
-// marshal encodes v as JSON; it returns nil for values that cannot be
-// encoded (never for the maps and strings the preset builds).
-func marshal(v any) json.RawMessage {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(v) != nil {
-		return nil
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n")
-}
+// marshal encodes v as JSON (kit.Marshal); it returns nil for values that
+// cannot be encoded (never for the maps and strings the preset builds).
+func marshal(v any) json.RawMessage { return kit.Marshal(v) }

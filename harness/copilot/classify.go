@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 var (
@@ -83,14 +85,10 @@ func resetsAt(text string, from time.Time) string {
 		return ""
 	}
 	d, err := time.ParseDuration(strings.ToLower(m[1]))
-	if err != nil || d < 0 || d > 366*24*time.Hour {
+	if err != nil {
 		return ""
 	}
-	at := from.Add(d).UTC()
-	if at.Nanosecond() != 0 {
-		at = at.Truncate(time.Second).Add(time.Second) // whole seconds, never before the reset
-	}
-	return at.Format(time.RFC3339)
+	return kit.ResetsAt(from, d)
 }
 
 // Unavailable recognizes a terminal outage: a failure whose message shows

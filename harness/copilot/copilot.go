@@ -1,7 +1,6 @@
 package copilot
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,38 +9,29 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // Pinned CLI and defaults.
 const (
 	// Name is the preset's name and its bootstrap name.
 	Name = "copilot"
-	// Version is the GitHub Copilot CLI version the preset was proven
-	// against.
-	Version = "1.0.102"
-	// Package is the npm package of the CLI.
-	Package = "@github/copilot"
 	// Program is the executable the preset runs, looked up on the sandbox's
 	// PATH (or installed by the "copilot" bootstrap).
 	Program = "copilot"
 	// HomeDir is the CLI's state directory (COPILOT_HOME) relative to the
 	// sandbox home.
 	HomeDir = ".copilot"
-	// Inactivity is the default watchdog: a turn whose CLI prints nothing
-	// for this long is stopped (code process, details.unavailable and
-	// details.inactivity). The CLI prints its retries as they happen (the
-	// longest backoff measured is under a minute), but a shell command may
-	// run silently for long, and so may a long generation with streaming
-	// off. Set sandbox.Turn.Inactivity (`outpost run --inactivity`) to
-	// change it.
-	Inactivity = 15 * time.Minute
+	// Inactivity is the default watchdog (kit.Inactivity). The CLI prints
+	// its retries as they happen (the longest backoff measured is under a
+	// minute), but a shell command may run silently for long, and so may a
+	// long generation with streaming off.
+	Inactivity = kit.Inactivity
 	// MaxArgPrompt is the largest prompt passed as an argument; a longer one
-	// is written to the CLI's standard input (Linux limits one argument to
-	// 128 KiB).
-	MaxArgPrompt = 100 << 10
+	// is written to the CLI's standard input (kit.MaxArgPrompt).
+	MaxArgPrompt = kit.MaxArgPrompt
 )
 
 // Variable names the preset reads from the resolved variables.
@@ -114,7 +104,6 @@ var ReasoningEfforts = []string{"none", "minimal", "low", "medium", "high", "xhi
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    Name,
-		Version: Version,
 		Request: Request,
 		NewDecoder: func() func([]byte) []harness.Event {
 			return NewDecoder().Decode
@@ -159,11 +148,8 @@ func Harness() *harness.Harness {
 // option or value, and extra arguments that would take over what outpost
 // controls.
 func Request(in harness.Input) (harness.Command, error) {
-	if in.Fork {
-		return harness.Command{}, errors.New("copilot: conversations cannot be forked (the CLI has no fork in print mode)")
-	}
-	if strings.ContainsRune(in.Prompt, 0) {
-		return harness.Command{}, errors.New("copilot: the prompt contains a NUL byte")
+	if err := (kit.Opening{Preset: Name, NoFork: "the CLI has no fork in print mode"}).Check(in); err != nil {
+		return harness.Command{}, err
 	}
 	args := []string{"--output-format", "json", "--no-auto-update", "--no-ask-user"}
 	session := in.Conversation
@@ -214,10 +200,8 @@ func Request(in harness.Input) (harness.Command, error) {
 		}
 	}
 	args = append(args, permissions)
-	for i, a := range in.ExtraArgs {
-		if err := checkExtraArg(a); err != nil {
-			return harness.Command{}, fmt.Errorf("copilot: extra argument %d: %w", i+1, err)
-		}
+	if err := kit.CheckExtraArgs(Name, in.ExtraArgs, reserved.Check); err != nil {
+		return harness.Command{}, err
 	}
 	args = append(args, in.ExtraArgs...)
 	cmd := harness.Command{Path: Program, Session: session}
@@ -238,7 +222,7 @@ func Request(in harness.Input) (harness.Command, error) {
 // reserved are the flags outpost sets or that would break a turn: the
 // prompt and output format, session selection (Input.Conversation), the
 // model (Agent.Model), options, and modes that leave JSON print mode.
-var reserved = map[string]string{
+var reserved = kit.Flags{
 	"-p": "", "--prompt": "", "--output-format": "", "-s": "", "--silent": "",
 	"-r": "use Resume", "--resume": "use Resume", "--continue": "use Resume", "--session-id": "",
 	"--model":            "use the agent's model",
@@ -247,42 +231,14 @@ var reserved = map[string]string{
 	"--acp":              "", "-i": "", "--interactive": "", "-h": "", "--help": "", "-v": "", "--version": "",
 }
 
-func checkExtraArg(a string) error {
-	if strings.ContainsRune(a, 0) {
-		return errors.New("contains a NUL byte")
-	}
-	name := a
-	if strings.HasPrefix(a, "--") {
-		name, _, _ = strings.Cut(a, "=")
-	}
-	if why, ok := reserved[name]; ok {
-		if why == "" {
-			return fmt.Errorf("%s is set by outpost", name)
-		}
-		return fmt.Errorf("%s is set by outpost: %s", name, why)
-	}
-	return nil
-}
-
-var (
-	sessionIDRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	modelRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,199}$`)
-)
+var modelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,199}$`)
 
 // ValidSessionID reports whether id is a Copilot session id (a UUID).
 // Outpost always resumes by full id, never by prefix or name.
-func ValidSessionID(id string) bool { return sessionIDRE.MatchString(id) }
+func ValidSessionID(id string) bool { return kit.UUID(id) }
 
 // NewSessionID returns a random (version 4) UUID.
-func NewSessionID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
-}
+func NewSessionID() (string, error) { return kit.NewUUID() }
 
 // ErrClassicToken is returned by Credentials when the only GitHub tokens
 // set are classic personal access tokens, which the CLI rejects before

@@ -1,5 +1,5 @@
 // Package copilot is the preset for the GitHub Copilot CLI
-// (@github/copilot), proven against version 1.0.102 (Version) with the
+// (@github/copilot), proven against version 1.0.102 with the
 // facts measured in the project's cli-facts and the recordings in
 // testdata/golden.
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // Decoder turns the CLI's --output-format json lines (one JSON object per
@@ -289,7 +290,7 @@ func failure(data obj, timestamp string) harness.Event {
 	if !typeRE.MatchString(typ) {
 		typ = "unknown"
 	}
-	det := map[string]any{"error_type": typ}
+	det := kit.Details{"error_type": typ}
 	marker := failureMarker + typ
 	if code, ok := data.Num("statusCode"); ok {
 		det["status_code"] = code
@@ -302,13 +303,10 @@ func failure(data obj, timestamp string) harness.Event {
 		}
 	}
 	for k, f := range map[string]string{"provider_error_type": "providerErrorType", "remediation": "remediation", "url": "url"} {
-		if v := data.Str(f); v != "" {
-			det[k] = v
-		}
+		det.Str(k, data.Str(f))
 	}
-	if v, ok := data.Bool("eligibleForAutoSwitch"); ok {
-		det["eligible_for_auto_switch"] = v
-	}
+	v, ok := data.Bool("eligibleForAutoSwitch")
+	det.Bool("eligible_for_auto_switch", v, ok)
 	if typ == "rate_limit" || typ == "quota" {
 		// BYOK reports a provider's exhausted quota as rate_limit too;
 		// only the text tells them apart.
@@ -321,9 +319,7 @@ func failure(data obj, timestamp string) harness.Event {
 		if err != nil {
 			at = time.Now()
 		}
-		if r := resetsAt(msg, at); r != "" {
-			det["resets_at"] = r
-		}
+		det.Str("resets_at", resetsAt(msg, at))
 	}
 	return harness.Event{Type: harness.EventFailure, Kind: typ, Text: msg + "\n" + marker + ")", Details: det}
 }

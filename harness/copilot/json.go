@@ -1,8 +1,8 @@
 package copilot
 
-import "github.com/outposthq/outpost/internal/jsonobj"
+import "github.com/outposthq/outpost/harness/kit"
 
-// obj is the tolerant JSON object reader the presets share.
-type obj = jsonobj.Obj
+// obj is the kit's tolerant JSON object reader.
+type obj = kit.Obj
 
-func parseObj(b []byte) obj { return jsonobj.Parse(b) }
+func parseObj(b []byte) obj { return kit.Parse(b) }

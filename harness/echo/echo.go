@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // Program is the executable the echo preset runs, as the sandbox sees it.
@@ -36,7 +37,6 @@ const TokenVariable = "ECHO_API_KEY"
 func Harness() *harness.Harness {
 	return &harness.Harness{
 		Name:    "echo",
-		Version: "builtin",
 		Request: request,
 		Events:  Events,
 		Credentials: func(vars harness.Vars) (harness.Plan, error) {
@@ -72,6 +72,9 @@ func Harness() *harness.Harness {
 }
 
 func request(in harness.Input) (harness.Command, error) {
+	if err := (kit.Opening{Preset: "echo"}).Check(in); err != nil {
+		return harness.Command{}, err
+	}
 	args := []string{Subcommand}
 	if in.Model != "" {
 		args = append(args, "--model", in.Model)

@@ -1,10 +1,25 @@
-// Package presets is the table of outpost's built-in agent presets, by
-// name. Library users who want one preset import its package directly
-// (harness/echo, ...); this package is for tools that pick by name.
+// Package presets is the registry of agent presets, by name: the one
+// place a preset is registered. Library users who want one preset import
+// its package directly (harness/echo, ...); this package is for tools
+// that pick by name (`outpost run --agent`, `outpost agents`, `outpost
+// bootstrap`).
+//
+// An entry is a preset's constructor, and everything else derives from
+// the preset it returns: its name (Harness.Name) and its bootstrap name
+// (Harness.Bootstrap), which names its pin in bootstrap/pins.json — the
+// CLI's kind (npm, archive, or outpost's own binary), npm package, program
+// and pinned version. The test environment (internal/testenv) and
+// scripts/install-clis.sh read the same pins; a test in cmd/outpost/cli
+// proves that they all agree.
+//
+// A program that embeds outpost's command adds its own presets with
+// Register.
 package presets
 
 import (
-	"sort"
+	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/antigravity"
@@ -14,29 +29,66 @@ import (
 	"github.com/outposthq/outpost/harness/echo"
 )
 
-var builtins = map[string]func() *harness.Harness{
-	"antigravity": antigravity.Harness,
-	"claude":      claude.Harness,
-	"codex":       codex.Harness,
-	"copilot":     copilot.Harness,
-	"echo":        echo.Harness,
+var (
+	mu       sync.RWMutex
+	registry = map[string]func() *harness.Harness{}
+)
+
+// The built-in presets: one line each.
+func init() {
+	for _, f := range []func() *harness.Harness{
+		antigravity.Harness,
+		claude.Harness,
+		codex.Harness,
+		copilot.Harness,
+		echo.Harness,
+	} {
+		if err := Register(f); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Register adds a preset under the name of the preset f returns. It fails
+// when the preset is not valid (harness.Harness.Validate) or its name is
+// taken. f is called once here and once per Lookup: it must return a fresh
+// preset each time.
+func Register(f func() *harness.Harness) error {
+	if f == nil {
+		return fmt.Errorf("presets: nil constructor")
+	}
+	h := f()
+	if err := h.Validate(); err != nil {
+		return fmt.Errorf("presets: %w", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, ok := registry[h.Name]; ok {
+		return fmt.Errorf("presets: %q is already registered", h.Name)
+	}
+	registry[h.Name] = f
+	return nil
 }
 
 // Lookup returns a fresh copy of the named preset.
 func Lookup(name string) (*harness.Harness, bool) {
-	f, ok := builtins[name]
+	mu.RLock()
+	f, ok := registry[name]
+	mu.RUnlock()
 	if !ok {
 		return nil, false
 	}
 	return f(), true
 }
 
-// Names lists the built-in presets, sorted.
+// Names lists the registered presets, sorted.
 func Names() []string {
-	out := make([]string, 0, len(builtins))
-	for n := range builtins {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for n := range registry {
 		out = append(out, n)
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }

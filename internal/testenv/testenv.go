@@ -7,21 +7,111 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// CLI pins, as installed by scripts/install-clis.sh.
-var pins = map[string]struct{ pkg, version string }{
-	"claude":  {"@anthropic-ai/claude-code", "2.1.332"},
-	"codex":   {"@openai/codex", "0.171.0"},
-	"copilot": {"@github/copilot", "1.0.102"},
+// cliPin is an npm CLI as scripts/install-clis.sh installs it.
+type cliPin struct{ pkg, version, program string }
+
+var (
+	pinsOnce sync.Once
+	pinsMap  map[string]cliPin
+	pinsErr  error
+)
+
+// pins are the npm pins of bootstrap/pins.json, the CLIs that
+// scripts/install-clis.sh installs (it reads them from `outpost bootstrap
+// --list --json`): nothing here repeats a version. The file is read from
+// the source tree rather than through package bootstrap, so that test
+// helpers of providers (which must not depend on bootstrap) can use this
+// package.
+func pins() (map[string]cliPin, error) {
+	pinsOnce.Do(func() {
+		file, err := pinFile()
+		if err != nil {
+			pinsErr = err
+			return
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			pinsErr = err
+			return
+		}
+		var f struct {
+			Agents map[string]struct {
+				Kind, Version, Program, Package string
+			} `json:"agents"`
+		}
+		if err := json.Unmarshal(data, &f); err != nil {
+			pinsErr = fmt.Errorf("%s: %w", file, err)
+			return
+		}
+		pinsMap = map[string]cliPin{}
+		for name, p := range f.Agents {
+			if p.Kind == "npm" {
+				pinsMap[name] = cliPin{p.Package, p.Version, p.Program}
+			}
+		}
+	})
+	return pinsMap, pinsErr
 }
+
+// pinFile finds bootstrap/pins.json: beside this source file's package,
+// else in the first directory up from the working directory that has it.
+func pinFile() (string, error) {
+	if _, src, _, ok := runtime.Caller(0); ok {
+		f := filepath.Join(filepath.Dir(src), "..", "..", "bootstrap", "pins.json")
+		if _, err := os.Stat(f); err == nil {
+			return f, nil
+		}
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		f := filepath.Join(dir, "bootstrap", "pins.json")
+		if _, err := os.Stat(f); err == nil {
+			return f, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("testenv: bootstrap/pins.json not found above the working directory")
+		}
+		dir = up
+	}
+}
+
+// pin returns a CLI's pin; the zero value when it has none.
+func pin(name string) cliPin {
+	p, _ := pins()
+	return p[name]
+}
+
+// CLIs lists the npm CLIs scripts/install-clis.sh installs, sorted.
+func CLIs() []string {
+	p, _ := pins()
+	return slices.Sorted(maps.Keys(p))
+}
+
+// CLIPackage returns the npm package of a pinned CLI.
+func CLIPackage(name string) string { return pin(name).pkg }
+
+// CLIProgram returns the executable of a pinned CLI, in CLIDir's
+// node_modules/.bin.
+func CLIProgram(name string) string { return pin(name).program }
 
 // CI reports whether the tests run under CI, where a missing dependency is
 // a failure, not a skip.
@@ -51,24 +141,29 @@ func Cache() string {
 // CLIDir returns the npm prefix of a pinned CLI ("claude", "codex",
 // "copilot"), whether or not it is installed.
 func CLIDir(name string) string {
-	p := pins[name]
+	p := pin(name)
 	return filepath.Join(Cache(), "npm", strings.ReplaceAll(p.pkg, "/", "+")+"@"+p.version)
 }
 
 // CLIVersion returns the pinned version of a CLI.
-func CLIVersion(name string) string { return pins[name].version }
+func CLIVersion(name string) string { return pin(name).version }
 
 // RequireCLI returns the path of the pinned CLI's executable, or fails /
 // skips the test when it is not installed.
 func RequireCLI(t testing.TB, name string) string {
 	t.Helper()
-	if _, ok := pins[name]; !ok {
-		t.Fatalf("testenv: no pin for %q", name)
+	all, err := pins()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	p, ok := all[name]
+	if !ok {
+		t.Fatalf("testenv: no npm pin for %q", name)
 	}
 	dir := CLIDir(name)
-	bin := filepath.Join(dir, "node_modules", ".bin", name)
+	bin := filepath.Join(dir, "node_modules", ".bin", p.program)
 	if _, err := os.Stat(filepath.Join(dir, ".installed")); err != nil {
-		Missing(t, fmt.Sprintf("%s %s (%s)", pins[name].pkg, pins[name].version, dir), "scripts/install-clis.sh "+name)
+		Missing(t, fmt.Sprintf("%s %s (%s)", p.pkg, p.version, dir), "scripts/install-clis.sh "+name)
 	}
 	if _, err := os.Stat(bin); err != nil {
 		Missing(t, bin, "scripts/install-clis.sh "+name)

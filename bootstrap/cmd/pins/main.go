@@ -7,7 +7,7 @@
 //	go run ./bootstrap/cmd/pins -verify linux-x64 claude
 //	                                              # also download, verify and unpack into the cache
 //
-// Archive pins (antigravity) and echo are kept as they are: edit them by
+// Pins of kind archive (antigravity) and self (echo) are kept as they are: edit them by
 // hand. The registry is $OUTPOST_NPM_REGISTRY or -registry, default
 // https://registry.npmjs.org; the file keeps the public registry's URLs
 // unless -registry is given explicitly.
@@ -75,7 +75,7 @@ func regenerate(ctx context.Context, file, registry string, check bool, verify s
 	}
 	if len(targets) == 0 {
 		for _, name := range pins.Names() {
-			if _, ok := bootstrap.NPMSources[name]; ok {
+			if pin, _ := pins.Lookup(name); pin.Kind == bootstrap.KindNPM {
 				targets = append(targets, name)
 			}
 		}
@@ -91,7 +91,11 @@ func regenerate(ctx context.Context, file, registry string, check bool, verify s
 			version = cur.Version
 		}
 		fmt.Fprintf(stderr, "pins: resolving %s@%s from %s\n", name, version, registry)
-		pin, err := bootstrap.ResolveNPM(ctx, nil, registry, name, version)
+		from, ok := pins.Lookup(name)
+		if !ok {
+			return fmt.Errorf("%s has no pin in %s: write one first (kind npm, its package and program, and for each platform its package and bin; see docs/bootstrap.md)", name, file)
+		}
+		pin, err := bootstrap.ResolvePin(ctx, nil, registry, from, version)
 		if err != nil {
 			return err
 		}

@@ -83,18 +83,18 @@ pins (docs/bootstrap.md).`,
 }
 
 // bootstrapName maps AGENT to its bootstrap name: a preset's Bootstrap,
-// or AGENT itself when it is a bootstrap name.
-func bootstrapName(agent string) (string, error) {
+// or AGENT itself when inst can install it.
+func bootstrapName(inst *bootstrap.Installer, agent string) (string, error) {
 	if h, ok := presets.Lookup(agent); ok {
 		if h.Bootstrap == "" {
 			return "", outpost.Errorf(outpost.Configuration, "bootstrap", "agent %s has no pinned CLI to install", agent)
 		}
 		return h.Bootstrap, nil
 	}
-	if bootstrap.Known(agent) {
+	if inst.Known(agent) {
 		return agent, nil
 	}
-	return "", outpost.Errorf(outpost.Configuration, "bootstrap", "unknown agent %q (presets: %s; bootstrap names: %s)", agent, strings.Join(presets.Names(), ", "), strings.Join(bootstrap.Names(), ", "))
+	return "", outpost.Errorf(outpost.Configuration, "bootstrap", "unknown agent %q (presets: %s; bootstrap names: %s)", agent, strings.Join(presets.Names(), ", "), strings.Join(inst.Names(), ", "))
 }
 
 func (a *app) bootstrap(ctx context.Context, f bootstrapFlags, agent string) error {
@@ -153,7 +153,8 @@ func (a *app) bootstrap(ctx context.Context, f bootstrapFlags, agent string) err
 }
 
 func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, res *BootstrapLine) error {
-	name, err := bootstrapName(agent)
+	inst := &bootstrap.Installer{}
+	name, err := bootstrapName(inst, agent)
 	if err != nil {
 		return err
 	}
@@ -182,9 +183,8 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 	defer os.RemoveAll(wd)
 	// As a turn would: the cache's unpacked CLIs mounted read-only where
 	// the provider can (then nothing is copied into the sandbox).
-	inst := &bootstrap.Installer{}
 	opts := driver.Options{Workdir: wd}
-	if name != "echo" && provider.Capabilities().Isolated {
+	if inst.Cached(name) && provider.Capabilities().Isolated {
 		if host, target, err := inst.SharedCache(); err == nil {
 			opts.Mounts = []driver.Mount{{Source: host, Target: target}}
 		}
@@ -209,7 +209,8 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 		return outpost.Wrap(outpost.Bootstrap, "install", err)
 	}
 	res.Installed = *installed
-	out, err := checkRuns(ctx, lease, name, installed.Path)
+	pin, _ := inst.Pin(name)
+	out, err := checkRuns(ctx, lease, pin, installed.Path)
 	if err != nil {
 		return outpost.Wrap(outpost.Bootstrap, "check", err)
 	}
@@ -217,10 +218,11 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 	return nil
 }
 
-// checkRuns runs the installed CLI's version command in the sandbox.
-func checkRuns(ctx context.Context, lease *sandbox.Lease, name, path string) (string, error) {
+// checkRuns runs the installed CLI's version command in the sandbox:
+// `--version`, or `version` for outpost's own binary.
+func checkRuns(ctx context.Context, lease *sandbox.Lease, pin *bootstrap.Pin, path string) (string, error) {
 	args := []string{"--version"}
-	if name == "echo" {
+	if pin != nil && pin.Kind == bootstrap.KindSelf {
 		args = []string{"version"}
 	}
 	env := maps.Clone(lease.Environment().Defaults)

@@ -1,7 +1,4 @@
-// Package jsonobj reads JSON objects tolerantly, for presets that decode
-// CLI output lines: a field of an unexpected type reads as absent instead
-// of failing the whole line.
-package jsonobj
+package kit
 
 import (
 	"bytes"
