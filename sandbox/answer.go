@@ -188,14 +188,20 @@ func (e *engine) answer(ctx context.Context, lease *Lease, res *Result, err erro
 	return res, err
 }
 
-// check validates one final text.
+// check validates one final text. Problems can quote the answer (a
+// pattern's mismatch): they are redacted like everything else.
 func (e *engine) check(text string) (value []byte, outcome *output.Outcome, problems []output.Problem) {
 	if e.ans.protocol {
 		a := output.CheckProtocol(text)
-		return a.Value, a.Outcome, a.Problems
+		value, outcome, problems = a.Value, a.Outcome, a.Problems
+	} else {
+		a := e.ans.schema.Check(text)
+		value, problems = a.Value, a.Problems
 	}
-	a := e.ans.schema.Check(text)
-	return a.Value, nil, a.Problems
+	for i := range problems {
+		problems[i].Pointer, problems[i].Message = e.red.String(problems[i].Pointer), e.red.String(problems[i].Message)
+	}
+	return value, outcome, problems
 }
 
 func (e *engine) repairLoop(ctx context.Context, lease *Lease, res *Result) (*Result, error) {
