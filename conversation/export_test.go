@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/conversation/storetest"
 )
 
 func TestExportImportRoundTrip(t *testing.T) {
@@ -72,7 +73,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 		"size":  {MaxSize: 1000},
 		"files": {MaxFiles: 2},
 	} {
-		if _, err := conversation.Import(ctx, conversation.NewMemory(), bytes.NewReader(exported), o); !errors.Is(err, conversation.ErrInvalid) {
+		if _, err := conversation.Import(ctx, storetest.NewMemory(), bytes.NewReader(exported), o); !errors.Is(err, conversation.ErrInvalid) {
 			t.Errorf("Import over the %s limit: %v, want ErrInvalid", name, err)
 		}
 	}
@@ -271,7 +272,7 @@ func TestImportHostile(t *testing.T) {
 func TestImportCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	s := conversation.NewMemory()
+	s := storetest.NewMemory()
 	if _, err := conversation.Import(ctx, s, strings.NewReader("x"), nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("Import: %v, want context.Canceled", err)
 	}

@@ -27,7 +27,7 @@ func TestFSConformance(t *testing.T) {
 
 func TestMemoryConformance(t *testing.T) {
 	storetest.RunConformanceTests(t, func(t *testing.T) conversation.Store {
-		return conversation.NewMemory()
+		return storetest.NewMemory()
 	})
 }
 
@@ -234,7 +234,7 @@ func TestFSListSkipsDamage(t *testing.T) {
 func TestFSResolveMatchesGeneric(t *testing.T) {
 	ctx := context.Background()
 	fs := conversation.NewFS(t.TempDir())
-	mem := conversation.NewMemory()
+	mem := storetest.NewMemory()
 	for _, id := range []string{"c01aaaa1", "c01aaaa2", "c01bbbb1"} {
 		for _, s := range []conversation.Store{fs, mem} {
 			if err := s.Put(ctx, testMeta(id), nil); err != nil {

@@ -6,14 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"sync"
-	"time"
-
-	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // ErrClosed is returned by every method of a released lease.
@@ -23,6 +23,13 @@ var ErrClosed = driver.ErrClosed
 // It wraps a provider's Sandbox with the behaviour every provider shares:
 // coded errors, closed checks, tar path checks and bounded output. Methods
 // are safe for concurrent use.
+//
+// Every error a method returns is an *outpost.Error: code sandbox for the
+// sandbox's failures (with details.vanished when the provider can tell the
+// sandbox is gone), cancelled or timeout when ctx ended, configuration for
+// a tar stream CopyIn refuses. Their causes stay reachable with errors.Is:
+// ErrClosed, fs.ErrNotExist (CopyOut, List), exec.ErrNotFound (LookPath),
+// errors.ErrUnsupported (List), tarsafe.ErrUnsafe (CopyIn).
 type Lease struct {
 	provider driver.Provider
 	sb       driver.Sandbox
@@ -35,11 +42,17 @@ type Lease struct {
 	onClose []func()
 }
 
-// Acquire allocates a sandbox from p. Errors have code sandbox.
+// Acquire allocates a sandbox from p. An empty opts.Workdir is the current
+// directory: providers never see an empty one. Errors have code sandbox.
 func Acquire(ctx context.Context, p driver.Provider, opts driver.Options) (*Lease, error) {
 	if p == nil {
 		return nil, outpost.New(outpost.Configuration, "lease", "no sandbox provider")
 	}
+	wd, err := workdir(opts.Workdir)
+	if err != nil {
+		return nil, &outpost.Error{Code: outpost.Sandbox, Op: "lease", Msg: "working directory", Err: err}
+	}
+	opts.Workdir = wd
 	sb, err := p.Open(ctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -48,6 +61,15 @@ func Acquire(ctx context.Context, p driver.Provider, opts driver.Options) (*Leas
 		return nil, &outpost.Error{Code: outpost.Sandbox, Op: "lease", Msg: "allocating a " + p.Name() + " sandbox", Err: err}
 	}
 	return &Lease{provider: p, sb: sb, caps: p.Capabilities(), applied: map[string]bool{}}, nil
+}
+
+// workdir is the one place the default working directory is chosen: wd,
+// or the current directory when wd is empty.
+func workdir(wd string) (string, error) {
+	if wd != "" {
+		return wd, nil
+	}
+	return os.Getwd()
 }
 
 // ID identifies the sandbox.
@@ -71,25 +93,30 @@ func (l *Lease) Environment() driver.Environment { return l.sb.Environment() }
 // Sandbox returns the driver value, for provider-specific inspection.
 func (l *Lease) Sandbox() driver.Sandbox { return l.sb }
 
-func (l *Lease) enter() error {
+// Isolated reports whether the sandbox has its own filesystem.
+func (l *Lease) Isolated() bool { return l.caps.Isolated }
+
+// enter counts an operation in, refusing it on a released lease.
+func (l *Lease) enter(op string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return ErrClosed
+		return &outpost.Error{Code: outpost.Sandbox, Op: op, Err: ErrClosed}
 	}
 	l.active.Add(1)
 	return nil
 }
 
 // Start starts a process in the sandbox. The caller must Wait for it.
+// Prefer Launch, which also consumes its output and reaps its group.
 func (l *Lease) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := l.enter(); err != nil {
-		return nil, outpost.Wrap(outpost.Sandbox, "start", err)
+	if err := l.enter("start"); err != nil {
+		return nil, err
 	}
 	p, err := l.sb.Start(ctx, req)
 	if err != nil {
 		l.active.Done()
-		return nil, err
+		return nil, l.wrap(ctx, "start", err)
 	}
 	return &trackedProcess{Process: p, done: l.active.Done}, nil
 }
@@ -100,113 +127,39 @@ type trackedProcess struct {
 	done func()
 }
 
-func (p *trackedProcess) Wait() (harness.ExitStatus, error) {
-	st, err := p.Process.Wait()
+func (p *trackedProcess) Wait() (st harness.ExitStatus, err error) {
+	st, err = p.Process.Wait()
 	p.once.Do(p.done)
 	return st, err
 }
 
-// ExecResult is the outcome of Exec.
-type ExecResult struct {
-	Status harness.ExitStatus
-	Stdout []byte
-	Stderr []byte
-}
-
-// Exec runs a command to completion and collects its output, keeping at
-// most limit bytes of each stream (0 = 1 MiB); the rest is discarded, never
-// blocking the process. When ctx ends the process group is terminated, then
-// killed after grace.
-func (l *Lease) Exec(ctx context.Context, req driver.ExecRequest, limit int) (ExecResult, error) {
-	if limit <= 0 {
-		limit = 1 << 20
-	}
-	p, err := l.Start(ctx, req)
-	if err != nil {
-		return ExecResult{}, err
-	}
-	var out, errb capped
-	out.max, errb.max = limit, limit
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); io.Copy(&out, p.Stdout()) }()
-	go func() { defer wg.Done(); io.Copy(&errb, p.Stderr()) }()
-	stop := context.AfterFunc(ctx, func() { stopProcess(p, 2*time.Second) })
-	wg.Wait()
-	st, werr := p.Wait()
-	stop()
-	res := ExecResult{Status: st, Stdout: out.Bytes(), Stderr: errb.Bytes()}
-	if werr != nil {
-		return res, werr
-	}
-	if ctx.Err() != nil {
-		return res, ctx.Err()
-	}
-	return res, nil
-}
-
-// stopProcess terminates p's group and kills it after grace unless it
-// exits first. It returns at once.
-func stopProcess(p driver.Process, grace time.Duration) {
-	_ = p.Signal(driver.Terminate)
-	go func() {
-		t := time.NewTimer(grace)
-		defer t.Stop()
-		<-t.C
-		_ = p.Signal(driver.Kill)
-	}()
-}
-
-// capped keeps the first max bytes written. It does not embed
-// bytes.Buffer: the promoted ReadFrom would let io.Copy bypass Write.
-type capped struct {
-	buf bytes.Buffer
-	max int
-}
-
-func (c *capped) Bytes() []byte { return c.buf.Bytes() }
-
-func (c *capped) Write(b []byte) (int, error) {
-	if room := c.max - c.buf.Len(); room > 0 {
-		c.buf.Write(b[:min(len(b), room)])
-	}
-	return len(b), nil
-}
-
 // CopyIn extracts a tar stream into dir inside the sandbox. Entries that
 // are absolute, contain "..", link outside dir, or are devices are refused
-// with an error wrapping tarsafe.ErrUnsafe; setuid bits are dropped.
+// with an error wrapping tarsafe.ErrUnsafe (code configuration); setuid
+// bits are dropped.
 func (l *Lease) CopyIn(ctx context.Context, dir string, r io.Reader) error {
-	if err := l.enter(); err != nil {
+	if err := l.enter("copy-in"); err != nil {
 		return err
 	}
 	defer l.active.Done()
 	f := tarsafe.Filter(r)
 	defer f.Close()
-	return l.sb.CopyIn(ctx, dir, f)
-}
-
-// WriteFiles writes in-memory files under dir inside the sandbox.
-func (l *Lease) WriteFiles(ctx context.Context, dir string, files []tarsafe.File) error {
-	var buf bytes.Buffer
-	if err := tarsafe.Write(&buf, files); err != nil {
-		return err
-	}
-	return l.CopyIn(ctx, dir, &buf)
+	return l.wrap(ctx, "copy-in", l.sb.CopyIn(ctx, dir, f))
 }
 
 // CopyOut returns a tar stream of path inside the sandbox. Its entries are
 // checked like CopyIn's, except that symbolic and hard links pointing
 // outside the stream are dropped rather than failing it: a home often
-// holds such links, and nothing outpost copies out follows them.
+// holds such links, and nothing outpost copies out follows them. A missing
+// path gives an error satisfying errors.Is(err, fs.ErrNotExist).
 func (l *Lease) CopyOut(ctx context.Context, path string) (io.ReadCloser, error) {
-	if err := l.enter(); err != nil {
+	if err := l.enter("copy-out"); err != nil {
 		return nil, err
 	}
 	rc, err := l.sb.CopyOut(ctx, path)
 	if err != nil {
 		l.active.Done()
-		return nil, err
+		return nil, l.wrap(ctx, "copy-out", err)
 	}
 	return &closeFunc{ReadCloser: tarsafe.FilterOut(rc), close: func() error {
 		defer l.active.Done()
@@ -232,7 +185,7 @@ func (l *Lease) Vanished(ctx context.Context) bool {
 	return ok && g.Vanished(ctx)
 }
 
-// applied reports and marks whether a harness's plans are in place.
+// planned reports whether a harness's plans are in place.
 func (l *Lease) planned(name string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -273,7 +226,7 @@ func (l *Lease) Close(ctx context.Context) error {
 	}
 	// The provider gets a context of its own: a lease whose wait ran out
 	// must still be released.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
 	err := l.sb.Close(cctx)
 	for _, f := range hooks {
@@ -285,40 +238,31 @@ func (l *Lease) Close(ctx context.Context) error {
 	return nil
 }
 
-func ctxError(ctx context.Context, op string, cause error) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(context.Cause(ctx), errTurnTimeout) {
-		return &outpost.Error{Code: outpost.Timeout, Op: op, Msg: "deadline reached", Err: cause}
-	}
-	return &outpost.Error{Code: outpost.Cancelled, Op: op, Msg: "cancelled", Err: cause}
-}
-
-var errTurnTimeout = fmt.Errorf("turn timeout")
-
-// Isolated reports whether the sandbox has its own filesystem.
-func (l *Lease) Isolated() bool { return l.caps.Isolated }
-
 // LookPath finds an executable on the sandbox's PATH: directly for
 // providers that can (PathLooker), otherwise with `command -v` inside it.
+// A missing executable gives an error satisfying
+// errors.Is(err, exec.ErrNotFound).
 func (l *Lease) LookPath(ctx context.Context, name string) (string, error) {
-	if err := l.enter(); err != nil {
+	if err := l.enter("lookpath"); err != nil {
 		return "", err
 	}
 	defer l.active.Done()
 	pathEnv := l.sb.Environment().Defaults["PATH"]
 	if pl, ok := l.sb.(driver.PathLooker); ok {
-		return pl.LookPath(ctx, name, pathEnv)
+		p, err := pl.LookPath(ctx, name, pathEnv)
+		return p, l.wrap(ctx, "lookpath", err)
 	}
 	env := map[string]string{"PATH": pathEnv}
 	for k, v := range l.sb.Environment().Fixed {
 		env[k] = v
 	}
-	res, err := l.Exec(ctx, driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `command -v "$1"`, "sh", name}, Env: env}, 4096)
+	res, err := l.Exec(ctx, driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `command -v "$1"`, "sh", name}, Env: env}, lookPathLimit)
 	if err != nil {
 		return "", err
 	}
 	p := string(bytes.TrimSpace(res.Stdout))
 	if !res.Status.Success() || p == "" {
-		return "", fmt.Errorf("%s: executable file not found in $PATH", name)
+		return "", l.wrap(ctx, "lookpath", fmt.Errorf("%s: %w", name, exec.ErrNotFound))
 	}
 	return p, nil
 }
@@ -327,13 +271,14 @@ func (l *Lease) LookPath(ctx context.Context, name string) (string, error) {
 // that can (Lister); others give an error satisfying
 // errors.Is(err, errors.ErrUnsupported).
 func (l *Lease) List(ctx context.Context, dir string) ([]string, error) {
-	if err := l.enter(); err != nil {
+	if err := l.enter("list"); err != nil {
 		return nil, err
 	}
 	defer l.active.Done()
 	ls, ok := l.sb.(driver.Lister)
 	if !ok {
-		return nil, fmt.Errorf("the %s sandbox cannot list files: %w", l.provider.Name(), errors.ErrUnsupported)
+		return nil, l.wrap(ctx, "list", fmt.Errorf("the %s sandbox cannot list files: %w", l.provider.Name(), errors.ErrUnsupported))
 	}
-	return ls.List(ctx, dir)
+	files, err := ls.List(ctx, dir)
+	return files, l.wrap(ctx, "list", err)
 }

@@ -196,6 +196,9 @@ func TestFailureClasses(t *testing.T) {
 			if got := outpost.CodeOf(err); got != c.code {
 				t.Fatalf("code = %q, want %q (%v)", got, c.code, err)
 			}
+			if err != nil && strings.Contains(err.Error(), "cret") {
+				t.Errorf("the error shows a variable's value: %v", err)
+			}
 			if got := outpost.UnavailableFault(err); got != c.unavailable {
 				t.Errorf("unavailable = %v, want %v (%v)", got, c.unavailable, err)
 			}
@@ -277,6 +280,9 @@ func TestRefusalsBeforeAllocation(t *testing.T) {
 		{"unknown bootstrap", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Bootstrap = "nope" })}, outpost.Configuration},
 		{"clash with provider", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Variables = map[string]string{"HOME": "/x"} })}, outpost.Configuration},
 		{"clash through --env", sandbox.Turn{Env: map[string]string{"XDG_CONFIG_HOME": "/x"}}, outpost.Configuration},
+		{"NUL in an --env value", sandbox.Turn{Env: map[string]string{"ECHO_TOKEN": "se\x00cret"}}, outpost.Configuration},
+		{"invalid --env name", sandbox.Turn{Env: map[string]string{"BAD-NAME": "x"}}, outpost.Configuration},
+		{"NUL in a preset variable", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Variables = map[string]string{"ECHO_MODE": "a\x00b"} })}, outpost.Configuration},
 		{"missing variable", sandbox.Turn{Agent: mod(func(h *harness.Harness) {
 			h.Credentials = func(harness.Vars) (harness.Plan, error) {
 				return harness.Plan{}, &harness.MissingVariableError{Names: []string{"ECHO_API_KEY"}, Why: "required"}
@@ -291,6 +297,9 @@ func TestRefusalsBeforeAllocation(t *testing.T) {
 			_, err := f.run(c.turn)
 			if got := outpost.CodeOf(err); got != c.code {
 				t.Fatalf("code = %q, want %q (%v)", got, c.code, err)
+			}
+			if err != nil && strings.Contains(err.Error(), "cret") {
+				t.Errorf("the error shows a variable's value: %v", err)
 			}
 		})
 	}

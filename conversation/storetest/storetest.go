@@ -1,5 +1,6 @@
 // Package storetest is the conformance suite every conversation.Store
-// passes: the filesystem store, the in-memory store, and any store written
+// passes: the filesystem store, the in-memory Memory of this package (for
+// tests of code that uses a Store), and any store written
 // outside outpost. Call RunConformanceTests from a test of the store's
 // package.
 package storetest

@@ -19,7 +19,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/outposthq/outpost"
-	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/conversation/storetest"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/docker"
@@ -59,7 +59,7 @@ func TestExitStatuses(t *testing.T) {
 func TestMinimalImage(t *testing.T) {
 	dockertest.Require(t)
 	p := dockertest.Provider(t, "")
-	store := conversation.NewMemory()
+	store := storetest.NewMemory()
 	wd := t.TempDir()
 	res, err := sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "hello", Workdir: wd},
 		&sandbox.RunOptions{Provider: p, Store: store, Environ: []string{}})
@@ -92,7 +92,7 @@ func TestVanishedDuringTurn(t *testing.T) {
 	cid := l.Sandbox().(*docker.Sandbox).ContainerID()
 	var once sync.Once
 	_, err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "#slow=100000"}, &sandbox.RunOptions{
-		Lease: l, Store: conversation.NewMemory(), Environ: []string{},
+		Lease: l, Store: storetest.NewMemory(), Environ: []string{},
 		OnEvent: func(ev harness.Event) {
 			if ev.Type == harness.EventMessage && ev.Delta {
 				once.Do(func() {
@@ -115,7 +115,7 @@ func TestVanishedDuringTurn(t *testing.T) {
 	}
 	// The next turn on the lease fails the same way, before its agent runs.
 	_, err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "next"}, &sandbox.RunOptions{
-		Lease: l, Store: conversation.NewMemory(), Environ: []string{}})
+		Lease: l, Store: storetest.NewMemory(), Environ: []string{}})
 	if !errors.As(err, &oe) || oe.Code != outpost.Sandbox || oe.Details["vanished"] != true {
 		t.Errorf("a turn on a vanished lease: %v (details %v)", err, oe.Details)
 	}

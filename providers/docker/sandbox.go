@@ -115,14 +115,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	wd := opts.Workdir
-	if wd == "" {
-		var err error
-		if wd, err = os.Getwd(); err != nil {
-			return nil, err
-		}
-	}
-	wd, err := filepath.Abs(wd)
+	wd, err := filepath.Abs(opts.Workdir) // never empty (driver.Options)
 	if err != nil {
 		return nil, err
 	}

@@ -372,12 +372,12 @@ func TestCopyInThroughHostLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"link/x", "link/sub/x"} {
-		if err := l.WriteFiles(t.Context(), home, []tarsafe.File{{Name: name, Data: []byte("escaped")}}); err == nil {
+		if err := sandboxtest.WriteFiles(t.Context(), l, home, []tarsafe.File{{Name: name, Data: []byte("escaped")}}); err == nil {
 			t.Errorf("writing %s through a link to %s succeeded", name, outside)
 		}
 	}
 	// A file at a link's name replaces the link, never writes through it.
-	if err := l.WriteFiles(t.Context(), home, []tarsafe.File{{Name: "filelink", Data: []byte("replaced")}}); err != nil {
+	if err := sandboxtest.WriteFiles(t.Context(), l, home, []tarsafe.File{{Name: "filelink", Data: []byte("replaced")}}); err != nil {
 		t.Errorf("replacing a link with a file: %v", err)
 	}
 	entries, err := os.ReadDir(outside)

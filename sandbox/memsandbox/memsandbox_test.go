@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -137,8 +138,13 @@ func TestCounters(t *testing.T) {
 
 func TestWorkdir(t *testing.T) {
 	p := memsandbox.New(nil)
+	// The portable layer fills in the default: the current directory.
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ given, want string }{
-		{"", memsandbox.DefaultDir},
+		{"", cwd},
 		{"relative/dir", memsandbox.DefaultDir},
 		{"/src/project/", "/src/project"},
 	} {
@@ -419,14 +425,14 @@ func TestCopyInConfined(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.WriteFiles(t.Context(), home+"/dest", []tarsafe.File{{Name: "inside/x", Data: []byte("ok")}}); err != nil {
+	if err := sandboxtest.WriteFiles(t.Context(), l, home+"/dest", []tarsafe.File{{Name: "inside/x", Data: []byte("ok")}}); err != nil {
 		t.Errorf("writing through a link inside: %v", err)
 	}
 	if b, err := f.ReadFile(home + "/dest/real/x"); err != nil || string(b) != "ok" {
 		t.Errorf("the file written through a link inside: %q, %v", b, err)
 	}
 	for _, name := range []string{"abs/x", "up/x"} {
-		err := l.WriteFiles(t.Context(), home+"/dest", []tarsafe.File{{Name: name, Data: []byte("escaped")}})
+		err := sandboxtest.WriteFiles(t.Context(), l, home+"/dest", []tarsafe.File{{Name: name, Data: []byte("escaped")}})
 		if !errors.Is(err, tarsafe.ErrUnsafe) {
 			t.Errorf("writing %s: %v, want tarsafe.ErrUnsafe", name, err)
 		}

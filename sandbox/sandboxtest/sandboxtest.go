@@ -80,6 +80,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"ExecCancel", s.testExecCancel},
 		{"ConcurrentStart", s.testConcurrentStart},
 		{"ProcessGroupKill", s.testProcessGroupKill},
+		{"ExecReapsGroup", s.testExecReapsGroup},
 		{"CloseStopsProcesses", s.testCloseStopsProcesses},
 		{"LookPath", s.testLookPath},
 		{"CopyRoundTrip", s.testCopyRoundTrip},
@@ -321,7 +322,7 @@ func (s *suite) testUseAfterClose(t *testing.T) {
 		{"Exec", func() error { _, err := l.Exec(ctx, echo, 0); return err }},
 		{"CopyIn", func() error { return l.CopyIn(ctx, home, bytes.NewReader(tarball.Bytes())) }},
 		{"WriteFiles", func() error {
-			return l.WriteFiles(ctx, home, []tarsafe.File{{Name: "f", Data: []byte("x")}})
+			return WriteFiles(ctx, l, home, []tarsafe.File{{Name: "f", Data: []byte("x")}})
 		}},
 		{"CopyOut", func() error {
 			rc, err := l.CopyOut(ctx, home)
@@ -371,7 +372,7 @@ func (s *suite) testDistinctHomes(t *testing.T) {
 	if a.ID() == b.ID() {
 		t.Errorf("two leases have the same ID %q", a.ID())
 	}
-	if err := a.WriteFiles(t.Context(), a.Home(), []tarsafe.File{{Name: "only-in-a", Data: []byte("a")}}); err != nil {
+	if err := WriteFiles(t.Context(), a, a.Home(), []tarsafe.File{{Name: "only-in-a", Data: []byte("a")}}); err != nil {
 		t.Fatalf("WriteFiles: %v", err)
 	}
 	rc, err := b.CopyOut(t.Context(), path.Join(b.Home(), "only-in-a"))
@@ -727,6 +728,24 @@ func (s *suite) testProcessGroupKill(t *testing.T) {
 	pr.stderr()
 }
 
+// testExecReapsGroup checks that Exec returns once its process exited,
+// though a background child it left in its group holds stdout open: the
+// portable layer kills what is left of the group (Job.Wait), so nothing an
+// Exec starts outlives it. A hang here is a group left alive.
+func (s *suite) testExecReapsGroup(t *testing.T) {
+	l := s.lease(t)
+	res, err := l.Exec(t.Context(), s.req(l, Spawn), 0)
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if !res.Status.Success() {
+		t.Errorf("Spawn's parent: status %+v, stderr %q", res.Status, trim(res.Stderr))
+	}
+	if child := strings.TrimSpace(string(res.Stdout)); child == "" {
+		t.Error("Spawn named no child")
+	}
+}
+
 // closeGrace bounds how long testCloseStopsProcesses waits for a process to
 // end after its lease was released: a guard against hanging the test run,
 // not a timing assertion.
@@ -832,7 +851,7 @@ func (s *suite) testCopyRoundTrip(t *testing.T) {
 		{Name: "tree/sub/up", Link: "../a.txt"},
 	}
 	dest := path.Join(l.Home(), "roundtrip", "nested") // missing: CopyIn creates it
-	if err := l.WriteFiles(t.Context(), dest, want); err != nil {
+	if err := WriteFiles(t.Context(), l, dest, want); err != nil {
 		t.Fatalf("WriteFiles: %v", err)
 	}
 	got := s.copyOut(t, l, path.Join(dest, "tree"))
@@ -849,7 +868,7 @@ func (s *suite) testCopyRoundTrip(t *testing.T) {
 func (s *suite) testCopyOutSingle(t *testing.T) {
 	l := s.lease(t)
 	dir := path.Join(l.Home(), "single")
-	if err := l.WriteFiles(t.Context(), dir, []tarsafe.File{
+	if err := WriteFiles(t.Context(), l, dir, []tarsafe.File{
 		{Name: "f.txt", Mode: 0o640, Data: []byte("content")},
 		{Name: "l", Link: "f.txt"},
 	}); err != nil {
@@ -889,7 +908,7 @@ func (s *suite) testCopyInReplaces(t *testing.T) {
 	dir := path.Join(l.Home(), "replace")
 	write := func(files ...tarsafe.File) {
 		t.Helper()
-		if err := l.WriteFiles(t.Context(), dir, files); err != nil {
+		if err := WriteFiles(t.Context(), l, dir, files); err != nil {
 			t.Fatalf("WriteFiles: %v", err)
 		}
 	}
@@ -1090,7 +1109,7 @@ func (s *suite) testFilesShared(t *testing.T) {
 	}, cmp.Ignore())); diff != "" {
 		t.Errorf("CopyOut of a file a process wrote (-want +got):\n%s", diff)
 	}
-	if err := l.WriteFiles(t.Context(), l.Home(), []tarsafe.File{{Name: "from-copy.txt", Data: []byte("copied in")}}); err != nil {
+	if err := WriteFiles(t.Context(), l, l.Home(), []tarsafe.File{{Name: "from-copy.txt", Data: []byte("copied in")}}); err != nil {
 		t.Fatalf("WriteFiles: %v", err)
 	}
 	if got := string(s.runOK(t, l, ReadFile, path.Join(l.Home(), "from-copy.txt")).Stdout); got != "copied in" {
@@ -1108,7 +1127,7 @@ func (s *suite) testWorkspaceSnapshot(t *testing.T) {
 		t.Skipf("%T does not implement driver.Snapshotter", l.Sandbox())
 	}
 	wd := l.Workdir()
-	if err := l.WriteFiles(t.Context(), wd, []tarsafe.File{
+	if err := WriteFiles(t.Context(), l, wd, []tarsafe.File{
 		{Name: "keep.txt", Data: []byte("same")},
 		{Name: "edit.txt", Data: []byte("old")},
 		{Name: ".git/HEAD", Data: []byte("ref")},

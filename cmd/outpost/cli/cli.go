@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime/debug"
 	"strings"
 
@@ -229,12 +228,4 @@ func (a *app) store() (*conversation.FS, error) {
 
 func openProvider(name string, settings map[string]string) (driver.Provider, error) {
 	return sandbox.Open(name, settings)
-}
-
-func getwd() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "."
-	}
-	return wd
 }

@@ -199,10 +199,6 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	if err != nil {
 		return a.fail(f, nil, err)
 	}
-	workdir := f.workdir
-	if workdir == "" {
-		workdir = getwd()
-	}
 	resume, fork := f.resume, f.fork
 	for _, ref := range []*string{&resume, &fork} {
 		if *ref != "" {
@@ -221,7 +217,7 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	turn := sandbox.Turn{
 		Agent:      harness.Agent{Kind: "cli", Harness: h, Model: f.model},
 		Prompt:     prompt,
-		Workdir:    workdir,
+		Workdir:    f.workdir, // "": the current directory
 		Resume:     resume,
 		Fork:       fork,
 		Env:        env,

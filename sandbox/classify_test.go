@@ -1,0 +1,101 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
+)
+
+// TestClassify covers every path of the turn's classification (step 8),
+// a pure function of the outcome.
+func TestClassify(t *testing.T) {
+	errGone := errors.New("container gone")
+	exit1 := harness.ExitStatus{Code: 1}
+	killed := harness.ExitStatus{Code: -1, Signal: "SIGKILL"}
+	tail := []string{"starting", "boom: model said no", ""}
+	type want struct {
+		Code    outpost.Code
+		Msg     string
+		Details map[string]any
+		Cause   error
+	}
+	cases := []struct {
+		name string
+		o    outcome
+		want *want // nil: success
+	}{
+		{"success", outcome{}, nil},
+		{"success with the finished event required", outcome{requiresFinished: true, seen: seen{finished: true}}, nil},
+		{"missing finished event", outcome{requiresFinished: true},
+			&want{Code: outpost.Process, Msg: "the agent exited without its final event", Details: map[string]any{"exit_code": 0, "finished": false}}},
+		{"sandbox failed", outcome{waitErr: errGone, status: exit1},
+			&want{Code: outpost.Sandbox, Msg: "the sandbox failed during the turn", Cause: errGone}},
+		{"vanished (wait error from the lease)", outcome{waitErr: &outpost.Error{Code: outpost.Sandbox, Op: "wait", Err: errGone}, vanished: true},
+			&want{Code: outpost.Sandbox, Msg: "the sandbox vanished during the turn", Details: map[string]any{"vanished": true}, Cause: errGone}},
+		{"vanished (non-zero exit)", outcome{status: killed, vanished: true, seen: seen{failures: []string{"x"}}},
+			&want{Code: outpost.Sandbox, Msg: "the sandbox vanished during the turn", Details: map[string]any{"vanished": true}}},
+		{"cancel", outcome{status: killed, ctxErr: context.Canceled, ctxCause: context.Canceled, stderrTail: tail},
+			&want{Code: outpost.Cancelled, Msg: "cancelled", Details: map[string]any{"exit_code": -1, "signal": "SIGKILL", "stderr": "starting\nboom: model said no\n"}}},
+		{"timeout (caller's deadline)", outcome{status: exit1, ctxErr: context.DeadlineExceeded, ctxCause: context.DeadlineExceeded},
+			&want{Code: outpost.Timeout, Msg: "deadline reached", Details: map[string]any{"exit_code": 1}}},
+		{"timeout (turn's Timeout)", outcome{status: exit1, ctxErr: context.Canceled, ctxCause: errTurnTimeout},
+			&want{Code: outpost.Timeout, Msg: "deadline reached", Details: map[string]any{"exit_code": 1}}},
+		{"watchdog", outcome{status: exit1, stopReason: "inactivity"},
+			&want{Code: outpost.Process, Msg: "the agent printed nothing for too long and was stopped", Details: map[string]any{"exit_code": 1, "unavailable": true, "inactivity": true}}},
+		{"steer", outcome{status: exit1, stopReason: "steer", seen: seen{failures: []string{"interrupted"}}}, nil},
+		{"limit", outcome{status: exit1, stopReason: "limit", seen: seen{failures: []string{"over"}, limit: &harness.Event{Text: "over budget\nmore", Details: map[string]any{"limit": "max_turns"}}}},
+			&want{Code: outpost.Process, Msg: "the agent went over its budget and was stopped: over budget", Details: map[string]any{"exit_code": 1, "limit": "max_turns"}}},
+		{"limit without a name", outcome{seen: seen{failures: []string{"over"}, limit: &harness.Event{Text: "over"}}},
+			&want{Code: outpost.Process, Msg: "the agent went over its budget and was stopped: over", Details: map[string]any{"exit_code": 0, "limit": true}}},
+		{"quota", outcome{status: exit1, seen: seen{failures: []string{"rate limited"}, quotaText: "rate limited", quotaEvent: map[string]any{"resets_at": "2026-12-01T12:00:00Z"}},
+			quotaDetails: map[string]any{"resets_at": "later", "kind": "rate"}},
+			&want{Code: outpost.Quota, Msg: "the agent hit a usage or rate limit: rate limited", Details: map[string]any{"exit_code": 1, "resets_at": "2026-12-01T12:00:00Z", "kind": "rate"}}},
+		{"quota text on a successful turn", outcome{seen: seen{quotaText: "usage at 90%"}}, nil},
+		{"misconfigured", outcome{status: exit1, seen: seen{misconfigText: "invalid api key\ntrace"}},
+			&want{Code: outpost.Configuration, Msg: "the agent's credentials or configuration were refused: invalid api key", Details: map[string]any{"exit_code": 1, "agent_reported": true}}},
+		{"exit status with the last failure", outcome{status: exit1, seen: seen{failures: []string{"first", "last"}}},
+			&want{Code: outpost.Process, Msg: "the agent exited with status 1: last", Details: map[string]any{"exit_code": 1}}},
+		{"exit status with the stderr tail", outcome{status: exit1, stderrTail: tail},
+			&want{Code: outpost.Process, Msg: "the agent exited with status 1: boom: model said no", Details: map[string]any{"exit_code": 1, "stderr": "starting\nboom: model said no\n"}}},
+		{"killed by a signal", outcome{status: killed},
+			&want{Code: outpost.Process, Msg: "the agent was killed by SIGKILL", Details: map[string]any{"exit_code": -1, "signal": "SIGKILL"}}},
+		{"unavailable", outcome{status: exit1, seen: seen{unavailable: true, failures: []string{"503 overloaded"}}},
+			&want{Code: outpost.Process, Msg: "the agent exited with status 1: 503 overloaded", Details: map[string]any{"exit_code": 1, "unavailable": true}}},
+		{"failure events on exit 0", outcome{seen: seen{failures: []string{"tool crashed"}, finished: true}},
+			&want{Code: outpost.Process, Msg: "the agent reported a failure: tool crashed", Details: map[string]any{"exit_code": 0}}},
+		{"failure events on exit 0, unavailable", outcome{seen: seen{failures: []string{"connection refused"}, unavailable: true}},
+			&want{Code: outpost.Process, Msg: "the agent reported a failure: connection refused", Details: map[string]any{"exit_code": 0, "unavailable": true}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.agent = "echo"
+			err := classify(tc.o)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("classify = %v, want nil", err)
+				}
+				return
+			}
+			var oe *outpost.Error
+			if !errors.As(err, &oe) {
+				t.Fatalf("classify = %v, want an *outpost.Error", err)
+			}
+			got := &want{Code: oe.Code, Msg: oe.Msg, Details: oe.Details, Cause: oe.Err}
+			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
+				t.Errorf("classify (-want +got):\n%s", diff)
+			}
+			if oe.Agent != "echo" || oe.Op != "run" {
+				t.Errorf("agent %q op %q, want echo and run", oe.Agent, oe.Op)
+			}
+			if s := fmt.Sprint(err); s == "" {
+				t.Error("empty error text")
+			}
+		})
+	}
+}

@@ -1,0 +1,107 @@
+package sandbox
+
+import (
+	"time"
+
+	"github.com/outposthq/outpost/harness"
+)
+
+// seen is what the agent's events and standard error told about how its
+// turn ends (classify reads it).
+type seen struct {
+	finished bool
+	failures []string
+	// quotaText is the first text the preset's Quota matched, quotaEvent
+	// the Details of the failure event it came from.
+	quotaText  string
+	quotaEvent map[string]any
+	// misconfigText is the first text the preset's Misconfigured matched.
+	misconfigText string
+	limit         *harness.Event // the first failure of kind harness.KindLimit
+	unavailable   bool
+}
+
+// emit completes an event (agent, time, session, conversation), redacts
+// it, records what it says about the turn and hands it to OnEvent.
+func (s *stream) emit(ev harness.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.e
+	ev.Agent = e.h.Name
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	if ev.Type == harness.EventSession && ev.Session != "" {
+		s.native = ev.Session
+	}
+	if ev.Session == "" {
+		ev.Session = s.native
+	}
+	ev.Conversation = e.convID
+	if !e.o.Raw {
+		ev.Raw = nil
+	}
+	ev.Raw = harness.SafeJSON(ev.Raw)
+	if ev.Tool != nil {
+		t := *ev.Tool
+		t.Input = harness.SafeJSON(t.Input)
+		ev.Tool = &t
+	}
+	e.red.Event(&ev)
+	s.record(ev)
+	if e.o.OnEvent != nil {
+		e.o.OnEvent(ev)
+	}
+}
+
+// record keeps what ev says about the turn's answer, usage and end. The
+// caller holds s.mu.
+func (s *stream) record(ev harness.Event) {
+	switch ev.Type {
+	case harness.EventFinished:
+		s.seen.finished = true
+		if ev.Text != "" {
+			s.final = ev.Text
+		}
+		if ev.Usage != nil {
+			u := *ev.Usage
+			s.usage = &u
+		}
+	case harness.EventUsage:
+		if ev.Usage != nil {
+			u := *ev.Usage
+			s.usage = &u
+		}
+	case harness.EventFailure:
+		s.seen.failures = append(s.seen.failures, ev.Text)
+		if ev.Kind == harness.KindLimit && s.seen.limit == nil {
+			lim := ev
+			s.seen.limit = &lim
+			go s.stop("limit") // the budget is spent: end the turn now
+		}
+		quota := s.seen.quotaText
+		s.note(ev.Text)
+		if quota == "" && s.seen.quotaText != "" {
+			s.seen.quotaEvent = ev.Details
+		}
+	case harness.EventMessage:
+		if !ev.Delta && ev.Text != "" {
+			s.final = ev.Text
+		}
+	}
+}
+
+// note matches a failure's text (an event's or a stderr line) against the
+// preset's patterns. The caller holds s.mu.
+func (s *stream) note(text string) {
+	h := s.e.h
+	if s.seen.quotaText == "" && h.Quota != nil && h.Quota(text) {
+		s.seen.quotaText = text
+	}
+	if h.Unavailable != nil && h.Unavailable(text) {
+		s.seen.unavailable = true
+	}
+	if s.seen.misconfigText == "" && h.Misconfigured != nil && h.Misconfigured(text) {
+		s.seen.misconfigText = text
+	}
+}

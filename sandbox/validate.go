@@ -1,0 +1,173 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/credentials"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+func refuse(code outpost.Code, format string, args ...any) error {
+	return outpost.Errorf(code, "validate", format, args...)
+}
+
+// validate is step 1 and 2: everything that can be refused without a
+// sandbox.
+func (e *engine) validate(ctx context.Context) error {
+	if err := e.checkTurn(); err != nil {
+		return err
+	}
+	// 2. Resolve variables: the process env with .outpost/.env over it.
+	if err := e.resolve(); err != nil {
+		return err
+	}
+	// The environment must build, clear of the provider's fixed names.
+	if err := e.checkEnv(nil); err != nil {
+		return err
+	}
+	// The request must build; it is built again once the sandbox is known.
+	t := e.t
+	if _, err := e.request(harness.Input{Prompt: t.Prompt, Model: t.Agent.Model, Workdir: e.workdir, Options: t.Options, ExtraArgs: t.ExtraArgs}); err != nil {
+		return err
+	}
+	return e.locate(ctx)
+}
+
+// checkTurn refuses a turn that cannot run whatever the sandbox.
+func (e *engine) checkTurn() error {
+	t := e.t
+	h := t.Agent.Harness
+	if h == nil {
+		return refuse(outpost.Configuration, "no agent preset")
+	}
+	e.h = h
+	if err := h.Validate(); err != nil {
+		return outpost.Wrap(outpost.Configuration, "validate", err)
+	}
+	if t.Agent.Kind != "" && t.Agent.Kind != "cli" {
+		return refuse(outpost.Configuration, "agent kind %q is not supported (only \"cli\")", t.Agent.Kind)
+	}
+	if e.o.Lease == nil && e.o.Provider == nil {
+		return refuse(outpost.Configuration, "no sandbox: set driver.Options.Lease or driver.Options.Provider")
+	}
+	if strings.TrimSpace(t.Prompt) == "" {
+		return refuse(outpost.Configuration, "empty prompt")
+	}
+	if t.Resume != "" && t.Fork != "" {
+		return refuse(outpost.Configuration, "resume and fork are exclusive")
+	}
+	if t.Resume != "" && !h.Resumable {
+		return refuse(outpost.Refused, "agent %s cannot resume conversations", h.Name)
+	}
+	if t.Fork != "" && !h.Forkable {
+		return refuse(outpost.Refused, "agent %s cannot fork conversations", h.Name)
+	}
+	if h.Bootstrap != "" && !e.installer().Known(h.Bootstrap) {
+		return refuse(outpost.Configuration, "agent %s names unknown bootstrap %q (known: %v)", h.Name, h.Bootstrap, e.installer().Names())
+	}
+	if (t.Resume != "" || t.Fork != "") && e.o.Store == nil {
+		return refuse(outpost.Configuration, "resume and fork need a conversation store")
+	}
+	return nil
+}
+
+// resolve is step 2: the variables of the host environment and the
+// workdir's .outpost/.env, the secrets to redact, and the preset's
+// credential and configuration plans.
+func (e *engine) resolve() error {
+	environ := e.o.Environ
+	if environ == nil {
+		environ = os.Environ()
+	}
+	wd, err := workdir(e.t.Workdir)
+	if err != nil {
+		return outpost.Wrap(outpost.Configuration, "env", fmt.Errorf("working directory: %w", err))
+	}
+	e.workdir = wd
+	table, err := credentials.Resolve(environ, wd)
+	if err != nil {
+		return outpost.Wrap(outpost.Configuration, "env", err)
+	}
+	e.vars = table.Vars
+	for name, v := range table.Vars {
+		if table.FromDotEnv[name] && credentials.LooksSecret(name) {
+			e.red.Add(v)
+		}
+	}
+	for name, v := range e.t.Env {
+		if credentials.LooksSecret(name) {
+			e.red.Add(v)
+		}
+	}
+	h := e.h
+	if h.Credentials != nil {
+		if e.plan, err = h.Credentials(e.vars); err != nil {
+			return e.planErr("credentials", err)
+		}
+		for _, v := range e.plan.Variables {
+			e.red.Add(v)
+		}
+	}
+	if h.Configuration != nil {
+		if e.config, err = h.Configuration(e.vars); err != nil {
+			return e.planErr("configuration", err)
+		}
+	}
+	return nil
+}
+
+// locate checks that the conversation to continue exists and belongs to
+// this agent, and picks the turn's conversation id.
+func (e *engine) locate(ctx context.Context) error {
+	t := e.t
+	if ref := t.Resume + t.Fork; ref != "" {
+		m, files, err := e.o.Store.Get(ctx, ref)
+		if err != nil {
+			return outpost.Wrap(outpost.Conversation, "locate", fmt.Errorf("conversation %s: %w", ref, err))
+		}
+		if m.Agent != e.h.Name {
+			return refuse(outpost.Configuration, "conversation %s belongs to agent %s, not %s", ref, m.Agent, e.h.Name)
+		}
+		e.parent, e.parentFs = m, files
+	}
+	if t.Resume != "" {
+		e.convID = e.parent.ID
+	} else {
+		e.convID = conversation.NewID()
+	}
+	return nil
+}
+
+func (e *engine) caps() driver.Capabilities {
+	if e.o.Lease != nil {
+		return e.o.Lease.Capabilities()
+	}
+	return e.o.Provider.Capabilities()
+}
+
+func (e *engine) planErr(op string, err error) error {
+	var mv *harness.MissingVariableError
+	if errors.As(err, &mv) {
+		return &outpost.Error{Code: outpost.Configuration, Op: op, Agent: e.h.Name, Err: err}
+	}
+	return outpost.Wrap(outpost.Configuration, op, err)
+}
+
+// request builds the agent's command and checks its environment.
+func (e *engine) request(in harness.Input) (harness.Command, error) {
+	cmd, err := e.h.Request(in)
+	if err != nil {
+		return cmd, outpost.Wrap(outpost.Configuration, "request", err)
+	}
+	if cmd.Path == "" {
+		return cmd, refuse(outpost.Configuration, "agent %s built a command without a program", e.h.Name)
+	}
+	return cmd, e.checkEnv(cmd.Env)
+}
