@@ -82,13 +82,15 @@ func TestClaudeStructuredTextFirst(t *testing.T) {
 	}
 }
 
-// TestClaudeRepair: the answer is not JSON even after the CLI's own
+// TestClaudeRepair: the answer is invalid JSON even after the CLI's own
 // re-prompt; outpost resumes the conversation with a repair message naming
 // the error, and the second attempt validates. Usage is the sum.
 func TestClaudeRepair(t *testing.T) {
 	t.Parallel()
 	e := newClaudeEnv(t, "local", anthropic.Options{})
-	e.srv.Enqueue(anthropic.Text("I would rather not."), anthropic.Text("Still prose."),
+	// Invalid JSON, twice: the first answer, and the one after the CLI's
+	// own re-prompt.
+	e.srv.Enqueue(anthropic.Text("```json\n{\"name\": \"Linus\",\n```"), anthropic.Text("```json\n{\"name\": \"Linus\",\n```"),
 		anthropic.StructuredOutput(map[string]any{"name": "Linus"}))
 	o := e.run(sandbox.Turn{Prompt: "name a kernel author", Output: json.RawMessage(personSchema)}, turnOpts{})
 	e.mustSucceed(o)
@@ -101,7 +103,7 @@ func TestClaudeRepair(t *testing.T) {
 	}
 	repair := reqs[2].LastUserText
 	if !strings.Contains(repair, "Your last answer does not match the required JSON Schema") ||
-		!strings.Contains(repair, "(root): the answer holds no JSON value") || !strings.Contains(repair, `"required":["name"]`) {
+		!strings.Contains(repair, "(root): the answer is not valid JSON") || !strings.Contains(repair, `"required":["name"]`) {
 		t.Errorf("repair message %q", repair)
 	}
 	// The repair resumed the same conversation: the history came along.
