@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -283,4 +284,25 @@ func TestCancelAndSteerAcrossAttempts(t *testing.T) {
 			t.Errorf("steer notices %+v", steers)
 		}
 	})
+}
+
+// TestTimeoutAcrossAttempts: the turn's deadline bounds its repairs too.
+func TestTimeoutAcrossAttempts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := *echo.Harness()
+	request := h.Request
+	h.Request = func(in harness.Input) (harness.Command, error) {
+		if strings.Contains(in.Prompt, "Your last answer") {
+			in.Prompt += " #hang" // the repair attempt never answers
+		}
+		return request(in)
+	}
+	res, err := f.run(sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: &h}, Prompt: "#badjson", Output: json.RawMessage(nameSchema), Timeout: 20 * time.Second})
+	if outpost.CodeOf(err) != outpost.Timeout {
+		t.Fatalf("err = %v, want timeout", err)
+	}
+	if len(f.notices("repair")) != 1 || res == nil || len(res.Attempts) != 2 {
+		t.Errorf("the timeout did not come from the repair attempt: %+v", res)
+	}
 }
