@@ -42,7 +42,8 @@ const (
 	// Quota: the agent reported a terminal usage or rate limit.
 	// Details["resets_at"] holds the reset time when the agent said it.
 	Quota Code = "quota"
-	// Timeout: the turn's deadline or inactivity watchdog stopped it.
+	// Timeout: the turn's deadline passed (the inactivity watchdog is
+	// Process with Details["stalled"]).
 	Timeout Code = "timeout"
 	// Cancelled: the caller cancelled the turn.
 	Cancelled Code = "cancelled"

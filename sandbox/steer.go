@@ -57,7 +57,7 @@ func (s *stream) deliver(msg string) {
 // resumeWith continues a turn that was stopped to take a steering message
 // (presets without live input).
 func (e *engine) resumeWith(ctx context.Context, lease *Lease, prev *Result, msg string) (*Result, error) {
-	if prev.Conversation == "" || !e.h.Resumable {
+	if prev.Conversation == "" || !e.h.Resumes() {
 		return prev, outpost.Errorf(outpost.Refused, "steer", "agent %s cannot take a message while it works, and its conversation cannot be resumed", e.h.Name)
 	}
 	t := e.t

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"time"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 )
@@ -22,6 +24,12 @@ type ResultLine struct {
 	// ThreadUsage is the agent's own running total for the whole native
 	// conversation, when the preset reads one (Result.ThreadUsage).
 	ThreadUsage *harness.Usage `json:"thread_usage,omitempty"`
+	// StartedAt, CompletedAt and DurationMS bound the turn
+	// (Result.StartedAt...); for an error before the turn began, the
+	// caller's own (the CLI's command).
+	StartedAt   time.Time `json:"started_at"`
+	CompletedAt time.Time `json:"completed_at"`
+	DurationMS  int64     `json:"duration_ms"`
 	// ExitCode is the exit status `outpost run` exits with for this turn
 	// (docs/errors.md).
 	ExitCode int                `json:"exit_code"`
@@ -36,6 +44,7 @@ func NewResultLine(res *Result, err error) ResultLine {
 	return ResultLine{
 		Type: "result", Conversation: res.Conversation, Parent: res.Parent, Agent: res.Agent,
 		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
-		ThreadUsage: res.ThreadUsage, ExitCode: outpost.ExitCode(err), Error: outpost.ToJSON(err),
+		ThreadUsage: res.ThreadUsage, StartedAt: res.StartedAt, CompletedAt: res.CompletedAt, DurationMS: res.DurationMS,
+		ExitCode: outpost.ExitCode(err), Error: outpost.ToJSON(err),
 	}
 }

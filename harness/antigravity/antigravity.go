@@ -90,9 +90,9 @@ func Harness() *harness.Harness {
 		RequiresFinishedEvent: true,
 		Variables:             map[string]string{AutoUpdateVariable: "1"},
 		Storage:               Storage(),
-		Capture:               true,
-		Resumable:             true,
-		Forkable:              false,
+		Capture:               harness.True,
+		Resumable:             harness.True,
+		Forkable:              harness.False,
 		Inactivity:            Inactivity,
 	}
 }

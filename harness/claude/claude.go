@@ -85,9 +85,9 @@ func Harness() *harness.Harness {
 			"DISABLE_AUTOUPDATER":                      "1",
 		},
 		Storage:    Storage(),
-		Capture:    true,
-		Resumable:  true,
-		Forkable:   true,
+		Capture:    harness.True,
+		Resumable:  harness.True,
+		Forkable:   harness.True,
 		Inactivity: Inactivity,
 	}
 }

@@ -128,9 +128,9 @@ func Harness() *harness.Harness {
 		Bootstrap:             Name,
 		RequiresFinishedEvent: true,
 		Storage:               Storage(),
-		Capture:               true,
-		Resumable:             true,
-		Forkable:              true,
+		Capture:               harness.True,
+		Resumable:             harness.True,
+		Forkable:              harness.True,
 		Inactivity:            Inactivity,
 	}
 }
@@ -440,6 +440,9 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 	if len(p.Variables) > 0 {
 		return p, nil
 	}
+	// Without a key, the host's login is Codex's only credential: a turn
+	// with neither fails before allocation (Plan.Need).
+	p.Need = "codex has no credential: set " + APIKeyVariable + " or " + CodexAPIKeyVariable + ", or log in on the host with `codex login` (auth.json), on a sandbox that takes host files"
 	if src := hostAuthFile(vars); src != "" {
 		p.HostFiles = append(p.HostFiles, harness.HostFile{
 			Source:    src,

@@ -180,7 +180,7 @@ func Agents(inst *bootstrap.Installer) []AgentRow {
 	var rows []AgentRow
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
-		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumable, Forkable: h.Forkable, Live: h.LiveInput != nil, Bootstrap: h.Bootstrap}
+		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap}
 		if pin, ok := inst.Pin(h.Bootstrap); ok && h.Bootstrap != "" {
 			r.Version, r.Kind, r.Package, r.Program = pin.Version, string(pin.Kind), pin.Package, pin.Program
 		}

@@ -32,29 +32,52 @@ func ErrorToJSON(err error) *ErrorJSON { return outpost.ToJSON(err) }
 
 type runFlags struct {
 	agent, sandbox, model, workdir, resume, fork, image string
-	timeout, inactivity, wait                           time.Duration
+	command, trace                                      string
+	timeout, inactivity, retryBound, wait               time.Duration
 	env, set, options                                   []string
 	json, raw, steerStdin, verbose                      bool
-	agentSet                                            bool // --agent was given
+	agentSet                                            bool      // --agent was given
+	extra                                               []string  // the arguments after --
+	started                                             time.Time // when the command began
 }
 
 func (a *app) runCmd() *cobra.Command {
 	var f runFlags
 	c := &cobra.Command{
-		Use:   "run [flags] PROMPT",
+		Use:   "run [flags] PROMPT [-- ARGS...]",
 		Short: "Run one turn of an agent in a sandbox",
 		Long: `Run one turn of an agent in a sandbox and stream what it does.
 
 PROMPT "-" reads the prompt from standard input. Without --json the turn is
 shown for a person; with --json every event is one JSON object per line and
 the last line is {"type":"result",...} (docs/events.md). The exit status
-says how the turn ended (docs/errors.md).`,
+says how the turn ended (docs/errors.md).
+
+ARGS after -- pass through to the agent's CLI; each preset refuses the
+flags outpost controls. --agent takes a preset name, or a preset file
+(docs/presets/custom.md): a path, or NAME for
+$XDG_CONFIG_HOME/outpost/agents/NAME.json.`,
 		Example: `  outpost run "hello"
   outpost run --json --resume c01abc "and now?"
-  outpost run --agent echo --timeout 30s --env ECHO_API_KEY=... "#env ECHO_API_KEY"`,
-		Args: cobra.ExactArgs(1),
+  outpost run --agent echo --timeout 30s --env ECHO_API_KEY=... "#env ECHO_API_KEY"
+  outpost run --agent aider "add a test" -- --no-auto-commits
+  outpost run --agent ./mytool.json --trace turn.jsonl "hello"`,
+		Args: func(c *cobra.Command, args []string) error {
+			n := len(args)
+			if d := c.ArgsLenAtDash(); d >= 0 {
+				n = d
+			}
+			if n != 1 {
+				return fmt.Errorf("accepts one PROMPT before --, received %d", n)
+			}
+			return nil
+		},
 		RunE: func(c *cobra.Command, args []string) error {
+			f.started = time.Now()
 			f.agentSet = c.Flags().Changed("agent")
+			if d := c.ArgsLenAtDash(); d >= 0 {
+				f.extra = args[d:]
+			}
 			return a.run(c.Context(), f, args[0])
 		},
 	}
@@ -76,6 +99,9 @@ says how the turn ended (docs/errors.md).`,
 	fl.BoolVar(&f.raw, "raw", false, "with --json: include each event's native line")
 	fl.BoolVar(&f.steerStdin, "steer-stdin", false, "read messages for the running turn from standard input, one per line")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "show the agent's standard error")
+	fl.StringVar(&f.command, "command", "", "run this executable in place of the preset's program (no bootstrap)")
+	fl.StringVar(&f.trace, "trace", "", "append a JSON-lines trace of the turn to this file (steps, events, classification; redacted)")
+	fl.DurationVar(&f.retryBound, "retry-bound", 0, "stop the turn when the agent only retries for this long (default: the preset's; negative: never)")
 	c.MarkFlagsMutuallyExclusive("resume", "fork")
 	return c
 }
@@ -104,8 +130,11 @@ func parsePairs(list []string, what string, fromEnv func(string) (string, bool))
 }
 
 func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
-	if _, ok := presets.Lookup(f.agent); !ok {
-		return a.fail(f, nil, outpost.Errorf(outpost.Configuration, "agent", "unknown agent %q (known: %s)", f.agent, strings.Join(presets.Names(), ", ")))
+	if f.started.IsZero() {
+		f.started = time.Now()
+	}
+	if _, err := lookupAgent(f.agent); err != nil {
+		return a.fail(f, nil, err)
 	}
 	if prompt == "-" {
 		if f.steerStdin {
@@ -154,16 +183,19 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 				*ref = id
 				// Continuing a conversation: its agent, unless --agent says.
 				if m, err := store.Meta(ctx, id); err == nil && !f.agentSet {
-					if _, ok := presets.Lookup(m.Agent); ok {
+					if _, err := lookupAgent(m.Agent); err == nil {
 						f.agent = m.Agent
 					}
 				}
 			}
 		}
 	}
-	h, _ := presets.Lookup(f.agent)
+	h, err := lookupAgent(f.agent)
+	if err != nil {
+		return a.fail(f, nil, err)
+	}
 	turn := sandbox.Turn{
-		Agent:      harness.Agent{Kind: "cli", Harness: h, Model: f.model},
+		Agent:      harness.Agent{Kind: harness.KindCLI, Harness: h, Model: f.model},
 		Prompt:     prompt,
 		Workdir:    f.workdir, // "": the current directory
 		Resume:     resume,
@@ -173,6 +205,9 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		Timeout:    f.timeout,
 		Inactivity: f.inactivity,
 		Options:    options,
+		ExtraArgs:  f.extra,
+		Command:    f.command,
+		RetryBound: f.retryBound,
 	}
 	var out eventWriter
 	if f.json {
@@ -181,6 +216,14 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		out = newHumanWriter(a.stdout, a.stderr)
 	}
 	opts := &sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json}
+	if f.trace != "" {
+		tf, err := openTrace(f.trace)
+		if err != nil {
+			return a.fail(f, nil, err)
+		}
+		defer tf.Close()
+		opts.Logger = traceLogger(tf)
+	}
 	if f.verbose {
 		opts.Stderr = a.stderr
 	}
@@ -202,19 +245,25 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		}()
 	}
 	res, err := sandbox.Run(ctx, turn, opts)
-	return a.finish(out, res, err)
+	return a.finish(out, f, res, err)
 }
 
 func (a *app) fail(f runFlags, res *sandbox.Result, err error) error {
 	if f.json {
-		return a.finish(newJSONWriter(a.stdout), &sandbox.Result{Agent: f.agent}, err)
+		return a.finish(newJSONWriter(a.stdout), f, res, err)
 	}
 	return err
 }
 
-func (a *app) finish(out eventWriter, res *sandbox.Result, err error) error {
+// finish prints the result. A turn that failed before it began (no
+// result) still names the agent given and the command's own timing.
+func (a *app) finish(out eventWriter, f runFlags, res *sandbox.Result, err error) error {
 	if res == nil {
-		res = &sandbox.Result{}
+		end := time.Now()
+		res = &sandbox.Result{Agent: f.agent, Model: f.model, StartedAt: f.started.UTC(), CompletedAt: end.UTC(), DurationMS: end.Sub(f.started).Milliseconds()}
+	}
+	if res.Agent == "" {
+		res.Agent = f.agent
 	}
 	out.result(res, err)
 	a.reported = out.reportsErrors()
