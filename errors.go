@@ -42,7 +42,8 @@ const (
 	// Quota: the agent reported a terminal usage or rate limit.
 	// Details["resets_at"] holds the reset time when the agent said it.
 	Quota Code = "quota"
-	// Timeout: the turn's deadline or inactivity watchdog stopped it.
+	// Timeout: the turn's deadline passed (the inactivity watchdog is
+	// Process with Details["stalled"]).
 	Timeout Code = "timeout"
 	// Cancelled: the caller cancelled the turn.
 	Cancelled Code = "cancelled"
@@ -196,14 +197,23 @@ var exitCodes = map[Code]int{
 	Cancelled:     130,
 }
 
+// ExitBusy is the exit status of a turn refused because another turn
+// holds its conversation: code conversation with Details["busy"] true
+// (docs/errors.md). Retrying later, or with --wait, may succeed.
+const ExitBusy = 75
+
 // ExitCode maps err to the outpost command's exit status: 0 for nil, the
-// code's status for a coded error (see docs/errors.md), 1 otherwise.
+// code's status for a coded error (see docs/errors.md; ExitBusy for a busy
+// conversation), 1 otherwise.
 func ExitCode(err error) int {
 	if err == nil {
 		return 0
 	}
 	var e *Error
 	if errors.As(err, &e) {
+		if e.Code == Conversation && e.Details["busy"] == true {
+			return ExitBusy
+		}
 		if c, ok := exitCodes[e.Code]; ok {
 			return c
 		}

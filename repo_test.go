@@ -70,6 +70,9 @@ func TestLayering(t *testing.T) {
 		{module + "/conversation", func(imp string) bool {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
 		}, "conversation never imports sandbox"},
+		{module + "/conversation/postgres", func(imp string) bool {
+			return imp == module || imp == module+"/conversation" || (strings.HasPrefix(imp, module+"/internal/") && !strings.HasPrefix(imp, module+"/internal/testenv"))
+		}, "the postgres store imports only conversation, the root and leaf utilities (never sandbox)"},
 		{module + "/bootstrap", func(imp string) bool {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
 		}, "bootstrap never imports sandbox"},

@@ -19,6 +19,14 @@
 // formats carry a version and every file's size and SHA-256, so damage is
 // reported as ErrInvalid rather than read as a conversation.
 //
+// Every stored conversation has a revision (Meta.Revision): Put is a
+// compare-and-swap from the revision the caller read (*StaleError), so no
+// interleaving of turns overwrites one. A turn that continues a
+// conversation holds it (Store.Hold, HoldWait): another turn is refused
+// with a *BusyError naming the holder, or waits. Both are part of the Store
+// contract. A Spool keeps what a failing store could not take, to push it
+// later under the same revision rules.
+//
 // Capture collects a native conversation from a sandbox's home, following
 // the parent chain Storage.Ancestors reports, and Restore writes it back
 // (relocated by Storage.Place) after refusing every path that could leave
@@ -55,6 +63,13 @@ var (
 	// ErrExist: Import found a conversation with the same id and was not
 	// asked to replace it.
 	ErrExist = errors.New("conversation: already exists")
+	// ErrStale: Put was given a revision that is not the stored one
+	// (another turn stored the conversation since it was read); the error
+	// is a *StaleError.
+	ErrStale = errors.New("conversation: stale revision")
+	// ErrBusy: Hold found the conversation held by another turn; the error
+	// is a *BusyError naming the holder.
+	ErrBusy = errors.New("conversation: busy")
 )
 
 // Limits every Store enforces on one conversation (Validate). Import can
@@ -80,6 +95,12 @@ type Meta struct {
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
 	Turns   int       `json:"turns"` // turns run through outpost
+	// Revision counts the successful Puts of this conversation in its
+	// store: 1 after the first. Given to Put, it is the revision the
+	// caller read (0: a new conversation), and Put refuses it with a
+	// *StaleError when the store holds another (compare-and-swap). A
+	// revision belongs to one store: Import starts it again.
+	Revision int64 `json:"revision"`
 	// Usage is the sum of the turns' usage as outpost recorded it.
 	Usage harness.Usage `json:"usage"`
 	// Files lists the captured files (home-relative paths), for display.
@@ -101,17 +122,27 @@ type File struct {
 
 // Store keeps conversations. Implementations are safe for concurrent use
 // by several goroutines and processes, and pass storetest's suite. FS is
-// the default store; Memory is an in-memory one for tests.
+// the default store; postgres.Store (conversation/postgres) the one a
+// fleet shares; storetest.Memory an in-memory one for tests.
 //
 // Every method checks ctx before doing anything and returns an error
 // wrapping ctx.Err() when it is done. Returned metadata and files belong to
 // the caller; a Store keeps no reference to the slices given to Put.
 type Store interface {
 	// Put creates or replaces a conversation, atomically: a reader sees the
-	// old version or the new one, never a mix or a partial file. Of
-	// concurrent Puts of one id, one wins whole. Put first checks m and
-	// files with Validate (ErrInvalid, ErrUnsafe) and then stores nothing
-	// on failure; stored metadata has Files set to the files' paths.
+	// old version or the new one, never a mix or a partial file.
+	//
+	// m.Revision is the revision the caller read: 0 creates a conversation
+	// that must not exist, n replaces revision n, AnyRevision replaces
+	// whatever is stored (for imports and tools, never for turns). When the
+	// store holds another revision, Put stores nothing and returns a
+	// *StaleError (ErrStale): of concurrent Puts from one revision exactly
+	// one succeeds, so no interleaving overwrites a turn. The stored
+	// revision is the one replaced plus one (1 for a new conversation).
+	//
+	// Put first checks m and files with Validate (ErrInvalid, ErrUnsafe)
+	// and then stores nothing on failure; stored metadata has Files set to
+	// the files' paths.
 	Put(ctx context.Context, m Meta, files []File) error
 	// Get returns a conversation with its files, in the order given to Put.
 	// Missing: ErrNotFound. Damaged: ErrInvalid.
@@ -128,6 +159,14 @@ type Store interface {
 	List(ctx context.Context) ([]Meta, error)
 	// Delete removes a conversation. Missing: ErrNotFound.
 	Delete(ctx context.Context, id string) error
+	// Hold takes conversation id (which need not exist yet) for one turn,
+	// without waiting: while the Hold is not released, Hold of the same id
+	// by anyone else (goroutine, process or machine sharing the store)
+	// fails with a *BusyError (ErrBusy) naming o and when it took the hold.
+	// A hold frees itself when its holder dies, within the store's
+	// documented bound. Holds are advisory: Put does not check them, its
+	// revision does. HoldWait waits for a busy conversation.
+	Hold(ctx context.Context, id string, o Owner) (Hold, error)
 }
 
 // Copier is what Capture and Restore need from a sandbox; *sandbox.Lease

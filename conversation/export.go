@@ -63,8 +63,9 @@ const maxTrailer = 1 << 20
 //
 // Errors wrap ErrUnsafe for an unsafe path or entry, ErrInvalid for
 // anything else malformed or over the limits, ErrExist when s holds the id
-// and opts.Replace is false (the check and the Put are not one atomic
-// step), or come from s.Put. Nothing is stored on error.
+// and opts.Replace is false (the Put of a new conversation refuses an
+// existing one atomically), or come from s.Put. Nothing is stored on
+// error. The imported conversation starts a new revision history in s.
 func Import(ctx context.Context, s Store, r io.Reader, opts *ImportOptions) (Meta, error) {
 	var o ImportOptions
 	if opts != nil {
@@ -106,8 +107,20 @@ func Import(ctx context.Context, s Store, r io.Reader, opts *ImportOptions) (Met
 			return Meta{}, fmt.Errorf("conversation: import %s: %w", m.ID, err)
 		}
 	}
+	// A revision belongs to one store: the import is a new one here.
+	m.Revision = 0
+	if o.Replace {
+		m.Revision = AnyRevision
+	}
 	if err := s.Put(ctx, m, files); err != nil {
+		if errors.Is(err, ErrStale) {
+			return Meta{}, fmt.Errorf("conversation: import: %w: %s: %w", ErrExist, m.ID, err)
+		}
 		return Meta{}, fmt.Errorf("conversation: import: %w", err)
 	}
+	if stored, err := s.Meta(ctx, m.ID); err == nil {
+		return stored, nil
+	}
+	m.Revision = max(m.Revision, 0) + 1
 	return m, nil
 }

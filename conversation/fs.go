@@ -3,6 +3,7 @@ package conversation
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"time"
 )
 
 // convExt is the file name extension of a stored conversation.
@@ -30,10 +33,13 @@ const convExt = ".conv"
 // reader would misread, while added JSON fields keep it.
 //
 // Put writes a temporary file in dir (".put-<id>-*", ignored by every
-// reader), fsyncs it, renames it over <id>.conv and fsyncs dir: readers in
-// any process see the old version or the new one, never a partial file,
-// and of concurrent writers the last rename wins. A temporary file left by
-// a crashed writer is never read; it may be deleted at any time.
+// reader), fsyncs it, then, holding the store's write lock (an flock on
+// dir/.lock), checks the stored revision, renames the file over <id>.conv
+// and fsyncs dir: readers in any process see the old version or the new
+// one, never a partial file, and of concurrent writers from one revision
+// exactly one succeeds. A temporary file left by a crashed writer is never
+// read; it may be deleted at any time. Holds are flocks on
+// dir/.holds/<id>.hold (see Hold).
 //
 // dir is created (0700, with missing parents) on the first Put; files are
 // 0600. A missing dir is an empty store. FS is safe for concurrent use.
@@ -84,7 +90,11 @@ func (s *FS) ready(ctx context.Context, op string) error {
 }
 
 // Put implements Store. Besides Validate's errors it returns I/O errors as
-// they come; a failed Put leaves the previous version in place.
+// they come; a failed Put leaves the previous version in place. The
+// revision check and the rename happen under the store's write lock
+// (<dir>/.lock, flock), so Puts from any process on this machine are
+// compare-and-swap; a stored conversation that is damaged can only be
+// replaced with AnyRevision (or deleted).
 func (s *FS) Put(ctx context.Context, m Meta, files []File) error {
 	if err := s.ready(ctx, "put"); err != nil {
 		return err
@@ -92,8 +102,32 @@ func (s *FS) Put(ctx context.Context, m Meta, files []File) error {
 	if err := Validate(m, files); err != nil {
 		return fmt.Errorf("conversation: put: %w", err)
 	}
+	if m.Revision < AnyRevision {
+		return fmt.Errorf("conversation: put: %w: %s: revision %d", ErrInvalid, m.ID, m.Revision)
+	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+	}
+	base := m.Revision
+	var lock *lockedFile
+	defer func() {
+		if lock != nil {
+			_ = lock.unlock(false)
+		}
+	}()
+	if base == AnyRevision {
+		// The new revision depends on the stored one: read it first.
+		var err error
+		if lock, err = s.writeLock(); err != nil {
+			return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+		}
+		cur, err := s.revision(m.ID, true)
+		if err != nil {
+			return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+		}
+		m.Revision = cur + 1
+	} else {
+		m.Revision = base + 1
 	}
 	tmp, err := os.CreateTemp(s.dir, ".put-"+m.ID+"-*")
 	if err != nil {
@@ -116,6 +150,18 @@ func (s *FS) Put(ctx context.Context, m Meta, files []File) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
 	}
+	if lock == nil {
+		if lock, err = s.writeLock(); err != nil {
+			return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+		}
+		cur, err := s.revision(m.ID, false)
+		if err != nil {
+			return fmt.Errorf("conversation: put %s: %w", m.ID, err)
+		}
+		if _, err := checkRevision(m.ID, base, cur); err != nil {
+			return err
+		}
+	}
 	if err := os.Rename(tmp.Name(), s.file(m.ID)); err != nil {
 		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
 	}
@@ -124,6 +170,84 @@ func (s *FS) Put(ctx context.Context, m Meta, files []File) error {
 		return fmt.Errorf("conversation: put %s: syncing %s: %w", m.ID, s.dir, err)
 	}
 	return nil
+}
+
+// writeLock takes the store's write lock, waiting for it.
+func (s *FS) writeLock() (*lockedFile, error) {
+	return lockFile(filepath.Join(s.dir, ".lock"), true)
+}
+
+// revision returns the stored revision of id (0: none). A damaged
+// conversation counts as revision 0 when damagedOK, else is an error.
+func (s *FS) revision(id string, damagedOK bool) (int64, error) {
+	m, _, err := readFile(s.file(id), id, false)
+	switch {
+	case err == nil:
+		return m.Revision, nil
+	case errors.Is(err, ErrNotFound):
+		return 0, nil
+	case errors.Is(err, ErrInvalid) && damagedOK:
+		return 0, nil
+	}
+	return 0, err
+}
+
+// Hold implements Store with an flock(2) on <dir>/.holds/<id>.hold,
+// which also records the holder. The kernel frees the lock the moment the
+// holder's process dies (even by SIGKILL): the liveness bound is zero. The
+// FS store is one machine's: processes sharing it over a network
+// filesystem get whatever locking that filesystem offers.
+func (s *FS) Hold(ctx context.Context, id string, o Owner) (Hold, error) {
+	if err := s.ready(ctx, "hold"); err != nil {
+		return nil, err
+	}
+	if !ValidID(id) {
+		return nil, fmt.Errorf("conversation: hold: %w: id %q", ErrInvalid, id)
+	}
+	dir := filepath.Join(s.dir, ".holds")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("conversation: hold %s: %w", id, err)
+	}
+	name := filepath.Join(dir, id+".hold")
+	l, err := lockFile(name, false)
+	if errors.Is(err, errLocked) {
+		var h Holder
+		if b, err := os.ReadFile(name); err == nil {
+			_ = json.Unmarshal(b, &h)
+		}
+		return nil, &BusyError{ID: id, Holder: h}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("conversation: hold %s: %w", id, err)
+	}
+	b, _ := json.Marshal(Holder{Owner: o, Since: time.Now().UTC()})
+	if err := errors.Join(l.f.Truncate(0), writeAt0(l.f, b)); err != nil {
+		_ = l.unlock(true)
+		return nil, fmt.Errorf("conversation: hold %s: %w", id, err)
+	}
+	return &fsHold{l: l}, nil
+}
+
+func writeAt0(f *os.File, b []byte) error {
+	_, err := f.WriteAt(b, 0)
+	return err
+}
+
+type fsHold struct {
+	mu sync.Mutex
+	l  *lockedFile
+}
+
+// Release implements Hold: it removes the hold file, then unlocks it.
+func (h *fsHold) Release() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.l == nil {
+		return nil
+	}
+	err := h.l.unlock(true)
+	h.l = nil
+	return err
 }
 
 // Get implements Store.
@@ -221,7 +345,15 @@ func (s *FS) Delete(ctx context.Context, id string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("conversation: delete: %w: %q", ErrNotFound, id)
 	}
-	err := os.Remove(s.file(id))
+	lock, err := s.writeLock()
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("conversation: delete: %w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return fmt.Errorf("conversation: delete %s: %w", id, err)
+	}
+	defer lock.unlock(false)
+	err = os.Remove(s.file(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("conversation: delete: %w: %s", ErrNotFound, id)
 	}

@@ -19,16 +19,21 @@ import (
 	"github.com/outposthq/outpost/conversation/storetest"
 )
 
+func TestMain(m *testing.M) {
+	storetest.Main(func(dir string) (conversation.Store, error) { return conversation.NewFS(dir), nil })
+	os.Exit(m.Run())
+}
+
 func TestFSConformance(t *testing.T) {
 	storetest.RunConformanceTests(t, func(t *testing.T) conversation.Store {
 		return conversation.NewFS(filepath.Join(t.TempDir(), "store"))
-	})
+	}, &storetest.Options{Spec: func(s conversation.Store) string { return s.(*conversation.FS).Dir() }})
 }
 
 func TestMemoryConformance(t *testing.T) {
 	storetest.RunConformanceTests(t, func(t *testing.T) conversation.Store {
 		return storetest.NewMemory()
-	})
+	}, nil)
 }
 
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -51,8 +56,10 @@ func TestFSPermissionsAndNoLeftovers(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "store")
 	s := conversation.NewFS(dir)
 	ctx := context.Background()
-	for range 3 {
-		if err := s.Put(ctx, testMeta("c01perm"), testFiles()); err != nil {
+	for i := range 3 {
+		m := testMeta("c01perm")
+		m.Revision = int64(i)
+		if err := s.Put(ctx, m, testFiles()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -78,7 +85,8 @@ func TestFSPermissionsAndNoLeftovers(t *testing.T) {
 			t.Errorf("%s mode = %#o, want 0600", e.Name(), got)
 		}
 	}
-	if d := cmp.Diff([]string{"c01perm.conv"}, names); d != "" {
+	// .lock is the write lock Puts take (kept, empty).
+	if d := cmp.Diff([]string{".lock", "c01perm.conv"}, names); d != "" {
 		t.Errorf("store directory (-want +got):\n%s", d)
 	}
 }
@@ -363,8 +371,8 @@ func TestFSConcurrentProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ents) != 1 {
-		t.Errorf("store holds %d files after the writers, want 1", len(ents))
+	if len(ents) != 2 || ents[0].Name() != ".lock" {
+		t.Errorf("store holds %d files after the writers, want the conversation and .lock", len(ents))
 	}
 	t.Logf("%d whole reads", reads)
 }
@@ -372,6 +380,7 @@ func TestFSConcurrentProcesses(t *testing.T) {
 func processVersion(writer string, n int) (conversation.Meta, []conversation.File) {
 	m := testMeta("c01proc")
 	m.Model = writer + "/" + strconv.Itoa(n)
+	m.Revision = conversation.AnyRevision // the writers race on purpose
 	var files []conversation.File
 	for i := range 3 + n%4 {
 		files = append(files, conversation.File{

@@ -98,6 +98,11 @@ func resolve(ref string, ids []string, metas func() ([]Meta, error)) (string, er
 	return "", fmt.Errorf("%w: %q", ErrNotFound, ref)
 }
 
+// Ambiguous returns the error Resolve gives when ref, a "native id" or an
+// "id prefix" (what), names every one of ids; for Resolver
+// implementations.
+func Ambiguous(ref, what string, ids []string) error { return ambiguous(ref, what, ids) }
+
 func ambiguous(ref, what string, ids []string) error {
 	slices.Sort(ids)
 	const show = 5
@@ -108,8 +113,10 @@ func ambiguous(ref, what string, ids []string) error {
 	return fmt.Errorf("%w: %s %q matches %s", ErrAmbiguous, what, ref, list)
 }
 
-// sortMetas orders conversations newest first: by Updated, then Created,
-// then ID, all descending.
+// SortMetas orders conversations as Store.List returns them, newest
+// first: by Updated, then Created, then ID, all descending.
+func SortMetas(ms []Meta) { sortMetas(ms) }
+
 func sortMetas(ms []Meta) {
 	slices.SortStableFunc(ms, func(a, b Meta) int {
 		if c := b.Updated.Compare(a.Updated); c != 0 {

@@ -46,22 +46,32 @@ type Harness struct {
 	// tools that decode recorded output without an Input.
 	NewTurnDecoder func(in Input) func(line []byte) []Event
 
+	// DecodeEnd makes the engine call the turn's decoder once more, with a
+	// nil line, when standard output ends, so a decoder that accumulates
+	// (plain-text output, whose whole text is the final message) can emit
+	// its last events.
+	DecodeEnd bool
+
 	// Fork is the native fork step for CLIs that fork with a separate
 	// command: given the parent's native id and a runner of commands inside
-	// the leased sandbox, it returns the child's native id. Omitted where
-	// the CLI forks with a request flag (Input.Fork).
+	// the leased sandbox, it returns the child's native id, which must
+	// differ from the parent's (an empty or unchanged id fails the turn
+	// with code process, the commands' output in its details). Omitted
+	// where the CLI forks with a request flag (Input.Fork).
 	Fork func(ctx context.Context, parent string, run Runner) (string, error)
 
 	// Credentials selects, from the resolved variables, what the agent
 	// needs to authenticate: variables, host files copied into the
 	// sandbox's private home, generated files, login commands. Pure: no disk
-	// access. Called once per harness per lease. Every variable value in the
-	// plan is treated as a secret and redacted from all output.
+	// access. Called once per preset per lease (a caller's lease that runs
+	// several turns of the preset reuses the first plan). The local
+	// provider receives only the plan's variables. Every variable value in
+	// the plan is treated as a secret and redacted from all output.
 	Credentials func(vars Vars) (Plan, error)
 
 	// Configuration is the agent's non-secret configuration: files merged
-	// into its home and variables, applied once per lease after the
-	// credentials. It fails with a *MissingVariableError when a variable it
+	// into its home and variables, applied once per lease after
+	// authentication (the credential plan's files and login commands). It fails with a *MissingVariableError when a variable it
 	// references is not set.
 	Configuration func(vars Vars) (Configuration, error)
 
@@ -77,7 +87,8 @@ type Harness struct {
 
 	// Unavailable recognizes a terminal outage: overload, 5xx, connection
 	// failure. When the process then fails without a quota signal, the code
-	// stays process and Details["unavailable"] is true.
+	// stays process and Details["unavailable"] is true. A text that both
+	// Unavailable and Misconfigured match is an outage.
 	Unavailable func(text string) bool
 
 	// Misconfigured recognizes a terminal failure caused by the agent's
@@ -108,7 +119,8 @@ type Harness struct {
 	// Optional.
 	ThreadUsage func(t Transcript) *Usage
 
-	// Usage says where usage comes from. The zero value is UsageEvents.
+	// Usage says where usage comes from. The zero value, UsageUnset,
+	// counts the usage the events report without the completeness check.
 	Usage UsageMode
 
 	// LiveInput opens a live session for a turn whose caller wants to send
@@ -137,14 +149,17 @@ type Harness struct {
 	// home. Nil means conversations of this agent are not portable.
 	Storage *Storage
 
-	// Capture makes the engine capture the conversation into the store
-	// after every turn. Presets with Storage normally set it.
-	Capture bool
+	// Capture saves the conversation into the store after every turn;
+	// False avoids it. Unset: save as soon as Storage exists (Captures).
+	Capture Tristate
 
-	// Resumable and Forkable allow continuing and forking conversations.
-	// False refuses a resume or fork before any sandbox is allocated.
-	Resumable bool
-	Forkable  bool
+	// Resumable: False refuses continuation and fork before any sandbox
+	// is allocated. Unset: allowed when Storage exists (Resumes).
+	Resumable Tristate
+	// Forkable: False refuses a fork before any sandbox is allocated.
+	// Unset or True allows it, through the Fork hook or the request
+	// (Forks); a preset that is not resumable cannot fork either.
+	Forkable Tristate
 
 	// NativeSchema says the CLI enforces a JSON Schema itself: Request (and
 	// LiveInput) pass Input.Schema or Input.SchemaFile to it (Claude Code
@@ -154,14 +169,67 @@ type Harness struct {
 	NativeSchema bool
 
 	// Inactivity is the default watchdog: a turn whose process writes
-	// nothing for this long is stopped (code process, details.unavailable).
-	// Zero means no watchdog unless the turn sets one.
+	// nothing but retry notices for this long is stopped (code process,
+	// details.stalled). Zero means no watchdog unless the turn sets one.
 	Inactivity time.Duration
+
+	// RetryBound is how long a turn may make no progress but retry (only
+	// notices of kind "retry" since its last other output) before it is
+	// an outage: stopped, code process, details.unavailable and
+	// details.retrying. Zero: DefaultRetryBound; the turn can override it.
+	RetryBound time.Duration
 }
+
+// DefaultRetryBound is the RetryBound of presets that set none.
+const DefaultRetryBound = 3 * time.Minute
+
+// Tristate is a preset setting whose absence has a meaning of its own
+// (the reference rules' defaults): Unset, True or False.
+type Tristate uint8
+
+const (
+	Unset Tristate = iota
+	True
+	False
+)
+
+// Bool returns the setting, or def when it is unset.
+func (t Tristate) Bool(def bool) bool {
+	switch t {
+	case True:
+		return true
+	case False:
+		return false
+	}
+	return def
+}
+
+// TristateOf is True or False.
+func TristateOf(b bool) Tristate {
+	if b {
+		return True
+	}
+	return False
+}
+
+// Captures reports whether the engine saves this preset's conversations
+// after each turn: Capture, or when unset, whether Storage exists.
+func (h *Harness) Captures() bool { return h.Storage != nil && h.Capture.Bool(true) }
+
+// Resumes reports whether conversations can be continued: Resumable, or
+// when unset, whether Storage exists.
+func (h *Harness) Resumes() bool { return h.Storage != nil && h.Resumable.Bool(true) }
+
+// Forks reports whether conversations can be forked: the preset resumes,
+// and Forkable is not False.
+func (h *Harness) Forks() bool { return h.Resumes() && h.Forkable.Bool(true) }
+
+// KindCLI is the only agent kind: a CLI run as a process.
+const KindCLI = "cli"
 
 // Agent is what a turn runs: a preset and the model to ask it for.
 type Agent struct {
-	Kind    string   // "cli" (the only kind today)
+	Kind    string   // required: KindCLI, the only kind
 	Harness *Harness // the preset
 	Model   string   // model name passed to the CLI; "" = the CLI's default
 }
@@ -210,11 +278,25 @@ type Command struct {
 	// and a turn that ends before the CLI reports it is still captured.
 	// "" means the id arrives with the CLI's own session event.
 	Session string
+	// Files are written into the sandbox's home (paths relative to it)
+	// before the process starts, such as a prompt passed as a file
+	// (aider's --message-file). They stay in the private home until the
+	// lease closes; a later turn's files replace them.
+	Files []File
 }
 
-// Runner runs a command inside the leased sandbox to completion and returns
-// its standard output. Used by Fork hooks.
-type Runner func(ctx context.Context, cmd Command) (stdout []byte, err error)
+// Runner runs a command inside the leased sandbox to completion. A
+// command that runs and exits non-zero is a result, not an error: err is
+// for a command that could not run (the sandbox failed). Used by Fork
+// hooks.
+type Runner func(ctx context.Context, cmd Command) (RunResult, error)
+
+// RunResult is how a Runner's command ended: its output (each bounded)
+// and exit status.
+type RunResult struct {
+	Stdout, Stderr []byte
+	Status         ExitStatus
+}
 
 // Vars is the resolved variable table a plan selects from: the process
 // environment with .outpost/.env over it.
@@ -247,6 +329,13 @@ type Plan struct {
 	Files []File
 	// Login commands run once in the sandbox after the files are in place.
 	Login []Command
+	// Need, when set, says the agent has no credential unless the plan
+	// gives it one: a variable, a generated file, a login command, or a
+	// host file that exists, on a provider that takes host files. Without
+	// one the turn fails with code configuration before any sandbox is
+	// allocated, and Need is the message ("set OPENAI_API_KEY or log in
+	// with `codex login`").
+	Need string
 }
 
 // Configuration is an agent's non-secret setup in a sandbox.
@@ -288,9 +377,16 @@ type File struct {
 type UsageMode string
 
 const (
-	UsageEvents      UsageMode = ""            // from usage/finished events
-	UsageSession     UsageMode = "session"     // UsageCommand after exit
-	UsageUnavailable UsageMode = "unavailable" // the CLI reports none
+	// UsageUnset: the usage events report is counted, without the
+	// completeness check (it is taken as complete when reported).
+	UsageUnset UsageMode = ""
+	// UsageEvents: from usage and finished events; missing counters, or
+	// no usage at all, mark it incomplete.
+	UsageEvents UsageMode = "events"
+	// UsageSession: UsageCommand after exit.
+	UsageSession UsageMode = "session"
+	// UsageUnavailable: the CLI reports none; nothing is recorded.
+	UsageUnavailable UsageMode = "unavailable"
 )
 
 // Storage locates a CLI's native conversation files inside the sandbox
@@ -383,7 +479,7 @@ func (h *Harness) Validate() error {
 		errs = append(errs, fmt.Errorf("harness %s: UsageCommand and UsageResult go together", h.Name))
 	}
 	switch h.Usage {
-	case UsageEvents, UsageUnavailable:
+	case UsageUnset, UsageEvents, UsageUnavailable:
 	case UsageSession:
 		if h.UsageCommand == nil {
 			errs = append(errs, fmt.Errorf("harness %s: usage mode session needs UsageCommand", h.Name))
@@ -401,14 +497,20 @@ func (h *Harness) Validate() error {
 			}
 		}
 	}
-	if h.Capture && h.Storage == nil {
-		errs = append(errs, fmt.Errorf("harness %s: Capture needs Storage", h.Name))
+	for _, f := range []struct {
+		name string
+		t    Tristate
+	}{{"Capture", h.Capture}, {"Resumable", h.Resumable}, {"Forkable", h.Forkable}} {
+		name, t := f.name, f.t
+		if t > False {
+			errs = append(errs, fmt.Errorf("harness %s: %s is %d, not Unset, True or False", h.Name, name, t))
+		}
+		if t == True && h.Storage == nil {
+			errs = append(errs, fmt.Errorf("harness %s: %s needs Storage", h.Name, name))
+		}
 	}
-	if (h.Resumable || h.Forkable) && h.Storage == nil {
-		errs = append(errs, fmt.Errorf("harness %s: Resumable/Forkable need Storage", h.Name))
-	}
-	if h.Forkable && !h.Resumable {
-		errs = append(errs, fmt.Errorf("harness %s: Forkable needs Resumable", h.Name))
+	if h.RetryBound < 0 {
+		errs = append(errs, fmt.Errorf("harness %s: negative RetryBound", h.Name))
 	}
 	if h.QuotaDetails != nil && h.Quota == nil {
 		errs = append(errs, fmt.Errorf("harness %s: QuotaDetails needs Quota", h.Name))

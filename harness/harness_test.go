@@ -15,7 +15,7 @@ func valid() *harness.Harness {
 		Request: func(harness.Input) (harness.Command, error) { return harness.Command{Path: "demo"}, nil },
 		Events:  func([]byte) []harness.Event { return nil },
 		Storage: &harness.Storage{Roots: []string{".demo"}, Match: func(rel, native string) bool { return true }},
-		Capture: true, Resumable: true, Forkable: true,
+		Capture: harness.True, Resumable: harness.True, Forkable: harness.True,
 	}
 }
 
@@ -37,9 +37,10 @@ func TestValidate(t *testing.T) {
 		{"storage without match", func(h *harness.Harness) { h.Storage.Match = nil }, "Roots and Match"},
 		{"escaping root", func(h *harness.Harness) { h.Storage.Roots = []string{"../etc"} }, "inside the home"},
 		{"absolute root", func(h *harness.Harness) { h.Storage.Roots = []string{"/etc"} }, "inside the home"},
-		{"capture without storage", func(h *harness.Harness) { h.Storage, h.Resumable, h.Forkable = nil, false, false }, "Capture needs Storage"},
-		{"resumable without storage", func(h *harness.Harness) { h.Storage, h.Capture = nil, false }, "need Storage"},
-		{"fork without resume", func(h *harness.Harness) { h.Resumable = false }, "Forkable needs Resumable"},
+		{"capture without storage", func(h *harness.Harness) { h.Storage, h.Resumable, h.Forkable = nil, harness.Unset, harness.Unset }, "Capture needs Storage"},
+		{"resumable without storage", func(h *harness.Harness) { h.Storage, h.Capture, h.Forkable = nil, harness.False, harness.Unset }, "Resumable needs Storage"},
+		{"tristate out of range", func(h *harness.Harness) { h.Capture = 7 }, "not Unset, True or False"},
+		{"negative retry bound", func(h *harness.Harness) { h.RetryBound = -1 }, "negative RetryBound"},
 		{"quota details alone", func(h *harness.Harness) { h.QuotaDetails = func(string) map[string]any { return nil } }, "QuotaDetails needs Quota"},
 		{"bad variable", func(h *harness.Harness) { h.Variables = map[string]string{"A B": "x"} }, "variable name"},
 		{"negative watchdog", func(h *harness.Harness) { h.Inactivity = -1 }, "negative"},
@@ -88,5 +89,38 @@ func TestRelativePath(t *testing.T) {
 		if harness.RelativePath(p) != ok {
 			t.Errorf("RelativePath(%q) = %v", p, !ok)
 		}
+	}
+}
+
+// TestAbsentFlags: an absent Capture, Resumable or Forkable keeps the
+// reference's meaning (rules 1-3): capture and resume as soon as storage
+// exists, fork unless refused; a preset that does not resume cannot fork,
+// yet is a valid preset.
+func TestAbsentFlags(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		storage                  bool
+		capture, resume, fork    harness.Tristate
+		captures, resumes, forks bool
+	}{
+		{"all absent with storage", true, harness.Unset, harness.Unset, harness.Unset, true, true, true},
+		{"all absent without storage", false, harness.Unset, harness.Unset, harness.Unset, false, false, false},
+		{"capture false", true, harness.False, harness.Unset, harness.Unset, false, true, true},
+		{"forkable false", true, harness.Unset, harness.Unset, harness.False, true, true, false},
+		{"resumable false, forkable true", true, harness.Unset, harness.False, harness.True, true, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := valid()
+			if !c.storage {
+				h.Storage = nil
+			}
+			h.Capture, h.Resumable, h.Forkable = c.capture, c.resume, c.fork
+			if err := h.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			if h.Captures() != c.captures || h.Resumes() != c.resumes || h.Forks() != c.forks {
+				t.Errorf("Captures %v Resumes %v Forks %v, want %v %v %v", h.Captures(), h.Resumes(), h.Forks(), c.captures, c.resumes, c.forks)
+			}
+		})
 	}
 }

@@ -386,7 +386,7 @@ func TestClaudeTextTurn(t *testing.T) { eachProvider(t, testClaudeTextTurn) }
 
 func testClaudeTextTurn(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
-	o := e.run(sandbox.Turn{Prompt: "say hi", Agent: harness.Agent{Model: "claude-sonnet-4-5"}}, turnOpts{})
+	o := e.run(sandbox.Turn{Prompt: "say hi", Agent: harness.Agent{Kind: harness.KindCLI, Model: "claude-sonnet-4-5"}}, turnOpts{})
 	e.mustSucceed(o)
 	if o.res.Text != anthropic.DefaultText {
 		t.Errorf("text %q", o.res.Text)
@@ -879,8 +879,8 @@ func testClaudeStallHitsTheWatchdog(t *testing.T, kind string) {
 	// prints its init line at once, then waits on the stalled stream).
 	o := e.run(sandbox.Turn{Prompt: "FAKE_STALL say hi", Inactivity: 6 * time.Second}, turnOpts{})
 	var oe *outpost.Error
-	if !errors.As(o.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true || oe.Details["unavailable"] != true {
-		t.Fatalf("error %v, want code process with details.inactivity and details.unavailable", o.err)
+	if !errors.As(o.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true || oe.Details["stalled"] != true || outpost.UnavailableFault(o.err) {
+		t.Fatalf("error %v, want code process with details.inactivity and details.stalled (a stall is not an outage)", o.err)
 	}
 	if len(e.messages()) != 1 {
 		t.Errorf("the stream did not stall: %d requests", len(e.messages()))
@@ -987,7 +987,7 @@ func BenchmarkClaudeTurn(b *testing.B) {
 		o := &sandbox.RunOptions{Provider: p, Store: store, Environ: []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=sk-fake"}}
 		h := claude.Harness()
 		for b.Loop() {
-			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "say hi", Workdir: wd}, o)
+			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "say hi", Workdir: wd}, o)
 			if err != nil || res.Text != anthropic.DefaultText {
 				b.Fatalf("turn: %v %+v", err, res)
 			}

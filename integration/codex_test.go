@@ -634,8 +634,8 @@ func TestCodexWatchdog(t *testing.T) {
 		e := newCodexEnv(t, openai.Config{})
 		tr := e.run(context.Background(), sandbox.Turn{Prompt: "x FAKE_HANG", Inactivity: 2 * time.Second, Options: fastFailures}, nil, nil)
 		var oe *outpost.Error
-		if !errors.As(tr.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true || oe.Details["unavailable"] != true {
-			t.Fatalf("error %v, want process with details.inactivity", tr.err)
+		if !errors.As(tr.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true || oe.Details["stalled"] != true {
+			t.Fatalf("error %v, want process with details.inactivity and details.stalled", tr.err)
 		}
 		checkNoCodexLeft(t, e.base)
 	})
@@ -647,10 +647,14 @@ func TestCodexWatchdog(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.environ[0] = "OPENAI_BASE_URL=" + refused
-		tr := e.run(context.Background(), sandbox.Turn{Prompt: "hello", Inactivity: 2 * time.Second, Options: fastFailures}, nil, nil)
+		// The measured case: Codex prints "Reconnecting... waiting for
+		// network" forever. Its retry notices are no activity (no
+		// inactivity watchdog here), and a turn of only retries is an
+		// outage once the retry bound passes.
+		tr := e.run(context.Background(), sandbox.Turn{Prompt: "hello", Inactivity: -1, RetryBound: 2 * time.Second, Timeout: 2 * time.Minute, Options: fastFailures}, nil, nil)
 		var oe *outpost.Error
-		if !errors.As(tr.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true {
-			t.Fatalf("error %v, want process with details.inactivity", tr.err)
+		if !errors.As(tr.err, &oe) || oe.Code != outpost.Process || oe.Details["retrying"] != true || !outpost.UnavailableFault(tr.err) {
+			t.Fatalf("error %v, want process with details.retrying and details.unavailable", tr.err)
 		}
 		var waiting bool
 		for _, n := range tr.of(harness.EventNotice) {

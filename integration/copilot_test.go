@@ -562,7 +562,7 @@ func BenchmarkCopilotTurn(b *testing.B) {
 		o := &sandbox.RunOptions{Provider: p, Store: store, Environ: byok}
 		h := copilot.Harness()
 		for b.Loop() {
-			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "Say hello", Workdir: wd}, o)
+			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "Say hello", Workdir: wd}, o)
 			if err != nil || res.Text != openai.DefaultText || res.Usage != perCall {
 				b.Fatalf("turn: %v %+v", err, res)
 			}

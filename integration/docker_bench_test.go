@@ -108,7 +108,7 @@ func BenchmarkDockerTurn(b *testing.B) {
 	p := benchProvider(b)
 	wd := b.TempDir()
 	ctx := context.Background()
-	turn := sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
+	turn := sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
 	b.Run("outpost", func(b *testing.B) {
 		o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
 		for i := 0; i < b.N; i++ {

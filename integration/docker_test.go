@@ -134,7 +134,7 @@ func TestDockerEchoScenarios(t *testing.T) {
 		{prompt: "#crash", code: outpost.Process, detail: "exit_code"},
 		{prompt: "#nofinish", code: outpost.Process, detail: "finished"},
 		{prompt: "#slow=100000", code: outpost.Timeout, turn: sandbox.Turn{Timeout: 2 * time.Second}},
-		{prompt: "#hang", code: outpost.Process, unavailable: true, detail: "inactivity", turn: sandbox.Turn{Inactivity: time.Second}},
+		{prompt: "#hang", code: outpost.Process, detail: "stalled", turn: sandbox.Turn{Inactivity: time.Second}},
 	} {
 		t.Run(c.prompt, func(t *testing.T) {
 			turn := c.turn

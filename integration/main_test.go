@@ -9,12 +9,14 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/internal/pgtest"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 )
 
 func TestMain(m *testing.M) {
 	echo.MaybeRun()
 	code := m.Run()
+	pgtest.Stop()
 	cleanupBuilds()
 	// No test may leave a container or volume of its own behind.
 	if left := dockertest.Leftovers(); left != "" {

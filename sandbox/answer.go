@@ -233,7 +233,7 @@ func (e *engine) repairLoop(ctx context.Context, lease *Lease, res *Result) (*Re
 		case limit == 0:
 			why = "repair is disabled (repairs: 0)"
 		case attempt > limit:
-		case !e.h.Resumable:
+		case !e.h.Resumes():
 			why = fmt.Sprintf("agent %s cannot resume its conversations", e.h.Name)
 		case e.o.Store == nil:
 			why = "no conversation store: the conversation cannot be resumed"

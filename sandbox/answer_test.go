@@ -110,7 +110,7 @@ func TestRepairExhausted(t *testing.T) {
 
 func TestNoRepair(t *testing.T) {
 	notResumable := *echo.Harness()
-	notResumable.Resumable, notResumable.Forkable = false, false
+	notResumable.Resumable, notResumable.Forkable = harness.False, harness.False
 	tests := []struct {
 		name string
 		turn sandbox.Turn

@@ -49,7 +49,7 @@ func BenchmarkEchoTurn(b *testing.B) {
 		o := &sandbox.RunOptions{Provider: p, Store: store, Environ: []string{"PATH=" + os.Getenv("PATH")},
 			OnEvent: func(harness.Event) { events++ }}
 		for b.Loop() {
-			if _, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "hello", Workdir: wd}, o); err != nil {
+			if _, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "hello", Workdir: wd}, o); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -68,7 +68,7 @@ func BenchmarkEchoTurn(b *testing.B) {
 		defer lease.Close(context.Background())
 		o := &sandbox.RunOptions{Lease: lease, Store: conversation.NewFS(b.TempDir()), Environ: []string{"PATH=" + os.Getenv("PATH")}}
 		for b.Loop() {
-			if _, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "hello"}, o); err != nil {
+			if _, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "hello"}, o); err != nil {
 				b.Fatal(err)
 			}
 		}

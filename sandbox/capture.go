@@ -7,6 +7,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness"
 )
 
 // captureStep is step 10: the conversation's files read out of the
@@ -14,7 +15,7 @@ import (
 // with the release (engine.finish) when nothing in this turn needs it
 // first. It returns the turn's error with the capture's folded in.
 func (e *engine) captureStep(ctx context.Context, lease *Lease, res *Result, st *stream, runErr error) error {
-	if !e.h.Capture || e.o.Store == nil || st.native == "" {
+	if !e.h.Captures() || e.o.Store == nil || st.native == "" {
 		return e.afterCapture(res, runErr, nil)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
@@ -48,6 +49,7 @@ func (e *engine) afterCapture(res *Result, runErr, captureErr error) error {
 		var oe *outpost.Error
 		if errors.As(runErr, &oe) {
 			oe.Detail("capture_error", captureErr.Error())
+			keepSpooled(oe, captureErr)
 		}
 		return runErr
 	}
@@ -62,7 +64,7 @@ func (e *engine) capture(ctx context.Context, lease *Lease, res *Result, st *str
 	if err != nil {
 		return nil, err
 	}
-	if h.TranscriptUsage != nil {
+	if h.TranscriptUsage != nil && h.Usage != harness.UsageUnavailable {
 		t := conversation.TranscriptOf(st.native, files)
 		if e.parent.ID != "" {
 			t.Before = conversation.TranscriptOf(e.parent.Native, e.parentFs).Files
@@ -78,7 +80,7 @@ func (e *engine) capture(ctx context.Context, lease *Lease, res *Result, st *str
 	}
 	m := e.meta(lease, res, st.native, files)
 	return func(ctx context.Context) error {
-		if err := e.o.Store.Put(ctx, m, files); err != nil {
+		if err := storeTurn(ctx, e.o.Store, e.o.Spool, e.o.StoreRetry, m, maskFiles(e.red, files)); err != nil {
 			return err
 		}
 		e.stored = m.ID
@@ -98,7 +100,7 @@ func (e *engine) meta(lease *Lease, res *Result, native string, files []conversa
 	m.Native = native
 	m.Workdir = lease.Workdir()
 	m.Sandbox = lease.Provider().Name()
-	m.Model = e.t.Agent.Model
+	m.Model = e.model
 	m.Updated = now
 	if e.t.Resume == "" {
 		m.Turns, m.Usage = 1, res.Usage

@@ -62,7 +62,9 @@ func (s *stream) outcome(ctx context.Context, st harness.ExitStatus, waitErr err
 // or vanished, the turn was cancelled or timed out, the watchdog stopped a
 // silent agent, a steering stop (not a failure), a spent budget, then on
 // failure (non-zero exit or failure events): quota, misconfiguration,
-// exit status, reported failure; last, a missing finished event.
+// exit status, reported failure; last, a missing finished event. A text
+// both Unavailable and Misconfigured match counts as an outage only
+// (classifyText).
 func classify(o outcome) error {
 	const op = "run"
 	if o.waitErr != nil || o.vanished {
@@ -74,8 +76,17 @@ func classify(o outcome) error {
 	}
 	switch o.stopReason {
 	case "inactivity":
+		// The agent stalled: nothing says its model service is down.
 		return o.details(&outpost.Error{Code: outpost.Process, Op: op, Msg: "the agent printed nothing for too long and was stopped"}).
-			Detail("unavailable", true).Detail("inactivity", true)
+			Detail("stalled", true).Detail("inactivity", true)
+	case "retrying":
+		// It only retried, for longer than the preset's bound: an outage.
+		msg := "the agent made no progress but retries for too long and was stopped"
+		if o.seen.lastRetry != "" {
+			msg += ": " + firstLine(o.seen.lastRetry)
+		}
+		return o.details(&outpost.Error{Code: outpost.Process, Op: op, Msg: msg}).
+			Detail("unavailable", true).Detail("retrying", true)
 	case "steer":
 		return nil
 	}

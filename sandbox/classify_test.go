@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/credentials"
 	"github.com/outposthq/outpost/harness"
 )
 
@@ -46,8 +48,16 @@ func TestClassify(t *testing.T) {
 			&want{Code: outpost.Timeout, Msg: "deadline reached", Details: map[string]any{"exit_code": 1}}},
 		{"timeout (turn's Timeout)", outcome{status: exit1, ctxErr: context.Canceled, ctxCause: errTurnTimeout},
 			&want{Code: outpost.Timeout, Msg: "deadline reached", Details: map[string]any{"exit_code": 1}}},
+		// Rule 8: the watchdog reports a stalled agent, not an outage.
 		{"watchdog", outcome{status: exit1, stopReason: "inactivity"},
-			&want{Code: outpost.Process, Msg: "the agent printed nothing for too long and was stopped", Details: map[string]any{"exit_code": 1, "unavailable": true, "inactivity": true}}},
+			&want{Code: outpost.Process, Msg: "the agent printed nothing for too long and was stopped", Details: map[string]any{"exit_code": 1, "stalled": true, "inactivity": true}}},
+		// Rule 8: a turn that only retried past the bound is an outage.
+		{"retry bound", outcome{status: killed, stopReason: "retrying", seen: seen{lastRetry: "Reconnecting... waiting for network"}},
+			&want{Code: outpost.Process, Msg: "the agent made no progress but retries for too long and was stopped: Reconnecting... waiting for network", Details: map[string]any{"exit_code": -1, "signal": "SIGKILL", "unavailable": true, "retrying": true}}},
+		{"quota over misconfigured and unavailable", outcome{status: exit1, seen: seen{failures: []string{"x"}, quotaText: "quota", misconfigText: "bad key", unavailable: true}},
+			&want{Code: outpost.Quota, Msg: "the agent hit a usage or rate limit: quota", Details: map[string]any{"exit_code": 1}}},
+		{"misconfigured over another text's outage", outcome{status: exit1, seen: seen{misconfigText: "bad key", unavailable: true}},
+			&want{Code: outpost.Configuration, Msg: "the agent's credentials or configuration were refused: bad key", Details: map[string]any{"exit_code": 1, "agent_reported": true}}},
 		{"steer", outcome{status: exit1, stopReason: "steer", seen: seen{failures: []string{"interrupted"}}}, nil},
 		{"limit", outcome{status: exit1, stopReason: "limit", seen: seen{failures: []string{"over"}, limit: &harness.Event{Text: "over budget\nmore", Details: map[string]any{"limit": "max_turns"}}}},
 			&want{Code: outpost.Process, Msg: "the agent went over its budget and was stopped: over budget", Details: map[string]any{"exit_code": 1, "limit": "max_turns"}}},
@@ -97,5 +107,42 @@ func TestClassify(t *testing.T) {
 				t.Error("empty error text")
 			}
 		})
+	}
+}
+
+// TestClassifyText is the precedence of the preset's patterns on one text
+// (rule 8): an outage text that Misconfigured also matches stays an outage
+// (details.unavailable, code process), never configuration.
+func TestClassifyText(t *testing.T) {
+	h := &harness.Harness{
+		Quota:         func(s string) bool { return strings.Contains(s, "quota") },
+		Unavailable:   func(s string) bool { return strings.Contains(s, "503") },
+		Misconfigured: func(s string) bool { return strings.Contains(s, "403") || strings.Contains(s, "key") },
+	}
+	for _, c := range []struct {
+		text string
+		want textClass
+	}{
+		{"fine", textClass{}},
+		{"quota reached", textClass{quota: true}},
+		{"503 overloaded", textClass{unavailable: true}},
+		{"invalid key", textClass{misconfigured: true}},
+		{"503 from the proxy: 403 key rejected", textClass{unavailable: true}},
+		{"quota: 503", textClass{quota: true, unavailable: true}},
+		{"quota for this key", textClass{quota: true, misconfigured: true}},
+	} {
+		if got := classifyText(h, c.text); got != c.want {
+			t.Errorf("classifyText(%q) = %+v, want %+v", c.text, got, c.want)
+		}
+	}
+	if got := classifyText(&harness.Harness{}, "503 key quota"); got != (textClass{}) {
+		t.Errorf("a preset without patterns: %+v", got)
+	}
+	// Through the turn's record: both texts seen, the outage keeps the code.
+	s := &stream{e: &engine{h: h, o: &RunOptions{}, red: credentials.NewRedactor()}}
+	s.note("503 from the proxy: 403 key rejected")
+	err := classify(outcome{agent: "x", status: harness.ExitStatus{Code: 1}, seen: s.seen})
+	if outpost.CodeOf(err) != outpost.Process || !outpost.UnavailableFault(err) {
+		t.Errorf("outage text matched by both: %v (unavailable %v), want process with details.unavailable", err, outpost.UnavailableFault(err))
 	}
 }

@@ -19,6 +19,24 @@ type seen struct {
 	misconfigText string
 	limit         *harness.Event // the first failure of kind harness.KindLimit
 	unavailable   bool
+	// lastRetry is the text of the last retry notice (redacted).
+	lastRetry string
+}
+
+// textClass is what a preset's patterns say of one failure text.
+type textClass struct{ quota, unavailable, misconfigured bool }
+
+// classifyText matches one failure text (an event's, or a stderr line)
+// against the preset's patterns. It is pure. Precedence: a text that both
+// Unavailable and Misconfigured match is an outage, not a refused setup
+// (an overloaded service's 403 page, a proxy's "connection refused ...
+// invalid key"); Quota is independent (classify ranks it first).
+func classifyText(h *harness.Harness, text string) textClass {
+	var c textClass
+	c.quota = h.Quota != nil && h.Quota(text)
+	c.unavailable = h.Unavailable != nil && h.Unavailable(text)
+	c.misconfigured = !c.unavailable && h.Misconfigured != nil && h.Misconfigured(text)
+	return c
 }
 
 // emit completes an event (agent, time, session, conversation), redacts
@@ -49,6 +67,7 @@ func (s *stream) emit(ev harness.Event) {
 	}
 	e.red.Event(&ev)
 	s.record(ev)
+	e.trace("event", "event", ev)
 	if e.o.OnEvent != nil {
 		e.o.OnEvent(ev)
 	}
@@ -88,20 +107,27 @@ func (s *stream) record(ev harness.Event) {
 		if !ev.Delta && ev.Text != "" {
 			s.final = ev.Text
 		}
+	case harness.EventNotice:
+		if ev.Kind == "retry" {
+			s.seen.lastRetry = ev.Text
+		}
 	}
 }
 
 // note matches a failure's text (an event's or a stderr line) against the
 // preset's patterns. The caller holds s.mu.
 func (s *stream) note(text string) {
-	h := s.e.h
-	if s.seen.quotaText == "" && h.Quota != nil && h.Quota(text) {
+	c := classifyText(s.e.h, text)
+	if s.seen.quotaText == "" && c.quota {
 		s.seen.quotaText = text
 	}
-	if h.Unavailable != nil && h.Unavailable(text) {
+	if c.unavailable {
 		s.seen.unavailable = true
 	}
-	if s.seen.misconfigText == "" && h.Misconfigured != nil && h.Misconfigured(text) {
+	if s.seen.misconfigText == "" && c.misconfigured {
 		s.seen.misconfigText = text
+	}
+	if c != (textClass{}) {
+		s.e.trace("classify text", "text", s.e.red.String(firstLine(text)), "quota", c.quota, "unavailable", c.unavailable, "misconfigured", c.misconfigured)
 	}
 }

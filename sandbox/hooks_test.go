@@ -33,7 +33,7 @@ func TestLimitStopsTheTurn(t *testing.T) {
 			return evs
 		}
 	}
-	_, err := f.run(sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "#tool #slow=400", Options: map[string]string{"budget": "1"}})
+	_, err := f.run(sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "#tool #slow=400", Options: map[string]string{"budget": "1"}})
 	var oe *outpost.Error
 	if !asError(err, &oe) || oe.Code != outpost.Process || oe.Details["limit"] != "budget" {
 		t.Fatalf("error %v, want process with details.limit", err)
@@ -63,7 +63,7 @@ func TestThreadUsageInResult(t *testing.T) {
 		}
 		return &harness.Usage{InputTokens: 42, Complete: true}
 	}
-	res, err := f.run(sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "hello"})
+	res, err := f.run(sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "hello"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestCancelInterruptsALiveTurn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var deltas atomic.Int32
-	_, err := sandbox.Run(ctx, sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "#slow=400", Workdir: f.workdir}, &sandbox.RunOptions{
+	_, err := sandbox.Run(ctx, sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "#slow=400", Workdir: f.workdir}, &sandbox.RunOptions{
 		Provider: f.provider,
 		Store:    f.store,
 		Steer:    make(chan string),

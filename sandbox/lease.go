@@ -37,8 +37,9 @@ type Lease struct {
 
 	mu      sync.Mutex
 	closed  bool
-	applied map[string]bool // harness names whose plans are in place
-	active  sync.WaitGroup  // running processes, awaited by Close
+	applied map[string]bool         // harness names whose plans are in place
+	plans   map[string]harness.Plan // the credential plan of each applied harness
+	active  sync.WaitGroup          // running processes, awaited by Close
 	onClose []func()
 }
 
@@ -192,10 +193,24 @@ func (l *Lease) planned(name string) bool {
 	return l.applied[name]
 }
 
-func (l *Lease) markPlanned(name string) {
+// markPlanned records that a preset's plans are in place, and keeps its
+// credential plan: the preset's Credentials hook is called once per lease.
+func (l *Lease) markPlanned(name string, p harness.Plan) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.applied[name] = true
+	if l.plans == nil {
+		l.plans = map[string]harness.Plan{}
+	}
+	l.plans[name] = p
+}
+
+// plan returns the credential plan a preset's earlier turn made here.
+func (l *Lease) plan(name string) (harness.Plan, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, ok := l.plans[name]
+	return p, ok
 }
 
 // OnClose registers f to run when the lease is released (after the

@@ -3,7 +3,9 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
@@ -26,18 +28,31 @@ func (e *engine) applyPlans(ctx context.Context, lease *Lease) error {
 	if lease.planned(h.Name) {
 		return nil
 	}
-	files := append(append([]harness.File{}, e.plan.Files...), e.config.Files...)
-	hostFiles := append(append([]harness.HostFile{}, e.plan.HostFiles...), e.config.HostFiles...)
-	if len(files) > 0 || len(hostFiles) > 0 {
-		release, err := credentials.Apply(ctx, lease, files, hostFiles, credentials.ApplyOptions{HostFiles: lease.Capabilities().HostFiles})
+	// Authentication first: the credential plan's files, then its login
+	// commands. A provider that takes no host files (local) receives only
+	// the plan's variables.
+	hostFiles := lease.Capabilities().HostFiles
+	plan := e.plan
+	if !hostFiles {
+		plan.Files, plan.HostFiles, plan.Login = nil, nil, nil
+	}
+	apply := func(op string, files []harness.File, hosts []harness.HostFile) error {
+		if len(files) == 0 && len(hosts) == 0 {
+			return nil
+		}
+		release, err := credentials.Apply(ctx, lease, files, hosts, credentials.ApplyOptions{HostFiles: hostFiles})
 		if err != nil {
-			return e.stepErr(ctx, outpost.Configuration, "credentials", err)
+			return e.stepErr(ctx, outpost.Configuration, op, err)
 		}
 		if release != nil {
 			lease.OnClose(release)
 		}
+		return nil
 	}
-	for _, login := range e.plan.Login {
+	if err := apply("credentials", plan.Files, plan.HostFiles); err != nil {
+		return err
+	}
+	for _, login := range plan.Login {
 		req, err := e.execRequest(lease, login)
 		if err != nil {
 			return err
@@ -50,7 +65,11 @@ func (e *engine) applyPlans(ctx context.Context, lease *Lease) error {
 			return e.stepErr(ctx, outpost.Configuration, "login", err)
 		}
 	}
-	lease.markPlanned(h.Name)
+	// Then the configuration, once authenticated.
+	if err := apply("configuration", e.config.Files, e.config.HostFiles); err != nil {
+		return err
+	}
+	lease.markPlanned(h.Name, e.plan)
 	return nil
 }
 
@@ -58,7 +77,7 @@ func (e *engine) applyPlans(ctx context.Context, lease *Lease) error {
 // or fork, and the preset's input naming it.
 func (e *engine) restore(ctx context.Context, lease *Lease, res *Result) (harness.Input, error) {
 	h := e.h
-	in := harness.Input{Prompt: e.t.Prompt, Model: e.t.Agent.Model, Workdir: lease.Workdir(), Home: lease.Home(), Options: e.t.Options, ExtraArgs: e.t.ExtraArgs}
+	in := harness.Input{Prompt: e.t.Prompt, Model: e.model, Workdir: lease.Workdir(), Home: lease.Home(), Options: e.t.Options, ExtraArgs: e.t.ExtraArgs}
 	if e.parent.ID == "" {
 		return in, nil
 	}
@@ -74,9 +93,15 @@ func (e *engine) restore(ctx context.Context, lease *Lease, res *Result) (harnes
 		in.Fork = true
 		return in, nil
 	}
-	child, err := h.Fork(ctx, e.parent.Native, e.runner(lease))
-	if err != nil {
-		return in, e.stepErr(ctx, outpost.Process, "fork", err)
+	var last harness.RunResult
+	child, err := h.Fork(ctx, e.parent.Native, e.runner(lease, &last))
+	switch {
+	case err != nil:
+		return in, e.forkErr(ctx, err, last)
+	case strings.TrimSpace(child) == "":
+		return in, e.forkErr(ctx, errors.New("the fork hook returned no conversation id"), last)
+	case child == e.parent.Native:
+		return in, e.forkErr(ctx, fmt.Errorf("the fork hook returned the parent's id %s, not a new one", child), last)
 	}
 	in.Conversation = child
 	return in, nil
@@ -101,28 +126,58 @@ func (e *engine) command(ctx context.Context, lease *Lease, in harness.Input) (h
 	} else if cmd, err = e.request(in); err != nil {
 		return nil, cmd, err
 	}
-	path, err := e.installer().Ensure(ctx, lease, h.Bootstrap, cmd.Path, &bootstrap.EnsureOptions{Progress: e.bootstrapProgress})
-	if err != nil {
-		return nil, cmd, e.stepErr(ctx, outpost.Bootstrap, "bootstrap", err)
+	if e.t.Command != "" {
+		// The caller's executable replaces the preset's: no bootstrap.
+		cmd.Path = e.t.Command
+	} else {
+		path, err := e.installer().Ensure(ctx, lease, h.Bootstrap, cmd.Path, &bootstrap.EnsureOptions{Progress: e.bootstrapProgress})
+		if err != nil {
+			return nil, cmd, e.stepErr(ctx, outpost.Bootstrap, "bootstrap", err)
+		}
+		cmd.Path = path
 	}
-	cmd.Path = path
+	if len(cmd.Files) > 0 {
+		// The command's own files (a prompt file), in the private home.
+		if _, err := credentials.Apply(ctx, lease, cmd.Files, nil, credentials.ApplyOptions{}); err != nil {
+			return nil, cmd, e.stepErr(ctx, outpost.Sandbox, "files", err)
+		}
+	}
 	return live, cmd, nil
 }
 
-// runner runs a preset hook's commands in the sandbox.
-func (e *engine) runner(lease *Lease) harness.Runner {
-	return func(ctx context.Context, c harness.Command) ([]byte, error) {
+// runner runs a preset hook's commands in the sandbox. It keeps the
+// last command's output (redacted) for the hook's error details.
+func (e *engine) runner(lease *Lease, last *harness.RunResult) harness.Runner {
+	return func(ctx context.Context, c harness.Command) (harness.RunResult, error) {
 		req, err := e.execRequest(lease, c)
 		if err != nil {
-			return nil, err
+			return harness.RunResult{}, err
 		}
 		r, err := lease.Exec(ctx, req, runnerOutputLimit)
 		if err != nil {
-			return nil, err
+			return harness.RunResult{}, err
 		}
-		if !r.Status.Success() {
-			return r.Stdout, fmt.Errorf("%s exited with %d: %s", c.Path, r.Status.Code, bytes.TrimSpace(e.red.Bytes(r.Stderr)))
-		}
-		return r.Stdout, nil
+		out := harness.RunResult{Stdout: r.Stdout, Stderr: r.Stderr, Status: r.Status}
+		*last = harness.RunResult{Stdout: e.red.Bytes(r.Stdout), Stderr: e.red.Bytes(r.Stderr), Status: r.Status}
+		return out, nil
 	}
+}
+
+// forkErr is the error of a Fork hook that failed or gave no distinct
+// child id, with the output of its last command.
+func (e *engine) forkErr(ctx context.Context, err error, last harness.RunResult) error {
+	oe, ok := e.stepErr(ctx, outpost.Process, "fork", err).(*outpost.Error)
+	if !ok || oe.Code != outpost.Process {
+		return e.stepErr(ctx, outpost.Process, "fork", err)
+	}
+	clip := func(b []byte) string {
+		if len(b) > 4096 {
+			b = b[len(b)-4096:]
+		}
+		return string(bytes.ToValidUTF8(b, []byte("\uFFFD")))
+	}
+	if last.Stdout != nil || last.Stderr != nil {
+		oe.Detail("fork_stdout", clip(last.Stdout)).Detail("fork_stderr", clip(last.Stderr)).Detail("fork_exit_code", last.Status.Code)
+	}
+	return oe
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -46,11 +47,14 @@ type stream struct {
 
 	stderrMu   sync.Mutex
 	stderrTail []string
+
+	retryState
 }
 
 func newStream(e *engine, lease *Lease, live harness.Live, in harness.Input, cmd harness.Command) *stream {
 	s := &stream{e: e, lease: lease, live: live, in: in, native: in.Conversation,
-		gate: make(chan struct{}), activity: make(chan struct{}, 1), exited: make(chan struct{})}
+		gate: make(chan struct{}), activity: make(chan struct{}, 1), exited: make(chan struct{}),
+		retryState: retryState{retries: make(chan struct{}, 1)}}
 	if in.Fork && e.h.Fork == nil {
 		s.native = "" // the fork's id arrives with its session event
 	}
@@ -90,7 +94,11 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 	s.mu.Lock()
 	s.exit = &status
 	s.mu.Unlock()
-	return classify(s.outcome(ctx, status, waitErr))
+	o := s.outcome(ctx, status, waitErr)
+	err := classify(o)
+	s.e.trace("classify", "exit_code", status.Code, "signal", status.Signal, "stop", o.stopReason, "failures", len(o.seen.failures),
+		"quota", o.seen.quotaText != "", "misconfigured", o.seen.misconfigText != "", "unavailable", o.seen.unavailable, "finished", o.seen.finished, "code", string(outpost.CodeOf(err)))
+	return err
 }
 
 // start launches the agent's process, its pumps waiting at the gate.
@@ -121,6 +129,11 @@ func (s *stream) start(ctx context.Context, cmd harness.Command) error {
 	s.started = true
 	if cmd.Session != "" {
 		s.emit(harness.Event{Type: harness.EventSession, Session: cmd.Session})
+	}
+	if p := e.parent.Model; e.parent.ID != "" && e.model != p {
+		// --model on a continuation changes the conversation's model.
+		s.emit(harness.Event{Type: harness.EventNotice, Kind: "model", Text: fmt.Sprintf("the conversation's model changes from %q to %q", p, e.model),
+			Details: map[string]any{"from": p, "to": e.model}})
 	}
 	return nil
 }

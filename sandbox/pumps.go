@@ -25,12 +25,25 @@ const (
 func (s *stream) pumpStdout(r io.Reader) {
 	e := s.e
 	readLines(r, e.o.MaxLine, func(line []byte, dropped int) {
-		s.touch()
 		if dropped > 0 {
+			s.touch()
 			s.emit(harness.Event{Type: harness.EventNotice, Kind: "line_too_long", Text: fmt.Sprintf("dropped a native output line of %d bytes (limit %d)", dropped, maxLine(e.o.MaxLine)), Details: map[string]any{"bytes": dropped}})
 			return
 		}
-		for _, ev := range s.decodeLine(line) {
+		evs := s.decodeLine(line)
+		// A line that only says the agent retries is no progress: it does
+		// not feed the inactivity watchdog, and starts the retry bound. A
+		// line that gives no events (noise, or text a decoder holds) feeds
+		// the watchdog but is no progress either.
+		switch {
+		case len(evs) == 0:
+			s.alive()
+		case onlyRetries(evs):
+			s.retried()
+		default:
+			s.touch()
+		}
+		for _, ev := range evs {
 			if e.o.Raw {
 				ev.Raw = rawJSON(line)
 			}
@@ -40,6 +53,23 @@ func (s *stream) pumpStdout(r io.Reader) {
 			s.stdin.close()
 		}
 	})
+	if s.e.h.DecodeEnd && s.live == nil {
+		// The end of the output: a decoder that accumulates emits its last
+		// events.
+		for _, ev := range s.decodeLine(nil) {
+			s.emit(ev)
+		}
+	}
+}
+
+// onlyRetries reports whether a line's events are all retry notices.
+func onlyRetries(evs []harness.Event) bool {
+	for _, ev := range evs {
+		if ev.Type != harness.EventNotice || ev.Kind != "retry" {
+			return false
+		}
+	}
+	return len(evs) > 0
 }
 
 // pumpStderr reads the agent's standard error: each line is matched
@@ -48,7 +78,7 @@ func (s *stream) pumpStdout(r io.Reader) {
 func (s *stream) pumpStderr(r io.Reader) {
 	e := s.e
 	readLines(r, maxStderrLine, func(line []byte, dropped int) {
-		s.touch()
+		s.alive() // diagnostics: the agent lives, which is no progress
 		if dropped > 0 {
 			return
 		}

@@ -43,18 +43,33 @@ type Turn struct {
 	// continues it into a new conversation. At most one is set.
 	Resume string `json:"resume,omitempty"`
 	Fork   string `json:"fork,omitempty"`
+	// Wait is how long a resume waits for a conversation another turn
+	// holds (a notice of kind "waiting" says so); zero fails at once with
+	// code conversation, details.busy (docs/stores.md).
+	Wait time.Duration `json:"wait,omitempty"`
 	// Env are explicit variables for the agent (the CLI's --env), over
 	// everything else but the provider's fixed names.
 	Env map[string]string `json:"env,omitempty"`
 	// Timeout bounds the whole turn (code timeout). Zero: no bound.
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// Inactivity stops a turn whose agent prints nothing for this long
-	// (code process, details.unavailable, details.inactivity). Zero: the
+	// (code process, details.stalled, details.inactivity); retry notices
+	// are no activity. Zero: the
 	// preset's default; negative: none.
 	Inactivity time.Duration `json:"inactivity,omitempty"`
-	// Options are preset-specific settings; ExtraArgs pass through.
+	// RetryBound is how long the agent may make no progress but retry
+	// before the turn is an outage (code process, details.unavailable and
+	// details.retrying). Zero: the preset's (harness.RetryBound);
+	// negative: none.
+	RetryBound time.Duration `json:"retry_bound,omitempty"`
+	// Options are preset-specific settings; ExtraArgs pass through to the
+	// CLI, placed by the preset (which refuses flags outpost controls).
 	Options   map[string]string `json:"options,omitempty"`
 	ExtraArgs []string          `json:"extra_args,omitempty"`
+	// Command runs this executable in place of the preset's program (a
+	// wrapper, or the CLI at a non-standard path), with the arguments the
+	// preset builds. Bootstrap is then skipped.
+	Command string `json:"command,omitempty"`
 
 	// Output is a JSON Schema (draft 2020-12) the answer must match; the
 	// validated value is Result.Output (docs/output.md). A schema that is
@@ -81,6 +96,11 @@ type RunOptions struct {
 	Provider driver.Provider
 	// Store keeps conversations. Nil: no capture; resume and fork fail.
 	Store conversation.Store
+	// Spool keeps a turn's conversation that Store could not take within
+	// StoreRetry (default DefaultStoreRetry); nil: the turn fails without
+	// spooling (docs/stores.md).
+	Spool      *conversation.Spool
+	StoreRetry time.Duration
 	// OnEvent receives every event as it happens, from one goroutine at a
 	// time. A slow callback slows the agent down; nothing is buffered.
 	OnEvent func(harness.Event)
@@ -134,6 +154,11 @@ type Result struct {
 	Exit *harness.ExitStatus `json:"exit,omitempty"`
 	// Steered counts messages delivered into the turn.
 	Steered int `json:"steered,omitempty"`
+	// StartedAt and CompletedAt bound the whole turn (Run's call and
+	// return, UTC); DurationMS is the difference in milliseconds.
+	StartedAt   time.Time `json:"started_at"`
+	CompletedAt time.Time `json:"completed_at"`
+	DurationMS  int64     `json:"duration_ms"`
 	// Output is the validated answer of a turn with Turn.Output.
 	Output json.RawMessage `json:"output,omitempty"`
 	// Protocol is the parsed block of a turn with Turn.Protocol.
@@ -155,11 +180,19 @@ func Run(ctx context.Context, t Turn, o *RunOptions) (*Result, error) {
 	if o == nil {
 		o = &RunOptions{}
 	}
+	start := time.Now()
 	e := &engine{t: t, o: o, red: credentials.NewRedactor()}
 	res, err := e.run(ctx)
+	e.releaseHold()
 	if err != nil {
 		err = e.red.Error(err)
 	}
+	if res != nil {
+		end := time.Now()
+		res.StartedAt, res.CompletedAt = start.UTC(), end.UTC()
+		res.DurationMS = end.Sub(start).Milliseconds()
+	}
+	e.traceEnd(err)
 	return res, err
 }
 
@@ -181,11 +214,13 @@ type engine struct {
 	parent   conversation.Meta // resume/fork source
 	parentFs []conversation.File
 	convID   string
+	model    string // the turn's model: the agent's, or the conversation's
 
 	inst     *bootstrap.Installer            // step 5's installer (sandbox/bootstrap.go)
 	ownLease bool                            // the lease is this turn's alone
 	put      func(ctx context.Context) error // deferred store write of step 10
 	stored   string                          // conversation id once stored
+	hold     conversation.Hold               // the resumed conversation's (sandbox/hold.go)
 }
 
 func (e *engine) run(ctx context.Context) (*Result, error) {
@@ -198,7 +233,7 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	e.step("validate")
-	res := &Result{Agent: e.h.Name, Model: e.t.Agent.Model}
+	res := &Result{Agent: e.h.Name, Model: e.model}
 	if e.t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, e.t.Timeout, errTurnTimeout)
@@ -304,9 +339,43 @@ func (e *engine) step(name string) {
 	}
 	now := time.Now()
 	if !e.mark.IsZero() {
-		e.o.Logger.Debug("outpost step", "step", name, "ms", float64(now.Sub(e.mark).Microseconds())/1000, "agent", e.t.Agent.Harness.Name)
+		e.o.Logger.Debug("step", "step", name, "ms", float64(now.Sub(e.mark).Microseconds())/1000, "agent", e.agentName())
 	}
 	e.mark = now
+}
+
+// agentName is the preset's name, "" before there is one.
+func (e *engine) agentName() string {
+	if h := e.t.Agent.Harness; h != nil {
+		return h.Name
+	}
+	return ""
+}
+
+// trace writes one debug record to RunOptions.Logger (the trace of the
+// CLI's --trace): events, classification decisions. Every value given is
+// already redacted.
+func (e *engine) trace(msg string, args ...any) {
+	if e.o.Logger == nil {
+		return
+	}
+	e.o.Logger.Debug(msg, append(args, "agent", e.agentName())...)
+}
+
+// traceEnd records how the turn ended: its code and details, or success.
+func (e *engine) traceEnd(err error) {
+	if e.o.Logger == nil {
+		return
+	}
+	var oe *outpost.Error
+	switch {
+	case err == nil:
+		e.trace("end", "code", "")
+	case errors.As(err, &oe):
+		e.trace("end", "code", string(oe.Code), "op", oe.Op, "error", err.Error(), "details", oe.Details)
+	default:
+		e.trace("end", "error", err.Error())
+	}
 }
 
 func (e *engine) agentErr(err error) error {

@@ -186,7 +186,7 @@ func TestFailureClasses(t *testing.T) {
 		{prompt: "#crash", code: outpost.Process, detail: "exit_code"},
 		{prompt: "#nofinish", code: outpost.Process, detail: "finished"},
 		{prompt: "#slow", code: outpost.Timeout, turn: sandbox.Turn{Timeout: 300 * time.Millisecond}},
-		{prompt: "#hang", code: outpost.Process, unavailable: true, detail: "inactivity", turn: sandbox.Turn{Inactivity: 300 * time.Millisecond}},
+		{prompt: "#hang", code: outpost.Process, detail: "stalled", turn: sandbox.Turn{Inactivity: 300 * time.Millisecond}},
 	}
 	for _, c := range cases {
 		t.Run(c.prompt, func(t *testing.T) {
@@ -275,8 +275,8 @@ func TestRefusalsBeforeAllocation(t *testing.T) {
 		turn sandbox.Turn
 		code outpost.Code
 	}{
-		{"not resumable", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Resumable, h.Forkable = false, false }), Resume: base.Conversation}, outpost.Refused},
-		{"not forkable", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Forkable = false }), Fork: base.Conversation}, outpost.Refused},
+		{"not resumable", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Resumable, h.Forkable = harness.False, harness.False }), Resume: base.Conversation}, outpost.Refused},
+		{"not forkable", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Forkable = harness.False }), Fork: base.Conversation}, outpost.Refused},
 		{"unknown bootstrap", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Bootstrap = "nope" })}, outpost.Configuration},
 		{"clash with provider", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Variables = map[string]string{"HOME": "/x"} })}, outpost.Configuration},
 		{"clash through --env", sandbox.Turn{Env: map[string]string{"XDG_CONFIG_HOME": "/x"}}, outpost.Configuration},
@@ -348,7 +348,7 @@ func TestEventsStreamWhileRunningAndCancel(t *testing.T) {
 				cancel() // only possible if events arrive before the agent ends
 			}
 		}}
-	_, err := sandbox.Run(ctx, sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "#slow=100000", Workdir: f.workdir}, o)
+	_, err := sandbox.Run(ctx, sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "#slow=100000", Workdir: f.workdir}, o)
 	if outpost.CodeOf(err) != outpost.Cancelled {
 		t.Fatalf("code = %q (%v)", outpost.CodeOf(err), err)
 	}
@@ -365,7 +365,7 @@ func TestSteering(t *testing.T) {
 			}
 			steer := make(chan string, 1)
 			var once sync.Once
-			res, err := f.run(sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "#slow=100000"}, func(o *sandbox.RunOptions) {
+			res, err := f.run(sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "#slow=100000"}, func(o *sandbox.RunOptions) {
 				o.Steer = steer
 				o.Grace = 200 * time.Millisecond
 				inner := o.OnEvent
@@ -401,15 +401,15 @@ func TestMisconfigured(t *testing.T) {
 	h.Misconfigured = func(text string) bool {
 		return strings.Contains(text, "simulated crash") || strings.Contains(text, "usage limit")
 	}
-	_, err := f.run(sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "#crash"})
+	_, err := f.run(sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "#crash"})
 	var oe *outpost.Error
 	if !errors.As(err, &oe) || oe.Code != outpost.Configuration || oe.Details["agent_reported"] != true {
 		t.Fatalf("error %v, want configuration reported by the agent", err)
 	}
-	if _, err := f.run(sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "#quota"}); outpost.CodeOf(err) != outpost.Quota {
+	if _, err := f.run(sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "#quota"}); outpost.CodeOf(err) != outpost.Quota {
 		t.Errorf("quota text: %v", err)
 	}
-	if _, err := f.run(sandbox.Turn{Agent: harness.Agent{Harness: h}, Prompt: "fine"}); err != nil {
+	if _, err := f.run(sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "fine"}); err != nil {
 		t.Errorf("a successful turn failed: %v", err)
 	}
 }

@@ -23,7 +23,7 @@ func TestCommandSession(t *testing.T) {
 			return []harness.Event{{Type: harness.EventNotice, Kind: "line", Text: string(line)}}
 		},
 		Storage: &harness.Storage{Roots: []string{".minted"}, Match: func(rel, native string) bool { return rel == native+".txt" }},
-		Capture: true,
+		Capture: harness.True,
 	}
 	f := newFixture(t)
 	res, err := f.run(sandbox.Turn{Prompt: "go", Agent: harness.Agent{Kind: "cli", Harness: h}})

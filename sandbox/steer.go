@@ -57,14 +57,14 @@ func (s *stream) deliver(msg string) {
 // resumeWith continues a turn that was stopped to take a steering message
 // (presets without live input).
 func (e *engine) resumeWith(ctx context.Context, lease *Lease, prev *Result, msg string) (*Result, error) {
-	if prev.Conversation == "" || !e.h.Resumable {
+	if prev.Conversation == "" || !e.h.Resumes() {
 		return prev, outpost.Errorf(outpost.Refused, "steer", "agent %s cannot take a message while it works, and its conversation cannot be resumed", e.h.Name)
 	}
 	t := e.t
 	t.Prompt, t.Resume, t.Fork, t.Timeout = msg, prev.Conversation, "", 0
 	o := *e.o
 	o.Lease = lease
-	next := &engine{t: t, o: &o, red: e.red}
+	next := &engine{t: t, o: &o, red: e.red, hold: e.hold}
 	next.ans.inner = true // the outer turn checks the answer
 	res, err := next.run(ctx)
 	if res != nil {

@@ -10,14 +10,28 @@ import (
 // usageTimeout bounds a preset's UsageCommand.
 const usageTimeout = 30 * time.Second
 
-// usage is step 9: the turn's usage from its events, or, for presets that
-// report it per session, from the preset's UsageCommand. Transcript usage
-// (step 10) overrides both. A usage command that fails leaves the usage
-// the events gave.
+// usage is step 9, by the preset's mode (harness.UsageMode):
+//
+//   - unavailable: nothing is recorded, whatever the events say;
+//   - unset: the usage the events reported, taken as complete (no
+//     completeness check);
+//   - events: the usage the events reported, complete only if they said
+//     so (none reported: zero and incomplete);
+//   - session: the preset's UsageCommand after exit, over what the events
+//     gave (a command that fails leaves that).
+//
+// Transcript usage (step 10) overrides all but unavailable.
 func (e *engine) usage(ctx context.Context, lease *Lease, res *Result, st *stream) {
 	h := e.h
+	if h.Usage == harness.UsageUnavailable {
+		res.Usage = harness.Usage{}
+		return
+	}
 	if st.usage != nil {
 		res.Usage = *st.usage
+		if h.Usage == harness.UsageUnset {
+			res.Usage.Complete = true
+		}
 	}
 	if h.Usage != harness.UsageSession || h.UsageCommand == nil || st.native == "" || !st.started {
 		return

@@ -51,8 +51,11 @@ func (e *engine) checkTurn() error {
 	if err := h.Validate(); err != nil {
 		return outpost.Wrap(outpost.Configuration, "validate", err)
 	}
-	if t.Agent.Kind != "" && t.Agent.Kind != "cli" {
-		return refuse(outpost.Configuration, "agent kind %q is not supported (only \"cli\")", t.Agent.Kind)
+	if t.Agent.Kind != harness.KindCLI {
+		if t.Agent.Kind == "" {
+			return refuse(outpost.Configuration, "agent kind is required (%q)", harness.KindCLI)
+		}
+		return refuse(outpost.Configuration, "agent kind %q is not supported (only %q)", t.Agent.Kind, harness.KindCLI)
 	}
 	if e.o.Lease == nil && e.o.Provider == nil {
 		return refuse(outpost.Configuration, "no sandbox: set driver.Options.Lease or driver.Options.Provider")
@@ -60,13 +63,19 @@ func (e *engine) checkTurn() error {
 	if strings.TrimSpace(t.Prompt) == "" {
 		return refuse(outpost.Configuration, "empty prompt")
 	}
+	if t.Command != "" && (strings.TrimSpace(t.Command) != t.Command || strings.ContainsAny(t.Command, "\x00\n")) {
+		return refuse(outpost.Configuration, "invalid command %q", t.Command)
+	}
 	if t.Resume != "" && t.Fork != "" {
 		return refuse(outpost.Configuration, "resume and fork are exclusive")
 	}
-	if t.Resume != "" && !h.Resumable {
+	if t.Resume != "" && !h.Resumes() {
 		return refuse(outpost.Refused, "agent %s cannot resume conversations", h.Name)
 	}
-	if t.Fork != "" && !h.Forkable {
+	if t.Fork != "" && !h.Resumes() {
+		return refuse(outpost.Refused, "agent %s cannot fork conversations: it cannot continue them", h.Name)
+	}
+	if t.Fork != "" && !h.Forks() {
 		return refuse(outpost.Refused, "agent %s cannot fork conversations", h.Name)
 	}
 	if h.Bootstrap != "" && !e.installer().Known(h.Bootstrap) {
@@ -108,11 +117,22 @@ func (e *engine) resolve() error {
 	}
 	h := e.h
 	if h.Credentials != nil {
-		if e.plan, err = h.Credentials(e.vars); err != nil {
-			return e.planErr("credentials", err)
+		// Once per preset per lease: a caller's lease that ran this preset
+		// keeps its plan.
+		var kept bool
+		if e.o.Lease != nil {
+			e.plan, kept = e.o.Lease.plan(h.Name)
+		}
+		if !kept {
+			if e.plan, err = h.Credentials(e.vars); err != nil {
+				return e.planErr("credentials", err)
+			}
 		}
 		for _, v := range e.plan.Variables {
 			e.red.Add(v)
+		}
+		if e.plan.Need != "" && !e.credentialGiven() {
+			return &outpost.Error{Code: outpost.Configuration, Op: "credentials", Agent: h.Name, Msg: e.plan.Need}
 		}
 	}
 	if h.Configuration != nil {
@@ -123,11 +143,37 @@ func (e *engine) resolve() error {
 	return nil
 }
 
+// credentialGiven reports whether the credential plan gives the agent a
+// credential in this sandbox: a variable anywhere; a generated file, a
+// login command or a host file that exists, where the provider takes more
+// than variables (Capabilities.HostFiles; local does not).
+func (e *engine) credentialGiven() bool {
+	p := e.plan
+	if len(p.Variables) > 0 {
+		return true
+	}
+	if !e.caps().HostFiles {
+		return false
+	}
+	if len(p.Files) > 0 || len(p.Login) > 0 {
+		return true
+	}
+	for _, f := range p.HostFiles {
+		if _, err := os.Stat(f.Source); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // locate checks that the conversation to continue exists and belongs to
 // this agent, and picks the turn's conversation id.
 func (e *engine) locate(ctx context.Context) error {
 	t := e.t
 	if ref := t.Resume + t.Fork; ref != "" {
+		if err := e.holdResumed(ctx); err != nil {
+			return err
+		}
 		m, files, err := e.o.Store.Get(ctx, ref)
 		if err != nil {
 			return outpost.Wrap(outpost.Conversation, "locate", fmt.Errorf("conversation %s: %w", ref, err))
@@ -136,6 +182,12 @@ func (e *engine) locate(ctx context.Context) error {
 			return refuse(outpost.Configuration, "conversation %s belongs to agent %s, not %s", ref, m.Agent, e.h.Name)
 		}
 		e.parent, e.parentFs = m, files
+	}
+	// The model is frozen for the conversation: a continuation without one
+	// keeps it, one with another changes it (recorded in the metadata).
+	e.model = t.Agent.Model
+	if e.parent.ID != "" && e.model == "" {
+		e.model = e.parent.Model
 	}
 	if t.Resume != "" {
 		e.convID = e.parent.ID

@@ -2,7 +2,8 @@
 # test.sh — the whole test suite, from a fresh clone.
 #
 # Installs what the suite needs, idempotently (fast when already there):
-# the Docker Engine (Debian's docker.io, started if no daemon answers), the
+# the Docker Engine (Debian's docker.io, started if no daemon answers),
+# PostgreSQL's server binaries (scripts/postgres-up.sh), the
 # pinned agent CLIs from npm, and the test images built locally. Then runs
 # go vet, the gofmt check and every test with the race detector.
 #
@@ -26,6 +27,7 @@ if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 	else
 		echo "test.sh: not root: skipping the Docker Engine install; docker tests need a running engine" >&2
 	fi
+	if [[ $(id -u) == 0 ]]; then step "PostgreSQL"; scripts/postgres-up.sh; fi
 	step "pinned agent CLIs"
 	scripts/install-clis.sh >/dev/null
 fi

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/outposthq/outpost/conversation"
 )
@@ -18,6 +19,42 @@ import (
 type Memory struct {
 	mu    sync.RWMutex
 	convs map[string]memConv
+	holds map[string]*memHold
+}
+
+type memHold struct {
+	s      *Memory
+	id     string
+	holder conversation.Holder
+}
+
+// Release implements conversation.Hold.
+func (h *memHold) Release() error {
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	if h.s.holds[h.id] == h {
+		delete(h.s.holds, h.id)
+	}
+	return nil
+}
+
+// Hold implements conversation.Store: holds live as long as the Memory,
+// in this process only.
+func (s *Memory) Hold(ctx context.Context, id string, o conversation.Owner) (conversation.Hold, error) {
+	if err := s.ready(ctx, "hold"); err != nil {
+		return nil, err
+	}
+	if !conversation.ValidID(id) {
+		return nil, fmt.Errorf("conversation: hold: %w: id %q", conversation.ErrInvalid, id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.holds[id]; ok {
+		return nil, &conversation.BusyError{ID: id, Holder: h.holder}
+	}
+	h := &memHold{s: s, id: id, holder: conversation.Holder{Owner: o, Since: time.Now().UTC()}}
+	s.holds[id] = h
+	return h, nil
 }
 
 type memConv struct {
@@ -26,7 +63,9 @@ type memConv struct {
 }
 
 // NewMemory returns an empty in-memory store.
-func NewMemory() *Memory { return &Memory{convs: make(map[string]memConv)} }
+func NewMemory() *Memory {
+	return &Memory{convs: make(map[string]memConv), holds: make(map[string]*memHold)}
+}
 
 func (s *Memory) ready(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
@@ -53,6 +92,11 @@ func (s *Memory) Put(ctx context.Context, m conversation.Meta, files []conversat
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	current := s.convs[m.ID].meta.Revision
+	if m.Revision != conversation.AnyRevision && m.Revision != current {
+		return &conversation.StaleError{ID: m.ID, Base: m.Revision, Current: current}
+	}
+	c.meta.Revision = current + 1
 	s.convs[m.ID] = c
 	return nil
 }

@@ -24,11 +24,26 @@ import (
 	"github.com/outposthq/outpost/harness"
 )
 
+// Options adjust the suite. Nil runs everything but the cases with
+// several processes.
+type Options struct {
+	// Spec, when set, returns a string that Main's open function turns
+	// back into a store sharing s's conversations from another process;
+	// the suite then races child processes (the test binary run again,
+	// see Main) on one conversation. Leave it nil for stores that live in
+	// one process (Memory).
+	Spec func(s conversation.Store) string
+}
+
 // RunConformanceTests runs the suite against stores made by newStore, which
 // returns a new, empty store for each subtest (clean-up goes through
 // t.Cleanup).
-func RunConformanceTests(t *testing.T, newStore func(t *testing.T) conversation.Store) {
+func RunConformanceTests(t *testing.T, newStore func(t *testing.T) conversation.Store, opts *Options) {
 	t.Helper()
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	tests := []struct {
 		name string
 		f    func(t *testing.T, s conversation.Store)
@@ -46,6 +61,14 @@ func RunConformanceTests(t *testing.T, newStore func(t *testing.T) conversation.
 		{"CancelledContext", testCancelled},
 		{"Isolation", testIsolation},
 		{"Resolve", testResolve},
+		{"Revisions", testRevisions},
+		{"ImportRevision", testImportRevision},
+		{"Holds", testHolds},
+		{"HoldWait", testHoldWait},
+		{"RacingPuts", testRacingPuts},
+		{"RacingTurns", testRacingTurns},
+		{"RacingTurnsNoWait", testRacingTurnsNoWait},
+		{"RacingProcesses", func(t *testing.T, s conversation.Store) { testRacingProcesses(t, s, o.Spec) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,6 +124,9 @@ func checkStored(t *testing.T, s conversation.Store, m conversation.Meta, files 
 	ctx := context.Background()
 	want := m
 	want.Files = paths(files)
+	if want.Revision == 0 {
+		want.Revision = 1 // stored once, as new
+	}
 	gotMeta, gotFiles, err := s.Get(ctx, m.ID)
 	if err != nil {
 		t.Fatalf("Get(%s): %v", m.ID, err)
@@ -153,8 +179,10 @@ func testReplace(t *testing.T, s conversation.Store) {
 	m2 := meta("c01replace", t0.Add(time.Minute))
 	m2.Turns = 4
 	m2.Model = "m2"
+	m2.Revision = 1
 	f2 := []conversation.File{{Path: "b/three", Mode: 0o644, Data: []byte("three")}}
 	mustPut(t, s, m2, f2)
+	m2.Revision = 2
 	checkStored(t, s, m2, f2)
 	list, err := s.List(context.Background())
 	if err != nil {
@@ -232,7 +260,7 @@ func testDelete(t *testing.T, s conversation.Store) {
 	if len(list) != 1 || list[0].ID != "c01keep" {
 		t.Errorf("List after Delete = %v, want only c01keep", list)
 	}
-	// Put after Delete recreates it.
+	// Put after Delete recreates it, as new.
 	mustPut(t, s, meta("c01gone", t0), []conversation.File{{Path: "g2", Data: []byte("g2")}})
 	checkStored(t, s, meta("c01gone", t0), []conversation.File{{Path: "g2", Data: []byte("g2")}})
 }
@@ -258,6 +286,7 @@ func testNotFound(t *testing.T, s conversation.Store) {
 func version(v int) (conversation.Meta, []conversation.File) {
 	m := meta("c01race", t0.Add(time.Duration(v)*time.Second))
 	m.Model = fmt.Sprint("v", v)
+	m.Revision = conversation.AnyRevision
 	var files []conversation.File
 	for i := range 5 + v%3 {
 		files = append(files, conversation.File{
@@ -326,6 +355,9 @@ func testConcurrentPuts(t *testing.T, s conversation.Store) {
 	if err := whole(m, files); err != nil {
 		t.Error(err)
 	}
+	if m.Revision != writers {
+		t.Errorf("revision after %d Puts = %d", writers, m.Revision)
+	}
 	list, err := s.List(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -343,6 +375,7 @@ func whole(m conversation.Meta, files []conversation.File) error {
 	}
 	wm, wf := version(v)
 	wm.Files = paths(wf)
+	wm.Revision = m.Revision // any: the order of the Puts is unknown
 	if d := cmp.Diff(wm, m, opts...); d != "" {
 		return fmt.Errorf("meta is not version %d (-want +got):\n%s", v, d)
 	}

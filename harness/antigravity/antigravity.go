@@ -90,10 +90,10 @@ func Harness() *harness.Harness {
 		RequiresFinishedEvent: true,
 		Variables:             map[string]string{AutoUpdateVariable: "1"},
 		Storage:               Storage(),
-		Capture:               true,
-		Resumable:             true,
+		Capture:               harness.True,
+		Resumable:             harness.True,
 		NativeSchema:          true,
-		Forkable:              false,
+		Forkable:              harness.False,
 		Inactivity:            Inactivity,
 	}
 }

@@ -25,7 +25,7 @@ func TestHarness(t *testing.T) {
 	if err := h.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if h.Forkable || !h.Resumable || !h.RequiresFinishedEvent || h.Bootstrap != "antigravity" || h.Storage == nil || !h.Capture {
+	if h.Forks() || !h.Resumes() || !h.RequiresFinishedEvent || h.Bootstrap != "antigravity" || h.Storage == nil || !h.Captures() {
 		t.Errorf("preset %+v", h)
 	}
 	if h.Variables["AGY_CLI_DISABLE_AUTO_UPDATE"] == "" {

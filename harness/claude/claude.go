@@ -85,11 +85,11 @@ func Harness() *harness.Harness {
 			"DISABLE_AUTOUPDATER":                      "1",
 		},
 		Storage:      Storage(),
-		Capture:      true,
-		Resumable:    true,
-		Forkable:     true,
-		Inactivity:   Inactivity,
+		Capture:      harness.True,
+		Resumable:    harness.True,
 		NativeSchema: true,
+		Forkable:     harness.True,
+		Inactivity:   Inactivity,
 	}
 }
 

@@ -213,7 +213,7 @@ func TestHarness(t *testing.T) {
 	if err := h.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if h.Name != "claude" || h.Bootstrap != "claude" || !h.RequiresFinishedEvent || !h.Resumable || !h.Forkable || !h.Capture || h.Inactivity != claude.Inactivity || h.Fork != nil {
+	if h.Name != "claude" || h.Bootstrap != "claude" || !h.RequiresFinishedEvent || !h.Resumes() || !h.Forks() || !h.Captures() || h.Inactivity != claude.Inactivity || h.Fork != nil {
 		t.Errorf("preset %+v", h)
 	}
 	if h.Variables["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] != "1" || h.Variables["DISABLE_AUTOUPDATER"] != "1" {

@@ -128,10 +128,10 @@ func Harness() *harness.Harness {
 		Bootstrap:             Name,
 		RequiresFinishedEvent: true,
 		Storage:               Storage(),
-		Capture:               true,
-		Resumable:             true,
+		Capture:               harness.True,
+		Resumable:             harness.True,
 		NativeSchema:          true,
-		Forkable:              true,
+		Forkable:              harness.True,
 		Inactivity:            Inactivity,
 	}
 }
@@ -446,6 +446,9 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 	if len(p.Variables) > 0 {
 		return p, nil
 	}
+	// Without a key, the host's login is Codex's only credential: a turn
+	// with neither fails before allocation (Plan.Need).
+	p.Need = "codex has no credential: set " + APIKeyVariable + " or " + CodexAPIKeyVariable + ", or log in on the host with `codex login` (auth.json), on a sandbox that takes host files"
 	if src := hostAuthFile(vars); src != "" {
 		p.HostFiles = append(p.HostFiles, harness.HostFile{
 			Source:    src,

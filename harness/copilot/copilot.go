@@ -127,9 +127,9 @@ func Harness() *harness.Harness {
 			"COPILOT_AUTO_UPDATE": "false",
 		},
 		Storage:    Storage(),
-		Capture:    true,
-		Resumable:  true,
-		Forkable:   false,
+		Capture:    harness.True,
+		Resumable:  harness.True,
+		Forkable:   harness.False,
 		Inactivity: Inactivity,
 	}
 }

@@ -23,8 +23,8 @@ func TestHarness(t *testing.T) {
 	if err := h.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if h.Forkable || !h.Resumable || !h.Capture || h.Storage == nil {
-		t.Errorf("Forkable=%v Resumable=%v Capture=%v: want not forkable, resumable, captured", h.Forkable, h.Resumable, h.Capture)
+	if h.Forks() || !h.Resumes() || !h.Captures() || h.Storage == nil {
+		t.Errorf("Forkable=%v Resumable=%v Capture=%v: want not forkable, resumable, captured", h.Forks(), h.Resumes(), h.Captures())
 	}
 	if h.Usage != harness.UsageSession || !h.RequiresFinishedEvent || h.Bootstrap != "copilot" {
 		t.Errorf("Usage=%q RequiresFinishedEvent=%v Bootstrap=%q", h.Usage, h.RequiresFinishedEvent, h.Bootstrap)

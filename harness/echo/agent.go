@@ -65,6 +65,12 @@ type record struct {
 // $HOME/.echo/sessions/<id>.jsonl, and simulates the hard cases through
 // prompt directives (see docs/presets/echo.md). It returns the exit status.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == ForkSubcommand {
+		return forkMain(args[1:], stdout, stderr)
+	}
+	// Flags the agent does not know are passed-through arguments
+	// (Input.ExtraArgs): the agent reports them ("#args") and goes on.
+	args, passed := splitArgs(args)
 	fs := flag.NewFlagSet(Subcommand, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	model := fs.String("model", "echo-1", "model name to report")
@@ -81,7 +87,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	prompt := strings.Join(fs.Args(), " ")
 	w := bufio.NewWriterSize(stdout, 64<<10)
 	defer w.Flush()
-	a := &agent{out: w, stderr: stderr, model: *model}
+	a := &agent{out: w, stderr: stderr, model: *model, passed: passed}
 
 	var msgs <-chan string
 	if *live {
@@ -172,6 +178,64 @@ type agent struct {
 	out    *bufio.Writer
 	stderr io.Writer
 	model  string
+	passed []string // arguments the agent does not know
+}
+
+// ForkSubcommand is the echo agent's separate fork command:
+// `echo-agent fork PARENT` copies conversation PARENT into a new one and
+// prints the new id. The echo preset forks with --resume --fork; a preset
+// with a Fork hook (Fork) uses this instead.
+const ForkSubcommand = "fork"
+
+func forkMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || !validID(args[0]) {
+		fmt.Fprintln(stderr, "echo: usage: fork PARENT-ID")
+		return 2
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		fmt.Fprintln(stderr, "echo: no home directory:", err)
+		return 2
+	}
+	dir := filepath.Join(home, ".echo", "sessions")
+	history, err := readSession(filepath.Join(dir, args[0]+".jsonl"))
+	if err != nil {
+		fmt.Fprintf(stderr, "echo: no conversation found with id %s\n", args[0])
+		return 2
+	}
+	id := newID()
+	recs := append([]record{{Role: "meta", ID: id, Parent: args[0]}}, withoutMeta(history)...)
+	if err := writeSession(filepath.Join(dir, id+".jsonl"), recs); err != nil {
+		fmt.Fprintln(stderr, "echo: saving session:", err)
+		return 5
+	}
+	fmt.Fprintln(stdout, id)
+	return 0
+}
+
+// splitArgs separates the flags the agent knows (and everything from a
+// bare "--" or the first non-flag on) from unknown flags.
+func splitArgs(args []string) (known, passed []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			return append(known, args[i:]...), passed
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch name {
+		case "model", "resume":
+			known = append(known, a)
+			if !hasValue && i+1 < len(args) {
+				i++
+				known = append(known, args[i])
+			}
+		case "fork", "live", "h", "help":
+			known = append(known, a)
+		default:
+			passed = append(passed, a)
+		}
+	}
+	return known, passed
 }
 
 func (a *agent) emit(l line) {
@@ -231,6 +295,14 @@ func (a *agent) turn(dir, id, parent string, history []record, prompt string, ms
 			time.Sleep(time.Hour)
 		}
 	}
+	if strings.Contains(prompt, "#retryforever") {
+		// Like a CLI with no network: retry notices and nothing else.
+		for attempt := 1; ; attempt++ {
+			a.emit(line{Type: "retry", Attempt: attempt, Text: "Reconnecting... waiting for network, retrying in 20ms"})
+			a.flush()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	if strings.Contains(prompt, "#retry") {
 		fmt.Fprintln(a.stderr, "echo: rate limited (429), retrying in 10ms (attempt 1 of 3)")
 		a.emit(line{Type: "retry", Attempt: 1, Text: "rate limited (429), retrying in 10ms (attempt 1 of 3)"})
@@ -253,6 +325,13 @@ func (a *agent) turn(dir, id, parent string, history []record, prompt string, ms
 			extra = append(extra, fmt.Sprintf("%s is set (%d bytes)", name, len(v)))
 		} else {
 			extra = append(extra, name+" is not set")
+		}
+	}
+	if strings.Contains(prompt, "#args") {
+		if len(a.passed) == 0 {
+			extra = append(extra, "args: (none)")
+		} else {
+			extra = append(extra, "args: "+strings.Join(a.passed, " "))
 		}
 	}
 	if i := strings.Index(prompt, "#leak "); i >= 0 {

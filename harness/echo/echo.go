@@ -9,11 +9,15 @@
 // and --fork continue them; usage counts words (input = prompt, output =
 // reply, cache read = history). Prompt directives simulate the hard cases:
 // #quota, #outage, #retry, #crash, #nofinish, #slow[=N], #tool, #big, #hang,
-// #badlines, #env NAME, #leak NAME.
+// #badlines, #env NAME, #leak NAME, #retryforever, #args (the arguments it does not know,
+// passed through). `echo-agent fork PARENT` forks a conversation with a
+// separate command (Fork).
 package echo
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -64,10 +68,29 @@ func Harness() *harness.Harness {
 			Roots: []string{".echo/sessions"},
 			Match: func(rel, native string) bool { return rel == native+".jsonl" },
 		},
-		Capture:    true,
-		Resumable:  true,
-		Forkable:   true,
+		Capture:    harness.True,
+		Resumable:  harness.True,
+		Forkable:   harness.True,
 		Inactivity: 0,
+	}
+}
+
+// Fork returns a Fork hook for the echo agent: it runs `PROGRAM
+// echo-agent fork PARENT` in the sandbox and returns the id it prints.
+// program is the echo agent's executable as the sandbox sees it (the hook
+// runs before the turn's own command is bootstrapped). The echo preset
+// forks through its request instead; tests that prove the engine's fork
+// step set this hook on a copy of the preset.
+func Fork(program string) func(ctx context.Context, parent string, run harness.Runner) (string, error) {
+	return func(ctx context.Context, parent string, run harness.Runner) (string, error) {
+		r, err := run(ctx, harness.Command{Path: program, Args: []string{Subcommand, ForkSubcommand, parent}})
+		if err != nil {
+			return "", err
+		}
+		if !r.Status.Success() {
+			return "", fmt.Errorf("echo-agent fork exited with %d: %s", r.Status.Code, strings.TrimSpace(string(r.Stderr)))
+		}
+		return strings.TrimSpace(string(r.Stdout)), nil
 	}
 }
 

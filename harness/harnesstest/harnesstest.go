@@ -176,6 +176,13 @@ func decodeAll(t testing.TB, h *harness.Harness, lines [][]byte) []harness.Event
 		}
 		all = append(all, evs...)
 	}
+	if h.DecodeEnd {
+		evs, err := safeDecode(dec, nil)
+		if err != nil {
+			t.Fatalf("end of output: %v", err)
+		}
+		all = append(all, evs...)
+	}
 	return all
 }
 

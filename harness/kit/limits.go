@@ -13,8 +13,9 @@ const (
 	// Inactivity is the default watchdog of the presets of CLIs that may
 	// hang silently (a model stream that stalls after its headers, a
 	// refused connection retried forever): a turn whose CLI prints nothing
-	// for this long is stopped with code process, details.unavailable and
-	// details.inactivity. It is above the longest silence of a healthy
+	// for this long is stopped with code process, details.stalled and
+	// details.inactivity (retry notices are no activity; a turn of only
+	// retries is an outage after harness.RetryBound). It is above the longest silence of a healthy
 	// turn: a shell command of up to 10 minutes, or a long generation that
 	// prints nothing until its block is complete. Each preset documents
 	// why it holds for its CLI; sandbox.Turn.Inactivity (`outpost run

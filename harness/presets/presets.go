@@ -26,6 +26,7 @@ import (
 	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/harness/codex"
 	"github.com/outposthq/outpost/harness/copilot"
+	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/harness/echo"
 )
 
@@ -37,6 +38,7 @@ var (
 // The built-in presets: one line each.
 func init() {
 	for _, f := range []func() *harness.Harness{
+		declarative.Aider,
 		antigravity.Harness,
 		claude.Harness,
 		codex.Harness,

@@ -61,7 +61,7 @@ func TestMinimalImage(t *testing.T) {
 	p := dockertest.Provider(t, "")
 	store := storetest.NewMemory()
 	wd := t.TempDir()
-	res, err := sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "hello", Workdir: wd},
+	res, err := sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "hello", Workdir: wd},
 		&sandbox.RunOptions{Provider: p, Store: store, Environ: []string{}})
 	if err != nil {
 		t.Fatalf("echo turn in %s: %v", docker.MinimalImage, err)
@@ -91,7 +91,7 @@ func TestVanishedDuringTurn(t *testing.T) {
 	}
 	cid := l.Sandbox().(*docker.Sandbox).ContainerID()
 	var once sync.Once
-	_, err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "#slow=100000"}, &sandbox.RunOptions{
+	_, err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "#slow=100000"}, &sandbox.RunOptions{
 		Lease: l, Store: storetest.NewMemory(), Environ: []string{},
 		OnEvent: func(ev harness.Event) {
 			if ev.Type == harness.EventMessage && ev.Delta {
@@ -114,7 +114,7 @@ func TestVanishedDuringTurn(t *testing.T) {
 		t.Error("Lease.Vanished is false")
 	}
 	// The next turn on the lease fails the same way, before its agent runs.
-	_, err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "next"}, &sandbox.RunOptions{
+	_, err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "next"}, &sandbox.RunOptions{
 		Lease: l, Store: storetest.NewMemory(), Environ: []string{}})
 	if !errors.As(err, &oe) || oe.Code != outpost.Sandbox || oe.Details["vanished"] != true {
 		t.Errorf("a turn on a vanished lease: %v (details %v)", err, oe.Details)

@@ -183,12 +183,7 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 	defer os.RemoveAll(wd)
 	// As a turn would: the cache's unpacked CLIs mounted read-only where
 	// the provider can (then nothing is copied into the sandbox).
-	opts := driver.Options{Workdir: wd}
-	if inst.Cached(name) && provider.Capabilities().Isolated {
-		if host, target, err := inst.SharedCache(); err == nil {
-			opts.Mounts = []driver.Mount{{Source: host, Target: target}}
-		}
-	}
+	opts := driver.Options{Workdir: wd, Mounts: sandbox.CacheMounts(inst, provider.Capabilities(), name)}
 	lease, err := sandbox.Acquire(ctx, provider, opts)
 	if err != nil {
 		return err
@@ -200,50 +195,12 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 	}()
 
 	progress, finish := a.progressSink(f.json)
-	installed, err := inst.Install(ctx, lease, name, &bootstrap.EnsureOptions{Pinned: true, Progress: progress})
+	installed, err := sandbox.Install(ctx, lease, inst, name, &bootstrap.EnsureOptions{Progress: progress})
 	finish()
-	if err != nil {
-		if ctx.Err() != nil {
-			return outpost.Wrap(outpost.Cancelled, "bootstrap", err)
-		}
-		return outpost.Wrap(outpost.Bootstrap, "install", err)
+	if installed != nil {
+		res.Installed, res.Check = installed.Installed, installed.Check
 	}
-	res.Installed = *installed
-	pin, _ := inst.Pin(name)
-	out, err := checkRuns(ctx, lease, pin, installed.Path)
-	if err != nil {
-		return outpost.Wrap(outpost.Bootstrap, "check", err)
-	}
-	res.Check = out
-	return nil
-}
-
-// checkRuns runs the installed CLI's version command in the sandbox:
-// `--version`, or `version` for outpost's own binary.
-func checkRuns(ctx context.Context, lease *sandbox.Lease, pin *bootstrap.Pin, path string) (string, error) {
-	args := []string{"--version"}
-	if pin != nil && pin.Kind == bootstrap.KindSelf {
-		args = []string{"version"}
-	}
-	env := maps.Clone(lease.Environment().Defaults)
-	if env == nil {
-		env = map[string]string{}
-	}
-	maps.Copy(env, lease.Environment().Fixed)
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	r, err := lease.Exec(ctx, driver.ExecRequest{Path: path, Args: args, Env: env}, 64<<10)
-	if err != nil {
-		return "", fmt.Errorf("running %s %s: %w", path, strings.Join(args, " "), err)
-	}
-	out := strings.TrimSpace(string(r.Stdout))
-	if !r.Status.Success() {
-		return "", fmt.Errorf("%s %s exited with %d: %s", path, strings.Join(args, " "), r.Status.Code, strings.TrimSpace(string(r.Stderr)))
-	}
-	if i := strings.IndexByte(out, '\n'); i >= 0 {
-		out = out[:i]
-	}
-	return out, nil
+	return err
 }
 
 // progressSink returns where an install's progress goes: notice events on

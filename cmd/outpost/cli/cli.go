@@ -43,6 +43,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
+	for _, c := range app.closers {
+		c()
+	}
 	if err == nil {
 		return app.exit
 	}
@@ -79,6 +82,13 @@ type app struct {
 	stdout, stderr io.Writer
 	exit           int
 	reported       bool // the error was already printed
+
+	storeFlag string             // --store
+	opened    conversation.Store // a.store()'s, once opened
+	spool     *conversation.Spool
+	// noAutoPush: opening the store does not push the spool (sync does).
+	noAutoPush bool
+	closers    []func()
 }
 
 func (a *app) root() *cobra.Command {
@@ -90,6 +100,7 @@ func (a *app) root() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVar(&a.storeFlag, "store", "", "conversation store: a directory, or postgres://... for a store a fleet shares (default $"+storeEnv+", else the local directory store)")
 	root.AddCommand(a.runCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.versionCmd(), echoAgentCmd(), a.gcCmd(), a.bootstrapCmd())
 	return root
 }
@@ -169,7 +180,7 @@ func Agents(inst *bootstrap.Installer) []AgentRow {
 	var rows []AgentRow
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
-		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumable, Forkable: h.Forkable, Live: h.LiveInput != nil, Bootstrap: h.Bootstrap}
+		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap}
 		if pin, ok := inst.Pin(h.Bootstrap); ok && h.Bootstrap != "" {
 			r.Version, r.Kind, r.Package, r.Program = pin.Version, string(pin.Kind), pin.Package, pin.Program
 		}
@@ -216,14 +227,6 @@ func writeJSONLines[T any](w io.Writer, rows []T) error {
 		}
 	}
 	return nil
-}
-
-func (a *app) store() (*conversation.FS, error) {
-	dir, err := conversation.DefaultDir()
-	if err != nil {
-		return nil, outpost.Wrap(outpost.Configuration, "store", err)
-	}
-	return conversation.NewFS(dir), nil
 }
 
 func openProvider(name string, settings map[string]string) (driver.Provider, error) {

@@ -34,6 +34,15 @@ func TestScripts(t *testing.T) {
 		Dir: "testdata/script",
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("OUTPOST_HOME", filepath.Join(env.WorkDir, ".outpost-home"))
+			// The test binary is also the echo agent (echo.MaybeRun), for
+			// --command and preset files; XDG_CONFIG_HOME holds the user's
+			// preset files.
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			env.Setenv("ECHO_BIN", self)
+			env.Setenv("XDG_CONFIG_HOME", filepath.Join(env.WorkDir, "config"))
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
@@ -144,7 +153,8 @@ func resultOf(t *testing.T, out string) map[string]any {
 }
 
 var (
-	timeRE = regexp.MustCompile(`"time":"[^"]+"`)
+	timeRE = regexp.MustCompile(`"(time|started_at|completed_at)":"[^"]+"`)
+	msRE   = regexp.MustCompile(`"duration_ms":[0-9]+`)
 	uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 )
 
@@ -157,7 +167,8 @@ func TestJSONWireContract(t *testing.T) {
 	}
 	id := resultOf(t, out)["conversation"].(string)
 	norm := strings.ReplaceAll(out, id, "CONVERSATION")
-	norm = timeRE.ReplaceAllString(norm, `"time":"TIME"`)
+	norm = timeRE.ReplaceAllString(norm, `"$1":"TIME"`)
+	norm = msRE.ReplaceAllString(norm, `"duration_ms":MS`)
 	norm = uuidRE.ReplaceAllString(norm, "SESSION")
 	golden := filepath.Join("testdata", "run-json.golden")
 	if *update {

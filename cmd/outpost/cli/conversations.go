@@ -41,9 +41,9 @@ func (a *app) conversationsCmd() *cobra.Command {
 			if lsJSON {
 				return writeJSONLines(a.stdout, list)
 			}
-			t := newTable(a.stdout, "ID", "AGENT", "TURNS", "UPDATED", "PARENT", "WORKDIR")
+			t := newTable(a.stdout, "ID", "AGENT", "TURNS", "REV", "UPDATED", "PARENT", "WORKDIR")
 			for _, m := range list {
-				t.row(m.ID, m.Agent, fmt.Sprint(m.Turns), m.Updated.Local().Format(time.DateTime), orDefault(m.Parent, "-"), m.Workdir)
+				t.row(m.ID, m.Agent, fmt.Sprint(m.Turns), fmt.Sprint(m.Revision), m.Updated.Local().Format(time.DateTime), orDefault(m.Parent, "-"), m.Workdir)
 			}
 			return t.flush()
 		},
@@ -73,6 +73,7 @@ func (a *app) conversationsCmd() *cobra.Command {
 			t.row("created", m.Created.Local().Format(time.RFC3339))
 			t.row("updated", m.Updated.Local().Format(time.RFC3339))
 			t.row("turns", fmt.Sprint(m.Turns))
+			t.row("revision", fmt.Sprint(m.Revision))
 			t.row("usage", usageText(m))
 			t.row("files", strings.Join(m.Files, ", "))
 			return t.flush()
@@ -90,7 +91,7 @@ func (a *app) conversationsCmd() *cobra.Command {
 				return err
 			}
 			for _, ref := range args {
-				id, err := s.Resolve(c.Context(), ref)
+				id, err := conversation.Resolve(c.Context(), s, ref)
 				if err != nil {
 					return outpost.Wrap(outpost.Conversation, "rm", fmt.Errorf("%s: %w", ref, err))
 				}
@@ -112,7 +113,7 @@ func (a *app) conversationsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			id, err := s.Resolve(c.Context(), args[0])
+			id, err := conversation.Resolve(c.Context(), s, args[0])
 			if err != nil {
 				return outpost.Wrap(outpost.Conversation, "export", fmt.Errorf("%s: %w", args[0], err))
 			}
@@ -173,7 +174,37 @@ func (a *app) conversationsCmd() *cobra.Command {
 	}
 	imp.Flags().BoolVar(&replace, "replace", false, "replace a conversation with the same id")
 
-	c.AddCommand(ls, show, rm, export, imp)
+	sync := &cobra.Command{
+		Use:   "sync",
+		Short: "Store the turns spooled while the store could not be written",
+		Long: `Store the turns spooled while the store could not be written.
+
+When a turn ends and its conversation cannot be stored (the store is down,
+the disk is full), outpost retries for a bounded time, then keeps the
+conversation in a local spool and fails with details.spooled naming the
+file. Every outpost that opens the store pushes the spool first; sync does
+it on demand. A spooled turn whose conversation moved on meanwhile is kept
+as a new conversation forked from it.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			a.noAutoPush = true
+			s, err := a.store()
+			if err != nil {
+				return err
+			}
+			files, err := a.spool.Files()
+			if err != nil {
+				return outpost.Wrap(outpost.Conversation, "sync", err)
+			}
+			if len(files) == 0 {
+				fmt.Fprintln(a.stdout, "nothing spooled")
+				return nil
+			}
+			return a.push(c.Context(), s, true)
+		},
+	}
+
+	c.AddCommand(ls, show, rm, export, imp, sync)
 	return c
 }
 
@@ -189,7 +220,7 @@ func (a *app) meta(c *cobra.Command, ref string) (conversation.Meta, error) {
 	if err != nil {
 		return conversation.Meta{}, err
 	}
-	id, err := s.Resolve(c.Context(), ref)
+	id, err := conversation.Resolve(c.Context(), s, ref)
 	if err != nil {
 		return conversation.Meta{}, outpost.Wrap(outpost.Conversation, "locate", fmt.Errorf("%s: %w", ref, err))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/output"
@@ -22,77 +23,65 @@ import (
 )
 
 // ResultLine is the last line of `outpost run --json`: the wire contract
-// documented in docs/events.md.
-type ResultLine struct {
-	Type         string        `json:"type"` // "result"
-	Conversation string        `json:"conversation"`
-	Parent       string        `json:"parent,omitempty"`
-	Agent        string        `json:"agent"`
-	Session      string        `json:"session,omitempty"`
-	Model        string        `json:"model,omitempty"`
-	Sandbox      string        `json:"sandbox,omitempty"`
-	Text         string        `json:"text,omitempty"`
-	Usage        harness.Usage `json:"usage"`
-	// ThreadUsage is the agent's own running total for the whole native
-	// conversation, when the preset reads one (sandbox.Result.ThreadUsage).
-	ThreadUsage *harness.Usage `json:"thread_usage,omitempty"`
-	// Output is the validated answer of --schema; Protocol the parsed
-	// block of --protocol handoff; ChangedFiles the workspace files the
-	// turn changed, as outpost computed them (docs/output.md).
-	Output       json.RawMessage   `json:"output,omitempty"`
-	Protocol     *output.Outcome   `json:"protocol,omitempty"`
-	ChangedFiles *output.Changes   `json:"changed_files,omitempty"`
-	Attempts     []sandbox.Attempt `json:"attempts,omitempty"`
-	ExitCode     int               `json:"exit_code"` // outpost's own exit status
-	Error        *ErrorJSON        `json:"error"`
-}
+// documented in docs/events.md, shared with the HTTP API.
+type ResultLine = sandbox.ResultLine
 
 // ErrorJSON is an error on the wire.
-type ErrorJSON struct {
-	Code    outpost.Code   `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
+type ErrorJSON = outpost.ErrorJSON
 
 // ErrorToJSON converts any error to its wire form.
-func ErrorToJSON(err error) *ErrorJSON {
-	if err == nil {
-		return nil
-	}
-	var oe *outpost.Error
-	if errors.As(err, &oe) {
-		return &ErrorJSON{Code: oe.Code, Message: oe.Message(), Details: oe.Details}
-	}
-	return &ErrorJSON{Code: outpost.CodeOf(err), Message: err.Error()}
-}
+func ErrorToJSON(err error) *ErrorJSON { return outpost.ToJSON(err) }
 
 type runFlags struct {
 	agent, sandbox, model, workdir, resume, fork, image string
+	command, trace                                      string
 	schema, protocol                                    string
 	repairs                                             int
-	timeout, inactivity                                 time.Duration
+	timeout, inactivity, retryBound, wait               time.Duration
 	env, set, options                                   []string
 	json, raw, steerStdin, verbose                      bool
-	agentSet                                            bool // --agent was given
+	agentSet                                            bool      // --agent was given
+	extra                                               []string  // the arguments after --
+	started                                             time.Time // when the command began
 }
 
 func (a *app) runCmd() *cobra.Command {
 	var f runFlags
 	c := &cobra.Command{
-		Use:   "run [flags] PROMPT",
+		Use:   "run [flags] PROMPT [-- ARGS...]",
 		Short: "Run one turn of an agent in a sandbox",
 		Long: `Run one turn of an agent in a sandbox and stream what it does.
 
 PROMPT "-" reads the prompt from standard input. Without --json the turn is
 shown for a person; with --json every event is one JSON object per line and
 the last line is {"type":"result",...} (docs/events.md). The exit status
-says how the turn ended (docs/errors.md).`,
+says how the turn ended (docs/errors.md).
+
+ARGS after -- pass through to the agent's CLI; each preset refuses the
+flags outpost controls. --agent takes a preset name, or a preset file
+(docs/presets/custom.md): a path, or NAME for
+$XDG_CONFIG_HOME/outpost/agents/NAME.json.`,
 		Example: `  outpost run "hello"
   outpost run --json --resume c01abc "and now?"
-  outpost run --agent echo --timeout 30s --env ECHO_API_KEY=... "#env ECHO_API_KEY"`,
-		Args: cobra.ExactArgs(1),
+  outpost run --agent echo --timeout 30s --env ECHO_API_KEY=... "#env ECHO_API_KEY"
+  outpost run --agent aider "add a test" -- --no-auto-commits
+  outpost run --agent ./mytool.json --trace turn.jsonl "hello"`,
+		Args: func(c *cobra.Command, args []string) error {
+			n := len(args)
+			if d := c.ArgsLenAtDash(); d >= 0 {
+				n = d
+			}
+			if n != 1 {
+				return fmt.Errorf("accepts one PROMPT before --, received %d", n)
+			}
+			return nil
+		},
 		RunE: func(c *cobra.Command, args []string) error {
+			f.started = time.Now()
 			f.agentSet = c.Flags().Changed("agent")
+			if d := c.ArgsLenAtDash(); d >= 0 {
+				f.extra = args[d:]
+			}
 			return a.run(c.Context(), f, args[0])
 		},
 	}
@@ -103,6 +92,7 @@ says how the turn ended (docs/errors.md).`,
 	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current one)")
 	fl.StringVar(&f.resume, "resume", "", "continue the conversation with this id")
 	fl.StringVar(&f.fork, "fork", "", "continue the conversation with this id into a new one")
+	fl.DurationVar(&f.wait, "wait", 0, "with --resume: wait up to this long for a conversation another turn holds (default: fail at once, exit status 75)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop the turn after this long (exit status 124)")
 	fl.DurationVar(&f.inactivity, "inactivity", 0, "stop the turn when the agent prints nothing for this long (default: the preset's)")
 	fl.StringArrayVar(&f.env, "env", nil, "variable for the agent, NAME=VALUE or NAME (taken from the environment); repeatable")
@@ -116,6 +106,9 @@ says how the turn ended (docs/errors.md).`,
 	fl.StringVar(&f.schema, "schema", "", "JSON Schema FILE (or - for standard input) the answer must match; the validated value is printed (docs/output.md)")
 	fl.IntVar(&f.repairs, "repairs", sandbox.DefaultRepairs, "response repair attempts for an answer that does not match (0 disables)")
 	fl.StringVar(&f.protocol, "protocol", "", "ask for the result/handoff block: handoff")
+	fl.StringVar(&f.command, "command", "", "run this executable in place of the preset's program (no bootstrap)")
+	fl.StringVar(&f.trace, "trace", "", "append a JSON-lines trace of the turn to this file (steps, events, classification; redacted)")
+	fl.DurationVar(&f.retryBound, "retry-bound", 0, "stop the turn when the agent only retries for this long (default: the preset's; negative: never)")
 	c.MarkFlagsMutuallyExclusive("resume", "fork")
 	c.MarkFlagsMutuallyExclusive("schema", "protocol")
 	return c
@@ -145,8 +138,11 @@ func parsePairs(list []string, what string, fromEnv func(string) (string, bool))
 }
 
 func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
-	if _, ok := presets.Lookup(f.agent); !ok {
-		return a.fail(f, nil, outpost.Errorf(outpost.Configuration, "agent", "unknown agent %q (known: %s)", f.agent, strings.Join(presets.Names(), ", ")))
+	if f.started.IsZero() {
+		f.started = time.Now()
+	}
+	if _, err := lookupAgent(f.agent); err != nil {
+		return a.fail(f, nil, err)
 	}
 	if prompt == "-" && f.schema == "-" {
 		return usageError{errors.New("the prompt and --schema cannot both come from standard input")}
@@ -171,6 +167,9 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 			return a.fail(f, nil, outpost.Wrap(outpost.Configuration, "prompt", err))
 		}
 		prompt = string(b)
+	}
+	if f.wait < 0 || (f.wait > 0 && f.resume == "") {
+		return usageError{errors.New("--wait takes a positive duration and applies to --resume (a fork never waits)")}
 	}
 	env, err := parsePairs(f.env, "--env", lookupEnv)
 	if err != nil {
@@ -202,28 +201,35 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	resume, fork := f.resume, f.fork
 	for _, ref := range []*string{&resume, &fork} {
 		if *ref != "" {
-			if id, err := store.Resolve(ctx, *ref); err == nil {
+			if id, err := conversation.Resolve(ctx, store, *ref); err == nil {
 				*ref = id
 				// Continuing a conversation: its agent, unless --agent says.
 				if m, err := store.Meta(ctx, id); err == nil && !f.agentSet {
-					if _, ok := presets.Lookup(m.Agent); ok {
+					if _, err := lookupAgent(m.Agent); err == nil {
 						f.agent = m.Agent
 					}
 				}
 			}
 		}
 	}
-	h, _ := presets.Lookup(f.agent)
+	h, err := lookupAgent(f.agent)
+	if err != nil {
+		return a.fail(f, nil, err)
+	}
 	turn := sandbox.Turn{
-		Agent:      harness.Agent{Kind: "cli", Harness: h, Model: f.model},
+		Agent:      harness.Agent{Kind: harness.KindCLI, Harness: h, Model: f.model},
 		Prompt:     prompt,
 		Workdir:    f.workdir, // "": the current directory
 		Resume:     resume,
 		Fork:       fork,
+		Wait:       f.wait,
 		Env:        env,
 		Timeout:    f.timeout,
 		Inactivity: f.inactivity,
 		Options:    options,
+		ExtraArgs:  f.extra,
+		Command:    f.command,
+		RetryBound: f.retryBound,
 		Output:     schema,
 		Repairs:    &f.repairs,
 		Protocol:   f.protocol,
@@ -234,7 +240,15 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	} else {
 		out = newHumanWriter(a.stdout, a.stderr)
 	}
-	opts := &sandbox.RunOptions{Provider: provider, Store: store, OnEvent: out.event, Raw: f.raw && f.json}
+	opts := &sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json}
+	if f.trace != "" {
+		tf, err := openTrace(f.trace)
+		if err != nil {
+			return a.fail(f, nil, err)
+		}
+		defer tf.Close()
+		opts.Logger = traceLogger(tf)
+	}
 	if f.verbose {
 		opts.Stderr = a.stderr
 	}
@@ -256,19 +270,25 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		}()
 	}
 	res, err := sandbox.Run(ctx, turn, opts)
-	return a.finish(out, res, err)
+	return a.finish(out, f, res, err)
 }
 
 func (a *app) fail(f runFlags, res *sandbox.Result, err error) error {
 	if f.json {
-		return a.finish(newJSONWriter(a.stdout), &sandbox.Result{Agent: f.agent}, err)
+		return a.finish(newJSONWriter(a.stdout), f, res, err)
 	}
 	return err
 }
 
-func (a *app) finish(out eventWriter, res *sandbox.Result, err error) error {
+// finish prints the result. A turn that failed before it began (no
+// result) still names the agent given and the command's own timing.
+func (a *app) finish(out eventWriter, f runFlags, res *sandbox.Result, err error) error {
 	if res == nil {
-		res = &sandbox.Result{}
+		end := time.Now()
+		res = &sandbox.Result{Agent: f.agent, Model: f.model, StartedAt: f.started.UTC(), CompletedAt: end.UTC(), DurationMS: end.Sub(f.started).Milliseconds()}
+	}
+	if res.Agent == "" {
+		res.Agent = f.agent
 	}
 	out.result(res, err)
 	a.reported = out.reportsErrors()
@@ -336,12 +356,7 @@ func (j *jsonWriter) event(ev harness.Event) {
 func (j *jsonWriter) result(res *sandbox.Result, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.enc.Encode(ResultLine{
-		Type: "result", Conversation: res.Conversation, Parent: res.Parent, Agent: res.Agent,
-		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
-		ThreadUsage: res.ThreadUsage, Output: res.Output, Protocol: res.Protocol, ChangedFiles: res.ChangedFiles,
-		Attempts: res.Attempts, ExitCode: outpost.ExitCode(err), Error: ErrorToJSON(err),
-	})
+	j.enc.Encode(sandbox.NewResultLine(res, err))
 	j.w.Flush()
 }
 

@@ -11,28 +11,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outposthq/outpost/internal/testenv"
 )
 
-// claudeBinary returns the pinned claude installed by scripts/install-clis.sh,
-// or skips the test.
+// claudeBinary returns the pinned claude installed by scripts/install-clis.sh
+// (its version comes from bootstrap/pins.json); a missing one fails the
+// test under CI and skips it loudly elsewhere.
 func claudeBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs the real claude CLI")
 	}
-	cache := os.Getenv("OUTPOST_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			t.Skip("no home dir")
-		}
-		cache = filepath.Join(home, ".cache", "outpost")
-	}
-	bin := filepath.Join(cache, "npm", "@anthropic-ai+claude-code@2.1.332", "node_modules", ".bin", "claude")
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("claude not installed (%s); run scripts/install-clis.sh claude", bin)
-	}
-	return bin
+	return testenv.RequireCLI(t, "claude")
 }
 
 type cliRun struct {

@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/conversation/postgres"
+)
+
+// storeEnv names the store when --store is not given.
+const storeEnv = "OUTPOST_STORE"
+
+// store opens the conversation store once per command: --store, else
+// $OUTPOST_STORE, else the filesystem store in conversation.DefaultDir.
+// A postgres:// or postgresql:// URL opens the PostgreSQL store; anything
+// else is a directory. Turns spooled for this store are pushed first.
+func (a *app) store() (conversation.Store, error) {
+	if a.opened != nil {
+		return a.opened, nil
+	}
+	spec := a.storeFlag
+	if spec == "" {
+		spec = os.Getenv(storeEnv)
+	}
+	var s conversation.Store
+	var id string
+	switch {
+	case postgres.IsURL(spec):
+		ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
+		defer cancel()
+		ps, err := postgres.Open(ctx, spec, nil)
+		if errors.Is(err, postgres.ErrNewerSchema) || errors.Is(err, conversation.ErrInvalid) {
+			return nil, outpost.Wrap(outpost.Configuration, "store", err)
+		}
+		if err != nil {
+			return nil, outpost.Wrap(outpost.Conversation, "store", err)
+		}
+		a.closers = append(a.closers, ps.Close)
+		s, id = ps, withoutPassword(spec)
+	case spec == "":
+		dir, err := conversation.DefaultDir()
+		if err != nil {
+			return nil, outpost.Wrap(outpost.Configuration, "store", err)
+		}
+		s, id = conversation.NewFS(dir), dir
+	case strings.Contains(spec, "://"):
+		return nil, outpost.Errorf(outpost.Configuration, "store", "unknown store %q: want a directory or a postgres:// URL", withoutPassword(spec))
+	default:
+		dir, err := filepath.Abs(spec)
+		if err != nil {
+			return nil, outpost.Wrap(outpost.Configuration, "store", err)
+		}
+		s, id = conversation.NewFS(dir), dir
+	}
+	spoolDir, err := conversation.DefaultSpoolDir(id)
+	if err != nil {
+		return nil, outpost.Wrap(outpost.Configuration, "store", err)
+	}
+	a.opened, a.spool = s, conversation.NewSpool(spoolDir)
+	if !a.noAutoPush {
+		// The spool first: a turn that could not be stored goes in before
+		// anything reads the store. A store still down is reported by
+		// whatever comes next.
+		_ = a.push(a.ctx, s, false)
+	}
+	return s, nil
+}
+
+// push stores the spooled turns, reporting each on stderr (verbose: on
+// stdout, for sync).
+func (a *app) push(ctx context.Context, s conversation.Store, verbose bool) error {
+	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	pushed, err := a.spool.Push(pctx, s)
+	out := a.stderr
+	if verbose {
+		out = a.stdout
+	}
+	failed := false
+	for _, p := range pushed {
+		switch {
+		case p.Err != nil:
+			failed = true
+			fmt.Fprintf(a.stderr, "outpost: spooled conversation %s not stored: %v\n", p.File, p.Err)
+		case p.Stored != p.ID:
+			fmt.Fprintf(out, "stored spooled turn of %s as %s, a fork: %s moved on meanwhile\n", p.ID, p.Stored, p.ID)
+		default:
+			fmt.Fprintf(out, "stored spooled turn of %s\n", p.ID)
+		}
+	}
+	if err != nil {
+		return outpost.Wrap(outpost.Conversation, "sync", err)
+	}
+	if failed {
+		return outpost.Errorf(outpost.Conversation, "sync", "some spooled conversations could not be stored (they stay in %s)", a.spool.Dir())
+	}
+	return nil
+}
+
+var passwordKV = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
+
+// withoutPassword returns a store URL or connection string without its
+// password, to name the store (spool directory, messages).
+func withoutPassword(spec string) string {
+	if u, err := url.Parse(spec); err == nil && u.Scheme != "" {
+		if u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			}
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return passwordKV.ReplaceAllString(spec, "${1}xxxxx")
+}
