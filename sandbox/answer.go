@@ -285,9 +285,14 @@ func (e *engine) continueWith(ctx context.Context, lease *Lease, prev *Result, m
 	t.Prompt, t.Resume, t.Fork, t.Timeout = msg, prev.Conversation, "", 0
 	o := *e.o
 	o.Lease = lease
-	next := &engine{t: t, o: &o, red: e.red}
+	next := &engine{t: t, o: &o, red: e.red, hold: e.hold}
 	next.ans.inner = true
 	res, err := next.run(ctx)
+	if e.hold == nil {
+		// The repair took the conversation's hold: this turn's Run
+		// releases it at its end.
+		e.hold = next.hold
+	}
 	if err != nil && ctx.Err() != nil {
 		if c := outpost.CodeOf(err); c != outpost.Cancelled && c != outpost.Timeout {
 			err = e.agentErr(ctxError(ctx, "repair", err))

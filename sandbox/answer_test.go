@@ -91,6 +91,10 @@ func TestRepairSucceeds(t *testing.T) {
 	if err != nil || m.Turns != 2 {
 		t.Errorf("stored %+v, %v", m, err)
 	}
+	// The repair let go of the conversation: it can be resumed at once.
+	if next, err := f.run(sandbox.Turn{Prompt: "and then?", Resume: res.Conversation}); err != nil || !strings.Contains(next.Text, "(turn 3)") {
+		t.Errorf("resume after the repair: %v", err)
+	}
 }
 
 func TestRepairExhausted(t *testing.T) {
