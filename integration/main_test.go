@@ -11,6 +11,7 @@ import (
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/internal/pgtest"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
+	"github.com/outposthq/outpost/providers/ssh/sshtest"
 )
 
 func TestMain(m *testing.M) {
@@ -18,6 +19,13 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.Stop()
 	cleanupBuilds()
+	sshtest.Cleanup()
+	if left := sshtest.Leftovers(); left != "" {
+		fmt.Fprintln(os.Stderr, "FAIL: the tests left sshd containers behind:\n"+left)
+		if code == 0 {
+			code = 1
+		}
+	}
 	// No test may leave a container or volume of its own behind.
 	if left := dockertest.Leftovers(); left != "" {
 		fmt.Fprintln(os.Stderr, "FAIL: the tests left Docker objects behind:\n"+left)

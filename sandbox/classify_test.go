@@ -12,12 +12,14 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/credentials"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // TestClassify covers every path of the turn's classification (step 8),
 // a pure function of the outcome.
 func TestClassify(t *testing.T) {
 	errGone := errors.New("container gone")
+	errDropped := fmt.Errorf("ssh: %w", driver.ErrDisconnected)
 	exit1 := harness.ExitStatus{Code: 1}
 	killed := harness.ExitStatus{Code: -1, Signal: "SIGKILL"}
 	tail := []string{"starting", "boom: model said no", ""}
@@ -40,6 +42,8 @@ func TestClassify(t *testing.T) {
 			&want{Code: outpost.Sandbox, Msg: "the sandbox failed during the turn", Cause: errGone}},
 		{"vanished (wait error from the lease)", outcome{waitErr: &outpost.Error{Code: outpost.Sandbox, Op: "wait", Err: errGone}, vanished: true},
 			&want{Code: outpost.Sandbox, Msg: "the sandbox vanished during the turn", Details: map[string]any{"vanished": true}, Cause: errGone}},
+		{"disconnected (a remote host's connection dropped)", outcome{waitErr: &outpost.Error{Code: outpost.Sandbox, Op: "wait", Err: errDropped}, vanished: true},
+			&want{Code: outpost.Sandbox, Msg: "the sandbox vanished during the turn", Details: map[string]any{"vanished": true, "disconnected": true}, Cause: errDropped}},
 		{"vanished (non-zero exit)", outcome{status: killed, vanished: true, seen: seen{failures: []string{"x"}}},
 			&want{Code: outpost.Sandbox, Msg: "the sandbox vanished during the turn", Details: map[string]any{"vanished": true}}},
 		{"cancel", outcome{status: killed, ctxErr: context.Canceled, ctxCause: context.Canceled, stderrTail: tail},

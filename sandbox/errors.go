@@ -9,6 +9,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // errTurnTimeout is the cause of a turn's context when its Timeout ran
@@ -59,9 +60,14 @@ func isAnswer(err error) bool {
 	return false
 }
 
-// markVanished records on e that the sandbox is gone.
+// markVanished records on e that the sandbox is gone, and that its
+// connection dropped when the cause says so (driver.ErrDisconnected: a
+// remote host's).
 func markVanished(e *outpost.Error, msg string) *outpost.Error {
 	e.Msg = msg
+	if errors.Is(e.Err, driver.ErrDisconnected) {
+		e.Detail("disconnected", true)
+	}
 	return e.Detail("vanished", true)
 }
 

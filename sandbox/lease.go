@@ -59,7 +59,15 @@ func Acquire(ctx context.Context, p driver.Provider, opts driver.Options) (*Leas
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx, "lease", err)
 		}
-		return nil, &outpost.Error{Code: outpost.Sandbox, Op: "lease", Msg: "allocating a " + p.Name() + " sandbox", Err: err}
+		// A provider that knows the fault is the caller's configuration
+		// (an unverified host key, a refused key) says so with a coded
+		// error; everything else is the sandbox's.
+		code := outpost.Sandbox
+		var oe *outpost.Error
+		if errors.As(err, &oe) && oe.Code == outpost.Configuration {
+			code = outpost.Configuration
+		}
+		return nil, &outpost.Error{Code: code, Op: "lease", Msg: "allocating a " + p.Name() + " sandbox", Err: err}
 	}
 	return &Lease{provider: p, sb: sb, caps: p.Capabilities(), applied: map[string]bool{}}, nil
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build-images.sh — build outpost's local test images, without pulling anything.
 #
-#   scripts/build-images.sh              # all: busybox debian
+#   scripts/build-images.sh              # all: busybox debian sshd
 #   scripts/build-images.sh busybox      # just one (or several, by name)
 #
 # Images (each also tagged with a content tag, outpost/NAME:<12 hex>, computed
@@ -9,6 +9,8 @@
 #   outpost/busybox:test  FROM scratch + Debian's static busybox, user agent 1000:1000
 #   outpost/debian:test   debootstrap --variant=minbase bookworm + ca-certificates,
 #                         nodejs, user agent 1000:1000 (docker import of a cached tarball)
+#   outpost/sshd:test     FROM outpost/debian:test + Debian's openssh-server (apt-get in
+#                         docker build; keys are given at container start by the tests)
 #
 # Environment:
 #   OUTPOST_CACHE           cache root (default $HOME/.cache/outpost); the debian
@@ -277,14 +279,43 @@ build_debian() {
 	say "debian: built $repo:test ($repo:$hash; node $(sed -n 2p <<<"$out")) [$(elapsed "$t0")]"
 }
 
+# ---- sshd --------------------------------------------------------------------
+# OpenSSH's server for the ssh provider's tests, on top of outpost/debian:test
+# (built first when missing). The content tag covers the recipe files and the
+# debian image it is built from.
+build_sshd() {
+	local repo=outpost/sshd t0 hash files base old
+	t0=$(now)
+	image_exists outpost/debian:test || build_debian
+	base=$(docker image inspect --format '{{.Id}}' outpost/debian:test)
+	mapfile -t files < <(find "$IMAGES_DIR/sshd" -type f | LC_ALL=C sort)
+	hash=$(hash_inputs "base=$base" "${files[@]}")
+	if up_to_date "$repo" "$hash"; then
+		say "sshd: $repo:test is up to date ($repo:$hash) [$(elapsed "$t0")]"
+		return 0
+	fi
+	old=$(old_id "$repo:$hash")
+	say "sshd: docker build $repo:$hash (apt-get install openssh-server)"
+	if ! docker build -q --label "$LABEL_KEY=$hash" -t "$repo:$hash" "$IMAGES_DIR/sshd" >"$CACHE/sshd-build.log" 2>&1; then
+		sed 's/^/    /' "$CACHE/sshd-build.log" >&2
+		die "sshd: docker build failed"
+	fi
+	rm -f "$CACHE/sshd-build.log"
+	retag "$repo" "$hash" "$old"
+	local out
+	out=$(docker run --rm --network none --entrypoint /bin/sh "$repo:test" -c 'test -x /usr/sbin/sshd && command -v tar >/dev/null && id agent >/dev/null && echo ok')
+	[[ $out == *ok ]] || die "sshd smoke test failed: $out"
+	say "sshd: built $repo:test ($repo:$hash) [$(elapsed "$t0")]"
+}
+
 # ---- main --------------------------------------------------------------------
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(busybox debian)
+[[ ${#targets[@]} -eq 0 ]] && targets=(busybox debian sshd)
 for t in "${targets[@]}"; do
 	case $t in
-	busybox | debian) ;;
-	all) targets=(busybox debian); break ;;
-	*) die "unknown image '$t' (known: busybox debian all)" ;;
+	busybox | debian | sshd) ;;
+	all) targets=(busybox debian sshd); break ;;
+	*) die "unknown image '$t' (known: busybox debian sshd all)" ;;
 	esac
 done
 

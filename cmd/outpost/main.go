@@ -10,7 +10,7 @@ import (
 
 	"github.com/outposthq/outpost/cmd/outpost/cli"
 	"github.com/outposthq/outpost/harness/echo"
-	"github.com/outposthq/outpost/providers/docker/shim"
+	"github.com/outposthq/outpost/internal/shim"
 )
 
 func main() {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"strings"
 	"time"
@@ -17,15 +16,12 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/internal/workspace"
 )
 
 // ErrPath is wrapped when a path given to CopyIn or CopyOut is not an
 // absolute, clean path inside the container's own filesystem.
 var ErrPath = errors.New("docker: invalid sandbox path")
-
-// spoolMemory is how much of a CopyIn archive is held in memory before
-// spooling to a temporary file.
-const spoolMemory = 8 << 20
 
 // checkPath refuses relative paths, "..", and the kernel's filesystems.
 func checkPath(p string) error {
@@ -56,7 +52,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 		return err
 	}
 	prefix := strings.TrimPrefix(strings.TrimPrefix(dir, base), "/")
-	sp := &spool{}
+	sp := &workspace.Spool{}
 	defer sp.Close()
 	tw := newTarWriter(sp, s.uid, s.gid)
 	for _, d := range missing {
@@ -151,11 +147,11 @@ func (s *Sandbox) rewrite(ctx context.Context, tw tarWriter, r io.Reader, base, 
 		// The engine follows links while it extracts: an entry under a
 		// link the archive made could land outside dir, however harmless
 		// each link looks alone.
-		if l := throughLink(h.Name, links); l != "" {
+		if l := workspace.ThroughLink(h.Name, links); l != "" {
 			return fmt.Errorf("%w: %q passes through the symbolic link %q made by the same archive", tarsafe.ErrUnsafe, h.Name, l)
 		}
 		if h.Typeflag == tar.TypeLink {
-			if l := throughLink(h.Linkname, links); l != "" {
+			if l := workspace.ThroughLink(h.Linkname, links); l != "" {
 				return fmt.Errorf("%w: hard link %q -> %q passes through the symbolic link %q", tarsafe.ErrUnsafe, h.Name, h.Linkname, l)
 			}
 		}
@@ -185,17 +181,6 @@ func (s *Sandbox) rewrite(ctx context.Context, tw tarWriter, r io.Reader, base, 
 			}
 		}
 	}
-}
-
-// throughLink returns the first proper prefix of name that is a symbolic
-// link in links, or "".
-func throughLink(name string, links map[string]bool) string {
-	for i := 0; i < len(name); i++ {
-		if name[i] == '/' && links[name[:i]] {
-			return name[:i]
-		}
-	}
-	return ""
 }
 
 // existingParent returns the deepest existing directory at or above dir,
@@ -252,63 +237,6 @@ func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) 
 		return nil, fmt.Errorf("docker: copying %s out: %w", p, err)
 	}
 	return rc, nil
-}
-
-// spool holds a stream in memory, then in a temporary file past
-// spoolMemory bytes.
-type spool struct {
-	mem  bytes.Buffer
-	file *os.File
-	err  error
-}
-
-func (s *spool) Write(b []byte) (int, error) {
-	if s.err != nil {
-		return 0, s.err
-	}
-	if s.file == nil && s.mem.Len()+len(b) <= spoolMemory {
-		return s.mem.Write(b)
-	}
-	if s.file == nil {
-		f, err := os.CreateTemp("", "outpost-copy-*.tar")
-		if err != nil {
-			s.err = err
-			return 0, err
-		}
-		_ = os.Remove(f.Name()) // unlinked: gone with the descriptor
-		s.file = f
-		if _, err := f.Write(s.mem.Bytes()); err != nil {
-			s.err = err
-			return 0, err
-		}
-		s.mem = bytes.Buffer{}
-	}
-	n, err := s.file.Write(b)
-	if err != nil {
-		s.err = err
-	}
-	return n, err
-}
-
-// Reader returns the spooled stream from its start.
-func (s *spool) Reader() (io.Reader, error) {
-	if s.err != nil {
-		return nil, s.err
-	}
-	if s.file == nil {
-		return bytes.NewReader(s.mem.Bytes()), nil
-	}
-	if _, err := s.file.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return s.file, nil
-}
-
-func (s *spool) Close() error {
-	if s.file != nil {
-		return s.file.Close()
-	}
-	return nil
 }
 
 // tarWriter writes the provider's own archives, entries owned by uid:gid.

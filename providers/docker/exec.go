@@ -30,7 +30,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/providers/docker/shim"
+	"github.com/outposthq/outpost/internal/shim"
 )
 
 // signalTimeout bounds one Signal (an exec of the shim's signal mode).

@@ -25,7 +25,8 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/versions"
 
-	"github.com/outposthq/outpost/providers/docker/shim"
+	"github.com/outposthq/outpost/internal/shim"
+	"github.com/outposthq/outpost/internal/workspace"
 )
 
 // Paths inside every container.
@@ -69,8 +70,8 @@ type Sandbox struct {
 	closing atomic.Bool  // Close has begun: processes ending now were stopped by it
 	active  atomic.Int64 // processes started and not yet seen to end
 
-	wsMu     sync.Mutex // serializes workspace copies back
-	manifest *manifest  // copy mode: the workspace as last copied
+	wsMu     sync.Mutex          // serializes workspace copies back
+	manifest *workspace.Manifest // copy mode: the workspace as last copied
 }
 
 // ID is the lease id, also the container's name ("outpost-<12 hex>").
@@ -201,12 +202,12 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	o := p.opts
 	labels := map[string]string{}
 	maps.Copy(labels, extra)
-	maps.Copy(labels, self().labels())
+	maps.Copy(labels, ownerLabels(self()))
 	labels[LabelLease] = s.id
 	labels[LabelCreated] = time.Now().UTC().Format(time.RFC3339Nano)
 	labels[LabelVersion] = version()
 	labels[LabelWorkspace] = string(s.mode)
-	volLabels := self().labels()
+	volLabels := ownerLabels(self())
 	volLabels[LabelLease] = s.id
 
 	cfg := &container.Config{
@@ -286,13 +287,13 @@ func (s *Sandbox) prepare(ctx context.Context) error {
 	if err := s.resolveIDs(ctx); err != nil {
 		return err
 	}
-	var m *manifest
+	var m *workspace.Manifest
 	if s.p.opts.ReadOnly {
 		if err := s.put(ctx, StateDir, func(tw *tar.Writer) error { return s.writeState(tw, "") }); err != nil {
 			return fmt.Errorf("docker: preparing %s: %w", StateDir, err)
 		}
 		if s.mode == Copy {
-			m = &manifest{entries: map[string]entry{}}
+			m = workspace.NewManifest()
 			if err := s.put(ctx, Workspace, func(tw *tar.Writer) error { return s.writeWorkspace(ctx, tw, "/", "", m) }); err != nil {
 				return s.copyInErr(ctx, err)
 			}
@@ -305,7 +306,7 @@ func (s *Sandbox) prepare(ctx context.Context) error {
 			if s.mode != Copy {
 				return nil
 			}
-			m = &manifest{entries: map[string]entry{}}
+			m = workspace.NewManifest()
 			return s.writeWorkspace(ctx, tw, Workspace[1:]+"/", Workspace[1:]+"/", m)
 		})
 		if err != nil {

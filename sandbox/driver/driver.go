@@ -245,3 +245,9 @@ func MapMount(mounts []Mount, p string) (string, bool) {
 // portable layer returns it for a released lease; drivers may return it
 // for a closed Sandbox.
 var ErrClosed = errors.New("sandbox: lease released")
+
+// ErrDisconnected is wrapped by the errors of a sandbox whose connection
+// to its host dropped (ssh): its processes are lost to outpost. Such a
+// sandbox also reports Vanished; the portable layer reports the failure as
+// code sandbox with details.vanished and details.disconnected.
+var ErrDisconnected = errors.New("sandbox: connection to the sandbox's host lost")

@@ -25,6 +25,7 @@ import (
 
 	_ "github.com/outposthq/outpost/providers/docker" // registers "docker"
 	_ "github.com/outposthq/outpost/providers/local"  // registers "local"
+	_ "github.com/outposthq/outpost/providers/ssh"    // registers "ssh"
 )
 
 // Version is set at build time with -ldflags "-X .../cmd/outpost/cli.Version=v1.2.3".

@@ -16,11 +16,14 @@ import (
 func (a *app) gcCmd() *cobra.Command {
 	var all, dryRun, asJSON bool
 	var set []string
+	var kind string
 	c := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove sandboxes left behind by outpost processes that died",
 		Long: `Remove the Docker containers (and their volumes) of leases whose owner
 process is gone: killed, crashed, or on a machine that rebooted since.
+With --sandbox ssh, remove the lease directories (and kill the process
+groups) such owners left on the SSH host named by --set host=...
 
 Every outpost process also does this on its first docker lease; gc is for
 doing it now, or for everything (--all) when owners on other machines are
@@ -29,12 +32,19 @@ Containers of live owners, and of owners outpost cannot judge (another
 machine or pid namespace), are kept unless --all.`,
 		Example: `  outpost gc
   outpost gc --dry-run --json
-  outpost gc --all --set host=tcp://build-box:2375`,
+  outpost gc --all --set host=tcp://build-box:2375
+  outpost gc --sandbox ssh --set host=agent@build-box`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			settings, err := parsePairs(set, "--set", nil)
 			if err != nil {
 				return err
+			}
+			if kind == "ssh" {
+				return a.gcSSH(c, settings, all, dryRun, asJSON)
+			}
+			if kind != "docker" {
+				return outpost.Errorf(outpost.Configuration, "gc", "gc knows the docker and ssh sandboxes, not %q", kind)
 			}
 			p, err := openProvider("docker", settings)
 			if err != nil {
@@ -63,7 +73,8 @@ machine or pid namespace), are kept unless --all.`,
 	fl.BoolVar(&all, "all", false, "remove every outpost container, whatever its owner's state")
 	fl.BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
 	fl.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
-	fl.StringArrayVar(&set, "set", nil, "docker provider setting KEY=VALUE (e.g. host=...); repeatable")
+	fl.StringArrayVar(&set, "set", nil, "provider setting KEY=VALUE (e.g. host=...); repeatable")
+	fl.StringVar(&kind, "sandbox", "docker", "the sandbox provider to collect: docker or ssh")
 	return c
 }
 

@@ -103,6 +103,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return lookpathMain(args[1:], stdout, stderr)
 	case "snapshot":
 		return snapshotMain(args[1:], stdout, stderr)
+	case "sum":
+		return sumMain(args[1:], stdout, stderr)
+	case "reap":
+		return reapMain(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "outpost sandbox-shim: unknown mode %q\n", args[0])
 	return 2
@@ -162,6 +166,7 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 	runDir := fl.String("run", "", "directory for the status file")
 	dir := fl.String("dir", "", "working directory")
 	withStdin := fl.Bool("stdin", false, "give the program the shim's stdin")
+	envStdin := fl.Bool("env-stdin", false, "read the program's environment from the first line of stdin")
 	if err := fl.Parse(args); err != nil || fl.NArg() == 0 {
 		fmt.Fprintln(stderr, "usage: outpost sandbox-shim exec --token=T --run=DIR --dir=DIR [--stdin] -- PROGRAM [ARG...]")
 		return 2
@@ -176,6 +181,12 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 		msg := fmt.Sprintf(format, a...)
 		fmt.Fprintf(stdout, "%s%s %s\n", handshake, result, strings.ReplaceAll(msg, "\n", " "))
 		return code
+	}
+	if *envStdin {
+		var err error
+		if env, err = readEnvLine(os.Stdin); err != nil {
+			return fail(resultError, ExitCannot, "%v", err)
+		}
 	}
 	if *dir != "" {
 		if err := os.Chdir(*dir); err != nil {
@@ -357,13 +368,25 @@ func signalMain(args []string, stderr io.Writer) int {
 
 // childOf returns the pid of a child of pid, or 0.
 func childOf(pid int) int {
+	// Any thread of the (Go) shim may have forked the program: read the
+	// children of every thread.
 	p := strconv.Itoa(pid)
-	if b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			n, _ := strconv.Atoi(f[0])
-			return n
+	if tasks, err := os.ReadDir("/proc/" + p + "/task"); err == nil {
+		readable := false
+		for _, t := range tasks {
+			b, err := os.ReadFile("/proc/" + p + "/task/" + t.Name() + "/children")
+			if err != nil {
+				continue
+			}
+			readable = true
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
 		}
-		return 0
+		if readable {
+			return 0
+		}
 	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {

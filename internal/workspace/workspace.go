@@ -1,0 +1,516 @@
+package workspace
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/outposthq/outpost/internal/tarsafe"
+)
+
+// PrivateDir is the directory of the caller's working directory that never
+// reaches a sandbox (it holds .outpost/.env, whose secrets an agent gets
+// only by name): it is not copied in, not copied back, and hidden in bind
+// mode.
+const PrivateDir = ".outpost"
+
+// ConflictSuffix is appended to a file's name when the sandbox's version
+// is written beside a host version that changed during the lease.
+const ConflictSuffix = ".outpost-conflict"
+
+// Manifest is the workspace as last copied between host and sandbox, by
+// slash-separated path relative to the workspace.
+type Manifest struct {
+	entries map[string]entry
+}
+
+// NewManifest returns an empty manifest.
+func NewManifest() *Manifest { return &Manifest{entries: map[string]entry{}} }
+
+// Len is the number of entries.
+func (m *Manifest) Len() int {
+	if m == nil {
+		return 0
+	}
+	return len(m.entries)
+}
+
+type entry struct {
+	typ  byte        // tar.TypeDir, tar.TypeReg, tar.TypeSymlink
+	mode fs.FileMode // permission bits
+	size int64
+	sum  [sha256.Size]byte
+	link string
+}
+
+func (e entry) same(o entry) bool {
+	return e.typ == o.typ && e.mode == o.mode && (e.typ != tar.TypeReg || (e.size == o.size && e.sum == o.sum)) && e.link == o.link
+}
+
+// Write writes the host directory dir into tw: the directory itself as the
+// entry rootName (skipped when rootName is empty), the rest under prefix,
+// owned by uid:gid. PrivateDir is skipped, and so are special files;
+// symbolic links are copied as links. m receives what was written.
+func Write(ctx context.Context, tw *tar.Writer, dir, rootName, prefix string, uid, gid int, m *Manifest) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	fi, err := root.Stat(".")
+	if err != nil {
+		return err
+	}
+	if rootName != "" {
+		if err := tw.WriteHeader(&tar.Header{Name: rootName, Typeflag: tar.TypeDir, Mode: int64(fi.Mode().Perm() | 0o700), Uid: uid, Gid: gid, ModTime: fi.ModTime(), Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+	}
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		if rel == PrivateDir {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while we walk
+			}
+			return err
+		}
+		h := &tar.Header{Name: prefix + rel, Mode: int64(info.Mode().Perm()), Uid: uid, Gid: gid, ModTime: info.ModTime(), Format: tar.FormatPAX}
+		e := entry{mode: info.Mode().Perm()}
+		switch {
+		case info.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+		case info.Mode()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, link, 0o777
+			e.link, e.mode = link, 0
+		case info.Mode().IsRegular():
+			h.Typeflag, h.Size = tar.TypeReg, info.Size()
+			e.size = info.Size()
+		default:
+			return nil // sockets, fifos, devices
+		}
+		e.typ = h.Typeflag
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg {
+			f, err := root.Open(rel)
+			if err != nil {
+				return err
+			}
+			hash := sha256.New()
+			n, err := io.Copy(tw, io.TeeReader(io.LimitReader(f, h.Size), hash))
+			f.Close()
+			if err == nil && n != h.Size {
+				err = fmt.Errorf("%s changed while being copied", p)
+			}
+			if err != nil {
+				return err
+			}
+			copy(e.sum[:], hash.Sum(nil))
+		}
+		m.entries[rel] = e
+		return nil
+	})
+}
+
+// Result is what Sync did.
+type Result struct {
+	// Manifest is the workspace as now copied: the next Sync's old one.
+	Manifest *Manifest
+	// Conflicts are the paths changed on both sides: the host's version
+	// was kept, the sandbox's written beside it with ConflictSuffix.
+	Conflicts []string
+	// Refused describes the entries not written because they would
+	// escape the directory or write PrivateDir.
+	Refused []string
+	// Errs are the failures writing single paths; the rest was written.
+	Errs []error
+}
+
+// Sync applies a tar stream of the sandbox's workspace to the host
+// directory hostDir: the stream's entries are named base/... (as `tar -C
+// parent -c base` or the Docker Engine's archive endpoint name them), and
+// old is the manifest of the last copy (nil: nothing was copied).
+//
+// Only what changed in the sandbox since the last copy is written: new and
+// modified files, directories and links, with their modes and times.
+// Paths the sandbox deleted are deleted on the host when the host's copy
+// is still the one copied in. A path changed on both sides keeps the
+// host's version; the sandbox's is written beside it with ConflictSuffix
+// (Result.Conflicts). Entries that would escape the directory (absolute or
+// climbing symbolic links) and anything under PrivateDir are not written
+// (Result.Refused). The error is the stream's (or ctx's): the rest of
+// what went wrong is in the Result.
+func Sync(ctx context.Context, hostDir, base string, old *Manifest, tr *tar.Reader) (*Result, error) {
+	root, err := os.OpenRoot(hostDir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	sy := &syncer{root: root, base: base, old: old, now: NewManifest(), seen: map[string]bool{}}
+	if sy.old == nil {
+		sy.old = NewManifest()
+	}
+	if err := sy.apply(ctx, tr); err != nil {
+		return nil, err
+	}
+	sy.deletions()
+	return &Result{Manifest: sy.now, Conflicts: sy.conflicts, Refused: sy.refused, Errs: sy.errs}, nil
+}
+
+// Err summarizes the result's conflicts, refusals and errors as one error
+// (nil when there are none); conflict wraps the conflicts.
+func (r *Result) Err(conflict error) error {
+	var errs []error
+	if len(r.Conflicts) > 0 {
+		errs = append(errs, fmt.Errorf("%w: kept the host's version of %s; the sandbox's is beside it with suffix %s", conflict, strings.Join(r.Conflicts, ", "), ConflictSuffix))
+	}
+	if len(r.Refused) > 0 {
+		errs = append(errs, fmt.Errorf("not copied back: %w: %s", tarsafe.ErrUnsafe, strings.Join(r.Refused, "; ")))
+	}
+	errs = append(errs, r.Errs...)
+	return errors.Join(errs...)
+}
+
+// syncer applies one copy of the workspace to the host.
+type syncer struct {
+	root      *os.Root
+	base      string
+	old, now  *Manifest
+	seen      map[string]bool
+	conflicts []string
+	refused   []string
+	errs      []error
+}
+
+func (sy *syncer) apply(ctx context.Context, tr *tar.Reader) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		name := h.Name
+		if err := tarsafe.Check(h); err != nil {
+			sy.refused = append(sy.refused, err.Error())
+			continue
+		}
+		rel, ok := strings.CutPrefix(h.Name, sy.base+"/")
+		if !ok {
+			if h.Name != sy.base {
+				sy.refused = append(sy.refused, fmt.Sprintf("%q is outside the workspace", name))
+			}
+			continue
+		}
+		if rel == PrivateDir || strings.HasPrefix(rel, PrivateDir+"/") {
+			sy.refused = append(sy.refused, fmt.Sprintf("%s: the sandbox may not write %s/", rel, PrivateDir))
+			continue
+		}
+		sy.seen[rel] = true
+		if err := sy.entry(tr, h, rel); err != nil {
+			sy.errs = append(sy.errs, fmt.Errorf("%s: %w", rel, err))
+		}
+	}
+}
+
+func (sy *syncer) entry(tr *tar.Reader, h *tar.Header, rel string) error {
+	old, had := sy.old.entries[rel]
+	e := entry{typ: h.Typeflag, mode: fs.FileMode(h.Mode).Perm()}
+	var data *Spool
+	switch h.Typeflag {
+	case tar.TypeDir:
+	case tar.TypeSymlink:
+		e.mode, e.link = 0, h.Linkname
+	case tar.TypeReg, tar.TypeRegA:
+		e.typ = tar.TypeReg
+		data = &Spool{}
+		defer data.Close()
+		hash := sha256.New()
+		n, err := io.Copy(io.MultiWriter(data, hash), tr)
+		if err != nil {
+			return err
+		}
+		e.size = n
+		copy(e.sum[:], hash.Sum(nil))
+	case tar.TypeLink:
+		target, ok := strings.CutPrefix(h.Linkname, sy.base+"/")
+		te, known := sy.now.entries[target]
+		if !ok || !known || te.typ != tar.TypeReg {
+			return fmt.Errorf("hard link to %q is not copied back", h.Linkname)
+		}
+		f, err := sy.root.Open(target)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		data = &Spool{}
+		defer data.Close()
+		if _, err := io.Copy(data, f); err != nil {
+			return err
+		}
+		e = te
+	default:
+		return nil
+	}
+	sy.now.entries[rel] = e
+	if had && old.same(e) {
+		return nil // unchanged in the sandbox
+	}
+	dst := rel
+	if !sy.hostMatches(rel, old, had) {
+		if e.typ == tar.TypeDir {
+			if fi, err := sy.root.Lstat(rel); err == nil && fi.IsDir() {
+				return nil // both sides have a directory: merge into it
+			}
+		}
+		sy.conflicts = append(sy.conflicts, rel)
+		dst = rel + ConflictSuffix
+	}
+	switch e.typ {
+	case tar.TypeDir:
+		fi, err := sy.root.Lstat(dst)
+		if err == nil && !fi.IsDir() {
+			if err := sy.root.Remove(dst); err != nil {
+				return err
+			}
+			err = fs.ErrNotExist
+		}
+		if err != nil {
+			if err := sy.root.Mkdir(dst, e.mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+		}
+		return sy.root.Chmod(dst, e.mode)
+	case tar.TypeSymlink:
+		if err := sy.clear(dst); err != nil {
+			return err
+		}
+		return sy.root.Symlink(e.link, dst)
+	}
+	// A regular file: write beside, then rename over.
+	body, err := data.Reader()
+	if err != nil {
+		return err
+	}
+	tmp := path.Join(path.Dir(dst), ".outpost-sync-"+randomHex(6))
+	f, err := sy.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, body)
+	if err = errors.Join(err, f.Chmod(e.mode), f.Close()); err != nil {
+		_ = sy.root.Remove(tmp)
+		return err
+	}
+	_ = sy.root.Chtimes(tmp, h.ModTime, h.ModTime)
+	if err := sy.clearDir(dst); err != nil {
+		_ = sy.root.Remove(tmp)
+		return err
+	}
+	if err := sy.root.Rename(tmp, dst); err != nil {
+		_ = sy.root.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// clear removes whatever is at p (a directory with its contents).
+func (sy *syncer) clear(p string) error {
+	err := sy.root.RemoveAll(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// clearDir removes a directory at p so a file can take its place.
+func (sy *syncer) clearDir(p string) error {
+	if fi, err := sy.root.Lstat(p); err == nil && fi.IsDir() {
+		return sy.root.RemoveAll(p)
+	}
+	return nil
+}
+
+// hostMatches reports whether the host's rel is as last copied (absent
+// when it was not in the manifest).
+func (sy *syncer) hostMatches(rel string, old entry, had bool) bool {
+	fi, err := sy.root.Lstat(rel)
+	if !had {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	if err != nil {
+		return false
+	}
+	switch old.typ {
+	case tar.TypeDir:
+		return fi.IsDir()
+	case tar.TypeSymlink:
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			return false
+		}
+		link, err := sy.root.Readlink(rel)
+		return err == nil && link == old.link
+	case tar.TypeReg:
+		if !fi.Mode().IsRegular() || fi.Size() != old.size || fi.Mode().Perm() != old.mode {
+			return false
+		}
+		f, err := sy.root.Open(rel)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		hash := sha256.New()
+		if _, err := io.Copy(hash, f); err != nil {
+			return false
+		}
+		return bytes.Equal(hash.Sum(nil), old.sum[:])
+	}
+	return false
+}
+
+// deletions removes from the host what the sandbox deleted, where the
+// host's copy is unchanged; children before parents.
+func (sy *syncer) deletions() {
+	var gone []string
+	for rel := range sy.old.entries {
+		if !sy.seen[rel] {
+			gone = append(gone, rel)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(gone)))
+	for _, rel := range gone {
+		old := sy.old.entries[rel]
+		if !sy.hostMatches(rel, old, true) {
+			continue // changed on the host: keep it
+		}
+		err := sy.root.Remove(rel)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && old.typ != tar.TypeDir {
+			sy.errs = append(sy.errs, fmt.Errorf("%s: %w", rel, err))
+		}
+	}
+}
+
+// SpoolMemory is how much a Spool holds in memory before spilling to a
+// temporary file.
+const SpoolMemory = 8 << 20
+
+// Spool holds a stream in memory, then in an unlinked temporary file past
+// SpoolMemory bytes. The zero value is ready to use.
+type Spool struct {
+	mem  bytes.Buffer
+	file *os.File
+	err  error
+}
+
+func (s *Spool) Write(b []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if s.file == nil && s.mem.Len()+len(b) <= SpoolMemory {
+		return s.mem.Write(b)
+	}
+	if s.file == nil {
+		f, err := os.CreateTemp("", "outpost-copy-*.tar")
+		if err != nil {
+			s.err = err
+			return 0, err
+		}
+		_ = os.Remove(f.Name()) // unlinked: gone with the descriptor
+		s.file = f
+		if _, err := f.Write(s.mem.Bytes()); err != nil {
+			s.err = err
+			return 0, err
+		}
+		s.mem = bytes.Buffer{}
+	}
+	n, err := s.file.Write(b)
+	if err != nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// Reader returns the spooled stream from its start.
+func (s *Spool) Reader() (io.Reader, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if s.file == nil {
+		return bytes.NewReader(s.mem.Bytes()), nil
+	}
+	if _, err := s.file.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return s.file, nil
+}
+
+// Close releases the temporary file, if any.
+func (s *Spool) Close() error {
+	if s.file != nil {
+		return s.file.Close()
+	}
+	return nil
+}
+
+// ThroughLink returns the first proper prefix of name that is a symbolic
+// link in links (entry name -> is a symbolic link), or "": an extractor
+// that follows links would write an entry under such a prefix wherever
+// the link points, however harmless each link looks alone.
+func ThroughLink(name string, links map[string]bool) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' && links[name[:i]] {
+			return name[:i]
+		}
+	}
+	return ""
+}

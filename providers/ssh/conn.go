@@ -1,0 +1,497 @@
+package ssh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sshconfig "github.com/kevinburke/ssh_config"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/outposthq/outpost"
+)
+
+// target is where the provider connects, after ssh config resolution.
+type target struct {
+	alias      string   // Host as given (without user and port)
+	user       string   // login user
+	addr       string   // host:port dialled
+	identities []string // key files to offer, in order
+	knownHosts string
+}
+
+func (o *Options) env(name string) string {
+	for _, kv := range o.Environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+func (o *Options) home() string {
+	if h := o.env("HOME"); h != "" {
+		return h
+	}
+	h, _ := os.UserHomeDir()
+	return h
+}
+
+func (o *Options) expand(p string) string {
+	if p == "~" {
+		return o.home()
+	}
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		return filepath.Join(o.home(), rest)
+	}
+	return p
+}
+
+// resolve reads Host ([user@]host[:port]) and the ssh config's entries for
+// it (github.com/kevinburke/ssh_config: HostName, Port, User,
+// IdentityFile); explicit options win.
+func resolve(o *Options) (target, error) {
+	if o.Host == "" {
+		return target{}, errors.New("ssh: no host (set host=user@host[:port])")
+	}
+	h := o.Host
+	var t target
+	if u, rest, ok := strings.Cut(h, "@"); ok {
+		t.user, h = u, rest
+	}
+	port := ""
+	if host, p, err := net.SplitHostPort(h); err == nil {
+		h, port = host, p
+	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		h = h[1 : len(h)-1]
+	}
+	if h == "" || strings.ContainsAny(h, " \t\n\x00/@") {
+		return target{}, fmt.Errorf("ssh: host %q is not [user@]host[:port]", o.Host)
+	}
+	t.alias = h
+	hostname := h
+	var cfgIdentities []string
+	cfgPath := o.Config
+	if cfgPath == "" {
+		cfgPath = filepath.Join(o.home(), ".ssh", "config")
+		if _, err := os.Stat(cfgPath); err != nil {
+			cfgPath = "none"
+		}
+	}
+	if cfgPath != "none" {
+		f, err := os.Open(o.expand(cfgPath))
+		if err != nil {
+			return target{}, fmt.Errorf("ssh: config file: %w", err)
+		}
+		cfg, err := sshconfig.Decode(f)
+		f.Close()
+		if err != nil {
+			return target{}, fmt.Errorf("ssh: config file %s: %w", cfgPath, err)
+		}
+		if v, _ := cfg.Get(h, "HostName"); v != "" {
+			hostname = strings.ReplaceAll(v, "%h", h)
+		}
+		if v, _ := cfg.Get(h, "Port"); v != "" && port == "" {
+			port = v
+		}
+		if v, _ := cfg.Get(h, "User"); v != "" && t.user == "" {
+			t.user = v
+		}
+		ids, _ := cfg.GetAll(h, "IdentityFile")
+		for _, id := range ids {
+			if id != "" {
+				cfgIdentities = append(cfgIdentities, o.expand(id))
+			}
+		}
+	}
+	if o.User != "" {
+		t.user = o.User
+	}
+	if t.user == "" {
+		t.user = o.env("USER")
+		if t.user == "" {
+			if u, err := user.Current(); err == nil {
+				t.user = u.Username
+			}
+		}
+	}
+	if o.Port != 0 {
+		port = strconv.Itoa(o.Port)
+	}
+	if port == "" {
+		port = strconv.Itoa(DefaultPort)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return target{}, fmt.Errorf("ssh: port %q is not a port number", port)
+	}
+	t.addr = net.JoinHostPort(hostname, port)
+	switch {
+	case o.Identity != "":
+		t.identities = []string{o.expand(o.Identity)}
+	case len(cfgIdentities) > 0:
+		t.identities = cfgIdentities
+	default:
+		for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
+			p := filepath.Join(o.home(), ".ssh", n)
+			if _, err := os.Stat(p); err == nil {
+				t.identities = append(t.identities, p)
+			}
+		}
+	}
+	t.knownHosts = o.KnownHosts
+	if t.knownHosts == "" {
+		t.knownHosts = filepath.Join(o.home(), ".ssh", "known_hosts")
+	}
+	t.knownHosts = o.expand(t.knownHosts)
+	return t, nil
+}
+
+// conn is one SSH connection with what the provider learned of the host.
+type conn struct {
+	client *ssh.Client
+	done   chan struct{} // closed when the connection is gone
+	once   sync.Once
+	remote remote
+}
+
+func (c *conn) dead() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *conn) close() {
+	c.client.Close()
+	<-c.done
+}
+
+// configErr is a configuration error of the provider.
+func configErr(cause error, format string, a ...any) error {
+	return &outpost.Error{Code: outpost.Configuration, Op: "lease", Msg: fmt.Sprintf(format, a...), Err: cause}
+}
+
+// authMethods are the agent's keys (agent=true) and the identity files'.
+func (p *Provider) authMethods() ([]ssh.AuthMethod, func(), error) {
+	var methods []ssh.AuthMethod
+	var closers []io.Closer
+	cleanup := func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}
+	if p.opts.Agent {
+		sock := p.opts.env("SSH_AUTH_SOCK")
+		if sock == "" {
+			return nil, cleanup, configErr(ErrAuth, "agent=true, but SSH_AUTH_SOCK is not set (start ssh-agent and ssh-add your key)")
+		}
+		ac, err := net.Dial("unix", sock)
+		if err != nil {
+			return nil, cleanup, configErr(ErrAuth, "the ssh agent at SSH_AUTH_SOCK does not answer: %v", err)
+		}
+		closers = append(closers, ac)
+		methods = append(methods, ssh.PublicKeysCallback(agent.NewClient(ac).Signers))
+	}
+	var signers []ssh.Signer
+	for _, id := range p.tgt.identities {
+		b, err := os.ReadFile(id)
+		if err != nil {
+			if p.opts.Identity != "" {
+				return nil, cleanup, configErr(ErrAuth, "identity %s: %v", id, err)
+			}
+			continue
+		}
+		s, err := ssh.ParsePrivateKey(b)
+		if err != nil {
+			var pp *ssh.PassphraseMissingError
+			if errors.As(err, &pp) {
+				if p.opts.Identity != "" {
+					return nil, cleanup, configErr(ErrAuth, "identity %s has a passphrase: load it into an agent (ssh-add) and set agent=true", id)
+				}
+				continue
+			}
+			return nil, cleanup, configErr(ErrAuth, "identity %s: %v", id, err)
+		}
+		signers = append(signers, s)
+	}
+	if len(signers) > 0 {
+		methods = append(methods, ssh.PublicKeys(signers...))
+	}
+	if len(methods) == 0 {
+		cleanup()
+		return nil, func() {}, configErr(ErrAuth, "no key to offer %s: set identity=PATH or agent=true", p.Address())
+	}
+	return methods, cleanup, nil
+}
+
+// hostKeys returns the callback verifying the host's key against
+// known_hosts, and the key algorithms known_hosts holds for the host (so
+// the server is asked for a key that can be verified).
+func (p *Provider) hostKeys() (ssh.HostKeyCallback, []string, error) {
+	kh := p.tgt.knownHosts
+	if _, err := os.Stat(kh); err != nil {
+		return nil, nil, configErr(ErrHostKey, "known_hosts file %s: %v; outpost always verifies the host's key: add it with `ssh-keyscan -p %s %s >> %s` after checking its fingerprint", kh, errors.Unwrap(err), port(p.tgt.addr), hostOf(p.tgt.addr), kh)
+	}
+	cb, err := knownhosts.New(kh)
+	if err != nil {
+		return nil, nil, configErr(ErrHostKey, "known_hosts file %s: %v", kh, err)
+	}
+	// Ask with a key nobody has: the error lists the known keys.
+	var algos []string
+	probe := &fakeKey{}
+	if err := cb(knownhosts.Normalize(p.tgt.addr), fakeAddr(p.tgt.addr), probe); err != nil {
+		var ke *knownhosts.KeyError
+		if errors.As(err, &ke) {
+			seen := map[string]bool{}
+			for _, k := range ke.Want {
+				for _, a := range algorithmsFor(k.Key.Type()) {
+					if !seen[a] {
+						seen[a] = true
+						algos = append(algos, a)
+					}
+				}
+			}
+		}
+	}
+	check := func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		err := cb(hostname, remote, key)
+		if err == nil {
+			return nil
+		}
+		fp := ssh.FingerprintSHA256(key)
+		var ke *knownhosts.KeyError
+		var re *knownhosts.RevokedError
+		switch {
+		case errors.As(err, &re):
+			return configErr(ErrHostKey, "the host key of %s (%s %s) is revoked in %s", p.tgt.addr, key.Type(), fp, kh)
+		case errors.As(err, &ke) && len(ke.Want) == 0:
+			return configErr(ErrHostKey, "the host key of %s is not known: %s %s; check this fingerprint with the host's administrator, then accept it with `ssh-keyscan -p %s %s >> %s` (or connect once with ssh -o UserKnownHostsFile=%s)", p.tgt.addr, key.Type(), fp, port(p.tgt.addr), hostOf(p.tgt.addr), kh, kh)
+		case errors.As(err, &ke):
+			was := make([]string, 0, len(ke.Want))
+			for _, w := range ke.Want {
+				was = append(was, fmt.Sprintf("%s %s (%s:%d)", w.Key.Type(), ssh.FingerprintSHA256(w.Key), w.Filename, w.Line))
+			}
+			return configErr(ErrHostKey, "the host key of %s CHANGED: it is now %s %s, known_hosts has %s; this may be an attack. If the change is expected, remove the old key with `ssh-keygen -R %s -f %s` and accept the new one", p.tgt.addr, key.Type(), fp, strings.Join(was, ", "), knownhosts.Normalize(p.tgt.addr), kh)
+		}
+		return configErr(ErrHostKey, "verifying the host key of %s: %v", p.tgt.addr, err)
+	}
+	return check, algos, nil
+}
+
+// algorithmsFor are the host key algorithms that yield keys of type t.
+func algorithmsFor(t string) []string {
+	if t == ssh.KeyAlgoRSA {
+		return []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
+	}
+	return []string{t}
+}
+
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
+func hostOf(addr string) string {
+	h, _, _ := net.SplitHostPort(addr)
+	return h
+}
+
+// fakeKey is a host key nobody has: checking it lists the known ones.
+type fakeKey struct{}
+
+func (*fakeKey) Type() string                        { return "outpost-probe" }
+func (*fakeKey) Marshal() []byte                     { return []byte("outpost-probe") }
+func (*fakeKey) Verify([]byte, *ssh.Signature) error { return errors.New("probe") }
+
+func fakeAddr(string) net.Addr { return &net.TCPAddr{IP: net.IPv4zero} }
+
+// errProviderClosed is the error of an Open after the provider's Close.
+var errProviderClosed = errors.New("ssh: the provider is closed")
+
+func (p *Provider) closedErr() error { return errProviderClosed }
+
+// wait marks the connection dead once it has ended.
+func (c *conn) wait() {
+	_ = c.client.Wait()
+	c.markDead()
+}
+
+func (c *conn) markDead() { c.once.Do(func() { close(c.done) }) }
+
+func (c *conn) keepAlive(interval time.Duration) { keepAlive(c, interval) }
+
+func (c *conn) sendKeepAlive() error {
+	_, _, err := c.client.SendRequest("keepalive@openssh.com", true, nil)
+	return err
+}
+
+// newSession opens a session, telling a dropped connection apart.
+func (c *conn) newSession() (*ssh.Session, error) {
+	if c.dead() {
+		return nil, ErrDisconnected
+	}
+	s, err := c.client.NewSession()
+	if err != nil {
+		if c.dead() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+			return nil, fmt.Errorf("%w: %v", ErrDisconnected, err)
+		}
+		return nil, fmt.Errorf("ssh: opening a session: %w (the server's MaxSessions may be too low for this many concurrent processes)", err)
+	}
+	return s, nil
+}
+
+// keepAlive sends keepalive requests every interval and closes the
+// connection after keepAliveMisses unanswered in a row.
+func keepAlive(c *conn, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	misses := 0
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		res := make(chan error, 1)
+		go func() { res <- c.sendKeepAlive() }()
+		select {
+		case err := <-res:
+			if err != nil {
+				c.client.Close()
+				return
+			}
+			misses = 0
+		case <-time.After(interval):
+			misses++
+			if misses >= keepAliveMisses {
+				c.client.Close()
+				return
+			}
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// dial connects and authenticates, within DialTimeout and ctx.
+func (p *Provider) dial(ctx context.Context) (*conn, error) {
+	methods, cleanup, err := p.authMethods()
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	hk, algos, err := p.hostKeys()
+	if err != nil {
+		return nil, err
+	}
+	cfg := &ssh.ClientConfig{
+		User:              p.tgt.user,
+		Auth:              methods,
+		HostKeyCallback:   hk,
+		HostKeyAlgorithms: algos,
+		Timeout:           p.opts.DialTimeout,
+		ClientVersion:     "SSH-2.0-outpost",
+	}
+	dctx, cancel := context.WithTimeout(ctx, p.opts.DialTimeout)
+	defer cancel()
+	nc, err := (&net.Dialer{}).DialContext(dctx, "tcp", p.tgt.addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s: %w (within %s)", ErrUnreachable, p.tgt.addr, err, p.opts.DialTimeout)
+	}
+	// The handshake and authentication are bounded too.
+	stop := context.AfterFunc(dctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	_ = nc.SetDeadline(time.Now().Add(p.opts.DialTimeout))
+	cc, chans, reqs, err := ssh.NewClientConn(nc, p.tgt.addr, cfg)
+	stop()
+	if err != nil {
+		nc.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var oe *outpost.Error
+		if errors.As(err, &oe) {
+			return nil, oe // the host key check's
+		}
+		if strings.Contains(err.Error(), "unable to authenticate") {
+			return nil, configErr(ErrAuth, "%s refused every key offered (%s): add the public key to ~%s/.ssh/authorized_keys on the host", p.Address(), p.offered(), p.tgt.user)
+		}
+		if dctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %s: no SSH handshake within %s: %w", ErrUnreachable, p.tgt.addr, p.opts.DialTimeout, err)
+		}
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, p.tgt.addr, err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	c := &conn{client: ssh.NewClient(cc, chans, reqs), done: make(chan struct{})}
+	go c.wait()
+	if p.opts.KeepAlive > 0 {
+		go c.keepAlive(p.opts.KeepAlive)
+	}
+	return c, nil
+}
+
+func (p *Provider) offered() string {
+	var s []string
+	if p.opts.Agent {
+		s = append(s, "the agent's keys")
+	}
+	s = append(s, p.tgt.identities...)
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// connect returns the provider's connection, dialling (and preparing the
+// host) when there is none or the last one dropped.
+func (p *Provider) connect(ctx context.Context) (*conn, error) {
+	p.mu.Lock()
+	c, closed := p.conn, p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, p.closedErr()
+	}
+	if c != nil && !c.dead() {
+		return c, nil
+	}
+	p.dialMu.Lock()
+	defer p.dialMu.Unlock()
+	p.mu.Lock()
+	c = p.conn
+	p.mu.Unlock()
+	if c != nil && !c.dead() {
+		return c, nil
+	}
+	c, err := p.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.prepare(ctx, c); err != nil {
+		c.close()
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		c.close()
+		return nil, p.closedErr()
+	}
+	p.conn = c
+	p.mu.Unlock()
+	return c, nil
+}

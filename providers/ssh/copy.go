@@ -1,0 +1,278 @@
+package ssh
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/internal/workspace"
+)
+
+// checkPath refuses relative and unclean paths.
+func checkPath(p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsAny(p, "\x00\n") {
+		return fmt.Errorf("%w: %q is not an absolute clean path", ErrPath, p)
+	}
+	return nil
+}
+
+// CopyIn extracts a tar stream into dir on the host (created 0700 with
+// its missing parents) with the host's tar, over one session. The archive
+// is checked and read whole before anything is sent: unsafe entries
+// (tarsafe.Check), entries passing through a symbolic link the archive
+// made, and special files are refused, and then nothing is written.
+// Setuid, setgid and sticky bits are dropped; modes are kept exactly.
+func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
+	if err := checkPath(dir); err != nil {
+		return err
+	}
+	sp := &workspace.Spool{}
+	defer sp.Close()
+	if err := rewrite(tar.NewWriter(sp), r); err != nil {
+		// dir is made even when its content is refused, as a local
+		// extraction would.
+		_, _ = run(ctx, s.c, "umask 077; mkdir -p "+shq(dir), nil)
+		return err
+	}
+	body, err := sp.Reader()
+	if err != nil {
+		return err
+	}
+	d := shq(dir)
+	res, err := run(ctx, s.c, fmt.Sprintf("umask 077; mkdir -p %s && exec tar -x -p --no-same-owner -C %s -f -", d, d), body)
+	if err != nil {
+		return err
+	}
+	if res.code != 0 {
+		return fmt.Errorf("ssh: copying into %s: tar: exit %d: %s", dir, res.code, strings.TrimSpace(string(res.stderr)))
+	}
+	return nil
+}
+
+// rewrite copies r's entries to tw, refusing unsafe ones.
+func rewrite(tw *tar.Writer, r io.Reader) error {
+	tr := tar.NewReader(r)
+	links := map[string]bool{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return tw.Close()
+		}
+		if err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		if err := tarsafe.Check(h); err != nil {
+			return err
+		}
+		switch h.Typeflag {
+		case tar.TypeReg, tar.TypeRegA, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
+		default:
+			return fmt.Errorf("%w: %q is a special file", tarsafe.ErrUnsafe, h.Name)
+		}
+		if l := workspace.ThroughLink(h.Name, links); l != "" {
+			return fmt.Errorf("%w: %q passes through the symbolic link %q made by the same archive", tarsafe.ErrUnsafe, h.Name, l)
+		}
+		if h.Typeflag == tar.TypeLink {
+			if l := workspace.ThroughLink(h.Linkname, links); l != "" {
+				return fmt.Errorf("%w: hard link %q -> %q passes through the symbolic link %q", tarsafe.ErrUnsafe, h.Name, h.Linkname, l)
+			}
+		}
+		links[strings.TrimSuffix(h.Name, "/")] = h.Typeflag == tar.TypeSymlink
+		if h.Name == "." || h.Name == "./" {
+			continue
+		}
+		h.Mode &= 0o777
+		h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
+			if _, err := io.Copy(tw, tr); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// exitMissing is CopyOut's exit status for a missing path.
+const exitMissing = 44
+
+// CopyOut streams path (a file, a link or a directory) from the host as
+// tar, entries named relative to path's parent, with the host's tar over
+// one session. A missing path gives an error satisfying errors.Is(err,
+// fs.ErrNotExist); tar failing midway ends the stream with its error.
+func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) {
+	if err := checkPath(p); err != nil {
+		return nil, err
+	}
+	sess, err := s.c.newSession()
+	if err != nil {
+		return nil, err
+	}
+	out, err := sess.StdoutPipe()
+	if err != nil {
+		sess.Close()
+		return nil, err
+	}
+	errb := &limited{n: 64 << 10}
+	sess.Stderr = errb
+	dir, base := path.Split(p)
+	if base == "" {
+		dir, base = "/", "."
+	}
+	cmd := fmt.Sprintf("[ -e %s ] || [ -h %s ] || exit %d; exec tar -C %s -cf - %s", shq(p), shq(p), exitMissing, shq(dir), shq(base))
+	if err := sess.Start(cmd); err != nil {
+		sess.Close()
+		return nil, s.connErr("copying "+p+" out", err)
+	}
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	br := bufio.NewReaderSize(out, 64<<10)
+	if _, err := br.Peek(1); err != nil {
+		werr := sess.Wait()
+		stop()
+		sess.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ee *ssh.ExitError
+		if errors.As(werr, &ee) && ee.ExitStatus() == exitMissing {
+			return nil, &fs.PathError{Op: "copy out", Path: p, Err: fs.ErrNotExist}
+		}
+		if werr == nil {
+			werr = err
+		}
+		return nil, s.connErr(fmt.Sprintf("copying %s out (%s)", p, strings.TrimSpace(errb.b.String())), werr)
+	}
+	return &outStream{r: br, sess: sess, stop: stop, errb: errb, s: s, what: p}, nil
+}
+
+// outStream is CopyOut's stream: at its end, tar's exit status.
+type outStream struct {
+	r    *bufio.Reader
+	sess *ssh.Session
+	stop func() bool
+	errb *limited
+	s    *Sandbox
+	what string
+	err  error
+}
+
+func (o *outStream) Read(b []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.r.Read(b)
+	if err == io.EOF {
+		if werr := o.sess.Wait(); werr != nil {
+			o.err = o.s.connErr(fmt.Sprintf("copying %s out: %s", o.what, strings.TrimSpace(o.errb.b.String())), werr)
+			return n, o.err
+		}
+	}
+	if err != nil {
+		o.err = err
+	}
+	return n, err
+}
+
+func (o *outStream) Close() error {
+	o.stop()
+	return o.sess.Close()
+}
+
+// SyncWorkspace copies the sandbox's changes to the workspace back to the
+// caller's directory (copy mode; a no-op in remote mode), as the docker
+// provider does (internal/workspace): only what the sandbox changed since
+// the last copy; a path changed on both sides keeps the host's version
+// and the sandbox's is written beside it with workspace.ConflictSuffix,
+// the error wrapping ErrConflict; escaping entries and .outpost are not
+// written (tarsafe.ErrUnsafe). Close calls it after stopping the lease's
+// processes; a library user may call it between turns.
+func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
+	if s.mode != Copy {
+		return nil
+	}
+	c, err := s.liveConn(ctx)
+	if err != nil {
+		return err
+	}
+	return s.syncWorkspace(ctx, c, "")
+}
+
+// syncWorkspace streams <dir>/workspace back after running pre (a shell
+// prefix, e.g. the release's reap) in the same session.
+func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string) error {
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	sess, err := c.newSession()
+	if err != nil {
+		return fmt.Errorf("ssh: copying the workspace of %s back: %w", s.id, err)
+	}
+	defer sess.Close()
+	out, err := sess.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	errb := &limited{n: 64 << 10}
+	sess.Stderr = errb
+	if err := sess.Start(pre + "exec tar -C " + shq(s.dir) + " -cf - workspace"); err != nil {
+		return fmt.Errorf("ssh: copying the workspace of %s back: %w", s.id, err)
+	}
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+	res, err := workspace.Sync(ctx, s.hostDir, "workspace", s.wsMan, tar.NewReader(out))
+	werr := sess.Wait()
+	if err == nil && werr != nil {
+		err = fmt.Errorf("tar: %w: %s", werr, strings.TrimSpace(errb.b.String()))
+	}
+	if err != nil {
+		if c.dead() {
+			err = fmt.Errorf("%w: %v", ErrDisconnected, err)
+		}
+		return fmt.Errorf("ssh: copying the workspace of %s back: %w", s.id, err)
+	}
+	s.wsMan = res.Manifest
+	if err := res.Err(ErrConflict); err != nil {
+		return fmt.Errorf("ssh: %w", err)
+	}
+	return nil
+}
+
+// List returns the regular files under dir on the host, as clean
+// slash-separated paths relative to dir, links neither followed nor
+// listed, in one round trip (find). It implements driver.Lister.
+func (s *Sandbox) List(ctx context.Context, dir string) ([]string, error) {
+	if err := checkPath(dir); err != nil {
+		return nil, err
+	}
+	res, err := run(ctx, s.c, fmt.Sprintf("[ -d %s ] || exit %d; cd %s && exec find . -type f -print0", shq(dir), exitMissing, shq(dir)), nil)
+	if err != nil {
+		return nil, err
+	}
+	switch res.code {
+	case 0:
+	case exitMissing:
+		return nil, &fs.PathError{Op: "list", Path: dir, Err: fs.ErrNotExist}
+	default:
+		return nil, fmt.Errorf("ssh: listing %s: exit %d: %s", dir, res.code, strings.TrimSpace(string(res.stderr)))
+	}
+	var out []string
+	for _, f := range strings.Split(string(res.stdout), "\x00") {
+		if f = strings.TrimPrefix(f, "./"); f != "" && f != "." {
+			out = append(out, path.Clean(f))
+		}
+	}
+	return out, nil
+}

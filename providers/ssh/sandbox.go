@@ -1,0 +1,327 @@
+package ssh
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outposthq/outpost/internal/owner"
+	"github.com/outposthq/outpost/internal/shim"
+	"github.com/outposthq/outpost/internal/workspace"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// closeTimeout bounds Close's work when its context has no deadline or
+// has ended.
+const closeTimeout = 2 * time.Minute
+
+// leasePrefix starts the name of every lease directory.
+const leasePrefix = "ssh-"
+
+// Record is the owner record each lease directory carries (its file
+// "owner"): who made it, so that a later process can tell whether the
+// lease was orphaned.
+type Record struct {
+	Lease     string            `json:"lease"`
+	Owner     owner.Owner       `json:"owner"`
+	Created   time.Time         `json:"created"`
+	Version   string            `json:"version,omitempty"`
+	Workspace WorkspaceMode     `json:"workspace"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// Sandbox is one lease: a directory on the remote host.
+type Sandbox struct {
+	p         *Provider
+	c         *conn
+	id        string
+	dir       string // the lease's directory on the host
+	home      string
+	workdir   string
+	runDir    string
+	env       driver.Environment
+	mode      WorkspaceMode
+	hostDir   string         // copy mode: the caller's directory
+	shared    []driver.Mount // mounts mirrored on demand (trees.go)
+	mirrorMu  sync.Mutex
+	mirrorErr error // why the last HostPath could not show a directory
+
+	closing atomic.Bool
+	wsMu    sync.Mutex
+	wsMan   *workspace.Manifest
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return leasePrefix + hex.EncodeToString(b[:])
+}
+
+// ID is the lease's id, also its directory's name.
+func (s *Sandbox) ID() string { return s.id }
+
+// Dir is the lease's directory on the host.
+func (s *Sandbox) Dir() string { return s.dir }
+
+// Home is the private home, <dir>/home.
+func (s *Sandbox) Home() string { return s.home }
+
+// Workdir is <dir>/workspace in copy mode, Options.Workdir in remote mode.
+func (s *Sandbox) Workdir() string { return s.workdir }
+
+// Environment: HOME, XDG_* and TMPDIR are fixed; the allowlisted login
+// variables of the host are defaults, and PATH starts with the directory
+// of outpost's binary on the host.
+func (s *Sandbox) Environment() driver.Environment {
+	return driver.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
+}
+
+// Open makes a lease directory on the host (0700, under the provider's
+// root), with its owner record, private home and, in copy mode, a copy of
+// the caller's working directory, in one round trip. The first Open of a
+// provider sweeps the leases of dead owners (see GC).
+func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := &Sandbox{p: p, id: newID(), mode: p.opts.Workspace}
+	if s.mode == Copy {
+		wd := opts.Workdir
+		if wd == "" {
+			var err error
+			if wd, err = os.Getwd(); err != nil {
+				return nil, err
+			}
+		}
+		wd, err := filepath.Abs(wd)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := os.Stat(wd)
+		if err != nil {
+			return nil, fmt.Errorf("working directory: %w", err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("working directory %s is not a directory", wd)
+		}
+		s.hostDir = wd
+	}
+	c, err := p.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.c = c
+	p.sweepOnce(ctx, c)
+	r := c.remote
+	s.dir = path.Join(r.root, "leases", s.id)
+	s.home = path.Join(s.dir, "home")
+	s.runDir = path.Join(s.dir, "run")
+	s.workdir = path.Join(s.dir, "workspace")
+	if s.mode == Remote {
+		s.workdir = p.opts.Workdir
+	}
+	s.env = environment(r, s.home, path.Join(s.dir, "tmp"))
+	s.shared = sharedMounts(opts.Mounts)
+	rec := Record{Lease: s.id, Owner: owner.Self(), Created: time.Now().UTC(), Version: version(), Workspace: s.mode, Labels: opts.Labels}
+	b, _ := json.Marshal(rec)
+	script := fmt.Sprintf(`umask 077
+L=%s
+mkdir "$L" || exit 1
+trap 'rm -rf "$L"' EXIT
+cd "$L" || exit 1
+mkdir -p home/.config home/.local/share home/.local/state home/.cache tmp run || exit 1
+printf '%%s\n' %s >owner.tmp && mv owner.tmp owner || exit 1
+`, shq(s.dir), shq(string(b)))
+	var stdin io.Reader
+	var filled chan error
+	switch s.mode {
+	case Copy:
+		script += "mkdir workspace && tar -x -p --no-same-owner -C workspace -f - || exit 21\n"
+		pr, pw := io.Pipe()
+		stdin = pr
+		filled = make(chan error, 1)
+		m := workspace.NewManifest()
+		s.wsMan = m
+		go func() {
+			tw := tar.NewWriter(pw)
+			err := workspace.Write(ctx, tw, s.hostDir, "", "", 0, 0, m)
+			if err == nil {
+				err = tw.Close()
+			}
+			pw.CloseWithError(err)
+			filled <- err
+		}()
+		defer pr.Close()
+	case Remote:
+		script += fmt.Sprintf("[ -d %s ] || exit 20\n", shq(s.workdir))
+	}
+	script += "trap - EXIT\n"
+	res, err := run(ctx, c, script, stdin)
+	var ferr error
+	if filled != nil {
+		if stdin, ok := stdin.(*io.PipeReader); ok {
+			stdin.CloseWithError(io.ErrClosedPipe)
+		}
+		ferr = <-filled
+		if errors.Is(ferr, io.ErrClosedPipe) {
+			ferr = nil
+		}
+	}
+	if err != nil {
+		if ctx.Err() == nil || errors.Is(err, ErrDisconnected) {
+			return nil, fmt.Errorf("ssh: making the lease on %s: %w", p.Address(), err)
+		}
+		// A cancelled open may have made the directory before the session
+		// closed: remove it.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		_, _ = run(rctx, c, "rm -rf "+shq(s.dir), nil)
+		return nil, ctx.Err()
+	}
+	switch {
+	case ferr != nil:
+		return nil, fmt.Errorf("ssh: copying %s to the host: %w", s.hostDir, ferr)
+	case res.code == 20:
+		return nil, fmt.Errorf("working directory %s: %w on %s", s.workdir, os.ErrNotExist, p.Address())
+	case res.code == 21:
+		return nil, fmt.Errorf("ssh: copying %s to the host: tar: %s", s.hostDir, strings.TrimSpace(string(res.stderr)))
+	case res.code != 0:
+		return nil, fmt.Errorf("ssh: making the lease directory %s on %s: exit %d: %s", s.dir, p.Address(), res.code, strings.TrimSpace(string(res.stderr)))
+	}
+	return s, nil
+}
+
+// environment is a lease's environment.
+func environment(r remote, home, tmp string) driver.Environment {
+	env := driver.Environment{
+		Fixed: map[string]string{
+			"HOME":            home,
+			"XDG_CONFIG_HOME": home + "/.config",
+			"XDG_DATA_HOME":   home + "/.local/share",
+			"XDG_STATE_HOME":  home + "/.local/state",
+			"XDG_CACHE_HOME":  home + "/.cache",
+			"TMPDIR":          tmp,
+		},
+		Defaults: map[string]string{},
+	}
+	for _, k := range Allowlist {
+		if v, ok := r.env[k]; ok {
+			env.Defaults[k] = v
+		}
+	}
+	p := env.Defaults["PATH"]
+	if p == "" {
+		p = "/usr/local/bin:/usr/bin:/bin"
+	}
+	env.Defaults["PATH"] = r.binDir + ":" + p
+	return env
+}
+
+// conn returns a live connection for the lease's own work: its own, or,
+// when that dropped and the lease is being released, a new one.
+func (s *Sandbox) liveConn(ctx context.Context) (*conn, error) {
+	if !s.c.dead() {
+		return s.c, nil
+	}
+	return s.p.connect(ctx)
+}
+
+// Close releases the lease: it kills the lease's process groups, copies
+// the workspace's changes back (copy mode; see SyncWorkspace) and removes
+// the lease's directory, whatever happened before. When the connection
+// dropped it reconnects to do so. It works with an ended ctx (bounded by
+// closeTimeout).
+func (s *Sandbox) Close(ctx context.Context) error {
+	if !s.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	cctx := context.WithoutCancel(ctx)
+	var cancel context.CancelFunc
+	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && time.Until(d) > 0 {
+		cctx, cancel = context.WithDeadline(cctx, d)
+	} else {
+		cctx, cancel = context.WithTimeout(cctx, closeTimeout)
+	}
+	defer cancel()
+	c, err := s.liveConn(cctx)
+	if err != nil {
+		return fmt.Errorf("ssh: releasing %s: %w (its directory %s stays on the host until `outpost gc` finds its owner dead)", s.id, err, s.dir)
+	}
+	var errs []error
+	reap := command(shim.ReapArgs(c.remote.binary, s.runDir)...) + " >/dev/null 2>&1"
+	if s.mode == Copy {
+		if err := s.syncWorkspace(cctx, c, reap+"; "); err != nil {
+			errs = append(errs, err)
+		}
+		reap = ""
+	} else {
+		reap += "; "
+	}
+	res, err := run(cctx, c, reap+removeCmd(s.dir), nil)
+	if err == nil && res.code != 0 {
+		err = fmt.Errorf("exit %d: %s", res.code, strings.TrimSpace(string(res.stderr)))
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ssh: removing %s on the host: %w", s.dir, err))
+	}
+	return errors.Join(errs...)
+}
+
+// removeCmd removes a lease directory, even where an agent made things
+// read-only.
+func removeCmd(dir string) string {
+	d := shq(dir)
+	return fmt.Sprintf("rm -rf %s 2>/dev/null || { chmod -R u+rwx %s; rm -rf %s; }", d, d, d)
+}
+
+// Vanished reports whether the lease is gone: its connection dropped, or
+// its directory was removed behind outpost's back. It implements
+// driver.Vanisher.
+func (s *Sandbox) Vanished(ctx context.Context) bool {
+	if s.closing.Load() {
+		return false
+	}
+	if s.c.dead() {
+		return true
+	}
+	res, err := run(ctx, s.c, "test -d "+shq(s.dir), nil)
+	if err != nil {
+		return errors.Is(err, ErrDisconnected)
+	}
+	return res.code != 0
+}
+
+// Disconnected reports whether the lease's connection dropped.
+func (s *Sandbox) Disconnected() bool { return s.c.dead() }
+
+// version is outpost's version for owner records.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	if v == "" {
+		v = "devel"
+	}
+	return v
+}

@@ -1,0 +1,299 @@
+package ssh
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// Errors of the provider. Configuration problems (a host key that is not
+// known or changed, a key the server refuses, a host without tar) are
+// *outpost.Error values of code configuration wrapping them; the rest the
+// lease reports with code sandbox.
+var (
+	// ErrHostKey: the host's key is not in known_hosts, or differs from
+	// the one there. The message shows the key's fingerprint and how to
+	// accept it.
+	ErrHostKey = errors.New("ssh: host key not verified")
+	// ErrAuth: the server accepted none of the offered keys.
+	ErrAuth = errors.New("ssh: authentication refused")
+	// ErrUnreachable: no SSH server answered within the dial timeout.
+	ErrUnreachable = errors.New("ssh: host unreachable")
+	// ErrRemote: the remote host lacks something outpost needs (sh, tar,
+	// a writable root directory, a supported architecture).
+	ErrRemote = errors.New("ssh: the remote host cannot run sandboxes")
+	// ErrDisconnected: the connection to the host dropped; the lease's
+	// processes are lost to it. The next lease reconnects.
+	ErrDisconnected = fmt.Errorf("ssh: %w", driver.ErrDisconnected)
+	// ErrConflict: copying the workspace back found files changed both on
+	// the host and in the sandbox (see Sandbox.SyncWorkspace).
+	ErrConflict = errors.New("ssh: workspace changed on both sides")
+	// ErrPath is wrapped when a path given to CopyIn or CopyOut is not
+	// absolute and clean.
+	ErrPath = errors.New("ssh: invalid sandbox path")
+)
+
+// Defaults of Options.
+const (
+	DefaultPort        = 22
+	DefaultRoot        = "~/.outpost"
+	DefaultDialTimeout = 10 * time.Second
+	DefaultKeepAlive   = 15 * time.Second
+	// keepAliveMisses is how many keepalives may go unanswered before the
+	// connection is declared dead.
+	keepAliveMisses = 3
+)
+
+// WorkspaceMode says how the caller's working directory reaches the
+// remote host.
+type WorkspaceMode string
+
+const (
+	// Copy copies the caller's directory into the lease (under its
+	// directory on the remote host) and the sandbox's changes back on
+	// release, conflict-safe (see Sandbox.SyncWorkspace). The default.
+	Copy WorkspaceMode = "copy"
+	// Remote uses Options.Workdir, a directory on the remote host, as the
+	// working directory: nothing is copied either way.
+	Remote WorkspaceMode = "remote"
+)
+
+// Options configure the provider.
+type Options struct {
+	// Host is [user@]host[:port], or a Host alias of the ssh config file,
+	// whose HostName, Port, User and IdentityFile apply. Required.
+	Host string
+	// User overrides the user of Host and of the ssh config. Default: the
+	// config's, else the local user's name.
+	User string
+	// Port overrides the port. Default: Host's, else the config's, else 22.
+	Port int
+	// Identity is a private key file (unencrypted; keys with a passphrase
+	// go through an agent). Default: the config's IdentityFile entries,
+	// else ~/.ssh/id_ed25519, id_ecdsa and id_rsa, those that exist.
+	Identity string
+	// Agent authenticates with the keys of the agent at $SSH_AUTH_SOCK
+	// (tried before Identity).
+	Agent bool
+	// KnownHosts is the known_hosts file the host's key is verified
+	// against, always. Default: ~/.ssh/known_hosts.
+	KnownHosts string
+	// Config is the ssh client config file read for host aliases.
+	// Default: ~/.ssh/config when it exists; "none" reads none.
+	Config string
+	// Root is the provider's directory on the remote host, made 0700: it
+	// holds outpost's binary and the bootstrap trees (by digest) and the
+	// leases' directories. Absolute, or relative to the remote home with
+	// "~/". Default DefaultRoot.
+	Root string
+	// Workspace is how the working directory reaches the host; default
+	// Copy.
+	Workspace WorkspaceMode
+	// Workdir is the working directory on the remote host in Remote mode.
+	Workdir string
+	// DialTimeout bounds connecting, the SSH handshake and authentication.
+	// Default DefaultDialTimeout.
+	DialTimeout time.Duration
+	// KeepAlive is the interval of keepalive requests; after 3 unanswered
+	// the connection is closed and its leases fail with ErrDisconnected.
+	// Default DefaultKeepAlive; negative: none.
+	KeepAlive time.Duration
+	// Binary is a static outpost binary for the remote host's
+	// architecture (copied once per host, by digest). Default:
+	// selfbin.LocateOrBuild, as for the docker provider.
+	Binary string
+	// Environ is the local environment ($HOME, $USER, $SSH_AUTH_SOCK are
+	// read from it). Default: os.Environ().
+	Environ []string
+}
+
+// Settings lists the keys sandbox.Open("ssh", settings) accepts.
+var Settings = map[string]string{
+	"host":         "Options.Host: [user@]host[:port] or an ssh config alias (required)",
+	"user":         "Options.User",
+	"port":         "Options.Port",
+	"identity":     "Options.Identity: a private key file",
+	"agent":        "Options.Agent: true uses $SSH_AUTH_SOCK",
+	"known_hosts":  "Options.KnownHosts: the known_hosts file",
+	"config":       "Options.Config: the ssh config file, or none",
+	"root":         "Options.Root: the provider's directory on the host",
+	"workspace":    "Options.Workspace: copy or remote",
+	"workdir":      "Options.Workdir: the remote working directory (workspace=remote)",
+	"dial_timeout": "Options.DialTimeout: a duration (10s)",
+	"keepalive":    "Options.KeepAlive: a duration, or none",
+	"binary":       "Options.Binary: path of a static outpost binary",
+}
+
+func init() {
+	driver.Register("ssh", func(settings map[string]string) (driver.Provider, error) {
+		opts, err := ParseSettings(settings)
+		if err != nil {
+			return nil, err
+		}
+		return New(opts)
+	})
+}
+
+// ParseSettings turns sandbox.Open's string settings into Options.
+func ParseSettings(settings map[string]string) (*Options, error) {
+	o := &Options{}
+	for k, v := range settings {
+		var err error
+		switch k {
+		case "host":
+			o.Host = v
+		case "user":
+			o.User = v
+		case "port":
+			o.Port, err = strconv.Atoi(v)
+		case "identity":
+			o.Identity = v
+		case "agent":
+			o.Agent, err = strconv.ParseBool(v)
+		case "known_hosts":
+			o.KnownHosts = v
+		case "config":
+			o.Config = v
+		case "root":
+			o.Root = v
+		case "workspace":
+			o.Workspace = WorkspaceMode(v)
+		case "workdir":
+			o.Workdir = v
+		case "dial_timeout":
+			o.DialTimeout, err = time.ParseDuration(v)
+		case "keepalive":
+			if v == "none" || v == "0" {
+				o.KeepAlive = -1
+			} else {
+				o.KeepAlive, err = time.ParseDuration(v)
+			}
+		case "binary":
+			o.Binary = v
+		default:
+			keys := make([]string, 0, len(Settings))
+			for k := range Settings {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			return nil, fmt.Errorf("ssh: unknown setting %q (known: %s)", k, strings.Join(keys, ", "))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ssh: setting %s=%q: %w", k, v, err)
+		}
+	}
+	return o, nil
+}
+
+// Provider is the ssh provider: one connection to one host, shared by
+// its leases. It is safe for concurrent use.
+type Provider struct {
+	opts Options
+	tgt  target // the resolved destination
+
+	mu     sync.Mutex
+	conn   *conn // nil until an Open connects, and after it dropped
+	dialMu sync.Mutex
+	swept  bool
+	closed bool
+
+	treeMu sync.Mutex
+	trees  map[string]*sync.Mutex // by tree name: one mirror at a time
+}
+
+// New returns an ssh provider. It checks the options and resolves the
+// host (ssh config aliases) but does not connect: the first Open does.
+// Option errors are *outpost.Error values of code configuration.
+func New(opts *Options) (*Provider, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Environ == nil {
+		o.Environ = os.Environ()
+	}
+	if o.Root == "" {
+		o.Root = DefaultRoot
+	}
+	if o.Workspace == "" {
+		o.Workspace = Copy
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = DefaultKeepAlive
+	}
+	cfgErr := func(format string, a ...any) error {
+		return outpost.Errorf(outpost.Configuration, "sandbox", "ssh: "+format, a...)
+	}
+	switch o.Workspace {
+	case Copy:
+		if o.Workdir != "" {
+			return nil, cfgErr("workdir=%s needs workspace=remote", o.Workdir)
+		}
+	case Remote:
+		if !filepath.IsAbs(o.Workdir) || filepath.Clean(o.Workdir) != o.Workdir {
+			return nil, cfgErr("workspace=remote needs workdir, an absolute clean path on the host (got %q)", o.Workdir)
+		}
+	default:
+		return nil, cfgErr("unknown workspace mode %q (copy, remote)", o.Workspace)
+	}
+	if !strings.HasPrefix(o.Root, "~/") && !filepath.IsAbs(o.Root) || strings.ContainsAny(o.Root, "\x00\n") {
+		return nil, cfgErr("root %q must be absolute or start with ~/", o.Root)
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		return nil, cfgErr("port %d out of range", o.Port)
+	}
+	tgt, err := resolve(&o)
+	if err != nil {
+		return nil, outpost.Wrap(outpost.Configuration, "sandbox", err)
+	}
+	return &Provider{opts: o, tgt: tgt, trees: map[string]*sync.Mutex{}}, nil
+}
+
+// Name returns "ssh".
+func (p *Provider) Name() string { return "ssh" }
+
+// Fixed names the variables the provider defines; a turn may not set them.
+var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR"}
+
+// Allowlist names the remote login environment's variables passed to
+// every process as overridable defaults (as the local provider does with
+// the host's).
+var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME"}
+
+// Capabilities: the sandbox is on another machine (isolated from the
+// caller's), host files may be copied into its private home, stdin is
+// live, and leases keep their state between turns.
+func (p *Provider) Capabilities() driver.Capabilities {
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed}
+}
+
+// Options returns the provider's options, defaults applied.
+func (p *Provider) Options() Options { return p.opts }
+
+// Address is the resolved destination, user@host:port.
+func (p *Provider) Address() string { return p.tgt.user + "@" + p.tgt.addr }
+
+// Close closes the provider's connection. Leases must be closed first.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	c := p.conn
+	p.conn, p.closed = nil, true
+	p.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	c.close()
+	return nil
+}

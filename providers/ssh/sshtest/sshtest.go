@@ -1,0 +1,438 @@
+// Package sshtest is test scaffolding for the ssh provider and the
+// integration tests: it starts a real OpenSSH server (the image
+// outpost/sshd:test, built locally by scripts/build-images.sh) with
+// testcontainers-go, each start with a freshly generated host key and user
+// key and a known_hosts file written for it; it builds the static outpost
+// binary the provider copies to the host (once per test process), and
+// makes providers that talk to the server. A missing Docker Engine or
+// image fails the test under CI=true and skips it loudly otherwise
+// (internal/testenv).
+//
+// Ryuk, testcontainers' reaper, cannot be pulled here: it is disabled
+// (TESTCONTAINERS_RYUK_DISABLED=true), and containers are removed by
+// Terminate (t.Cleanup, or Main for the shared server) and carry the
+// label Label for anything that escaped.
+package sshtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/outposthq/outpost/internal/testenv"
+	sshp "github.com/outposthq/outpost/providers/ssh"
+)
+
+// Image is the sshd image scripts/build-images.sh builds.
+const Image = "outpost/sshd:test"
+
+// User is the image's login user.
+const User = "agent"
+
+// Label marks every container sshtest starts (value: the test process's
+// pid).
+const Label = "com.github.outposthq.outpost.test.sshd"
+
+func init() {
+	// Ryuk's image cannot be pulled: clean up by Terminate and labels.
+	os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	// A local engine publishes ports on this machine's loopback;
+	// testcontainers would guess the default gateway when it believes it
+	// runs in a container.
+	if h := os.Getenv("DOCKER_HOST"); os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" && (h == "" || strings.HasPrefix(h, "unix://")) {
+		os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+	}
+}
+
+// Server is one running sshd container.
+type Server struct {
+	// Host and Port are where the test process reaches sshd.
+	Host string
+	Port int
+	// IP is the container's address on the Docker bridge (what other
+	// containers and the server itself use).
+	IP string
+	// Gateway is the bridge's gateway: the test host as the container
+	// sees it.
+	Gateway string
+	// Identity is the user key's private key file; KnownHosts a
+	// known_hosts file holding the server's host key.
+	Identity, KnownHosts string
+	// HostKey is the server's public host key.
+	HostKey ssh.PublicKey
+	// Dir holds the key files.
+	Dir string
+
+	c testcontainers.Container
+}
+
+// Addr is user@host:port.
+func (s *Server) Addr() string {
+	return User + "@" + net.JoinHostPort(s.Host, strconv.Itoa(s.Port))
+}
+
+// Require fails or skips the test when no Docker Engine answers or the
+// image is missing.
+func Require(tb testing.TB) {
+	tb.Helper()
+	testenv.RequireDocker(tb)
+	testenv.RequireImage(tb, Image)
+}
+
+func pemKey(priv ed25519.PrivateKey) ([]byte, error) {
+	b, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(b), nil
+}
+
+// Start starts a server with fresh keys. The caller terminates it.
+func Start(ctx context.Context) (*Server, error) {
+	dir, err := os.MkdirTemp("", "outpost-sshtest-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Dir: dir}
+	fail := func(err error) (*Server, error) {
+		s.Terminate()
+		return nil, err
+	}
+	hostPub, hostPriv, _ := ed25519.GenerateKey(rand.Reader)
+	userPub, userPriv, _ := ed25519.GenerateKey(rand.Reader)
+	hostPEM, err := pemKey(hostPriv)
+	if err != nil {
+		return fail(err)
+	}
+	userPEM, err := pemKey(userPriv)
+	if err != nil {
+		return fail(err)
+	}
+	s.Identity = filepath.Join(dir, "id_ed25519")
+	if err := os.WriteFile(s.Identity, userPEM, 0o600); err != nil {
+		return fail(err)
+	}
+	uk, _ := ssh.NewPublicKey(userPub)
+	s.HostKey, _ = ssh.NewPublicKey(hostPub)
+	req := testcontainers.ContainerRequest{
+		Image:        Image,
+		ExposedPorts: []string{"22/tcp"},
+		Env: map[string]string{
+			"OUTPOST_SSHD_HOST_KEY":       base64.StdEncoding.EncodeToString(hostPEM),
+			"OUTPOST_SSHD_AUTHORIZED_KEY": strings.TrimSpace(string(ssh.MarshalAuthorizedKey(uk))),
+		},
+		Labels:     map[string]string{Label: strconv.Itoa(os.Getpid())},
+		WaitingFor: wait.ForLog("Server listening on").WithStartupTimeout(60 * time.Second),
+	}
+	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{ContainerRequest: req, Started: true})
+	s.c = c
+	if err != nil {
+		return fail(fmt.Errorf("sshtest: starting %s: %w", Image, err))
+	}
+	if err := s.locate(ctx); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// locate reads the server's addresses and writes its known_hosts.
+func (s *Server) locate(ctx context.Context) error {
+	host, err := s.c.Host(ctx)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		host = "127.0.0.1"
+	}
+	mp, err := s.c.MappedPort(ctx, "22/tcp")
+	if err != nil {
+		return err
+	}
+	s.Host, s.Port = host, mp.Int()
+	ins, err := s.c.Inspect(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range ins.NetworkSettings.Networks {
+		if n.IPAddress != "" {
+			s.IP, s.Gateway = n.IPAddress, n.Gateway
+			break
+		}
+	}
+	s.KnownHosts = filepath.Join(s.Dir, "known_hosts")
+	line := knownhosts.Line([]string{knownhosts.Normalize(net.JoinHostPort(s.Host, strconv.Itoa(s.Port)))}, s.HostKey)
+	return os.WriteFile(s.KnownHosts, []byte(line+"\n"), 0o600)
+}
+
+// Terminate removes the container and the key files.
+func (s *Server) Terminate() {
+	if s.c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = s.c.Terminate(ctx)
+	}
+	if s.Dir != "" {
+		os.RemoveAll(s.Dir)
+	}
+}
+
+// Stop stops the container (sshd and every process of the "host" die),
+// as a host going away would.
+func (s *Server) Stop(ctx context.Context) error {
+	d := time.Duration(0)
+	return s.c.Stop(ctx, &d)
+}
+
+// Exec runs a command in the container as root and returns its exit
+// status and combined output.
+func (s *Server) Exec(ctx context.Context, cmd ...string) (int, string, error) {
+	code, r, err := s.c.Exec(ctx, cmd)
+	if err != nil {
+		return code, "", err
+	}
+	var b bytes.Buffer
+	_, _ = io.Copy(&b, r)
+	// The stream is multiplexed: drop the 8-byte frame headers.
+	return code, demux(b.Bytes()), nil
+}
+
+func demux(b []byte) string {
+	var out bytes.Buffer
+	for len(b) >= 8 && (b[0] == 1 || b[0] == 2) && b[1] == 0 && b[2] == 0 && b[3] == 0 {
+		n := int(b[4])<<24 | int(b[5])<<16 | int(b[6])<<8 | int(b[7])
+		if 8+n > len(b) {
+			break
+		}
+		out.Write(b[8 : 8+n])
+		b = b[8+n:]
+	}
+	out.Write(b)
+	return out.String()
+}
+
+// MustExec is Exec failing the test on error.
+func (s *Server) MustExec(tb testing.TB, cmd ...string) string {
+	tb.Helper()
+	code, out, err := s.Exec(context.Background(), cmd...)
+	if err != nil {
+		tb.Fatalf("docker exec %v: %v", cmd, err)
+	}
+	if code != 0 {
+		tb.Fatalf("docker exec %v: exit %d: %s", cmd, code, out)
+	}
+	return out
+}
+
+// New starts a server for one test, terminated when it ends.
+func New(tb testing.TB) *Server {
+	tb.Helper()
+	Require(tb)
+	s, err := Start(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Terminate)
+	return s
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *Server
+	sharedErr  error
+)
+
+// Shared returns the test process's shared server, started on first use
+// and terminated by Main: one container per test package.
+func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	Require(tb)
+	sharedOnce.Do(func() { shared, sharedErr = Start(context.Background()) })
+	if sharedErr != nil {
+		tb.Fatal(sharedErr)
+	}
+	return shared
+}
+
+// Main runs the tests, then terminates the shared server and removes the
+// built binary. TestMain functions call it after their own setup.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	if left := Leftovers(); left != "" {
+		fmt.Fprintln(os.Stderr, "FAIL: the tests left sshd containers behind (removed now):\n"+left)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// Leftovers removes the sshd containers this process started and did not
+// terminate, and lists them ("" when there were none).
+func Leftovers() string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+Label+"="+strconv.Itoa(os.Getpid())).Output()
+	if err != nil {
+		return ""
+	}
+	ids := strings.Fields(string(out))
+	if len(ids) == 0 {
+		return ""
+	}
+	_ = exec.CommandContext(ctx, "docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+	return strings.Join(ids, "\n")
+}
+
+// Cleanup terminates the shared server and removes the built binary:
+// TestMain functions that do not use Main call it after m.Run.
+func Cleanup() {
+	if shared != nil {
+		shared.Terminate()
+	}
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
+// Options are the provider options for s: its address, key and
+// known_hosts, no ssh config, the test's static binary.
+func (s *Server) Options(tb testing.TB) *sshp.Options {
+	return &sshp.Options{
+		Host:       s.Addr(),
+		Identity:   s.Identity,
+		KnownHosts: s.KnownHosts,
+		Config:     "none",
+		Binary:     Binary(tb),
+	}
+}
+
+// Provider returns a provider for s with mod applied to its options,
+// closed when the test ends.
+func Provider(tb testing.TB, s *Server, mod ...func(*sshp.Options)) *sshp.Provider {
+	tb.Helper()
+	o := s.Options(tb)
+	for _, m := range mod {
+		m(o)
+	}
+	p, err := sshp.New(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	bin     string
+	binErr  error
+)
+
+// Binary returns a static outpost binary (CGO_ENABLED=0 go build of
+// ./cmd/outpost), built once per test process.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "outpost-sshtest-bin-")
+		if binErr != nil {
+			return
+		}
+		bin = filepath.Join(binDir, "outpost")
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			binErr = err
+			return
+		}
+		cmd := exec.Command(goTool, "build", "-o", bin, "./cmd/outpost")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/outpost: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		tb.Fatalf("sshtest: %v", binErr)
+	}
+	return bin
+}
+
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod above %s", wd)
+		}
+	}
+}
+
+// Relay listens on the server's Gateway (this machine's address on the
+// Docker bridge, the only one of its addresses the container reaches)
+// and forwards each connection to target, a loopback address of the test
+// (a fake model API, which listens on loopback only). It returns the
+// relay's address as the container sees it; the relay closes when the
+// test ends.
+func (s *Server) Relay(tb testing.TB, target string) string {
+	tb.Helper()
+	if s.Gateway == "" {
+		tb.Fatal("sshtest: the container has no bridge gateway")
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(s.Gateway, "0"))
+	if err != nil {
+		tb.Fatalf("sshtest: relay: %v", err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				done := make(chan struct{}, 2)
+				go func() { io.Copy(u, c); u.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+				go func() { io.Copy(c, u); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+				<-done
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
