@@ -47,10 +47,16 @@ const (
 	Timeout Code = "timeout"
 	// Cancelled: the caller cancelled the turn.
 	Cancelled Code = "cancelled"
+	// Output: the agent's answer did not match the turn's schema or
+	// protocol, and repair was exhausted or not possible. Details hold
+	// "errors" (JSON pointer and message), "attempts", "raw" (the last
+	// final text, redacted and bounded) and, when repair was not
+	// possible, "repair" (why).
+	Output Code = "output"
 )
 
 // Codes lists every code in a stable order.
-var Codes = []Code{Configuration, Refused, Sandbox, Bootstrap, Conversation, Process, Quota, Timeout, Cancelled}
+var Codes = []Code{Configuration, Refused, Sandbox, Bootstrap, Conversation, Process, Quota, Output, Timeout, Cancelled}
 
 // Error is the one error type outpost returns from its portable layer.
 // It is created once, at the step that knows the category, and wraps the
@@ -186,6 +192,7 @@ var exitCodes = map[Code]int{
 	Conversation:  7,
 	Process:       8,
 	Quota:         9,
+	Output:        10,
 	Timeout:       124,
 	Cancelled:     130,
 }
@@ -223,6 +230,7 @@ var (
 	ErrConversation  = sentinel(Conversation)
 	ErrProcess       = sentinel(Process)
 	ErrQuota         = sentinel(Quota)
+	ErrOutput        = sentinel(Output)
 	ErrTimeout       = sentinel(Timeout)
 	ErrCancelled     = sentinel(Cancelled)
 )

@@ -161,6 +161,13 @@ type Harness struct {
 	// (Forks); a preset that is not resumable cannot fork either.
 	Forkable Tristate
 
+	// NativeSchema says the CLI enforces a JSON Schema itself: Request (and
+	// LiveInput) pass Input.Schema or Input.SchemaFile to it (Claude Code
+	// --json-schema, Codex --output-schema). Without it, a turn that asks
+	// for a schema adds an instruction to the prompt instead. Outpost
+	// validates every answer itself either way (docs/output.md).
+	NativeSchema bool
+
 	// Inactivity is the default watchdog: a turn whose process writes
 	// nothing but retry notices for this long is stopped (code process,
 	// details.stalled). Zero means no watchdog unless the turn sets one.
@@ -245,6 +252,13 @@ type Input struct {
 	Options map[string]string
 	// ExtraArgs are passed through to the CLI, placed by the preset.
 	ExtraArgs []string
+
+	// Schema is the JSON Schema (compact JSON) the answer must match, set
+	// only for presets with NativeSchema; SchemaFile is the same document
+	// written inside the sandbox (absolute path), for CLIs that take a
+	// file. Both are empty when the turn asks for no schema.
+	Schema     []byte
+	SchemaFile string
 }
 
 // Command is one process to run inside a sandbox.

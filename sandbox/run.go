@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/credentials"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/output"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
@@ -68,6 +70,21 @@ type Turn struct {
 	// wrapper, or the CLI at a non-standard path), with the arguments the
 	// preset builds. Bootstrap is then skipped.
 	Command string `json:"command,omitempty"`
+
+	// Output is a JSON Schema (draft 2020-12) the answer must match; the
+	// validated value is Result.Output (docs/output.md). A schema that is
+	// not JSON, not valid or over 1 MiB is a configuration error.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Repairs bounds the response repair attempts of a refused answer:
+	// nil means DefaultRepairs (2), 0 disables repair.
+	Repairs *int `json:"repairs,omitempty"`
+	// Protocol "handoff" asks for the result/handoff block
+	// (Result.Protocol). Exclusive with Output.
+	Protocol string `json:"protocol,omitempty"`
+	// ChangedFilesLimit bounds the workspace snapshots of
+	// Result.ChangedFiles by file count: 0 means the default (20000), a
+	// negative value turns changed files off.
+	ChangedFilesLimit int `json:"changed_files_limit,omitempty"`
 }
 
 // RunOptions configure Run. A Provider or a Lease is required; the rest
@@ -142,6 +159,17 @@ type Result struct {
 	StartedAt   time.Time `json:"started_at"`
 	CompletedAt time.Time `json:"completed_at"`
 	DurationMS  int64     `json:"duration_ms"`
+	// Output is the validated answer of a turn with Turn.Output.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Protocol is the parsed block of a turn with Turn.Protocol.
+	Protocol *output.Outcome `json:"protocol,omitempty"`
+	// ChangedFiles are the workspace files the turn created, modified or
+	// deleted, computed by outpost from snapshots; nil when the sandbox
+	// cannot describe its workspace.
+	ChangedFiles *output.Changes `json:"changed_files,omitempty"`
+	// Attempts are the answer's attempts (the turn, then each repair) with
+	// their own usage, for a turn with Output or Protocol.
+	Attempts []Attempt `json:"attempts,omitempty"`
 }
 
 // Run runs one turn through the ten lifecycle steps of
@@ -177,6 +205,7 @@ type engine struct {
 	o    *RunOptions
 	h    *harness.Harness
 	red  *credentials.Redactor
+	ans  answerState // structured answers (answer.go)
 
 	workdir  string // the caller's working directory on the host
 	vars     harness.Vars
@@ -200,6 +229,9 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 	if err := e.validate(ctx); err != nil {
 		return nil, err
 	}
+	if err := e.prepareAnswer(); err != nil {
+		return nil, err
+	}
 	e.step("validate")
 	res := &Result{Agent: e.h.Name, Model: e.model}
 	if e.t.Timeout > 0 {
@@ -221,6 +253,7 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 	e.step("lease")
 	res.Sandbox = lease.Provider().Name()
 	out, err := e.turn(ctx, lease, res)
+	out, err = e.answer(ctx, lease, out, err)
 	return out, e.finish(ctx, lease, out, err)
 }
 
@@ -269,6 +302,9 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 		return nil, err
 	}
 	e.step("restore")
+	if in, err = e.answerInput(ctx, lease, in); err != nil {
+		return nil, err
+	}
 	// 5. Bootstrap the CLI if its executable is missing.
 	live, cmd, err := e.command(ctx, lease, in)
 	if err != nil {
@@ -277,6 +313,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	e.step("bootstrap")
 	// 7 and 8. Run, stream, classify.
 	st := newStream(e, lease, live, in, cmd)
+	e.snapshotBefore(ctx, lease)
 	runErr := st.run(ctx, cmd)
 	res.Session, res.Text, res.Exit, res.Steered = st.native, st.final, st.exit, st.steered
 	e.step("run")

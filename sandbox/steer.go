@@ -65,7 +65,11 @@ func (e *engine) resumeWith(ctx context.Context, lease *Lease, prev *Result, msg
 	o := *e.o
 	o.Lease = lease
 	next := &engine{t: t, o: &o, red: e.red, hold: e.hold}
+	next.ans.inner = true // the outer turn checks the answer
 	res, err := next.run(ctx)
+	if e.hold == nil {
+		e.hold = next.hold // released when this turn's Run ends
+	}
 	if res != nil {
 		res.Usage = prev.Usage.Add(res.Usage)
 		res.Steered += prev.Steered + 1

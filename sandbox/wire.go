@@ -1,10 +1,12 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/output"
 )
 
 // ResultLine is a finished turn on the wire: the last line of `outpost run
@@ -30,6 +32,14 @@ type ResultLine struct {
 	StartedAt   time.Time `json:"started_at"`
 	CompletedAt time.Time `json:"completed_at"`
 	DurationMS  int64     `json:"duration_ms"`
+	// Output is the validated answer of a schema turn; Protocol the parsed
+	// block of a protocol turn; ChangedFiles the workspace files the turn
+	// changed, as outpost computed them; Attempts each answer attempt's
+	// usage and errors (docs/output.md).
+	Output       json.RawMessage `json:"output,omitempty"`
+	Protocol     *output.Outcome `json:"protocol,omitempty"`
+	ChangedFiles *output.Changes `json:"changed_files,omitempty"`
+	Attempts     []Attempt       `json:"attempts,omitempty"`
 	// ExitCode is the exit status `outpost run` exits with for this turn
 	// (docs/errors.md).
 	ExitCode int                `json:"exit_code"`
@@ -45,6 +55,7 @@ func NewResultLine(res *Result, err error) ResultLine {
 		Type: "result", Conversation: res.Conversation, Parent: res.Parent, Agent: res.Agent,
 		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
 		ThreadUsage: res.ThreadUsage, StartedAt: res.StartedAt, CompletedAt: res.CompletedAt, DurationMS: res.DurationMS,
+		Output: res.Output, Protocol: res.Protocol, ChangedFiles: res.ChangedFiles, Attempts: res.Attempts,
 		ExitCode: outpost.ExitCode(err), Error: outpost.ToJSON(err),
 	}
 }

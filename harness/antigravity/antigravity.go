@@ -92,6 +92,7 @@ func Harness() *harness.Harness {
 		Storage:               Storage(),
 		Capture:               harness.True,
 		Resumable:             harness.True,
+		NativeSchema:          true,
 		Forkable:              harness.False,
 		Inactivity:            Inactivity,
 	}
@@ -149,6 +150,10 @@ func Request(in harness.Input) (harness.Command, error) {
 		}
 	}
 	args = append(args, "--output-format", "stream-json", "--print-timeout", timeout)
+	if in.SchemaFile != "" {
+		// Published facts: agy takes --json-schema F (not measured here).
+		args = append(args, "--json-schema", in.SchemaFile)
+	}
 	if in.Model != "" {
 		if !modelRE.MatchString(in.Model) {
 			return harness.Command{}, fmt.Errorf("antigravity: invalid model name %q", in.Model)

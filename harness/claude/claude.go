@@ -84,13 +84,19 @@ func Harness() *harness.Harness {
 			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 			"DISABLE_AUTOUPDATER":                      "1",
 		},
-		Storage:    Storage(),
-		Capture:    harness.True,
-		Resumable:  harness.True,
-		Forkable:   harness.True,
-		Inactivity: Inactivity,
+		Storage:      Storage(),
+		Capture:      harness.True,
+		Resumable:    harness.True,
+		NativeSchema: true,
+		Forkable:     harness.True,
+		Inactivity:   Inactivity,
 	}
 }
+
+// MaxArgSchema bounds a schema passed inline with --json-schema (the CLI
+// takes the JSON itself, not a file, and one argument is at most 128 KiB on
+// Linux).
+const MaxArgSchema = 96 << 10
 
 // turnCommand is what Request and LiveInput share.
 type turnCommand struct {
@@ -131,6 +137,15 @@ func build(in harness.Input) (turnCommand, error) {
 			return tc, fmt.Errorf("claude: invalid model name %q", in.Model)
 		}
 		tc.args = append(tc.args, "--model="+in.Model)
+	}
+	if len(in.Schema) > 0 {
+		// The CLI offers the model a StructuredOutput tool with this input
+		// schema, re-prompts once when it answers in text, and reports the
+		// value as the result's text (docs/output.md).
+		if len(in.Schema) > MaxArgSchema {
+			return tc, fmt.Errorf("claude: the schema is %d bytes; --json-schema takes at most %d", len(in.Schema), MaxArgSchema)
+		}
+		tc.args = append(tc.args, "--json-schema", string(in.Schema))
 	}
 	if in.Conversation != "" {
 		if !ValidSessionID(in.Conversation) {
@@ -211,7 +226,8 @@ var reserved = kit.Flags{
 	"--model": "use the agent's model", "--permission-mode": "use the " + OptionPermissionMode + " option",
 	"--include-partial-messages": "use the " + OptionPartialMessages + " option",
 	"--no-session-persistence":   "outpost captures the session file", "--bg": "", "--background": "",
-	"-h": "", "--help": "", "-v": "", "--version": "",
+	"--json-schema": "use the turn's schema (outpost run --schema)",
+	"-h":            "", "--help": "", "-v": "", "--version": "",
 }
 
 // checkExtraArg refuses "--" (outpost places it before the prompt) and

@@ -268,7 +268,13 @@ func (l *live) response(o obj, w io.Writer) []harness.Event {
 		if m := res.str("model"); m != "" {
 			ev.Details = map[string]any{"model": m}
 		}
-		if err := l.request(w, "turn/start", map[string]any{"threadId": id, "input": textInput(l.in.Prompt)}); err != nil {
+		params := map[string]any{"threadId": id, "input": textInput(l.in.Prompt)}
+		if len(l.in.Schema) > 0 {
+			// TurnStartParams.outputSchema (the app-server's JSON schema):
+			// the same constraint as exec --output-schema.
+			params["outputSchema"] = json.RawMessage(l.in.Schema)
+		}
+		if err := l.request(w, "turn/start", params); err != nil {
 			return append([]harness.Event{ev}, l.fail("codex app-server: "+err.Error())...)
 		}
 		return []harness.Event{ev}

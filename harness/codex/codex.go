@@ -130,6 +130,7 @@ func Harness() *harness.Harness {
 		Storage:               Storage(),
 		Capture:               harness.True,
 		Resumable:             harness.True,
+		NativeSchema:          true,
 		Forkable:              harness.True,
 		Inactivity:            Inactivity,
 	}
@@ -376,6 +377,11 @@ func Request(in harness.Input) (harness.Command, error) {
 	}
 	for _, p := range s.configPairs() {
 		args = append(args, "-c", p)
+	}
+	if in.SchemaFile != "" {
+		// Codex sends the schema as the request's text.format (strict
+		// json_schema) and the final message is the value.
+		args = append(args, "--output-schema", in.SchemaFile)
 	}
 	args = append(args, in.ExtraArgs...)
 	args = append(args, "--")

@@ -372,6 +372,20 @@ func (a *agent) turn(dir, id, parent string, history []record, prompt string, ms
 	if len(extra) > 0 {
 		reply += "\n" + strings.Join(extra, "\n")
 	}
+	for _, op := range fileOps(prompt) {
+		id := fmt.Sprintf("tool-%d", turn)
+		a.emit(line{Type: "tool_call", ID: id, Name: "shell", Input: json.RawMessage(op.input)})
+		a.emit(line{Type: "tool_result", ID: id, Output: op.run()})
+	}
+	if block, ok := jsonAnswer(history, prompt, turn); ok {
+		// The prompt on a line of its own: one that ends with a fence
+		// (an instruction restating a schema) must not swallow the block.
+		reply = fmt.Sprintf("echo (turn %d):\n%s", turn, prompt)
+		if len(extra) > 0 {
+			reply += "\n" + strings.Join(extra, "\n")
+		}
+		reply += "\n\n```json\n" + block + "\n```"
+	}
 	a.emit(line{Type: "text", ID: "m1", Text: reply})
 	a.flush()
 
@@ -386,6 +400,85 @@ func (a *agent) turn(dir, id, parent string, history []record, prompt string, ms
 	a.emit(line{Type: "done", Text: reply, Usage: &nativeUsage{Input: words(prompt), Output: words(reply), CacheRead: histWords}})
 	a.flush()
 	return 0, false
+}
+
+// jsonAnswer is the structured answer the JSON directives ask for, read
+// from the whole conversation (a repair turn's prompt holds none):
+// #json=<value> (to the end of its line) answers value; #badjson answers a
+// block that is not JSON; #json-after=N answers a broken block for the
+// first N turns, then the #json value (default {"ok":true}).
+func jsonAnswer(history []record, prompt string, turn int) (string, bool) {
+	all := prompt
+	for _, r := range history {
+		if r.Role == "user" {
+			all = r.Text + "\n" + all
+		}
+	}
+	value, hasValue := "", false
+	if i := strings.Index(all, "#json="); i >= 0 {
+		value, _, _ = strings.Cut(all[i+len("#json="):], "\n")
+		value, hasValue = strings.TrimSpace(value), true
+	}
+	after := -1
+	if i := strings.Index(all, "#json-after="); i >= 0 {
+		if n, err := strconv.Atoi(firstWord(all[i+len("#json-after="):])); err == nil && n >= 0 {
+			after = n
+		}
+	}
+	switch {
+	case strings.Contains(all, "#badjson"), after >= 0 && turn <= after:
+		return `{"broken": `, true
+	case after >= 0 && !hasValue:
+		return `{"ok":true}`, true
+	}
+	return value, hasValue
+}
+
+// fileOp is a file change the agent makes through its shell tool.
+type fileOp struct {
+	input string
+	run   func() string
+}
+
+// fileOps are the #write=PATH, #append=PATH and #rm=PATH directives of
+// prompt, relative to the working directory, in order.
+func fileOps(prompt string) []fileOp {
+	var ops []fileOp
+	for _, f := range strings.Fields(prompt) {
+		verb, name, ok := strings.Cut(f, "=")
+		if !ok || name == "" {
+			continue
+		}
+		cmd, _ := json.Marshal(map[string]string{"command": strings.TrimPrefix(verb, "#") + " " + name})
+		switch verb {
+		case "#write":
+			ops = append(ops, fileOp{string(cmd), func() string {
+				if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+					return err.Error()
+				}
+				return errText(os.WriteFile(name, []byte("written by echo\n"), 0o644))
+			}})
+		case "#append":
+			ops = append(ops, fileOp{string(cmd), func() string {
+				f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+				if err != nil {
+					return err.Error()
+				}
+				_, err = f.WriteString("appended by echo\n")
+				return errText(errors.Join(err, f.Close()))
+			}})
+		case "#rm":
+			ops = append(ops, fileOp{string(cmd), func() string { return errText(os.Remove(name)) }})
+		}
+	}
+	return ops
+}
+
+func errText(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "ok"
 }
 
 func withoutMeta(rs []record) []record {

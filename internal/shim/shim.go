@@ -19,6 +19,9 @@
 //     shim: `docker exec` cannot signal an exec'd process, let alone its
 //     group.
 //   - lookpath finds an executable on a PATH, as exec would.
+//   - snapshot describes the workspace's files (driver.WalkWorkspace) as
+//     one JSON document, so the engine can tell which files a turn
+//     changed without copying any content out.
 //
 // The handshake, the status file and the signal protocol are private to
 // this package and the provider; both come from the same build.
@@ -27,6 +30,7 @@ package shim
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -40,6 +44,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // Subcommand is the hidden outpost subcommand that runs the shim.
@@ -95,6 +101,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return signalMain(args[1:], stderr)
 	case "lookpath":
 		return lookpathMain(args[1:], stdout, stderr)
+	case "snapshot":
+		return snapshotMain(args[1:], stdout, stderr)
 	case "sum":
 		return sumMain(args[1:], stdout, stderr)
 	case "reap":
@@ -412,6 +420,32 @@ func parentOf(pid int) (int, bool) {
 	}
 	n, err := strconv.Atoi(f[1])
 	return n, err == nil
+}
+
+// SnapshotArgs returns the command line that prints the snapshot of dir,
+// bounded to limit files, as JSON (driver.Snapshot).
+func SnapshotArgs(binary, dir string, limit int) []string {
+	return []string{binary, Subcommand, "snapshot", "--limit=" + strconv.Itoa(limit), dir}
+}
+
+func snapshotMain(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("snapshot", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	limit := fl.Int("limit", 20000, "most files described")
+	if err := fl.Parse(args); err != nil || fl.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: outpost sandbox-shim snapshot [--limit=N] DIR")
+		return 2
+	}
+	s, err := driver.WalkWorkspace(context.Background(), fl.Arg(0), *limit)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if err := json.NewEncoder(stdout).Encode(s); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
 }
 
 func lookpathMain(args []string, stdout, stderr io.Writer) int {

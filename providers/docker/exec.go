@@ -438,6 +438,11 @@ type result struct {
 // run runs a helper command of the shim (not under the exec shim) to
 // completion, with env added to the container's environment.
 func (s *Sandbox) run(ctx context.Context, cmd, env []string) (result, error) {
+	return s.runLimit(ctx, cmd, env, 1<<20)
+}
+
+// runLimit is run keeping at most max bytes of standard output.
+func (s *Sandbox) runLimit(ctx context.Context, cmd, env []string, max int) (result, error) {
 	ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{AttachStdout: true, AttachStderr: true, Env: env, Cmd: cmd})
 	if err != nil {
 		return result{}, s.execErr(ctx, cmd[len(cmd)-1], err)
@@ -450,7 +455,7 @@ func (s *Sandbox) run(ctx context.Context, cmd, env []string) (result, error) {
 	var out, errb bytes.Buffer
 	copied := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(&limited{&out, 1 << 20}, &limited{&errb, 1 << 20}, resp.Reader)
+		_, err := stdcopy.StdCopy(&limited{&out, max}, &limited{&errb, 1 << 20}, resp.Reader)
 		copied <- err
 	}()
 	select {
@@ -518,4 +523,25 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 		return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
 	}
 	return "", fmt.Errorf("docker: looking up %s: exit %d: %s", name, res.code, strings.TrimSpace(string(res.stderr)))
+}
+
+// SnapshotWorkspace describes the workspace's files, inside the container
+// (the shim walks it: no content is copied), skipping .git directories and
+// .outpost. It implements driver.Snapshotter, in both workspace modes.
+func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (driver.Snapshot, error) {
+	res, err := s.runLimit(ctx, shim.SnapshotArgs(BinaryPath, Workspace, limit), nil, 256<<20)
+	if err != nil {
+		return driver.Snapshot{}, err
+	}
+	if res.code != 0 {
+		return driver.Snapshot{}, fmt.Errorf("docker: snapshot of the workspace: exit %d: %s", res.code, strings.TrimSpace(string(res.stderr)))
+	}
+	var snap driver.Snapshot
+	if err := json.Unmarshal(res.stdout, &snap); err != nil {
+		return driver.Snapshot{}, fmt.Errorf("docker: snapshot of the workspace: %w", err)
+	}
+	if snap.Files == nil {
+		snap.Files = map[string]driver.FileStat{}
+	}
+	return snap, nil
 }

@@ -456,6 +456,14 @@ func (s *Sandbox) List(ctx context.Context, dir string) ([]string, error) {
 	return out, err
 }
 
+// SnapshotWorkspace describes the files of the working directory (metadata
+// only), skipping .git directories, .outpost and the provider's own
+// directory of homes when the working directory holds it. It implements
+// driver.Snapshotter.
+func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (driver.Snapshot, error) {
+	return driver.WalkWorkspace(ctx, s.workdir, limit, filepath.Dir(s.dir))
+}
+
 // Close removes the lease's home. The working directory is the caller's
 // and stays.
 func (s *Sandbox) Close(ctx context.Context) error {

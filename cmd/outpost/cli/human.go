@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +15,10 @@ import (
 	"github.com/outposthq/outpost/sandbox"
 )
 
-var osLookupEnv = os.LookupEnv
+var (
+	osLookupEnv = os.LookupEnv
+	osOpen      = os.Open
+)
 
 // humanWriter shows a turn to a person: the assistant's text streams on
 // stdout; tools, notices and the summary go to stderr, so stdout can be
@@ -105,6 +110,28 @@ func (h *humanWriter) result(res *sandbox.Result, err error) {
 			}
 		} else {
 			fmt.Fprintf(h.err, "outpost: %v\n", err)
+		}
+	}
+	// The structured answer goes to stdout, indented, after the stream;
+	// what changed to stderr.
+	var answer []byte
+	if len(res.Output) > 0 {
+		answer = res.Output
+	} else if res.Protocol != nil {
+		answer, _ = json.Marshal(res.Protocol)
+	}
+	if len(answer) > 0 {
+		var buf bytes.Buffer
+		if json.Indent(&buf, answer, "", "  ") == nil {
+			fmt.Fprintf(h.out, "%s\n", buf.Bytes())
+		}
+	}
+	if c := res.ChangedFiles; c != nil && len(c.Files) > 0 {
+		for _, f := range c.Files {
+			fmt.Fprintf(h.err, "· %s %s\n", f.Operation, f.Path)
+		}
+		if !c.Complete {
+			fmt.Fprintf(h.err, "· (the workspace is larger than the snapshot bound: more files may have changed)\n")
 		}
 	}
 	if res.Conversation != "" || res.Agent != "" {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/output"
 	"github.com/outposthq/outpost/sandbox"
 )
 
@@ -33,6 +35,8 @@ func ErrorToJSON(err error) *ErrorJSON { return outpost.ToJSON(err) }
 type runFlags struct {
 	agent, sandbox, model, workdir, resume, fork, image string
 	command, trace                                      string
+	schema, protocol                                    string
+	repairs                                             int
 	timeout, inactivity, retryBound, wait               time.Duration
 	env, set, options                                   []string
 	json, raw, steerStdin, verbose                      bool
@@ -99,10 +103,14 @@ $XDG_CONFIG_HOME/outpost/agents/NAME.json.`,
 	fl.BoolVar(&f.raw, "raw", false, "with --json: include each event's native line")
 	fl.BoolVar(&f.steerStdin, "steer-stdin", false, "read messages for the running turn from standard input, one per line")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "show the agent's standard error")
+	fl.StringVar(&f.schema, "schema", "", "JSON Schema FILE (or - for standard input) the answer must match; the validated value is printed (docs/output.md)")
+	fl.IntVar(&f.repairs, "repairs", sandbox.DefaultRepairs, "response repair attempts for an answer that does not match (0 disables)")
+	fl.StringVar(&f.protocol, "protocol", "", "ask for the result/handoff block: handoff")
 	fl.StringVar(&f.command, "command", "", "run this executable in place of the preset's program (no bootstrap)")
 	fl.StringVar(&f.trace, "trace", "", "append a JSON-lines trace of the turn to this file (steps, events, classification; redacted)")
 	fl.DurationVar(&f.retryBound, "retry-bound", 0, "stop the turn when the agent only retries for this long (default: the preset's; negative: never)")
 	c.MarkFlagsMutuallyExclusive("resume", "fork")
+	c.MarkFlagsMutuallyExclusive("schema", "protocol")
 	return c
 }
 
@@ -135,6 +143,20 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	}
 	if _, err := lookupAgent(f.agent); err != nil {
 		return a.fail(f, nil, err)
+	}
+	if prompt == "-" && f.schema == "-" {
+		return usageError{errors.New("the prompt and --schema cannot both come from standard input")}
+	}
+	var schema []byte
+	if f.schema != "" {
+		if f.schema == "-" && f.steerStdin {
+			return usageError{errors.New("--steer-stdin reads standard input: --schema cannot come from it too")}
+		}
+		b, err := readSchema(a.stdin, f.schema)
+		if err != nil {
+			return a.fail(f, nil, err)
+		}
+		schema = b
 	}
 	if prompt == "-" {
 		if f.steerStdin {
@@ -208,6 +230,9 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		ExtraArgs:  f.extra,
 		Command:    f.command,
 		RetryBound: f.retryBound,
+		Output:     schema,
+		Repairs:    &f.repairs,
+		Protocol:   f.protocol,
 	}
 	var out eventWriter
 	if f.json {
@@ -274,6 +299,32 @@ func (a *app) finish(out eventWriter, f runFlags, res *sandbox.Result, err error
 }
 
 func lookupEnv(k string) (string, bool) { return osLookupEnv(k) }
+
+// readSchema reads --schema: a file, or standard input for "-", bounded.
+// What it reads is compiled by the engine (a configuration error for a
+// document that is not a valid schema, before any sandbox exists).
+func readSchema(stdin io.Reader, name string) ([]byte, error) {
+	var r io.Reader = stdin
+	if name != "-" {
+		f, err := osOpen(name)
+		if err != nil {
+			return nil, outpost.Wrap(outpost.Configuration, "schema", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, output.MaxSchema+1))
+	if err != nil {
+		return nil, outpost.Wrap(outpost.Configuration, "schema", err)
+	}
+	if len(b) > output.MaxSchema {
+		return nil, outpost.Errorf(outpost.Configuration, "schema", "%s: %w", name, fmt.Errorf("%w: over the %d byte limit", output.ErrSchema, output.MaxSchema))
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, outpost.Errorf(outpost.Configuration, "schema", "%s: %w", name, fmt.Errorf("%w: empty document", output.ErrSchema))
+	}
+	return b, nil
+}
 
 // eventWriter renders a turn.
 type eventWriter interface {

@@ -31,7 +31,10 @@ type Request struct {
 	Messages      []Message // the messages, flattened to text
 	LastUserText  string    // text of the last role:"user" message (see Message.Text)
 	HasToolResult bool      // the last user message carries a tool_result block
-	Scenario      string    // name of the scenario served ("" for other paths)
+	// Tools are the names of the tools the request offers the model, in
+	// order (Claude Code offers StructuredOutput with --json-schema).
+	Tools    []string
+	Scenario string // name of the scenario served ("" for other paths)
 }
 
 // IsMessages reports whether r is a POST to the Messages API.
@@ -135,6 +138,15 @@ func (r *Request) fillMessages() {
 		r.MaxTokens = int(mt)
 	}
 	r.Messages = parseMessages(r.JSON)
+	if tools, ok := r.JSON["tools"].([]any); ok {
+		for _, t := range tools {
+			if tm, ok := t.(map[string]any); ok {
+				if n, ok := tm["name"].(string); ok {
+					r.Tools = append(r.Tools, n)
+				}
+			}
+		}
+	}
 	r.NumMessages = len(r.Messages)
 	for i := len(r.Messages) - 1; i >= 0; i-- {
 		if r.Messages[i].Role == "user" {
@@ -160,11 +172,36 @@ func (r Request) UserTexts() []string {
 	return out
 }
 
+// HasTool reports whether the request offers the tool name.
+func (r Request) HasTool(name string) bool {
+	for _, t := range r.Tools {
+		if t == name {
+			return true
+		}
+	}
+	return false
+}
+
+// ToolSchema returns the input schema of the offered tool name, re-encoded
+// (for StructuredOutput: the --json-schema the CLI was given), or nil.
+func (r Request) ToolSchema(name string) []byte {
+	tools, _ := r.JSON["tools"].([]any)
+	for _, t := range tools {
+		tm, _ := t.(map[string]any)
+		if n, _ := tm["name"].(string); n == name && tm["input_schema"] != nil {
+			b, _ := json.Marshal(tm["input_schema"])
+			return b
+		}
+	}
+	return nil
+}
+
 func (r Request) clone() Request {
 	c := r
 	c.Header = r.Header.Clone()
 	c.Body = append([]byte(nil), r.Body...)
 	c.Messages = append([]Message(nil), r.Messages...)
+	c.Tools = append([]string(nil), r.Tools...)
 	// JSON is shared read-only: it is never modified after recording.
 	return c
 }

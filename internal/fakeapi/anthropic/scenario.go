@@ -105,6 +105,19 @@ func ToolUse(name string, input any) Scenario {
 	return Scenario{Kind: KindToolUse, Tool: &ToolCall{Name: name, Input: raw}}
 }
 
+// StructuredOutputTool is the name of the tool Claude Code offers the model
+// when it runs with --json-schema: the model answers by calling it with the
+// value as its input.
+const StructuredOutputTool = "StructuredOutput"
+
+// StructuredOutput returns a ToolUse scenario answering with value through
+// Claude Code's StructuredOutput tool (--json-schema).
+func StructuredOutput(value any) Scenario {
+	sc := ToolUse(StructuredOutputTool, value)
+	sc.Name = "structured"
+	return sc
+}
+
 // Bash returns a ToolUse scenario calling Claude Code's Bash tool with command.
 func Bash(command string) Scenario {
 	return ToolUse("Bash", map[string]string{"command": command, "description": "Run a command"})
@@ -240,7 +253,13 @@ var byName = map[string]func(o *Options) Scenario{
 		sc.Text = "Running it."
 		return sc
 	},
-	"echo":         func(o *Options) Scenario { return Echo() },
+	"echo": func(o *Options) Scenario { return Echo() },
+	"structured": func(o *Options) Scenario {
+		if json.Valid([]byte(o.Text)) {
+			return StructuredOutput(json.RawMessage(o.Text))
+		}
+		return StructuredOutput(nil)
+	},
 	"slow":         func(o *Options) Scenario { return Slow("", 0) },
 	"stall":        func(o *Options) Scenario { return Stall() },
 	"hang":         func(o *Options) Scenario { return Hang() },

@@ -10,7 +10,8 @@
 //  3. Options.AfterTool (default Echo) when the last user message carries a tool_result;
 //  4. a marker in the last user message text: FAKE_TOOL, FAKE_THINK, FAKE_ECHO,
 //     FAKE_SLOW, FAKE_STALL, FAKE_HANG, FAKE_STREAM_ERROR, FAKE_429,
-//     FAKE_USAGE_LIMIT, FAKE_529, FAKE_500, FAKE_401, FAKE_403, FAKE_400
+//     FAKE_USAGE_LIMIT, FAKE_529, FAKE_500, FAKE_401, FAKE_403, FAKE_400,
+//     FAKE_STRUCTURED (a StructuredOutput tool call with Options.Text as input)
 //     (see MarkerScenario; disable with Options.NoMarkers);
 //  5. Options.Default (default: Text of Options.Text).
 //

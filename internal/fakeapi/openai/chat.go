@@ -29,6 +29,11 @@ func parseChatInput(req *Request, body map[string]any) {
 			}
 		}
 	}
+	if f, ok := body["response_format"].(map[string]any); ok {
+		if typ, _ := f["type"].(string); typ != "" && typ != "text" {
+			req.OutputFormat = f
+		}
+	}
 	if tools, ok := body["tools"].([]any); ok {
 		for _, t := range tools {
 			m, _ := t.(map[string]any)

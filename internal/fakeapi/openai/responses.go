@@ -43,6 +43,13 @@ func parseResponsesInput(req *Request, body map[string]any) {
 			}
 		}
 	}
+	if t, ok := body["text"].(map[string]any); ok {
+		if f, ok := t["format"].(map[string]any); ok {
+			if typ, _ := f["type"].(string); typ != "" && typ != "text" {
+				req.OutputFormat = f
+			}
+		}
+	}
 	if tools, ok := body["tools"].([]any); ok {
 		for _, t := range tools {
 			m, _ := t.(map[string]any)

@@ -109,8 +109,34 @@ type Request struct {
 	ToolOutput string
 	// ToolNames are the names of the tools offered (type for nameless built-in tools).
 	ToolNames []string
+	// OutputFormat is the structured-output format the client asked for:
+	// Responses body.text.format (Codex --output-schema sends
+	// {"type":"json_schema","name","schema","strict"}), Chat
+	// body.response_format. Nil when the request asked for plain text.
+	OutputFormat map[string]any
 	// Served is the scenario kind the server answered with.
 	Served Kind
+}
+
+// OutputSchema returns the JSON Schema of OutputFormat (its "schema", or
+// for Chat its "json_schema"."schema"), re-encoded, or nil.
+func (r *Request) OutputSchema() []byte {
+	f := r.OutputFormat
+	if f == nil {
+		return nil
+	}
+	if js, ok := f["json_schema"].(map[string]any); ok {
+		f = js
+	}
+	sch, ok := f["schema"]
+	if !ok {
+		return nil
+	}
+	b, err := json.Marshal(sch)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // Authorization returns the Authorization header.

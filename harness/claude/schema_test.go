@@ -1,0 +1,40 @@
+package claude
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/outposthq/outpost/harness"
+)
+
+// TestNativeSchema: the preset passes the turn's schema to the CLI.
+func TestNativeSchema(t *testing.T) {
+	if !Harness().NativeSchema {
+		t.Fatal("NativeSchema is not set")
+	}
+	schema := []byte(`{"type":"object"}`)
+	cmd, err := Request(harness.Input{Prompt: "hi", Workdir: "/w", Home: "/h", Schema: schema, SchemaFile: "/h/.outpost/schema-1.json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag, value := "--json-schema", `{"type":"object"}`
+	i := slices.Index(cmd.Args, flag)
+	if i < 0 || i+1 >= len(cmd.Args) || cmd.Args[i+1] != value {
+		t.Errorf("args %q lack %s %s", cmd.Args, flag, value)
+	}
+	cmd, err = Request(harness.Input{Prompt: "hi", Workdir: "/w", Home: "/h"})
+	if err != nil || strings.Contains(strings.Join(cmd.Args, " "), flag) {
+		t.Errorf("without a schema: %q, %v", cmd.Args, err)
+	}
+}
+
+func TestSchemaTooLargeForArgument(t *testing.T) {
+	big := []byte(`{"description":"` + strings.Repeat("x", MaxArgSchema) + `"}`)
+	if _, err := Request(harness.Input{Prompt: "hi", Schema: big}); err == nil || !strings.Contains(err.Error(), "--json-schema") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := Request(harness.Input{Prompt: "hi", ExtraArgs: []string{"--json-schema", "{}"}}); err == nil {
+		t.Error("--json-schema as an extra argument was accepted")
+	}
+}
