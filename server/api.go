@@ -39,10 +39,10 @@ type TurnRequest struct {
 	// Raw attaches each event's native line (redacted).
 	Raw bool `json:"raw,omitempty"`
 
-	// Structured answers (schema, repairs, protocol) belong to the
-	// structured-answers issue: the fields are reserved and bounded here,
-	// and a request that sets them is refused until the engine takes them
-	// (Turn gains them there; structured() passes them on).
+	// Structured answers (docs/output.md): Schema is a JSON Schema the
+	// answer must match (bounded by Options.MaxSchema), Repairs bounds the
+	// repair attempts (nil: 2; 0: none), Protocol "handoff" asks for the
+	// result/handoff block.
 	Schema   json.RawMessage `json:"schema,omitempty"`
 	Repairs  *int            `json:"repairs,omitempty"`
 	Protocol string          `json:"protocol,omitempty"`

@@ -56,6 +56,15 @@ func TestAPI(t *testing.T) {
 	if text, _ := res["text"].(string); !strings.Contains(text, "ECHO_API_KEY=[REDACTED]") {
 		t.Errorf("the leaked variable is not redacted in the answer: %q", text)
 	}
+	// A structured answer: the schema reaches the engine and the validated
+	// value comes back as the result's output (validated against the
+	// OpenAPI document like every exchange).
+	st = ts.startTurn(map[string]any{"prompt": `answer #json={"n":3}`, "schema": map[string]any{"type": "object", "required": []string{"n"}}, "repairs": 0})
+	items = ts.events(st.ID, 0, nil)
+	res = items[len(items)-1].data
+	if out, _ := res["output"].(map[string]any); res["error"] != nil || out["n"] != 3.0 {
+		t.Errorf("schema turn result: %s", items[len(items)-1].raw)
+	}
 	// A secret a request passes, and one of .outpost/.env, leaked on purpose.
 	for _, leak := range []map[string]any{
 		{"prompt": "#leak MY_API_KEY", "env": map[string]string{"MY_API_KEY": canary}},
@@ -147,7 +156,7 @@ func TestAPI(t *testing.T) {
 
 	// Metrics: turns by agent, sandbox and code; no secrets.
 	code, b, _ = ts.do("GET", "/metrics", nil)
-	for _, want := range []string{`outpost_turns_total{agent="echo",code="ok",sandbox="local"} 4`, "outpost_turn_duration_seconds_bucket", `outpost_tokens_total{agent="echo",kind="output"}`, "outpost_turns_queued 0", `outpost_pool_sandboxes{sandbox="local",state="ready"}`} {
+	for _, want := range []string{`outpost_turns_total{agent="echo",code="ok",sandbox="local"} 5`, "outpost_turn_duration_seconds_bucket", `outpost_tokens_total{agent="echo",kind="output"}`, "outpost_turns_queued 0", `outpost_pool_sandboxes{sandbox="local",state="ready"}`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)
 		}
@@ -234,7 +243,8 @@ func TestAbuse(t *testing.T) {
 		{"oversized steer", "POST", "/v1/turns/t000000000000000000000000/messages", map[string]any{"text": big}, nil, 404, "not_found"},
 		{"unknown field", "POST", "/v1/turns", map[string]any{"prompt": "x", "workdir": "/etc"}, nil, 400, "bad_request"},
 		{"schema too large", "POST", "/v1/turns", map[string]any{"prompt": "x", "schema": map[string]any{"description": strings.Repeat("y", 70<<10)}}, nil, 413, "too_large"},
-		{"schema not supported yet", "POST", "/v1/turns", map[string]any{"prompt": "x", "schema": map[string]any{"type": "object"}}, nil, 501, "unsupported"},
+		{"unknown protocol", "POST", "/v1/turns", map[string]any{"prompt": "x", "protocol": "nope"}, nil, 400, "bad_request"},
+		{"negative repairs", "POST", "/v1/turns", map[string]any{"prompt": "x", "repairs": -1}, nil, 400, "bad_request"},
 		{"timeout over the ceiling", "POST", "/v1/turns", map[string]any{"prompt": "x", "timeout_ms": 3_600_000}, nil, 400, "bad_request"},
 		{"negative timeout", "POST", "/v1/turns", map[string]any{"prompt": "x", "timeout_ms": -1}, nil, 400, "bad_request"},
 		{"setting not allowed", "POST", "/v1/turns", map[string]any{"prompt": "x", "settings": map[string]string{"host": "tcp://192.0.2.1:2375"}}, nil, 400, "bad_request"},

@@ -126,9 +126,6 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	if len(req.Schema) > s.o.MaxSchema {
 		return nil, fail(outpost.Configuration, ReasonTooLarge, fmt.Sprintf("schema of %d bytes is over the limit of %d", len(req.Schema), s.o.MaxSchema))
 	}
-	if err := req.structured(); err != nil {
-		return nil, err
-	}
 	if req.TimeoutMS < 0 {
 		return nil, fail(outpost.Configuration, ReasonBadRequest, "timeout_ms is negative")
 	}
@@ -183,6 +180,9 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 		Inactivity: time.Duration(req.InactivityMS) * time.Millisecond,
 		Options:    req.Options,
 	}
+	if err := req.structured(&st); err != nil {
+		return nil, err
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -213,12 +213,22 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	return t, nil
 }
 
-// structured refuses the structured-answer fields until the engine takes
-// them (the structured-answers issue sets them on sandbox.Turn here).
-func (r *TurnRequest) structured() error {
-	if len(r.Schema) > 0 || r.Repairs != nil || r.Protocol != "" {
-		return fail(outpost.Configuration, ReasonUnsupported, "structured answers (schema, repairs, protocol) are not supported by this server yet")
+// structured checks the structured-answer fields (docs/output.md) and
+// sets them on the turn; the engine compiles the schema before any
+// sandbox is allocated, so a bad one fails the turn with configuration.
+func (r *TurnRequest) structured(t *sandbox.Turn) error {
+	if r.Repairs != nil && *r.Repairs < 0 {
+		return fail(outpost.Configuration, ReasonBadRequest, "repairs is negative")
 	}
+	switch r.Protocol {
+	case "", "handoff":
+	default:
+		return fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("unknown protocol %q (known: handoff)", r.Protocol))
+	}
+	if len(r.Schema) > 0 && !json.Valid(r.Schema) {
+		return fail(outpost.Configuration, ReasonBadRequest, "schema is not JSON")
+	}
+	t.Output, t.Repairs, t.Protocol = r.Schema, r.Repairs, r.Protocol
 	return nil
 }
 
