@@ -249,13 +249,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	cctx := context.WithoutCancel(ctx)
-	var cancel context.CancelFunc
-	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && time.Until(d) > 0 {
-		cctx, cancel = context.WithDeadline(cctx, d)
-	} else {
-		cctx, cancel = context.WithTimeout(cctx, closeTimeout)
-	}
+	cctx, cancel := driver.ReleaseContext(ctx, closeTimeout)
 	defer cancel()
 	c, err := s.liveConn(cctx)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/outposthq/outpost/harness"
 )
@@ -251,3 +252,15 @@ var ErrClosed = errors.New("sandbox: lease released")
 // sandbox also reports Vanished; the portable layer reports the failure as
 // code sandbox with details.vanished and details.disconnected.
 var ErrDisconnected = errors.New("sandbox: connection to the sandbox's host lost")
+
+// ReleaseContext is the context a Sandbox.Close works under: ctx's values
+// without its cancellation, bounded by ctx's deadline while that is still
+// ahead, else by fallback. A release must finish even when the turn that
+// asks for it was cancelled.
+func ReleaseContext(ctx context.Context, fallback time.Duration) (context.Context, context.CancelFunc) {
+	cctx := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && time.Until(d) > 0 {
+		return context.WithDeadline(cctx, d)
+	}
+	return context.WithTimeout(cctx, fallback)
+}
