@@ -108,6 +108,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "reap":
 		return reapMain(args[1:], stdout, stderr)
 	}
+	if f, ok := fileModes[args[0]]; ok {
+		return f(args[1:], stdin, stdout, stderr)
+	}
 	fmt.Fprintf(stderr, "outpost sandbox-shim: unknown mode %q\n", args[0])
 	return 2
 }

@@ -1,0 +1,202 @@
+package kubernetes
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+
+	"github.com/outposthq/outpost/internal/shim"
+	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/internal/workspace"
+)
+
+// ErrPath is wrapped when a path given to CopyIn or CopyOut is not an
+// absolute, clean path inside the pod's own filesystem.
+var ErrPath = errors.New("kubernetes: invalid sandbox path")
+
+func checkPath(p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
+		return fmt.Errorf("%w: %q is not an absolute clean path", ErrPath, p)
+	}
+	for _, k := range []string{"/proc", "/sys", "/dev"} {
+		if p == k || strings.HasPrefix(p, k+"/") {
+			return fmt.Errorf("%w: %s is a kernel filesystem", ErrPath, p)
+		}
+	}
+	return nil
+}
+
+// CopyIn extracts a tar stream into dir (made with its parents, mode
+// 0700), through the shim's untar mode: files belong to the sandbox's
+// user, setuid/setgid/sticky bits are dropped, and no entry or link met
+// on the way writes outside dir. The archive is read and checked whole
+// before anything is sent, so an archive that fails writes nothing.
+// Errors: ErrPath, tarsafe.ErrUnsafe, ErrVanished, the archive's.
+func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
+	if err := checkPath(dir); err != nil {
+		return err
+	}
+	sp := &workspace.Spool{}
+	defer sp.Close()
+	if err := checkArchive(r, sp); err != nil {
+		return err
+	}
+	body, err := sp.Reader()
+	if err != nil {
+		return err
+	}
+	return s.untarFrom(ctx, dir, body)
+}
+
+// checkArchive copies r to w, refusing unsafe entries and entries that
+// pass through a symbolic link the same archive made.
+func checkArchive(r io.Reader, w io.Writer) error {
+	tr := tar.NewReader(r)
+	tw := tar.NewWriter(w)
+	links := map[string]bool{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return tw.Close()
+		}
+		if err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		if err := tarsafe.Check(h); err != nil {
+			return err
+		}
+		if l := throughLink(h.Name, links); l != "" {
+			return fmt.Errorf("%w: %q passes through the symbolic link %q made by the same archive", tarsafe.ErrUnsafe, h.Name, l)
+		}
+		if h.Typeflag == tar.TypeLink {
+			if l := throughLink(h.Linkname, links); l != "" {
+				return fmt.Errorf("%w: hard link %q -> %q passes through the symbolic link %q", tarsafe.ErrUnsafe, h.Name, h.Linkname, l)
+			}
+		}
+		links[h.Name] = h.Typeflag == tar.TypeSymlink
+		h.Uname, h.Gname = "", ""
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
+			if _, err := io.Copy(tw, tr); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func throughLink(name string, links map[string]bool) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' && links[name[:i]] {
+			return name[:i]
+		}
+	}
+	return ""
+}
+
+// untar streams the archive fill writes into dir.
+func (s *Sandbox) untar(ctx context.Context, dir string, fill func(*tar.Writer) error) error {
+	pr, pw := io.Pipe()
+	filled := make(chan error, 1)
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := fill(tw)
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+		filled <- err
+	}()
+	err := s.untarFrom(ctx, dir, pr)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if ferr := <-filled; ferr != nil && !errors.Is(ferr, io.ErrClosedPipe) {
+		return ferr
+	}
+	return err
+}
+
+func (s *Sandbox) untarFrom(ctx context.Context, dir string, r io.Reader) error {
+	res, err := s.run(ctx, shim.UntarArgs(BinaryPath, dir), r)
+	if err != nil {
+		return err
+	}
+	switch res.code {
+	case 0:
+		return nil
+	case shim.ExitUnsafe:
+		return fmt.Errorf("kubernetes: copying into %s: %w: %s", dir, tarsafe.ErrUnsafe, strings.TrimSpace(string(res.stderr)))
+	}
+	return fmt.Errorf("kubernetes: copying into %s: exit %d: %s", dir, res.code, strings.TrimSpace(string(res.stderr)))
+}
+
+// CopyOut streams p (a file, a link or a directory) as tar, entries named
+// relative to p's parent. A missing p gives an error satisfying
+// errors.Is(err, fs.ErrNotExist).
+func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) {
+	if err := checkPath(p); err != nil {
+		return nil, err
+	}
+	return s.tarOut(ctx, p)
+}
+
+// tarOut runs the shim's tar mode on p and returns its output once it
+// has started (or the error, when p is missing or the exec fails).
+func (s *Sandbox) tarOut(ctx context.Context, p string) (io.ReadCloser, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	var errb bytes.Buffer
+	go func() {
+		code, err := exitCode(s.stream(sctx, shim.TarArgs(BinaryPath, p), nil, pw, &limited{&errb, 64 << 10}))
+		switch {
+		case err != nil:
+			err = s.execErr(sctx, "copying "+p+" out", err)
+		case code == shim.ExitMissing:
+			err = &fs.PathError{Op: "copy out", Path: p, Err: fs.ErrNotExist}
+		case code != 0:
+			err = fmt.Errorf("kubernetes: copying %s out: exit %d: %s", p, code, strings.TrimSpace(errb.String()))
+		}
+		pw.CloseWithError(err)
+	}()
+	br := bufio.NewReaderSize(pr, 64<<10)
+	if _, err := br.Peek(1); err != nil {
+		cancel()
+		pr.Close()
+		if err == io.EOF {
+			err = fmt.Errorf("kubernetes: copying %s out: no output", p)
+		}
+		return nil, err
+	}
+	return &outStream{Reader: br, pr: pr, cancel: cancel}, nil
+}
+
+type outStream struct {
+	io.Reader
+	pr     *io.PipeReader
+	cancel context.CancelFunc
+}
+
+func (o *outStream) Close() error {
+	o.cancel()
+	return o.pr.Close()
+}
+
+// readTarFile reads the first file of a tar stream, at most max bytes.
+func readTarFile(r io.Reader, max int64) ([]byte, error) {
+	tr := tar.NewReader(r)
+	if _, err := tr.Next(); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(tr, max))
+}

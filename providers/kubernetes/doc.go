@@ -1,0 +1,38 @@
+// Package kubernetes is the sandbox provider whose sandboxes are pods of a
+// Kubernetes cluster, driven through client-go: the standard loading
+// rules (KUBECONFIG, ~/.kube/config, in-cluster), a context and a
+// namespace, and exec through remotecommand (WebSocket, falling back to
+// SPDY, as kubectl does).
+//
+// One lease is one pod, kept alive between the lease's turns by outpost's
+// own static binary in its sandbox-shim init mode. An init container from
+// the outpost image (OutpostImageTar; FROM scratch, only the binary)
+// copies the binary into the pod's state volume; the agent's container
+// runs the user's image. Inside the pod:
+//
+//	/outpost/home        the private home (HOME, XDG_*); TMPDIR is /outpost/tmp
+//	/outpost/bin/outpost outpost's static binary
+//	/workspace           the working directory, copied in and back over exec
+//
+// /outpost and /workspace are emptyDir volumes. Every process runs under
+// the shim's exec mode (exact exit status, its own process group, its
+// group killed with it); the environment travels on the exec's stdin,
+// never on a command line. Files move as tar through the shim's untar and
+// tar modes, so an image needs neither a shell nor tar.
+//
+// Pods are hardened: runAsNonRoot (1000:1000 by default),
+// allowPrivilegeEscalation false, every capability dropped, seccomp
+// RuntimeDefault, no service account token, CPU, memory and
+// ephemeral-storage limits, optionally a read-only root filesystem.
+//
+// Orphans are removed by the cluster's own garbage collector: each
+// provider holds a coordination.k8s.io Lease that it renews, and owns its
+// pods through ownerReferences. Any outpost that finds a Lease past its
+// renew deadline deletes it (on Open, and `outpost gc --sandbox
+// kubernetes`), and Kubernetes deletes its pods, whichever machine their
+// outpost ran on. activeDeadlineSeconds is the last net.
+//
+// The provider registers itself as "kubernetes"; see Settings for the keys
+// sandbox.Open accepts and docs/sandboxes/kubernetes.md for the user's
+// view (RBAC, security model, limits).
+package kubernetes

@@ -1,0 +1,532 @@
+package kubernetes
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/outposthq/outpost/internal/selfbin"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// Errors of the provider, wrapped with the details.
+var (
+	// ErrConfig: no usable cluster configuration (kubeconfig, context,
+	// namespace, in-cluster environment) or a malformed setting.
+	ErrConfig = errors.New("kubernetes: bad configuration")
+	// ErrForbidden: the cluster refuses the user something the provider
+	// needs (RBAC); docs/sandboxes/kubernetes.md ships a minimal Role.
+	ErrForbidden = errors.New("kubernetes: forbidden")
+	// ErrUnreachable: the cluster's API server does not answer.
+	ErrUnreachable = errors.New("kubernetes: the API server does not answer")
+	// ErrStart: the lease's pod could not start (image missing,
+	// unschedulable, quota exceeded...); the error names the cause.
+	ErrStart = errors.New("kubernetes: the sandbox's pod did not start")
+	// ErrVanished: the lease's pod was deleted, evicted or lost behind
+	// outpost's back; the error carries the pod's reason.
+	ErrVanished = errors.New("kubernetes: the sandbox's pod vanished")
+	// ErrConflict: copying the workspace back found files changed both on
+	// the host and in the sandbox (see Sandbox.SyncWorkspace).
+	ErrConflict = errors.New("kubernetes: workspace changed on both sides")
+)
+
+// Defaults of Options.
+const (
+	DefaultUID           = 1000
+	DefaultGID           = 1000
+	DefaultCPU           = "2"
+	DefaultMemory        = "4Gi"
+	DefaultCPURequest    = "100m"
+	DefaultMemoryRequest = "128Mi"
+	DefaultStorage       = "10Gi"
+	DefaultStartTimeout  = 2 * time.Minute
+	DefaultLeaseDuration = 60 * time.Second
+	DefaultMaxLifetime   = 24 * time.Hour
+)
+
+// PullPolicy is the pod's imagePullPolicy.
+type PullPolicy string
+
+const (
+	PullIfNotPresent PullPolicy = "if-not-present" // default
+	PullNever        PullPolicy = "never"
+	PullAlways       PullPolicy = "always"
+)
+
+// Options configure the provider. The zero value is ready to use.
+type Options struct {
+	// Kubeconfig is the kubeconfig file. Default: client-go's loading
+	// rules ($KUBECONFIG, ~/.kube/config), then the in-cluster
+	// configuration of a pod's service account.
+	Kubeconfig string
+	// Context is the kubeconfig context; default its current context.
+	Context string
+	// Namespace of the pods and Leases; default the context's, then
+	// the in-cluster pod's, then "default".
+	Namespace string
+	// Image is the agent's image. Default: OutpostImage (outpost's binary
+	// FROM scratch: enough for the echo agent and static CLIs).
+	Image string
+	// OutpostImage is the image whose ImageBinary is a static outpost binary
+	// for the nodes' architecture (WriteOutpostImage builds it); an init
+	// container copies the binary into each pod. Default:
+	// outpost/outpost:<12 hex of the binary's SHA-256>.
+	OutpostImage string
+	// Pull is the pods' imagePullPolicy; default PullIfNotPresent.
+	Pull PullPolicy
+	// ServiceAccount runs the pods under this service account (its token
+	// is still not mounted). Default: the namespace's default.
+	ServiceAccount string
+	// NodeSelector restricts the nodes the pods run on.
+	NodeSelector map[string]string
+	// UID and GID the processes run as; default 1000:1000 (never 0:
+	// runAsNonRoot).
+	UID, GID int64
+	// CPU and Memory are the container's limits, CPURequest and
+	// MemoryRequest its requests, Storage its ephemeral-storage limit
+	// (the emptyDirs count against it); Kubernetes quantities ("2",
+	// "500m", "4Gi"). "none" removes a limit. Defaults: the Default*
+	// constants.
+	CPU, Memory, CPURequest, MemoryRequest, Storage string
+	// ReadOnly makes the root filesystem read-only; /tmp is then an
+	// emptyDir (home and workspace are volumes anyway).
+	ReadOnly bool
+	// StartTimeout bounds the wait for a pod to run (scheduling, image);
+	// default DefaultStartTimeout.
+	StartTimeout time.Duration
+	// LeaseDuration is the owner Lease's duration: it is renewed every
+	// third of it, and another outpost may delete it (and so its pods)
+	// once it has not been renewed for that long. Default
+	// DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// MaxLifetime is each pod's activeDeadlineSeconds, the last net
+	// against orphans; default DefaultMaxLifetime.
+	MaxLifetime time.Duration
+	// NodeCache honors driver.Options.Mounts (the bootstrap cache) as
+	// read-only hostPath volumes: only right when the host directories
+	// exist on the nodes with the same content (outpost runs on the node,
+	// or the tree is provisioned there). See docs/sandboxes/kubernetes.md.
+	NodeCache bool
+	// Binary is a static outpost binary for the nodes (for the default
+	// OutpostImage's tag). Default: selfbin.LocateOrBuild.
+	Binary string
+	// Arch is the nodes' architecture (GOARCH name); default the host's.
+	Arch string
+}
+
+// Settings lists the keys sandbox.Open("kubernetes", settings) accepts.
+var Settings = map[string]string{
+	"kubeconfig":        "Options.Kubeconfig: path of a kubeconfig file",
+	"context":           "Options.Context: a kubeconfig context",
+	"namespace":         "Options.Namespace",
+	"image":             "Options.Image: the agent's image",
+	"outpost-image":     "Options.OutpostImage: the image holding outpost's static binary at /usr/local/bin/outpost",
+	"pull":              "Options.Pull: if-not-present, never, always",
+	"service-account":   "Options.ServiceAccount",
+	"node-selector":     "Options.NodeSelector: k=v,k=v",
+	"user":              "Options.UID and GID: uid:gid (not 0)",
+	"cpu":               "Options.CPU: CPU limit (quantity; none)",
+	"memory":            "Options.Memory: memory limit (quantity; none)",
+	"cpu-request":       "Options.CPURequest",
+	"memory-request":    "Options.MemoryRequest",
+	"ephemeral-storage": "Options.Storage: ephemeral-storage limit (quantity; none)",
+	"readonly":          "Options.ReadOnly: true or false",
+	"start-timeout":     "Options.StartTimeout: a duration (2m)",
+	"lease-duration":    "Options.LeaseDuration: a duration (60s)",
+	"max-lifetime":      "Options.MaxLifetime: a duration (24h)",
+	"node-cache":        "Options.NodeCache: true or false",
+	"binary":            "Options.Binary: path of a static outpost binary",
+	"arch":              "Options.Arch: the nodes' architecture (amd64, arm64)",
+}
+
+func init() {
+	driver.Register("kubernetes", func(settings map[string]string) (driver.Provider, error) {
+		opts, err := ParseSettings(settings)
+		if err != nil {
+			return nil, err
+		}
+		p, err := New(opts)
+		if err != nil {
+			return nil, err
+		}
+		// sandbox.Open reports a factory's error as configuration: find
+		// here what the user must fix (RBAC), not mid-turn.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := p.Preflight(ctx); err != nil && !errors.Is(err, ErrUnreachable) {
+			return nil, err
+		}
+		return p, nil
+	})
+}
+
+// ParseSettings turns sandbox.Open's string settings into Options.
+func ParseSettings(settings map[string]string) (*Options, error) {
+	o := &Options{}
+	for k, v := range settings {
+		var err error
+		switch k {
+		case "kubeconfig":
+			o.Kubeconfig = v
+		case "context":
+			o.Context = v
+		case "namespace":
+			o.Namespace = v
+		case "image":
+			o.Image = v
+		case "outpost-image":
+			o.OutpostImage = v
+		case "pull":
+			o.Pull = PullPolicy(v)
+		case "service-account":
+			o.ServiceAccount = v
+		case "node-selector":
+			o.NodeSelector, err = parseSelector(v)
+		case "user":
+			u, g, ok := strings.Cut(v, ":")
+			if o.UID, err = strconv.ParseInt(u, 10, 64); err == nil && ok {
+				o.GID, err = strconv.ParseInt(g, 10, 64)
+			} else if err == nil {
+				o.GID = o.UID
+			}
+			if err == nil && (o.UID <= 0 || o.GID < 0) {
+				err = errors.New("must be a non-root uid[:gid]")
+			}
+		case "cpu":
+			o.CPU = v
+		case "memory":
+			o.Memory = v
+		case "cpu-request":
+			o.CPURequest = v
+		case "memory-request":
+			o.MemoryRequest = v
+		case "ephemeral-storage":
+			o.Storage = v
+		case "readonly":
+			o.ReadOnly, err = strconv.ParseBool(v)
+		case "node-cache":
+			o.NodeCache, err = strconv.ParseBool(v)
+		case "start-timeout":
+			o.StartTimeout, err = positive(v)
+		case "lease-duration":
+			o.LeaseDuration, err = positive(v)
+		case "max-lifetime":
+			o.MaxLifetime, err = positive(v)
+		case "binary":
+			o.Binary = v
+		case "arch":
+			o.Arch = v
+		default:
+			keys := make([]string, 0, len(Settings))
+			for k := range Settings {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			return nil, fmt.Errorf("%w: unknown setting %q (known: %s)", ErrConfig, k, strings.Join(keys, ", "))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: setting %s=%q: %w", ErrConfig, k, v, err)
+		}
+	}
+	return o, nil
+}
+
+func positive(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err == nil && d <= 0 {
+		err = errors.New("must be positive")
+	}
+	return d, err
+}
+
+func parseSelector(v string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not key=value", kv)
+		}
+		m[k] = val
+	}
+	return m, nil
+}
+
+// resources are the container's parsed requests and limits.
+type resources struct {
+	limits, requests corev1.ResourceList
+}
+
+func parseResources(o *Options) (resources, error) {
+	r := resources{limits: corev1.ResourceList{}, requests: corev1.ResourceList{}}
+	set := func(list corev1.ResourceList, name corev1.ResourceName, v, def, what string) error {
+		if v == "" {
+			v = def
+		}
+		if v == "none" {
+			return nil
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return fmt.Errorf("%w: %s %q: %w", ErrConfig, what, v, err)
+		}
+		list[name] = q
+		return nil
+	}
+	return r, errors.Join(
+		set(r.limits, corev1.ResourceCPU, o.CPU, DefaultCPU, "cpu"),
+		set(r.limits, corev1.ResourceMemory, o.Memory, DefaultMemory, "memory"),
+		set(r.limits, corev1.ResourceEphemeralStorage, o.Storage, DefaultStorage, "ephemeral-storage"),
+		set(r.requests, corev1.ResourceCPU, o.CPURequest, DefaultCPURequest, "cpu-request"),
+		set(r.requests, corev1.ResourceMemory, o.MemoryRequest, DefaultMemoryRequest, "memory-request"),
+	)
+}
+
+// Provider is the kubernetes provider. It is safe for concurrent use.
+type Provider struct {
+	opts Options
+	res  resources
+	cfg  *rest.Config
+	cs   kubernetes.Interface
+	ns   string
+	host string // the API server, for messages
+
+	mu      sync.Mutex
+	closed  bool
+	binary  string // resolved static binary
+	image   string // resolved outpost image
+	owner   *owner // nil until the first Open
+	swept   time.Time
+	leases  int // open sandboxes
+	ownerWG sync.WaitGroup
+}
+
+// New returns a kubernetes provider; nil opts means defaults. It loads
+// the cluster configuration (errors wrap ErrConfig) but does not contact
+// the cluster: Preflight and Open do.
+func New(opts *Options) (*Provider, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Pull == "" {
+		o.Pull = PullIfNotPresent
+	}
+	switch o.Pull {
+	case PullIfNotPresent, PullNever, PullAlways:
+	default:
+		return nil, fmt.Errorf("%w: unknown pull policy %q (if-not-present, never, always)", ErrConfig, o.Pull)
+	}
+	if o.UID == 0 {
+		o.UID = DefaultUID
+	}
+	if o.GID == 0 && o.UID == DefaultUID {
+		o.GID = DefaultGID
+	}
+	if o.UID < 0 || o.GID < 0 {
+		return nil, fmt.Errorf("%w: uid and gid must not be negative", ErrConfig)
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.LeaseDuration < 3*time.Second {
+		return nil, fmt.Errorf("%w: lease duration %v is under 3s", ErrConfig, o.LeaseDuration)
+	}
+	if o.MaxLifetime == 0 {
+		o.MaxLifetime = DefaultMaxLifetime
+	}
+	if o.Arch == "" {
+		o.Arch = runtime.GOARCH
+	}
+	res, err := parseResources(&o)
+	if err != nil {
+		return nil, err
+	}
+	cfg, ns, err := loadConfig(&o)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return &Provider{opts: o, res: res, cfg: cfg, cs: cs, ns: ns, host: cfg.Host}, nil
+}
+
+// loadConfig applies client-go's standard loading rules.
+func loadConfig(o *Options) (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.Kubeconfig != "" {
+		rules.ExplicitPath = o.Kubeconfig
+	}
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.Context}
+	if o.Namespace != "" {
+		overrides.Context.Namespace = o.Namespace
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		where := "client-go's loading rules ($KUBECONFIG, ~/.kube/config, in-cluster)"
+		if o.Kubeconfig != "" {
+			where = o.Kubeconfig
+		}
+		return nil, "", fmt.Errorf("%w: loading the cluster configuration from %s: %w", ErrConfig, where, err)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: the namespace: %w", ErrConfig, err)
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "outpost/" + version()
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 100
+	}
+	return cfg, ns, nil
+}
+
+// Name returns "kubernetes".
+func (p *Provider) Name() string { return "kubernetes" }
+
+// Fixed names the variables the provider defines; a turn may not set them.
+var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR"}
+
+// Capabilities: host files may be copied into the private home, processes
+// are isolated from the host, stdin is live, leases keep state.
+func (p *Provider) Capabilities() driver.Capabilities {
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed}
+}
+
+// Options returns the provider's options, defaults applied.
+func (p *Provider) Options() Options { return p.opts }
+
+// Namespace is the namespace of the provider's pods and Leases.
+func (p *Provider) Namespace() string { return p.ns }
+
+// Client is the provider's clientset (for tests and diagnostics).
+func (p *Provider) Client() kubernetes.Interface { return p.cs }
+
+// needed are the permissions the provider needs in its namespace (the
+// Role of providers/kubernetes/rbac.yaml grants exactly these).
+var needed = []authv1.ResourceAttributes{
+	{Verb: "create", Resource: "pods"},
+	{Verb: "delete", Resource: "pods"},
+	{Verb: "create", Resource: "pods", Subresource: "exec"},
+	{Verb: "create", Group: "coordination.k8s.io", Resource: "leases"},
+	{Verb: "update", Group: "coordination.k8s.io", Resource: "leases"},
+}
+
+// Preflight asks the cluster whether the user may do what the provider
+// needs in its namespace (SelfSubjectAccessReview). Errors: ErrForbidden
+// naming what is missing, ErrConfig for credentials the server refuses,
+// ErrUnreachable.
+func (p *Provider) Preflight(ctx context.Context) error {
+	var missing []string
+	for _, ra := range needed {
+		ra.Namespace = p.ns
+		r, err := p.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra}}, metav1.CreateOptions{})
+		if err != nil {
+			return p.apiErr(ctx, "checking access", err)
+		}
+		if !r.Status.Allowed {
+			what := ra.Verb + " " + ra.Resource
+			if ra.Subresource != "" {
+				what += "/" + ra.Subresource
+			}
+			if ra.Group != "" {
+				what += "." + ra.Group
+			}
+			missing = append(missing, what)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: in namespace %q the user may not %s; bind the Role of providers/kubernetes/rbac.yaml", ErrForbidden, p.ns, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// Close stops renewing the provider's owner Lease and deletes it once its
+// last sandbox is closed (so the garbage collector deletes nothing
+// still in use). Calling it again returns nil.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	o, n := p.owner, p.leases
+	p.mu.Unlock()
+	if o != nil && n == 0 {
+		o.release()
+	}
+	return nil
+}
+
+// version is outpost's version for annotations.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Version == "" {
+		return "devel"
+	}
+	return bi.Main.Version
+}
+
+// resolveImage returns the outpost image (resolving the binary once).
+func (p *Provider) resolveImage(ctx context.Context) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.image != "" {
+		return p.image, nil
+	}
+	if p.opts.OutpostImage != "" {
+		p.image = p.opts.OutpostImage
+		return p.image, nil
+	}
+	bin := p.opts.Binary
+	if bin != "" {
+		if err := selfbin.Check(bin, p.opts.Arch); err != nil {
+			return "", fmt.Errorf("%w: binary %s: %w (%s)", ErrConfig, bin, err, selfbin.Hint)
+		}
+	} else {
+		var err error
+		if bin, err = selfbin.LocateOrBuild(ctx, p.opts.Arch); err != nil {
+			return "", fmt.Errorf("kubernetes: %w", err)
+		}
+	}
+	ref, err := OutpostImageRef(bin)
+	if err != nil {
+		return "", err
+	}
+	p.binary, p.image = bin, ref
+	return ref, nil
+}
+
+// RoleYAML is the minimal Role the provider needs in its namespace
+// (rbac.yaml in this package's directory).
+//
+//go:embed rbac.yaml
+var RoleYAML []byte

@@ -1,0 +1,256 @@
+// Package kubetest gives tests a real Kubernetes cluster for the
+// kubernetes provider: Main finds the cluster of scripts/kube-up.sh (or,
+// as root, starts it, and stops it after the tests), makes a namespace of
+// the test process, binds the provider's minimal Role (rbac.yaml) in it
+// to the cluster's rights-less test user, and imports the test's outpost
+// image into the node's containerd. Provider returns a provider that uses
+// exactly those rights.
+package kubetest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/providers/kubernetes"
+)
+
+// Cluster is the test cluster, once Main found it.
+type Cluster struct {
+	Env        map[string]string // cluster.env of scripts/kube-up.sh
+	Admin      k8s.Interface     // cluster-admin client
+	Kubeconfig string            // the test user's kubeconfig (rights from the Role only)
+	Namespace  string            // this test process's namespace, with the Role bound
+	Binary     string            // static outpost binary of the tests
+	Image      string            // its outpost image, imported
+	Gateway    string            // the pods' gateway to the host (the CNI bridge's address)
+}
+
+var (
+	cluster *Cluster
+	why     string // why there is none
+	root    = repoRoot()
+)
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "../../.."))
+}
+
+// Dir is the state directory of scripts/kube-up.sh.
+func Dir() string {
+	if d := os.Getenv("OUTPOST_KUBE_DIR"); d != "" {
+		return d
+	}
+	return "/tmp/outpost-kube"
+}
+
+func readEnv() (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(Dir(), "cluster.env"))
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			env[k] = v
+		}
+	}
+	return env, nil
+}
+
+func ready(env map[string]string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, env["KUBECTL"], "--kubeconfig", env["KUBECONFIG"], "get", "--raw=/readyz").Run() == nil
+}
+
+// Main runs the tests with the cluster (see the package doc) and exits.
+func Main(m *testing.M) {
+	started := false
+	env, err := readEnv()
+	if err != nil || !ready(env) {
+		if os.Getuid() != 0 {
+			why = "no cluster answers and starting one needs root"
+		} else {
+			fmt.Fprintln(os.Stderr, "kubetest: starting the cluster with scripts/kube-up.sh")
+			cmd := exec.Command(filepath.Join(root, "scripts/kube-up.sh"))
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			if err := cmd.Run(); err != nil {
+				why = "scripts/kube-up.sh failed: " + err.Error()
+			} else {
+				started = true
+				env, err = readEnv()
+				if err != nil {
+					why = err.Error()
+				}
+			}
+		}
+	}
+	var cleanup func()
+	if why == "" {
+		cleanup, err = setup(env)
+		if err != nil {
+			why = "setting up the test namespace: " + err.Error()
+		}
+	}
+	if why != "" {
+		fmt.Fprintf(os.Stderr, "kubetest: no cluster: %s\n", why)
+	}
+	code := m.Run()
+	if cleanup != nil {
+		cleanup()
+	}
+	if started && os.Getenv("OUTPOST_KUBE_KEEP") != "1" {
+		cmd := exec.Command(filepath.Join(root, "scripts/kube-down.sh"))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil && code == 0 {
+			fmt.Fprintln(os.Stderr, "kubetest: scripts/kube-down.sh:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func setup(env map[string]string) (func(), error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", env["KUBECONFIG"])
+	if err != nil {
+		return nil, err
+	}
+	admin, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "outpost-kubetest-")
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "outpost")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/outpost")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	var img bytes.Buffer
+	ref, err := kubernetes.WriteOutpostImage(&img, bin, runtime.GOARCH)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	imp := exec.CommandContext(ctx, "ctr", "-a", env["CONTAINERD_ADDRESS"], "-n", env["CONTAINERD_NAMESPACE"], "images", "import", "-")
+	imp.Stdin = &img
+	if out, err := imp.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("ctr images import: %v\n%s", err, out)
+	}
+	ns := fmt.Sprintf("outpost-test-%d", os.Getpid())
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{kubernetes.LabelManaged: "outpost-tests"}}}, metav1.CreateOptions{}); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(kubernetes.RoleYAML, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	role := obj.(*rbacv1.Role)
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "outpost"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: env["OUTPOST_KUBE_USER"]}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	cluster = &Cluster{Env: env, Admin: admin, Kubeconfig: env["OUTPOST_KUBECONFIG"], Namespace: ns, Binary: bin, Image: ref, Gateway: env["GATEWAY"]}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_ = admin.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// Require returns the cluster, or fails (CI) / skips the test loudly.
+func Require(t testing.TB) *Cluster {
+	t.Helper()
+	if cluster == nil {
+		w := why
+		if w == "" {
+			w = "kubetest.Main did not run"
+		}
+		testenv.Missing(t, "a Kubernetes cluster ("+w+")", "scripts/kube-up.sh (as root)")
+	}
+	return cluster
+}
+
+// Busybox is the test image with a shell (scripts/build-images.sh,
+// imported by scripts/kube-up.sh).
+const Busybox = "outpost/busybox:test"
+
+// Debian is the test image with a C library (for real agent CLIs).
+const Debian = "outpost/debian:test"
+
+// Options are the provider options of the test cluster: the test user's
+// kubeconfig, the test namespace, the test binary, images never pulled,
+// small requests.
+func (c *Cluster) Options() kubernetes.Options {
+	return kubernetes.Options{
+		Kubeconfig:    c.Kubeconfig,
+		Namespace:     c.Namespace,
+		Binary:        c.Binary,
+		Pull:          kubernetes.PullNever,
+		CPURequest:    "10m",
+		MemoryRequest: "16Mi",
+		StartTimeout:  time.Minute,
+	}
+}
+
+// Provider returns a provider on the test cluster, closed when the test
+// ends; mutate adjusts its options.
+func (c *Cluster) Provider(t testing.TB, mutate ...func(*kubernetes.Options)) *kubernetes.Provider {
+	t.Helper()
+	o := c.Options()
+	for _, m := range mutate {
+		m(&o)
+	}
+	p, err := kubernetes.New(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// Pods lists the pods of the test namespace with a label selector.
+func (c *Cluster) Pods(t testing.TB, selector string) []corev1.Pod {
+	t.Helper()
+	l, err := c.Admin.CoreV1().Pods(c.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}

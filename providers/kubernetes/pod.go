@@ -1,0 +1,353 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// Paths inside every pod.
+const (
+	// StateDir holds the home, TMPDIR, the shim's run directory and
+	// outpost's binary: an emptyDir.
+	StateDir = "/outpost"
+	// HomeDir is the private home.
+	HomeDir = StateDir + "/home"
+	// TmpDir is TMPDIR.
+	TmpDir = StateDir + "/tmp"
+	// BinaryPath is outpost's static binary; its directory leads PATH.
+	BinaryPath = StateDir + "/bin/outpost"
+	// Workspace is the working directory, an emptyDir the caller's
+	// directory is copied into and back from.
+	Workspace = "/workspace"
+	// DefaultPath follows outpost's binary directory in PATH.
+	DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+	runDir = StateDir + "/run"
+	// Container names.
+	containerName = "sandbox"
+	initName      = "outpost"
+	// The init container's own mount of the state volume.
+	seedDir = "/seed"
+)
+
+// stateDirs are made in the state volume by the init container.
+var stateDirs = []string{"home", "home/.config", "home/.local", "home/.local/share", "home/.local/state", "home/.cache", "tmp", "run"}
+
+// podSpec is the hardened pod of a lease.
+func (p *Provider) podSpec(s *Sandbox, outpostImage string, o *owner, labels map[string]string) *corev1.Pod {
+	opts := p.opts
+	image := opts.Image
+	if image == "" {
+		image = outpostImage
+	}
+	pull := corev1.PullIfNotPresent
+	switch opts.Pull {
+	case PullNever:
+		pull = corev1.PullNever
+	case PullAlways:
+		pull = corev1.PullAlways
+	}
+	yes, no := true, false
+	uid, gid := opts.UID, opts.GID
+	deadline := int64(opts.MaxLifetime / time.Second)
+	grace := int64(1)
+	l := map[string]string{}
+	for k, v := range labels {
+		if validLabel(k, v) {
+			l[k] = v
+		}
+	}
+	l[LabelManaged] = managedBy
+	l[LabelRole] = "sandbox"
+	l[LabelLease] = s.id
+	l[LabelOwner] = o.name
+	secure := &corev1.SecurityContext{
+		RunAsNonRoot:             &yes,
+		RunAsUser:                &uid,
+		RunAsGroup:               &gid,
+		AllowPrivilegeEscalation: &no,
+		Privileged:               &no,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		ReadOnlyRootFilesystem:   &opts.ReadOnly,
+	}
+	initSecure := secure.DeepCopy()
+	initSecure.ReadOnlyRootFilesystem = &yes
+	dirs := make([]string, len(stateDirs))
+	for i, d := range stateDirs {
+		dirs[i] = path.Join(seedDir, d)
+	}
+	mounts := []corev1.VolumeMount{{Name: "state", MountPath: StateDir}, {Name: "workspace", MountPath: Workspace}}
+	volumes := []corev1.Volume{
+		{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	if opts.ReadOnly {
+		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
+		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	hostPath := corev1.HostPathDirectory
+	for i, m := range s.shared {
+		name := fmt.Sprintf("node-cache-%d", i)
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Target, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: m.Source, Type: &hostPath}}})
+	}
+	host := s.host
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            s.id,
+			Labels:          l,
+			Annotations:     map[string]string{AnnotationHost: host, AnnotationVersion: version()},
+			OwnerReferences: []metav1.OwnerReference{o.ref()},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			ActiveDeadlineSeconds:         &deadline,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			ServiceAccountName:            opts.ServiceAccount,
+			NodeSelector:                  opts.NodeSelector,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   &yes,
+				RunAsUser:      &uid,
+				RunAsGroup:     &gid,
+				FSGroup:        &gid,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			InitContainers: []corev1.Container{{
+				Name:            initName,
+				Image:           outpostImage,
+				ImagePullPolicy: pull,
+				Command:         append([]string{ImageBinary, "sandbox-shim", "install", path.Join(seedDir, "bin/outpost")}, dirs...),
+				SecurityContext: initSecure,
+				Resources:       corev1.ResourceRequirements{Limits: p.res.limits, Requests: p.res.requests},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "state", MountPath: seedDir}},
+			}},
+			Containers: []corev1.Container{{
+				Name:            containerName,
+				Image:           image,
+				ImagePullPolicy: pull,
+				Command:         []string{BinaryPath, "sandbox-shim", "init"},
+				WorkingDir:      Workspace,
+				Env:             []corev1.EnvVar{{Name: "PATH", Value: path.Dir(BinaryPath) + ":" + DefaultPath}},
+				SecurityContext: secure,
+				Resources:       corev1.ResourceRequirements{Limits: p.res.limits, Requests: p.res.requests},
+				VolumeMounts:    mounts,
+			}},
+			Volumes: volumes,
+		},
+	}
+}
+
+// validLabel keeps caller labels Kubernetes accepts (others are dropped).
+func validLabel(k, v string) bool {
+	if len(v) > 63 || len(k) > 253 || k == "" {
+		return false
+	}
+	ok := func(s string) bool {
+		for _, r := range s {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == '/') {
+				return false
+			}
+		}
+		return true
+	}
+	return ok(k) && ok(v) && strings.Count(k, "/") <= 1
+}
+
+// sharedMounts picks the requested host mounts the lease can honor as
+// hostPath volumes (Options.NodeCache): absolute sources, clean absolute
+// targets outside the provider's own paths.
+func sharedMounts(o *Options, req []driver.Mount) []driver.Mount {
+	if !o.NodeCache {
+		return nil
+	}
+	var out []driver.Mount
+	for _, m := range req {
+		if !filepath.IsAbs(m.Source) || !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target || m.Target == "/" {
+			continue
+		}
+		clash := false
+		for _, own := range []string{StateDir, Workspace, "/tmp"} {
+			if m.Target == own || strings.HasPrefix(m.Target, own+"/") || strings.HasPrefix(own, m.Target+"/") {
+				clash = true
+			}
+		}
+		if !clash {
+			out = append(out, driver.Mount{Source: filepath.Clean(m.Source), Target: m.Target})
+		}
+	}
+	return out
+}
+
+// Waiting reasons that will not resolve by waiting: the start fails at
+// once, naming them.
+var hopeless = map[string]bool{
+	"ErrImageNeverPull":          true,
+	"InvalidImageName":           true,
+	"ImagePullBackOff":           true,
+	"CreateContainerConfigError": true,
+	"CreateContainerError":       true,
+	"RunContainerError":          true,
+	"CrashLoopBackOff":           true,
+}
+
+// waitRunning waits until the pod's sandbox container runs, at most
+// StartTimeout. Errors wrap ErrStart with the cause from the pod's status
+// and events, or are ctx's.
+func (p *Provider) waitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
+	wctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
+	defer cancel()
+	pods := p.cs.CoreV1().Pods(p.ns)
+	var last *corev1.Pod
+	for {
+		pod, err := pods.Get(wctx, name, metav1.GetOptions{})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if wctx.Err() != nil {
+				return nil, p.startErr(ctx, last, fmt.Sprintf("not running after %v", p.opts.StartTimeout))
+			}
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("%w: pod %s was deleted while starting", ErrStart, name)
+			}
+			return nil, p.apiErr(ctx, "reading pod "+name, err)
+		}
+		last = pod
+		if done, err := p.started(ctx, pod); done {
+			return pod, err
+		}
+		w, err := pods.Watch(wctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: pod.ResourceVersion})
+		if err != nil {
+			continue // read again (the deadline ends the loop)
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Deleted {
+				w.Stop()
+				return nil, fmt.Errorf("%w: pod %s was deleted while starting", ErrStart, name)
+			}
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			last = pod
+			if done, err := p.started(ctx, pod); done {
+				w.Stop()
+				return pod, err
+			}
+		}
+		w.Stop()
+	}
+}
+
+// started says whether the start is decided: the container runs (nil), or
+// it cannot run (an error naming why).
+func (p *Provider) started(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	switch pod.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		return true, p.startErr(ctx, pod, "the pod ended")
+	}
+	if pod.DeletionTimestamp != nil {
+		return true, fmt.Errorf("%w: pod %s is being deleted", ErrStart, pod.Name)
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil && hopeless[w.Reason] {
+			return true, p.startErr(ctx, pod, "")
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return true, p.startErr(ctx, pod, "")
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerName && cs.State.Running != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// startErr builds the error of a pod that did not start: its phase, the
+// waiting or terminated reasons of its containers, its unsatisfied
+// conditions and its warning events.
+func (p *Provider) startErr(ctx context.Context, pod *corev1.Pod, what string) error {
+	if pod == nil {
+		return fmt.Errorf("%w: %s", ErrStart, what)
+	}
+	var causes []string
+	if what != "" {
+		causes = append(causes, what)
+	}
+	if pod.Status.Reason != "" || pod.Status.Message != "" {
+		causes = append(causes, strings.TrimSpace(pod.Status.Reason+": "+pod.Status.Message))
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		switch {
+		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "" && cs.State.Waiting.Reason != "PodInitializing":
+			causes = append(causes, fmt.Sprintf("container %s: %s: %s (image %s)", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message, cs.Image))
+		case cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0:
+			causes = append(causes, fmt.Sprintf("container %s exited %d: %s %s", cs.Name, cs.State.Terminated.ExitCode, cs.State.Terminated.Reason, strings.TrimSpace(cs.State.Terminated.Message)))
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Reason != "" && c.Reason != "PodCompleted" && c.Reason != "ContainersNotReady" && c.Reason != "ContainersNotInitialized" && c.Reason != "PodReadyToStartContainers" {
+			causes = append(causes, fmt.Sprintf("%s: %s: %s", c.Type, c.Reason, c.Message))
+		}
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	evs, err := p.cs.CoreV1().Events(p.ns).List(ectx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+		fields.OneTermEqualSelector("involvedObject.name", pod.Name),
+		fields.OneTermEqualSelector("type", corev1.EventTypeWarning)).String()})
+	if err == nil {
+		sort.Slice(evs.Items, func(i, j int) bool { return evs.Items[i].LastTimestamp.Before(&evs.Items[j].LastTimestamp) })
+		seen := map[string]bool{}
+		for _, e := range evs.Items {
+			msg := e.Reason + ": " + e.Message
+			if !seen[msg] {
+				seen[msg] = true
+				causes = append(causes, "event "+msg)
+			}
+		}
+	}
+	if len(causes) == 0 {
+		causes = append(causes, "phase "+string(pod.Status.Phase))
+	}
+	return fmt.Errorf("%w: pod %s in namespace %s: %s", ErrStart, pod.Name, p.ns, strings.Join(causes, "; "))
+}
+
+// apiErr classifies an API error: forbidden and unauthorized (the
+// configuration), unreachable, ctx's, the rest as is.
+func (p *Provider) apiErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	switch {
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("%w: %s in namespace %q: %w; bind the Role of providers/kubernetes/rbac.yaml", ErrForbidden, what, p.ns, err)
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("%w: %s: the API server at %s refuses the credentials: %w", ErrConfig, what, p.host, err)
+	}
+	var ne net.Error
+	var oe *net.OpError
+	if errors.As(err, &oe) || errors.As(err, &ne) {
+		return fmt.Errorf("%w at %s: %s: %w", ErrUnreachable, p.host, what, err)
+	}
+	return fmt.Errorf("kubernetes: %s: %w", what, err)
+}

@@ -1,0 +1,306 @@
+package kubernetes
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/outposthq/outpost/internal/workspace"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// closeTimeout bounds Close's work when its context has no deadline.
+const closeTimeout = 2 * time.Minute
+
+// Sandbox is one lease: one pod.
+type Sandbox struct {
+	p       *Provider
+	id      string // lease id and pod name
+	uid     int
+	gid     int
+	host    string // this machine's name, for the pod's annotation
+	hostDir string
+	shared  []driver.Mount
+	env     driver.Environment
+
+	closing atomic.Bool
+	procsMu sync.Mutex
+	procs   map[*process]bool // started and not yet ended
+
+	wsMu     sync.Mutex
+	manifest *workspace.Manifest
+
+	goneMu sync.Mutex
+	gone   string // why the pod vanished, once known
+}
+
+// ID is the lease id, also the pod's name ("outpost-<12 hex>").
+func (s *Sandbox) ID() string { return s.id }
+
+// Pod is the name of the lease's pod (its ID).
+func (s *Sandbox) Pod() string { return s.id }
+
+// Namespace is the pod's namespace.
+func (s *Sandbox) Namespace() string { return s.p.ns }
+
+// Home is /outpost/home.
+func (s *Sandbox) Home() string { return HomeDir }
+
+// Workdir is /workspace.
+func (s *Sandbox) Workdir() string { return Workspace }
+
+// Environment: HOME, XDG_* and TMPDIR are fixed; PATH starts with
+// outpost's binary directory.
+func (s *Sandbox) Environment() driver.Environment {
+	return driver.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
+}
+
+// HostPath maps a host path inside a honored mount (Options.NodeCache).
+func (s *Sandbox) HostPath(p string) (string, bool) { return driver.MapMount(s.shared, p) }
+
+func environment() driver.Environment {
+	return driver.Environment{
+		Fixed: map[string]string{
+			"HOME":            HomeDir,
+			"XDG_CONFIG_HOME": HomeDir + "/.config",
+			"XDG_DATA_HOME":   HomeDir + "/.local/share",
+			"XDG_STATE_HOME":  HomeDir + "/.local/state",
+			"XDG_CACHE_HOME":  HomeDir + "/.cache",
+			"TMPDIR":          TmpDir,
+		},
+		Defaults: map[string]string{"PATH": path.Dir(BinaryPath) + ":" + DefaultPath, "LANG": "C.UTF-8"},
+	}
+}
+
+// Open creates the lease's pod, waits until it runs (at most
+// StartTimeout) and copies the working directory in. Errors: ErrStart
+// naming the cause, ErrForbidden, ErrConfig, ErrUnreachable, the API's;
+// on ctx cancel an error wrapping ctx's, and the pod is deleted.
+func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, errors.New("kubernetes: the provider is closed")
+	}
+	wd := opts.Workdir
+	if wd == "" {
+		var err error
+		if wd, err = os.Getwd(); err != nil {
+			return nil, err
+		}
+	}
+	wd, err := filepath.Abs(wd)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(wd); err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("working directory %s is not a directory", wd)
+	}
+	img, err := p.resolveImage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	o, err := p.ensureOwner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.sweep(ctx)
+	host, _ := os.Hostname()
+	s := &Sandbox{p: p, id: "outpost-" + randomHex(6), uid: int(p.opts.UID), gid: int(p.opts.GID), host: host, hostDir: wd, env: environment(), procs: map[*process]bool{}}
+	s.shared = sharedMounts(&p.opts, opts.Mounts)
+	p.mu.Lock()
+	p.leases++
+	p.mu.Unlock()
+	fail := func(err error) (driver.Sandbox, error) {
+		s.closing.Store(true)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		derr := s.deletePod(dctx)
+		s.released()
+		if ctx.Err() != nil {
+			return nil, errors.Join(fmt.Errorf("kubernetes: starting the sandbox: %w", ctx.Err()), derr)
+		}
+		return nil, errors.Join(err, derr)
+	}
+	if _, err := p.cs.CoreV1().Pods(p.ns).Create(ctx, p.podSpec(s, img, o, opts.Labels), metav1.CreateOptions{}); err != nil {
+		if ctx.Err() != nil {
+			return fail(ctx.Err()) // it may have been made before the request was dropped
+		}
+		s.released()
+		return nil, p.apiErr(ctx, "creating the pod", err)
+	}
+	if _, err := p.waitRunning(ctx, s.id); err != nil {
+		return fail(err)
+	}
+	m := workspace.NewManifest()
+	if err := s.untar(ctx, Workspace, func(tw *tar.Writer) error {
+		return workspace.Write(ctx, tw, s.hostDir, ".", "", s.uid, s.gid, m)
+	}); err != nil {
+		return fail(fmt.Errorf("kubernetes: copying %s in: %w", s.hostDir, err))
+	}
+	s.manifest = m
+	return s, nil
+}
+
+// released is the end of a sandbox for the provider's count: the last
+// one of a closed provider releases its owner Lease.
+func (s *Sandbox) released() {
+	p := s.p
+	p.mu.Lock()
+	p.leases--
+	last := p.closed && p.leases == 0
+	o := p.owner
+	p.mu.Unlock()
+	if last && o != nil {
+		o.release()
+	}
+}
+
+// Close releases the lease: it stops the processes that still run,
+// copies the workspace's changes back (SyncWorkspace) and deletes the
+// pod, whatever happened before. It works with an ended ctx (bounded by
+// closeTimeout). Errors: ErrVanished (the pod is gone, its changes with
+// it), ErrConflict and tarsafe.ErrUnsafe from the copy back, the API's.
+func (s *Sandbox) Close(ctx context.Context) error {
+	if !s.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	defer s.released()
+	cctx := context.WithoutCancel(ctx)
+	var cancel context.CancelFunc
+	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && time.Until(d) > 0 {
+		cctx, cancel = context.WithDeadline(cctx, d)
+	} else {
+		cctx, cancel = context.WithTimeout(cctx, closeTimeout)
+	}
+	defer cancel()
+	var errs []error
+	s.procsMu.Lock()
+	procs := make([]*process, 0, len(s.procs))
+	for pr := range s.procs {
+		procs = append(procs, pr)
+	}
+	s.procsMu.Unlock()
+	for _, pr := range procs {
+		_ = pr.Signal(driver.Kill)
+	}
+	for _, pr := range procs {
+		select {
+		case <-pr.done:
+		case <-cctx.Done():
+		}
+	}
+	if err := s.SyncWorkspace(cctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.deletePod(cctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// deletePod deletes the pod at once (no grace: its processes are
+// stopped or abandoned). A pod already gone is not an error.
+func (s *Sandbox) deletePod(ctx context.Context) error {
+	zero := int64(0)
+	err := s.p.cs.CoreV1().Pods(s.p.ns).Delete(ctx, s.id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return s.p.apiErr(ctx, "deleting pod "+s.id, err)
+	}
+	return nil
+}
+
+// SyncWorkspace copies the sandbox's changes to the workspace back to the
+// host directory (Close does; a library user holding a lease across turns
+// may call it between turns). Only what changed in the sandbox since the
+// last copy is written; a path changed on both sides keeps the host's
+// version, the sandbox's is written beside it with workspace.ConflictSuffix
+// and the error wraps ErrConflict. Unsafe entries and .outpost/ are not
+// written (tarsafe.ErrUnsafe). See workspace.Sync.
+func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	rc, err := s.tarOut(ctx, Workspace)
+	if err != nil {
+		if s.Vanished(context.WithoutCancel(ctx)) {
+			return fmt.Errorf("%w: %s; its workspace changes are lost", ErrVanished, s.reason())
+		}
+		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.id, err)
+	}
+	defer rc.Close()
+	res, err := workspace.Sync(ctx, s.hostDir, path.Base(Workspace), s.manifest, tar.NewReader(rc))
+	if err != nil {
+		if s.Vanished(context.WithoutCancel(ctx)) {
+			return fmt.Errorf("%w: %s; its workspace changes are lost", ErrVanished, s.reason())
+		}
+		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.id, err)
+	}
+	s.manifest = res.Manifest
+	return res.Err(ErrConflict)
+}
+
+// Vanished reports whether the pod was deleted, evicted, ended or lost
+// its container behind outpost's back; the reason is kept for errors. It
+// implements driver.Vanisher.
+func (s *Sandbox) Vanished(ctx context.Context) bool {
+	if s.reason() != "" {
+		return true
+	}
+	gctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	pod, err := s.p.cs.CoreV1().Pods(s.p.ns).Get(gctx, s.id, metav1.GetOptions{})
+	why := ""
+	switch {
+	case apierrors.IsNotFound(err):
+		why = "pod " + s.id + " was deleted"
+	case err != nil:
+		return false // cannot tell
+	case pod.DeletionTimestamp != nil:
+		why = "pod " + s.id + " is being deleted"
+	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		why = fmt.Sprintf("pod %s ended (%s)", s.id, pod.Status.Phase)
+	default:
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name == containerName && cs.State.Terminated != nil {
+				why = fmt.Sprintf("the sandbox container of pod %s ended: %s", s.id, cs.State.Terminated.Reason)
+			}
+		}
+	}
+	if why == "" {
+		return false
+	}
+	if err == nil && (pod.Status.Reason != "" || pod.Status.Message != "") {
+		why += ": " + strings.TrimSpace(pod.Status.Reason+" "+pod.Status.Message)
+	}
+	s.goneMu.Lock()
+	if s.gone == "" {
+		s.gone = why
+	}
+	s.goneMu.Unlock()
+	return true
+}
+
+func (s *Sandbox) reason() string {
+	s.goneMu.Lock()
+	defer s.goneMu.Unlock()
+	return s.gone
+}
