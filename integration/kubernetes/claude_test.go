@@ -1,5 +1,3 @@
-//go:build kubecluster
-
 package kubernetes
 
 import (

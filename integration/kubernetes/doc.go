@@ -6,12 +6,10 @@
 // killed, vanished pods, pods that cannot start, and configuration errors.
 // It is a package of its own so that only it waits for the cluster.
 //
-// The tests are behind the build tag kubecluster until they have passed
-// on the cluster once (the cluster's cold build did not finish on the
-// shared development machine in time); run them with
+// The cluster's packages and binaries are installed by scripts/test.sh
+// (scripts/kube-up.sh --prepare); kubetest.Main starts the cluster when
+// none answers and stops it after the tests. To keep one running between
+// runs:
 //
-//	scripts/kube-up.sh && go test -race -tags kubecluster ./integration/kubernetes
-//
-// Making them part of the normal suite is removing the tag and adding
-// `scripts/kube-up.sh --prepare` to scripts/test.sh.
+//	scripts/kube-up.sh && OUTPOST_KUBE_KEEP=1 go test ./integration/kubernetes
 package kubernetes

@@ -13,6 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -128,7 +131,16 @@ type Options struct {
 	Binary string
 	// Arch is the nodes' architecture (GOARCH name); default the host's.
 	Arch string
+	// ClientLogs leaves client-go's process-wide klog logger as the
+	// program set it. By default New discards it: client-go logs through
+	// klog, on stderr, errors the provider already reports through its
+	// own (for example "use of closed network connection" after every
+	// WebSocket exec), which would interleave with a turn's output.
+	ClientLogs bool
 }
+
+// quietClientOnce discards client-go's klog output once per process.
+var quietClientOnce sync.Once
 
 // Settings lists the keys sandbox.Open("kubernetes", settings) accepts.
 var Settings = map[string]string{
@@ -326,6 +338,9 @@ func New(opts *Options) (*Provider, error) {
 	o := Options{}
 	if opts != nil {
 		o = *opts
+	}
+	if !o.ClientLogs {
+		quietClientOnce.Do(func() { klog.SetLogger(logr.Discard()) })
 	}
 	if o.Pull == "" {
 		o.Pull = PullIfNotPresent
