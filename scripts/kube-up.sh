@@ -74,6 +74,7 @@ command -v containerd >/dev/null || pk+=(containerd)
 command -v openssl >/dev/null || pk+=(openssl)
 command -v iptables >/dev/null || pk+=(iptables)
 command -v curl >/dev/null || pk+=(curl)
+command -v ip >/dev/null || pk+=(iproute2)
 if ((${#pk[@]})); then
 	say "apt-get install ${pk[*]}"
 	export DEBIAN_FRONTEND=noninteractive
