@@ -260,6 +260,25 @@ func TestImageMissing(t *testing.T) {
 	waitNoPods(t, c, kubernetes.LabelRole+"=sandbox")
 }
 
+// TestUnschedulable: a pod no node can take waits out the provider's
+// start bound, then fails with code sandbox naming the scheduler's reason,
+// and is deleted.
+func TestUnschedulable(t *testing.T) {
+	c := kubetest.Require(t)
+	p := c.Provider(t, func(o *kubernetes.Options) {
+		o.NodeSelector = map[string]string{"outpost-test/no-such-node": "1"}
+		o.StartTimeout = 3 * time.Second
+	})
+	_, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
+	if outpost.CodeOf(err) != outpost.Sandbox || !errors.Is(err, kubernetes.ErrStart) {
+		t.Fatalf("err %v, want code sandbox wrapping ErrStart", err)
+	}
+	if !strings.Contains(err.Error(), "Unschedulable") {
+		t.Errorf("the error does not name the scheduler's reason: %v", err)
+	}
+	waitNoPods(t, c, kubernetes.LabelRole+"=sandbox")
+}
+
 // waitNoPods waits (bounded by the test's deadline) until no pod matches.
 func waitNoPods(t *testing.T, c *kubetest.Cluster, selector string) {
 	t.Helper()
