@@ -53,12 +53,26 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	if dir == "" {
 		dir = Workspace
 	}
-	names := make([]string, 0, len(req.Env))
-	env := make([]string, 0, len(req.Env)+1)
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return nil, fmt.Errorf("docker: invalid variable %q", k)
 		}
+	}
+	if sp := s.takeSpare(); sp != nil {
+		defer s.refillSpare()
+		p, err := s.startSpare(ctx, sp, req, dir)
+		if !errors.Is(err, errSpareDead) {
+			return p, err
+		}
+	}
+	return s.startExec(ctx, req, dir)
+}
+
+// startExec starts req with an exec of its own.
+func (s *Sandbox) startExec(ctx context.Context, req driver.ExecRequest, dir string) (driver.Process, error) {
+	names := make([]string, 0, len(req.Env))
+	env := make([]string, 0, len(req.Env)+1)
+	for k, v := range req.Env {
 		names = append(names, k)
 		env = append(env, k+"="+v)
 	}
@@ -80,7 +94,12 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	if err != nil {
 		return nil, s.execErr(ctx, "starting "+req.Path, err)
 	}
-	p := newProcess(s, ec.ID, token, req.Path, resp, req.Stdin)
+	return s.await(ctx, newProcess(s, ec.ID, token, req.Path, resp, req.Stdin))
+}
+
+// await waits for the handshake of p, an exec of the shim that has its
+// request, and returns p once its program runs.
+func (s *Sandbox) await(ctx context.Context, p *process) (driver.Process, error) {
 	select {
 	case <-p.ready:
 	case <-ctx.Done():
@@ -99,6 +118,9 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	if p.startErr != nil {
 		p.Close()
 		_, _ = p.Wait()
+		if p.noShim && s.Vanished(context.WithoutCancel(ctx)) {
+			return nil, fmt.Errorf("%w: %s: starting %s: %w", ErrVanished, s.id, p.path, p.startErr)
+		}
 		return nil, p.startErr
 	}
 	s.active.Add(1)
@@ -139,6 +161,7 @@ type process struct {
 	ready    chan struct{} // closed once the handshake (or its failure) is known
 	pid      int           // the shim's pid in the container, after ready
 	startErr error         // why the program did not start, after ready
+	noShim   bool          // after ready: no handshake came, so the program never ran
 
 	streamDone chan struct{} // closed when the attach stream has ended
 	exited     atomic.Bool   // Wait has seen the exit
@@ -180,12 +203,25 @@ func (p *process) demux() {
 			cause = fmt.Errorf("%w: %q", cause, msg)
 		}
 		p.startErr = fmt.Errorf("docker: the exec shim did not start: %w", cause)
+		// A stream that broke may have lost a handshake; one that ended
+		// did not.
+		p.noShim = err == nil
 		close(p.ready)
 	} else if !ew.flushed && ew.buf.Len() > 0 {
 		_, _ = p.stderrW.Write(ew.buf.Bytes())
 	}
 	p.stdoutW.CloseWithError(err)
 	p.stderrW.CloseWithError(err)
+}
+
+// handshakeKnown reports whether the handshake (or its failure) is known.
+func (p *process) handshakeKnown() bool {
+	select {
+	case <-p.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // handshakeWriter passes stdout through once the handshake line is read.
@@ -212,7 +248,10 @@ func (w *handshakeWriter) Write(b []byte) (int, error) {
 	hs, err := shim.ReadHandshake(bufio.NewReader(bytes.NewReader(w.buf.Bytes()[:i+1])))
 	switch {
 	case err != nil:
+		// Not the shim speaking (the runtime's "exec failed..."): the
+		// shim writes its handshake before anything else.
 		w.p.startErr = fmt.Errorf("docker: %w", err)
+		w.p.noShim = true
 	case errors.Is(hs.Err, shim.ErrNotFound):
 		w.p.startErr = &exec.Error{Name: w.p.path, Err: exec.ErrNotFound}
 	case errors.Is(hs.Err, shim.ErrNoDir):

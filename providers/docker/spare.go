@@ -1,0 +1,182 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/outposthq/outpost/internal/shim"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// A warm sandbox keeps a spare: an exec of the shim created, started and
+// attached (stdin included) before anyone asks for a process, waiting for
+// its launch request on stdin (shim.SpareExecArgs). Start hands it the
+// request instead of paying for an exec; the handshake and everything
+// after are those of an ordinary exec. A spare that is taken is replaced
+// in the background, so Starts that follow one another each find one. A
+// spare is not a process of the lease until it is taken: it does not
+// count in active, and Close ends it by closing its stream (the shim
+// exits on the end of its stdin) before the container goes.
+
+// spare is one exec of the shim waiting for its request.
+type spare struct {
+	token string
+	made  chan struct{} // closed once the exec is attached, or failed
+
+	// Set before made is closed.
+	execID string
+	conn   types.HijackedResponse
+	err    error
+}
+
+// discard ends a spare nobody will use, once it is made.
+func (sp *spare) discard() {
+	<-sp.made
+	if sp.err == nil {
+		sp.conn.Close()
+	}
+}
+
+// errSpareDead: the spare could not take the request, and nothing of it
+// ran; Start makes an ordinary exec instead.
+var errSpareDead = errors.New("docker: the spare exec is gone")
+
+// Warm keeps a spare exec of the shim in the sandbox from now on, so that
+// Start costs one write on an open stream instead of an exec (create,
+// start, attach). It returns once the spare is ready, or when ctx ends
+// (the spare is still made); its error is the spare's, which costs
+// nothing more: Start then falls back to an ordinary exec. It implements
+// driver.Warmer.
+func (s *Sandbox) Warm(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.spareMu.Lock()
+	if s.closing.Load() || s.spareOff {
+		s.spareMu.Unlock()
+		return fmt.Errorf("docker: %s is being released", s.id)
+	}
+	s.warm = true
+	sp := s.spare
+	if sp == nil {
+		sp = s.makeSpareLocked()
+	}
+	s.spareMu.Unlock()
+	select {
+	case <-sp.made:
+		return sp.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// makeSpareLocked starts making a spare in the background and keeps it
+// as the next Start's. Call with spareMu held.
+func (s *Sandbox) makeSpareLocked() *spare {
+	if s.spareCtx == nil {
+		s.spareCtx, s.spareStop = context.WithCancel(context.Background())
+	}
+	ctx := s.spareCtx
+	sp := &spare{token: randomHex(8), made: make(chan struct{})}
+	s.spare = sp
+	s.spareWG.Add(1)
+	go func() {
+		defer s.spareWG.Done()
+		defer close(sp.made)
+		ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
+			AttachStdin:  true,
+			AttachStdout: true,
+			AttachStderr: true,
+			Cmd:          shim.SpareExecArgs(BinaryPath, sp.token, runDir),
+		})
+		if err != nil {
+			sp.err = s.execErr(ctx, "making a spare process", err)
+			return
+		}
+		resp, err := s.eng.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+		if err != nil {
+			sp.err = s.execErr(ctx, "making a spare process", err)
+			return
+		}
+		sp.execID, sp.conn = ec.ID, resp
+	}()
+	return sp
+}
+
+// takeSpare returns the spare (made or being made) for a Start to use, or
+// nil.
+func (s *Sandbox) takeSpare() *spare {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	sp := s.spare
+	s.spare = nil
+	return sp
+}
+
+// refillSpare makes the next spare after one was taken, while the
+// sandbox is warm.
+func (s *Sandbox) refillSpare() {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	if s.warm && s.spare == nil && !s.spareOff && !s.closing.Load() {
+		s.makeSpareLocked()
+	}
+}
+
+// dropSpare stops keeping a spare and ends the one waiting: its stream is
+// closed and its shim exits on the end of its stdin. It returns once no
+// spare is being made. Close calls it first.
+func (s *Sandbox) dropSpare() {
+	s.spareMu.Lock()
+	s.spareOff = true
+	s.warm = false
+	sp := s.spare
+	s.spare = nil
+	stop := s.spareStop
+	s.spareMu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	s.spareWG.Wait()
+	if sp != nil {
+		sp.discard()
+	}
+}
+
+// startSpare starts req on sp. errSpareDead means nothing ran and Start
+// should make an ordinary exec.
+func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequest, dir string) (driver.Process, error) {
+	select {
+	case <-sp.made:
+	case <-ctx.Done():
+		go sp.discard()
+		return nil, ctx.Err()
+	}
+	if sp.err != nil {
+		return nil, errSpareDead
+	}
+	line := shim.SpecLine(shim.Spec{Dir: dir, Stdin: req.Stdin, Path: req.Path, Args: req.Args, Env: req.Env})
+	if _, err := sp.conn.Conn.Write(line); err != nil {
+		// A request cut short is refused by the shim: nothing runs.
+		sp.conn.Close()
+		return nil, errSpareDead
+	}
+	s.spareRuns.Add(1)
+	if !req.Stdin {
+		// The program has /dev/null; the shim reads no more.
+		_ = sp.conn.CloseWrite()
+	}
+	p := newProcess(s, sp.execID, sp.token, req.Path, sp.conn, req.Stdin)
+	pr, err := s.await(ctx, p)
+	if err != nil && p.handshakeKnown() && p.noShim && !errors.Is(err, ErrVanished) {
+		// The shim never answered: it was gone before it read the request
+		// (killed), or never ran (the runtime could not start it). Nothing
+		// ran: an exec of its own does what the spare could not.
+		return nil, errSpareDead
+	}
+	return pr, err
+}
