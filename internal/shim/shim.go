@@ -187,6 +187,10 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 	}
 	var l launch
 	if *specStdin {
+		// The provider takes the spare for ready once it reads this.
+		if _, err := io.WriteString(stdout, ReadyLine); err != nil {
+			return ExitCannot
+		}
 		spec, err := awaitSpec(os.Stdin, sigs)
 		var stopped stoppedError
 		switch {

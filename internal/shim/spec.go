@@ -16,9 +16,15 @@ import (
 // costs a write on a stream that is already open instead of a new exec.
 // It reads its launch request (Spec) from its standard input, then runs
 // the program exactly as an exec shim started with the request on its
-// command line does. The token and the run directory stay on its command
+// command line does. It writes ReadyLine first, once it runs. The token and the run directory stay on its command
 // line: signal and reap recognize a shim by them, and they are chosen when
 // the spare is made.
+
+// ReadyLine is what a spare exec shim writes on stdout once it runs and
+// waits for its request, before its handshake: a provider knows the spare
+// is ready when it has read it (an exec's attach returns before the
+// process starts).
+const ReadyLine = handshake + "ready\n"
 
 // Spec is the launch request a spare exec shim reads.
 type Spec struct {

@@ -88,7 +88,8 @@ func TestReadSpec(t *testing.T) {
 }
 
 // spare runs the test binary as a spare exec shim fed stdin, and returns
-// its stdout (handshake included), stderr and exit status.
+// its stdout after its ready line (handshake included), stderr and exit
+// status.
 func spare(t *testing.T, runDir, stdin string) (string, string, int) {
 	t.Helper()
 	args := SpareExecArgs(os.Args[0], "tok", runDir)
@@ -102,7 +103,11 @@ func spare(t *testing.T, runDir, stdin string) (string, string, int) {
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatal(err)
 	}
-	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+	rest, ok := strings.CutPrefix(out.String(), ReadyLine)
+	if !ok {
+		t.Fatalf("stdout %q does not start with the ready line", out.String())
+	}
+	return rest, errb.String(), cmd.ProcessState.ExitCode()
 }
 
 // handshakeOf splits a shim's stdout into its handshake and the rest.
@@ -122,7 +127,7 @@ func TestSpareShim(t *testing.T) {
 	t.Run("discarded", func(t *testing.T) {
 		out, errOut, code := spare(t, t.TempDir(), "")
 		if out != "" || errOut != "" || code != 0 {
-			t.Errorf("stdout %q, stderr %q, exit %d: want nothing and 0", out, errOut, code)
+			t.Errorf("stdout %q, stderr %q, exit %d: want nothing after the ready line, and 0", out, errOut, code)
 		}
 	})
 	t.Run("exact environment", func(t *testing.T) {
@@ -204,15 +209,26 @@ func TestSpareShim(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close()
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		out := bufio.NewReader(stdout)
+		if line, err := out.ReadString('\n'); line != ReadyLine {
+			t.Fatalf("first line %q, %v", line, err)
+		}
+		// Ready: it handles signals. It ends although its stdin stays open.
 		cmd.Process.Signal(syscall.SIGTERM)
-		// The spare ends although its stdin stays open.
-		err = cmd.Wait()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			t.Errorf("a signalled spare: %v", err)
+		h, err := ReadHandshake(out)
+		if err != nil || !errors.Is(h.Err, ErrStart) {
+			t.Errorf("handshake %+v, %v", h, err)
+		}
+		cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGTERM) {
+			t.Errorf("exit %d", code)
 		}
 	})
 }

@@ -59,10 +59,13 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 		}
 	}
 	if sp := s.takeSpare(); sp != nil {
-		defer s.refillSpare()
 		p, err := s.startSpare(ctx, sp, req, dir)
+		if err == nil {
+			return p, nil // the next spare is made once p is up
+		}
+		defer s.refillSpare()
 		if !errors.Is(err, errSpareDead) {
-			return p, err
+			return nil, err
 		}
 	}
 	return s.startExec(ctx, req, dir)
@@ -94,7 +97,7 @@ func (s *Sandbox) startExec(ctx context.Context, req driver.ExecRequest, dir str
 	if err != nil {
 		return nil, s.execErr(ctx, "starting "+req.Path, err)
 	}
-	return s.await(ctx, newProcess(s, ec.ID, token, req.Path, resp, req.Stdin))
+	return s.await(ctx, newProcess(s, ec.ID, token, req.Path, resp, req.Stdin, nil))
 }
 
 // await waits for the handshake of p, an exec of the shim that has its
@@ -162,6 +165,7 @@ type process struct {
 	pid      int           // the shim's pid in the container, after ready
 	startErr error         // why the program did not start, after ready
 	noShim   bool          // after ready: no handshake came, so the program never ran
+	up       func()        // called (once) on the program's first output
 
 	streamDone chan struct{} // closed when the attach stream has ended
 	exited     atomic.Bool   // Wait has seen the exit
@@ -174,8 +178,17 @@ type process struct {
 	closeOnce sync.Once
 }
 
-func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedResponse, withStdin bool) *process {
+// newProcess demultiplexes conn, the attach stream of an exec of the shim
+// that has its request. up, when not nil, is called once the program is
+// up: its first output, or the end of the stream.
+func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedResponse, withStdin bool, up func()) *process {
 	p := &process{s: s, execID: execID, token: token, path: path, conn: conn, ready: make(chan struct{}), streamDone: make(chan struct{})}
+	if up != nil {
+		var once sync.Once
+		p.up = func() { once.Do(up) }
+	} else {
+		p.up = func() {}
+	}
 	p.stdoutR, p.stdoutW = io.Pipe()
 	p.stderrR, p.stderrW = io.Pipe()
 	if withStdin {
@@ -189,6 +202,7 @@ func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedRespo
 // shim's handshake off the head of stdout.
 func (p *process) demux() {
 	defer close(p.streamDone)
+	defer p.up()
 	hw := &handshakeWriter{p: p}
 	ew := &stderrWriter{p: p}
 	_, err := stdcopy.StdCopy(hw, ew, p.conn.Reader)
@@ -233,6 +247,7 @@ type handshakeWriter struct {
 
 func (w *handshakeWriter) Write(b []byte) (int, error) {
 	if w.done {
+		w.p.up()
 		return w.p.stdoutW.Write(b)
 	}
 	w.buf.Write(b)
@@ -263,6 +278,7 @@ func (w *handshakeWriter) Write(b []byte) (int, error) {
 	}
 	close(w.p.ready)
 	if len(rest) > 0 {
+		w.p.up()
 		if _, err := w.p.stdoutW.Write(rest); err != nil {
 			return 0, err
 		}
@@ -287,6 +303,7 @@ func (w *stderrWriter) Write(b []byte) (int, error) {
 		}
 		return len(b), nil
 	}
+	w.p.up()
 	if !w.flushed {
 		w.flushed = true
 		if w.buf.Len() > 0 {

@@ -1,20 +1,27 @@
 package docker
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // A warm sandbox keeps a spare: an exec of the shim created, started and
-// attached (stdin included) before anyone asks for a process, waiting for
-// its launch request on stdin (shim.SpareExecArgs). Start hands it the
+// attached (stdin included) before anyone asks for a process, running and
+// waiting for its launch request on stdin (shim.SpareExecArgs; it is
+// ready once it has said so with shim.ReadyLine). Start hands it the
 // request instead of paying for an exec; the handshake and everything
 // after are those of an ordinary exec. A spare that is taken is replaced
 // in the background, so Starts that follow one another each find one. A
@@ -102,9 +109,72 @@ func (s *Sandbox) makeSpareLocked() *spare {
 			sp.err = s.execErr(ctx, "making a spare process", err)
 			return
 		}
+		// The attach returns before the process runs: the spare is ready
+		// once the shim says so. Close unblocks the read.
+		stop := context.AfterFunc(ctx, func() { resp.Close() })
+		err = readReady(resp.Reader)
+		if !stop() {
+			sp.err = ctx.Err()
+			return
+		}
+		if err != nil {
+			resp.Close()
+			sp.err = err
+			return
+		}
 		sp.execID, sp.conn = ec.ID, resp
 	}()
 	return sp
+}
+
+// readReady reads the spare shim's shim.ReadyLine off the head of its
+// attach stream (stdcopy frames), and nothing after it.
+func readReady(r *bufio.Reader) error {
+	const max = 64 << 10
+	var out, errOut []byte
+	var hdr [8]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return spareFailed(err, out, errOut)
+		}
+		n := int(binary.BigEndian.Uint32(hdr[4:]))
+		if n > max || len(out)+len(errOut)+n > max {
+			return spareFailed(errors.New("too much output"), out, errOut)
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return spareFailed(err, out, errOut)
+		}
+		switch stdcopy.StdType(hdr[0]) {
+		case stdcopy.Stdout:
+			out = append(out, b...)
+		default: // the program's stderr, the engine's errors
+			errOut = append(errOut, b...)
+		}
+		if bytes.IndexByte(out, '\n') >= 0 {
+			if string(out) == shim.ReadyLine {
+				return nil
+			}
+			return spareFailed(errors.New("no ready line"), out, errOut)
+		}
+	}
+}
+
+func spareFailed(err error, out, errOut []byte) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	if msg := strings.TrimSpace(string(out) + " " + string(errOut)); msg != "" {
+		err = fmt.Errorf("%w: %q", err, trimMsg(msg))
+	}
+	return fmt.Errorf("docker: the spare exec of the shim did not start: %w", err)
+}
+
+func trimMsg(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
 }
 
 // takeSpare returns the spare (made or being made) for a Start to use, or
@@ -170,7 +240,9 @@ func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequ
 		// The program has /dev/null; the shim reads no more.
 		_ = sp.conn.CloseWrite()
 	}
-	p := newProcess(s, sp.execID, sp.token, req.Path, sp.conn, req.Stdin)
+	// The next spare is made once this program is up: making it sooner
+	// would slow the program's start, on a machine with few cores.
+	p := newProcess(s, sp.execID, sp.token, req.Path, sp.conn, req.Stdin, s.refillSpare)
 	pr, err := s.await(ctx, p)
 	if err != nil && p.handshakeKnown() && p.noShim && !errors.Is(err, ErrVanished) {
 		// The shim never answered: it was gone before it read the request
