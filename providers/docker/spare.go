@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
@@ -24,7 +25,8 @@ import (
 // ready once it has said so with shim.ReadyLine). Start hands it the
 // request instead of paying for an exec; the handshake and everything
 // after are those of an ordinary exec. A spare that is taken is replaced
-// in the background, so Starts that follow one another each find one. A
+// in the background once the process it launched is up (its first
+// output), so Starts that follow one another each find one. A
 // spare is not a process of the lease until it is taken: it does not
 // count in active, and Close ends it by closing its stream (the shim
 // exits on the end of its stdin) before the container goes.
@@ -230,11 +232,20 @@ func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequ
 		return nil, errSpareDead
 	}
 	line := shim.SpecLine(shim.Spec{Dir: dir, Stdin: req.Stdin, Path: req.Path, Args: req.Args, Env: req.Env})
-	if _, err := sp.conn.Conn.Write(line); err != nil {
+	// ctx ending cuts a write that blocks (a stream nobody reads).
+	unblock := context.AfterFunc(ctx, func() { _ = sp.conn.Conn.SetWriteDeadline(time.Unix(1, 0)) })
+	_, err := sp.conn.Conn.Write(line)
+	unblock()
+	if err != nil {
 		// A request cut short is refused by the shim: nothing runs.
 		sp.conn.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, errSpareDead
 	}
+	// A request written in full runs: from here on, ctx ending stops the
+	// program (await), as for an ordinary exec.
 	s.spareRuns.Add(1)
 	if !req.Stdin {
 		// The program has /dev/null; the shim reads no more.
