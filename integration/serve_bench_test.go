@@ -59,7 +59,7 @@ func BenchmarkServeFirstByte(b *testing.B) {
 			Open:     func(string, map[string]string) (driver.Provider, error) { return p, nil },
 			OnChange: func(s sandbox.PoolStats) { ready <- s },
 		})
-		defer pool.Close(ctx)
+		defer func() { b.StopTimer(); pool.Close(ctx) }() // teardown: not counted
 		key := sandbox.PoolKey{Provider: "docker", Workdir: wd}
 		pool.Warm(key)
 		waitPool := func() {
@@ -130,7 +130,7 @@ func BenchmarkServeTurn(b *testing.B) {
 			b.Fatal(err)
 		}
 		go srv.Serve(ln, nil)
-		defer srv.Shutdown(context.Background())
+		defer func() { b.StopTimer(); srv.Shutdown(context.Background()) }() // teardown: not counted
 		url := "http://" + ln.Addr().String()
 		turn := func() {
 			resp, err := http.Post(url+"/v1/turns", "application/json", strings.NewReader(`{"prompt":"hello"}`))
@@ -186,7 +186,7 @@ func BenchmarkServePoolTurn(b *testing.B) {
 	wd := b.TempDir()
 	ctx := context.Background()
 	pool := sandbox.NewPool(&sandbox.PoolOptions{Size: 2, Open: func(string, map[string]string) (driver.Provider, error) { return p, nil }})
-	defer pool.Close(ctx)
+	defer func() { b.StopTimer(); pool.Close(ctx) }() // teardown: not counted
 	key := sandbox.PoolKey{Provider: "docker", Workdir: wd}
 	turn := sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
 	o := &sandbox.RunOptions{Store: conversation.NewFS(b.TempDir()), Environ: []string{}}

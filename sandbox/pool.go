@@ -84,7 +84,9 @@ type PoolStats struct {
 var ErrPoolClosed = errors.New("sandbox: pool closed")
 
 // Pool keeps sandboxes opened in advance, with their agents' pinned CLIs
-// already installed, so a turn does not wait for a sandbox to be made. A
+// already installed and, where the provider can (driver.Warmer, see
+// Lease.Warm), the launcher of their first process ready, so a turn does
+// not wait for a sandbox to be made. A
 // sandbox from the pool serves one turn and is then destroyed (Release):
 // no state passes between turns. The pool refills in the background and
 // is bounded (PoolOptions.Size per key, MaxKeys keys). Safe for concurrent
@@ -383,6 +385,12 @@ func (p *Pool) open(ctx context.Context, key PoolKey) (*Lease, error) {
 				p.o.Logger.Warn("outpost pool: installing an agent's CLI in a pooled sandbox", "agent", h.Name, "err", err)
 			}
 		}
+	}
+	// The sandbox waits for its turn: have its provider make the turn's
+	// first process ready too (docker: an exec of its shim, waiting).
+	if err := l.Warm(ctx); err != nil {
+		p.destroy(l)
+		return nil, err
 	}
 	return l, nil
 }

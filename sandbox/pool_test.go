@@ -3,8 +3,10 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
+	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/local"
@@ -151,5 +153,69 @@ func TestPoolTurn(t *testing.T) {
 			t.Errorf("empty answer: %+v", res)
 		}
 		p.Release(key, l)
+	}
+}
+
+// warmProvider's sandboxes are driver.Warmers that count their Warm
+// calls, or fail them.
+type warmProvider struct {
+	driver.Provider
+	warmed atomic.Int32
+	fail   bool
+}
+
+func (w *warmProvider) Open(ctx context.Context, o driver.Options) (driver.Sandbox, error) {
+	sb, err := w.Provider.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &warmSandbox{Sandbox: sb, w: w}, nil
+}
+
+type warmSandbox struct {
+	driver.Sandbox
+	w *warmProvider
+}
+
+var errNoLauncher = errors.New("no launcher")
+
+func (s *warmSandbox) Warm(ctx context.Context) error {
+	if s.w.fail {
+		return errNoLauncher
+	}
+	s.w.warmed.Add(1)
+	return nil
+}
+
+// TestPoolWarmsSandboxes: every pooled sandbox is warmed (driver.Warmer)
+// before it is ready, and one that cannot be is not handed out.
+func TestPoolWarmsSandboxes(t *testing.T) {
+	mem := memsandbox.New(nil)
+	w := &warmProvider{Provider: mem}
+	ch, on := statsFeed()
+	p := sandbox.NewPool(&sandbox.PoolOptions{Size: 2, Open: func(string, map[string]string) (driver.Provider, error) { return w, nil }, OnChange: on})
+	key := sandbox.PoolKey{Provider: "memory", Workdir: "/work"}
+	if err := p.Warm(key); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ch, 2)
+	if got := w.warmed.Load(); got != 2 {
+		t.Errorf("warmed %d sandboxes, want 2", got)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	failing := &warmProvider{Provider: mem, fail: true}
+	p = sandbox.NewPool(&sandbox.PoolOptions{Open: func(string, map[string]string) (driver.Provider, error) { return failing, nil }})
+	_, err := p.Get(t.Context(), key)
+	if !errors.Is(err, errNoLauncher) || outpost.CodeOf(err) != outpost.Sandbox {
+		t.Errorf("Get of a sandbox that cannot be warmed: %v (code %q), want errNoLauncher with code sandbox", err, outpost.CodeOf(err))
+	}
+	if err := p.Close(context.Background()); err != nil { // waits for the refills
+		t.Fatal(err)
+	}
+	if got := mem.Live(); got != 0 {
+		t.Errorf("%d sandboxes live after a failed warm-up, want 0", got)
 	}
 }

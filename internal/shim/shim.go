@@ -14,7 +14,9 @@
 //     left behind holds the output open; the shim then exits with the
 //     program's status, and when the program died of a signal it records
 //     that in the run directory, where the provider reads it (the engine
-//     reports both "exit 137" and "killed by SIGKILL" as 137).
+//     reports both "exit 137" and "killed by SIGKILL" as 137). A spare
+//     exec shim (--spec-stdin) is started ahead of its request and reads
+//     it from stdin (spec.go).
 //   - signal delivers SIGTERM or SIGKILL to the process group of an exec
 //     shim: `docker exec` cannot signal an exec'd process, let alone its
 //     group.
@@ -170,8 +172,10 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 	dir := fl.String("dir", "", "working directory")
 	withStdin := fl.Bool("stdin", false, "give the program the shim's stdin")
 	envStdin := fl.Bool("env-stdin", false, "read the program's environment from the first line of stdin")
-	if err := fl.Parse(args); err != nil || fl.NArg() == 0 {
+	specStdin := fl.Bool("spec-stdin", false, "read the whole launch request from stdin (a spare shim)")
+	if err := fl.Parse(args); err != nil || (fl.NArg() == 0) != *specStdin {
 		fmt.Fprintln(stderr, "usage: outpost sandbox-shim exec --token=T --run=DIR --dir=DIR [--stdin] -- PROGRAM [ARG...]")
+		fmt.Fprintln(stderr, "       outpost sandbox-shim exec --spec-stdin --token=T --run=DIR")
 		return 2
 	}
 	// Signals sent to the shim before the program runs end it; after, they
@@ -179,36 +183,68 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 
-	env := environment()
 	fail := func(result string, code int, format string, a ...any) int {
 		msg := fmt.Sprintf(format, a...)
 		fmt.Fprintf(stdout, "%s%s %s\n", handshake, result, strings.ReplaceAll(msg, "\n", " "))
 		return code
 	}
-	if *envStdin {
-		var err error
-		if env, err = readEnvLine(os.Stdin); err != nil {
+	var l launch
+	if *specStdin {
+		// The provider takes the spare for ready once it reads this.
+		if _, err := io.WriteString(stdout, ReadyLine); err != nil {
+			return ExitCannot
+		}
+		spec, err := awaitSpec(os.Stdin, sigs)
+		var stopped stoppedError
+		switch {
+		case errors.Is(err, errNoSpec):
+			return 0 // a spare nobody used
+		case errors.As(err, &stopped):
+			return fail(resultError, 128+int(stopped.sig), "stopped by %v before it started", stopped.sig)
+		case err != nil:
 			return fail(resultError, ExitCannot, "%v", err)
 		}
-	}
-	if *dir != "" {
-		if err := os.Chdir(*dir); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return fail(resultNoDir, ExitCannot, "working directory %s: %v", *dir, err)
+		l = launch{dir: spec.Dir, stdin: spec.Stdin, program: spec.Path, args: spec.Args, env: spec.environ()}
+	} else {
+		env := environment()
+		if *envStdin {
+			var err error
+			if env, err = readEnvLine(os.Stdin); err != nil {
+				return fail(resultError, ExitCannot, "%v", err)
 			}
-			return fail(resultError, ExitCannot, "working directory %s: %v", *dir, err)
+		}
+		l = launch{dir: *dir, stdin: *withStdin, program: fl.Arg(0), args: fl.Args()[1:], env: env}
+	}
+	return l.run(*token, *runDir, sigs, stdout, stderr, fail)
+}
+
+// launch is what the exec shim runs, from its command line or its spec.
+type launch struct {
+	dir     string
+	stdin   bool // the program gets the shim's stdin (else /dev/null)
+	program string
+	args    []string
+	env     []string
+}
+
+func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io.Writer, fail func(string, int, string, ...any) int) int {
+	if l.dir != "" {
+		if err := os.Chdir(l.dir); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return fail(resultNoDir, ExitCannot, "working directory %s: %v", l.dir, err)
+			}
+			return fail(resultError, ExitCannot, "working directory %s: %v", l.dir, err)
 		}
 	}
-	program := fl.Arg(0)
-	path, err := lookPath(program, lookupEnv(env, "PATH"))
+	path, err := lookPath(l.program, lookupEnv(l.env, "PATH"))
 	if err != nil {
 		return fail(resultNotFound, ExitNotFound, "%v", err)
 	}
-	cmd := exec.Command(path, fl.Args()[1:]...)
-	cmd.Args[0] = program
-	cmd.Env = env
+	cmd := exec.Command(path, l.args...)
+	cmd.Args[0] = l.program
+	cmd.Env = l.env
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if *withStdin {
+	if l.stdin {
 		cmd.Stdin = os.Stdin
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -221,7 +257,7 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 		return ExitCannot
 	}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "outpost: cannot start %s: %v\n", program, err)
+		fmt.Fprintf(stderr, "outpost: cannot start %s: %v\n", l.program, err)
 		if errors.Is(err, fs.ErrNotExist) {
 			return ExitNotFound
 		}
@@ -247,8 +283,8 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
-		if *token != "" && *runDir != "" {
-			_ = os.WriteFile(StatusFile(*runDir, *token), []byte("signal "+strconv.Itoa(int(ws.Signal()))+"\n"), 0o600)
+		if token != "" && runDir != "" {
+			_ = os.WriteFile(StatusFile(runDir, token), []byte("signal "+strconv.Itoa(int(ws.Signal()))+"\n"), 0o600)
 		}
 		return 128 + int(ws.Signal())
 	}

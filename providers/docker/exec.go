@@ -53,12 +53,29 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	if dir == "" {
 		dir = Workspace
 	}
-	names := make([]string, 0, len(req.Env))
-	env := make([]string, 0, len(req.Env)+1)
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return nil, fmt.Errorf("docker: invalid variable %q", k)
 		}
+	}
+	if sp := s.takeSpare(); sp != nil {
+		p, err := s.startSpare(ctx, sp, req, dir)
+		if err == nil {
+			return p, nil // the next spare is made once p is up
+		}
+		defer s.refillSpare()
+		if !errors.Is(err, errSpareDead) {
+			return nil, err
+		}
+	}
+	return s.startExec(ctx, req, dir)
+}
+
+// startExec starts req with an exec of its own.
+func (s *Sandbox) startExec(ctx context.Context, req driver.ExecRequest, dir string) (driver.Process, error) {
+	names := make([]string, 0, len(req.Env))
+	env := make([]string, 0, len(req.Env)+1)
+	for k, v := range req.Env {
 		names = append(names, k)
 		env = append(env, k+"="+v)
 	}
@@ -80,7 +97,12 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	if err != nil {
 		return nil, s.execErr(ctx, "starting "+req.Path, err)
 	}
-	p := newProcess(s, ec.ID, token, req.Path, resp, req.Stdin)
+	return s.await(ctx, newProcess(s, ec.ID, token, req.Path, resp, req.Stdin, nil))
+}
+
+// await waits for the handshake of p, an exec of the shim that has its
+// request, and returns p once its program runs.
+func (s *Sandbox) await(ctx context.Context, p *process) (driver.Process, error) {
 	select {
 	case <-p.ready:
 	case <-ctx.Done():
@@ -99,6 +121,9 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	if p.startErr != nil {
 		p.Close()
 		_, _ = p.Wait()
+		if p.noShim && s.Vanished(context.WithoutCancel(ctx)) {
+			return nil, fmt.Errorf("%w: %s: starting %s: %w", ErrVanished, s.id, p.path, p.startErr)
+		}
 		return nil, p.startErr
 	}
 	s.active.Add(1)
@@ -139,6 +164,8 @@ type process struct {
 	ready    chan struct{} // closed once the handshake (or its failure) is known
 	pid      int           // the shim's pid in the container, after ready
 	startErr error         // why the program did not start, after ready
+	noShim   bool          // after ready: no handshake came, so the program never ran
+	up       func()        // called (once) on the program's first output
 
 	streamDone chan struct{} // closed when the attach stream has ended
 	exited     atomic.Bool   // Wait has seen the exit
@@ -151,8 +178,17 @@ type process struct {
 	closeOnce sync.Once
 }
 
-func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedResponse, withStdin bool) *process {
+// newProcess demultiplexes conn, the attach stream of an exec of the shim
+// that has its request. up, when not nil, is called once the program is
+// up: its first output, or the end of the stream.
+func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedResponse, withStdin bool, up func()) *process {
 	p := &process{s: s, execID: execID, token: token, path: path, conn: conn, ready: make(chan struct{}), streamDone: make(chan struct{})}
+	if up != nil {
+		var once sync.Once
+		p.up = func() { once.Do(up) }
+	} else {
+		p.up = func() {}
+	}
 	p.stdoutR, p.stdoutW = io.Pipe()
 	p.stderrR, p.stderrW = io.Pipe()
 	if withStdin {
@@ -166,6 +202,7 @@ func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedRespo
 // shim's handshake off the head of stdout.
 func (p *process) demux() {
 	defer close(p.streamDone)
+	defer p.up()
 	hw := &handshakeWriter{p: p}
 	ew := &stderrWriter{p: p}
 	_, err := stdcopy.StdCopy(hw, ew, p.conn.Reader)
@@ -180,12 +217,25 @@ func (p *process) demux() {
 			cause = fmt.Errorf("%w: %q", cause, msg)
 		}
 		p.startErr = fmt.Errorf("docker: the exec shim did not start: %w", cause)
+		// A stream that broke may have lost a handshake; one that ended
+		// did not.
+		p.noShim = err == nil
 		close(p.ready)
 	} else if !ew.flushed && ew.buf.Len() > 0 {
 		_, _ = p.stderrW.Write(ew.buf.Bytes())
 	}
 	p.stdoutW.CloseWithError(err)
 	p.stderrW.CloseWithError(err)
+}
+
+// handshakeKnown reports whether the handshake (or its failure) is known.
+func (p *process) handshakeKnown() bool {
+	select {
+	case <-p.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // handshakeWriter passes stdout through once the handshake line is read.
@@ -197,6 +247,7 @@ type handshakeWriter struct {
 
 func (w *handshakeWriter) Write(b []byte) (int, error) {
 	if w.done {
+		w.p.up()
 		return w.p.stdoutW.Write(b)
 	}
 	w.buf.Write(b)
@@ -212,7 +263,10 @@ func (w *handshakeWriter) Write(b []byte) (int, error) {
 	hs, err := shim.ReadHandshake(bufio.NewReader(bytes.NewReader(w.buf.Bytes()[:i+1])))
 	switch {
 	case err != nil:
+		// Not the shim speaking (the runtime's "exec failed..."): the
+		// shim writes its handshake before anything else.
 		w.p.startErr = fmt.Errorf("docker: %w", err)
+		w.p.noShim = true
 	case errors.Is(hs.Err, shim.ErrNotFound):
 		w.p.startErr = &exec.Error{Name: w.p.path, Err: exec.ErrNotFound}
 	case errors.Is(hs.Err, shim.ErrNoDir):
@@ -224,6 +278,7 @@ func (w *handshakeWriter) Write(b []byte) (int, error) {
 	}
 	close(w.p.ready)
 	if len(rest) > 0 {
+		w.p.up()
 		if _, err := w.p.stdoutW.Write(rest); err != nil {
 			return 0, err
 		}
@@ -248,6 +303,7 @@ func (w *stderrWriter) Write(b []byte) (int, error) {
 		}
 		return len(b), nil
 	}
+	w.p.up()
 	if !w.flushed {
 		w.flushed = true
 		if w.buf.Len() > 0 {

@@ -70,6 +70,15 @@ type Sandbox struct {
 	closing atomic.Bool  // Close has begun: processes ending now were stopped by it
 	active  atomic.Int64 // processes started and not yet seen to end
 
+	spareMu   sync.Mutex      // guards the spare fields below (spare.go)
+	warm      bool            // keep a spare: Warm was called
+	spareOff  bool            // Close has dropped the spare: make no more
+	spare     *spare          // the next Start's, made or being made
+	spareCtx  context.Context // ends with Close: cancels a spare being made
+	spareStop context.CancelFunc
+	spareWG   sync.WaitGroup // spares being made
+	spareRuns atomic.Int64   // requests handed to a spare (tests, diagnostics)
+
 	wsMu     sync.Mutex          // serializes workspace copies back
 	manifest *workspace.Manifest // copy mode: the workspace as last copied
 }
@@ -401,6 +410,8 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
 	}
+	// A spare is no process of the lease: it ends first, whatever the mode.
+	s.dropSpare()
 	cctx, cancel := driver.ReleaseContext(ctx, closeTimeout)
 	defer cancel()
 	var errs []error

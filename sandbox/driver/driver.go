@@ -89,6 +89,19 @@ type Vanisher interface {
 	Vanished(ctx context.Context) bool
 }
 
+// Warmer is implemented by sandboxes that can keep a process launcher
+// ready, so that a Start that comes later costs less (docker keeps an exec
+// of its shim waiting for its request). The portable layer calls it where
+// a sandbox waits before its first process (a pooled one); providers
+// without one need nothing.
+type Warmer interface {
+	// Warm readies the launcher and keeps one ready after every Start until
+	// Close. It returns once the launcher is ready, or ctx ends (the
+	// launcher is then still made). A launcher that fails costs nothing:
+	// Start then starts the process the ordinary way. Close ends it.
+	Warm(ctx context.Context) error
+}
+
 // PathLooker is implemented by sandboxes that can find an executable
 // without starting a process (the local provider).
 type PathLooker interface {

@@ -1,0 +1,16 @@
+package docker
+
+import "context"
+
+// SpareRuns is how many requests s handed to a spare exec.
+func SpareRuns(s *Sandbox) int64 { return s.spareRuns.Load() }
+
+// DropSpare ends s's spare and makes no more, as Close does first.
+func DropSpare(s *Sandbox) { s.dropSpare() }
+
+// Processes lists the container's processes (busybox ps) with a helper
+// exec, which never takes the spare.
+func Processes(s *Sandbox) (string, error) {
+	res, err := s.run(context.Background(), []string{"/bin/ps", "-o", "pid,args"}, nil)
+	return string(res.stdout), err
+}

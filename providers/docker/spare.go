@@ -1,0 +1,265 @@
+package docker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/outposthq/outpost/internal/shim"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// A warm sandbox keeps a spare: an exec of the shim created, started and
+// attached (stdin included) before anyone asks for a process, running and
+// waiting for its launch request on stdin (shim.SpareExecArgs; it is
+// ready once it has said so with shim.ReadyLine). Start hands it the
+// request instead of paying for an exec; the handshake and everything
+// after are those of an ordinary exec. A spare that is taken is replaced
+// in the background once the process it launched is up (its first
+// output), so Starts that follow one another each find one. A
+// spare is not a process of the lease until it is taken: it does not
+// count in active, and Close ends it by closing its stream (the shim
+// exits on the end of its stdin) before the container goes.
+
+// spare is one exec of the shim waiting for its request.
+type spare struct {
+	token string
+	made  chan struct{} // closed once the exec is attached, or failed
+
+	// Set before made is closed.
+	execID string
+	conn   types.HijackedResponse
+	err    error
+}
+
+// discard ends a spare nobody will use, once it is made.
+func (sp *spare) discard() {
+	<-sp.made
+	if sp.err == nil {
+		sp.conn.Close()
+	}
+}
+
+// errSpareDead: the spare could not take the request, and nothing of it
+// ran; Start makes an ordinary exec instead.
+var errSpareDead = errors.New("docker: the spare exec is gone")
+
+// Warm keeps a spare exec of the shim in the sandbox from now on, so that
+// Start costs one write on an open stream instead of an exec (create,
+// start, attach). It returns once the spare is ready, or when ctx ends
+// (the spare is still made); its error is the spare's, which costs
+// nothing more: Start then falls back to an ordinary exec. It implements
+// driver.Warmer.
+func (s *Sandbox) Warm(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.spareMu.Lock()
+	if s.closing.Load() || s.spareOff {
+		s.spareMu.Unlock()
+		return fmt.Errorf("docker: %s is being released", s.id)
+	}
+	s.warm = true
+	sp := s.spare
+	if sp == nil {
+		sp = s.makeSpareLocked()
+	}
+	s.spareMu.Unlock()
+	select {
+	case <-sp.made:
+		return sp.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// makeSpareLocked starts making a spare in the background and keeps it
+// as the next Start's. Call with spareMu held.
+func (s *Sandbox) makeSpareLocked() *spare {
+	if s.spareCtx == nil {
+		s.spareCtx, s.spareStop = context.WithCancel(context.Background())
+	}
+	ctx := s.spareCtx
+	sp := &spare{token: randomHex(8), made: make(chan struct{})}
+	s.spare = sp
+	s.spareWG.Add(1)
+	go func() {
+		defer s.spareWG.Done()
+		defer close(sp.made)
+		ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
+			AttachStdin:  true,
+			AttachStdout: true,
+			AttachStderr: true,
+			Cmd:          shim.SpareExecArgs(BinaryPath, sp.token, runDir),
+		})
+		if err != nil {
+			sp.err = s.execErr(ctx, "making a spare process", err)
+			return
+		}
+		resp, err := s.eng.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+		if err != nil {
+			sp.err = s.execErr(ctx, "making a spare process", err)
+			return
+		}
+		// The attach returns before the process runs: the spare is ready
+		// once the shim says so. Close unblocks the read.
+		stop := context.AfterFunc(ctx, func() { resp.Close() })
+		err = readReady(resp.Reader)
+		if !stop() {
+			sp.err = ctx.Err()
+			return
+		}
+		if err != nil {
+			resp.Close()
+			sp.err = err
+			return
+		}
+		sp.execID, sp.conn = ec.ID, resp
+	}()
+	return sp
+}
+
+// readReady reads the spare shim's shim.ReadyLine off the head of its
+// attach stream (stdcopy frames), and nothing after it.
+func readReady(r *bufio.Reader) error {
+	const max = 64 << 10
+	var out, errOut []byte
+	var hdr [8]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return spareFailed(err, out, errOut)
+		}
+		n := int(binary.BigEndian.Uint32(hdr[4:]))
+		if n > max || len(out)+len(errOut)+n > max {
+			return spareFailed(errors.New("too much output"), out, errOut)
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return spareFailed(err, out, errOut)
+		}
+		switch stdcopy.StdType(hdr[0]) {
+		case stdcopy.Stdout:
+			out = append(out, b...)
+		default: // the program's stderr, the engine's errors
+			errOut = append(errOut, b...)
+		}
+		if bytes.IndexByte(out, '\n') >= 0 {
+			if string(out) == shim.ReadyLine {
+				return nil
+			}
+			return spareFailed(errors.New("no ready line"), out, errOut)
+		}
+	}
+}
+
+func spareFailed(err error, out, errOut []byte) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	if msg := strings.TrimSpace(string(out) + " " + string(errOut)); msg != "" {
+		err = fmt.Errorf("%w: %q", err, trimMsg(msg))
+	}
+	return fmt.Errorf("docker: the spare exec of the shim did not start: %w", err)
+}
+
+func trimMsg(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
+
+// takeSpare returns the spare (made or being made) for a Start to use, or
+// nil.
+func (s *Sandbox) takeSpare() *spare {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	sp := s.spare
+	s.spare = nil
+	return sp
+}
+
+// refillSpare makes the next spare after one was taken, while the
+// sandbox is warm.
+func (s *Sandbox) refillSpare() {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	if s.warm && s.spare == nil && !s.spareOff && !s.closing.Load() {
+		s.makeSpareLocked()
+	}
+}
+
+// dropSpare stops keeping a spare and ends the one waiting: its stream is
+// closed and its shim exits on the end of its stdin. It returns once no
+// spare is being made. Close calls it first.
+func (s *Sandbox) dropSpare() {
+	s.spareMu.Lock()
+	s.spareOff = true
+	s.warm = false
+	sp := s.spare
+	s.spare = nil
+	stop := s.spareStop
+	s.spareMu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	s.spareWG.Wait()
+	if sp != nil {
+		sp.discard()
+	}
+}
+
+// startSpare starts req on sp. errSpareDead means nothing ran and Start
+// should make an ordinary exec.
+func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequest, dir string) (driver.Process, error) {
+	select {
+	case <-sp.made:
+	case <-ctx.Done():
+		go sp.discard()
+		return nil, ctx.Err()
+	}
+	if sp.err != nil {
+		return nil, errSpareDead
+	}
+	line := shim.SpecLine(shim.Spec{Dir: dir, Stdin: req.Stdin, Path: req.Path, Args: req.Args, Env: req.Env})
+	// ctx ending cuts a write that blocks (a stream nobody reads).
+	unblock := context.AfterFunc(ctx, func() { _ = sp.conn.Conn.SetWriteDeadline(time.Unix(1, 0)) })
+	_, err := sp.conn.Conn.Write(line)
+	unblock()
+	if err != nil {
+		// A request cut short is refused by the shim: nothing runs.
+		sp.conn.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errSpareDead
+	}
+	// A request written in full runs: from here on, ctx ending stops the
+	// program (await), as for an ordinary exec.
+	s.spareRuns.Add(1)
+	if !req.Stdin {
+		// The program has /dev/null; the shim reads no more.
+		_ = sp.conn.CloseWrite()
+	}
+	// The next spare is made once this program is up: making it sooner
+	// would slow the program's start, on a machine with few cores.
+	p := newProcess(s, sp.execID, sp.token, req.Path, sp.conn, req.Stdin, s.refillSpare)
+	pr, err := s.await(ctx, p)
+	if err != nil && p.handshakeKnown() && p.noShim && !errors.Is(err, ErrVanished) {
+		// The shim never answered: it was gone before it read the request
+		// (killed), or never ran (the runtime could not start it). Nothing
+		// ran: an exec of its own does what the spare could not.
+		return nil, errSpareDead
+	}
+	return pr, err
+}

@@ -1,0 +1,359 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/providers/docker"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/sandboxtest"
+)
+
+// warmProvider warms every sandbox it opens (driver.Warmer): each Start
+// then goes to a spare exec.
+type warmProvider struct{ driver.Provider }
+
+func (w warmProvider) Open(ctx context.Context, o driver.Options) (driver.Sandbox, error) {
+	sb, err := w.Provider.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.(driver.Warmer).Warm(ctx); err != nil {
+		return nil, errors.Join(err, sb.Close(context.Background()))
+	}
+	return sb, nil
+}
+
+// TestConformanceWarm runs the conformance suite on warm sandboxes: every
+// process of the suite is started by a spare. Copy mode only (the spare
+// does not depend on the mode, and copy mode's release is the one that
+// asks whether processes run); TestConformance covers both cold.
+func TestConformanceWarm(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
+		NewProvider: func(t *testing.T) driver.Provider {
+			return warmProvider{dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Workspace = docker.Copy })}
+		},
+		Options: func(t *testing.T) driver.Options { return driver.Options{Workdir: workdir(t)} },
+	})
+}
+
+// warmLease is a warm lease on busybox, released when the test ends.
+func warmLease(t *testing.T) (*sandbox.Lease, *docker.Sandbox) {
+	t.Helper()
+	l := lease(t, dockertest.Provider(t, dockertest.Busybox), driver.Options{Workdir: workdir(t)})
+	if err := l.Warm(t.Context()); err != nil {
+		t.Fatalf("Warm: %v", err)
+	}
+	return l, l.Sandbox().(*docker.Sandbox)
+}
+
+// fullEnv is the sandbox's whole environment.
+func fullEnv(l *sandbox.Lease) map[string]string {
+	env := map[string]string{}
+	for k, v := range l.Environment().Defaults {
+		env[k] = v
+	}
+	for k, v := range l.Environment().Fixed {
+		env[k] = v
+	}
+	return env
+}
+
+// TestSpareProcesses: a process started by a spare exec behaves as one
+// started by an exec of its own.
+func TestSpareProcesses(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	l, sb := warmLease(t)
+	env := fullEnv(l)
+	runs := docker.SpareRuns(sb)
+	// spared checks that the last n requests went to spares.
+	spared := func(t *testing.T, n int64) {
+		t.Helper()
+		if got := docker.SpareRuns(sb); got != runs+n {
+			t.Errorf("%d requests went to a spare, want %d", got-runs, n)
+		}
+		runs = docker.SpareRuns(sb)
+	}
+	exec1 := func(t *testing.T, req driver.ExecRequest) sandbox.ExecResult {
+		t.Helper()
+		res, err := l.Exec(t.Context(), req, 1<<20)
+		if err != nil {
+			t.Fatalf("%s %q: %v", req.Path, req.Args, err)
+		}
+		return res
+	}
+
+	t.Run("launched by a spare", func(t *testing.T) {
+		res := exec1(t, driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `tr '\0' ' ' </proc/$PPID/cmdline`}, Env: env})
+		if !strings.Contains(string(res.Stdout), "sandbox-shim exec --spec-stdin --token=") {
+			t.Errorf("the program's parent is %q, not a spare shim", res.Stdout)
+		}
+		spared(t, 1)
+	})
+	t.Run("exact environment", func(t *testing.T) {
+		want := map[string]string{"PATH": env["PATH"], "ONLY": "this one", "EMPTY": "", "QUOTE": `a"b\c`}
+		res := exec1(t, driver.ExecRequest{Path: "env", Env: want})
+		got := strings.Split(strings.TrimSuffix(string(res.Stdout), "\n"), "\n")
+		slices.Sort(got)
+		wantLines := []string{"EMPTY=", "ONLY=this one", "PATH=" + env["PATH"], `QUOTE=a"b\c`}
+		if d := cmp.Diff(wantLines, got); d != "" {
+			t.Errorf("environment (-want +got), the image's and the engine's variables must not leak:\n%s", d)
+		}
+		spared(t, 1)
+	})
+	t.Run("stdin", func(t *testing.T) {
+		pr, err := l.Start(t.Context(), driver.ExecRequest{Path: "cat", Env: env, Stdin: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pr.Close()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := io.WriteString(pr.Stdin(), "through the spare\n")
+			errc <- errors.Join(err, pr.Stdin().Close())
+		}()
+		go io.Copy(io.Discard, pr.Stderr())
+		out, _ := io.ReadAll(pr.Stdout())
+		if err := <-errc; err != nil {
+			t.Errorf("writing stdin: %v", err)
+		}
+		st, err := pr.Wait()
+		if string(out) != "through the spare\n" || !st.Success() || err != nil {
+			t.Errorf("output %q, status %+v, %v", out, st, err)
+		}
+		spared(t, 1)
+	})
+	t.Run("no stdin", func(t *testing.T) {
+		res := exec1(t, driver.ExecRequest{Path: "cat", Env: env})
+		if len(res.Stdout) != 0 || !res.Status.Success() {
+			t.Errorf("cat without stdin: %q, %+v", res.Stdout, res.Status)
+		}
+		spared(t, 1)
+	})
+	t.Run("exit statuses", func(t *testing.T) {
+		cases := map[string]harness.ExitStatus{
+			"exit 0":        {Code: 0},
+			"exit 3":        {Code: 3},
+			"exit 137":      {Code: 137},
+			"kill -TERM $$": {Code: -1, Signal: "terminated"},
+			"kill -KILL $$": {Code: -1, Signal: "killed"},
+		}
+		for script, want := range cases {
+			if got := shStatus(t, l, script).Status; got != want {
+				t.Errorf("%q: status %+v, want %+v", script, got, want)
+			}
+		}
+		spared(t, int64(len(cases)))
+	})
+	t.Run("terminate the group", func(t *testing.T) {
+		script := `trap 'echo trapped' TERM; sleep 1000 & echo started; wait $!; wait $!; echo "sleep ended $?"`
+		pr, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", script}, Env: env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pr.Close()
+		go io.Copy(io.Discard, pr.Stderr())
+		buf := make([]byte, len("started\n"))
+		if _, err := io.ReadFull(pr.Stdout(), buf); err != nil || string(buf) != "started\n" {
+			t.Fatalf("first line %q, %v", buf, err)
+		}
+		if err := pr.Signal(driver.Terminate); err != nil {
+			t.Fatalf("Signal: %v", err)
+		}
+		rest, _ := io.ReadAll(pr.Stdout())
+		st, err := pr.Wait()
+		if err != nil || !st.Success() {
+			t.Errorf("status %+v, %v", st, err)
+		}
+		// Both the shell and its background child got SIGTERM.
+		if string(rest) != "trapped\nsleep ended 143\n" {
+			t.Errorf("output after the signal %q, want the trap and the child's death by SIGTERM", rest)
+		}
+		spared(t, 1)
+	})
+	t.Run("not found", func(t *testing.T) {
+		_, err := l.Start(t.Context(), driver.ExecRequest{Path: "no-such-program", Env: env})
+		if !errors.Is(err, exec.ErrNotFound) {
+			t.Errorf("Start of a missing program: %v, want exec.ErrNotFound", err)
+		}
+		spared(t, 1)
+	})
+	t.Run("missing directory", func(t *testing.T) {
+		_, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/true", Env: env, Dir: "/no/such/dir"})
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Start in a missing directory: %v, want fs.ErrNotExist", err)
+		}
+		spared(t, 1)
+	})
+	t.Run("invalid variable", func(t *testing.T) {
+		_, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/true", Env: map[string]string{"A": "x\x00y"}})
+		if err == nil || strings.Contains(err.Error(), "x\x00y") {
+			t.Errorf("Start with a NUL in a value: %v", err)
+		}
+		spared(t, 0) // refused before a spare is taken
+	})
+}
+
+// TestSpareVanished: a container removed or stopped while its spare waits
+// fails the next Start with ErrVanished (code sandbox, details.vanished),
+// as an ordinary exec would.
+func TestSpareVanished(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	cli := dockertest.Client(t)
+	for _, how := range []string{"removed", "stopped"} {
+		t.Run(how, func(t *testing.T) {
+			p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Workspace = docker.Bind })
+			l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: workdir(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close(context.Background())
+			if err := l.Warm(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			cid := l.Sandbox().(*docker.Sandbox).ContainerID()
+			if how == "removed" {
+				err = cli.ContainerRemove(t.Context(), cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			} else {
+				err = cli.ContainerKill(t.Context(), cid, "KILL")
+				if err == nil {
+					wait, errc := cli.ContainerWait(t.Context(), cid, container.WaitConditionNotRunning)
+					select {
+					case <-wait:
+					case err = <-errc:
+					}
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 { // the spare, then the one made after it
+				_, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/true", Env: fullEnv(l)})
+				var oe *outpost.Error
+				if !errors.Is(err, docker.ErrVanished) || !errors.As(err, &oe) || oe.Code != outpost.Sandbox || oe.Details["vanished"] != true {
+					t.Errorf("Start %d on a %s container: %v, want ErrVanished with code sandbox and details.vanished", i+1, how, err)
+				}
+			}
+		})
+	}
+}
+
+// spareGoroutines returns the stacks of goroutines that make or end
+// spares, once there are none or after a minute.
+func spareGoroutines() string {
+	deadline := time.Now().Add(time.Minute) // a guard against hanging, not a measure
+	for {
+		buf := make([]byte, 4<<20)
+		all := string(buf[:runtime.Stack(buf, true)])
+		var left []string
+		for _, g := range strings.Split(all, "\n\n") {
+			if strings.Contains(g, "docker.(*Sandbox).makeSpareLocked") || strings.Contains(g, "docker.(*spare).discard") {
+				left = append(left, g)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return strings.Join(left, "\n\n")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// spareShims lists the spare shims running in sb's container, once there
+// are want of them or after a minute.
+func spareShims(t *testing.T, sb *docker.Sandbox, want int) []string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute) // a guard against hanging, not a measure
+	for {
+		ps, err := docker.Processes(sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var shims []string
+		for _, line := range strings.Split(ps, "\n") {
+			if strings.Contains(line, "--spec-stdin") {
+				shims = append(shims, strings.TrimSpace(line))
+			}
+		}
+		if len(shims) == want || time.Now().After(deadline) {
+			return shims
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSpareClose: a waiting spare is no process of the lease; dropping
+// it ends its shim, and Close leaves no goroutine behind, in copy mode
+// after copying back what a spare's process wrote.
+func TestSpareClose(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	p := dockertest.Provider(t, dockertest.Busybox)
+	t.Run("waiting", func(t *testing.T) {
+		wd := workdir(t)
+		l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: wd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := l.Sandbox().(*docker.Sandbox)
+		if err := l.Warm(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got := shStatus(t, l, "echo written > "+docker.Workspace+"/by-spare").Status; !got.Success() {
+			t.Fatalf("status %+v", got)
+		}
+		if err := l.Warm(t.Context()); err != nil { // waits for the spare made after the first
+			t.Fatal(err)
+		}
+		if shims := spareShims(t, sb, 1); len(shims) != 1 {
+			t.Fatalf("spare shims %q, want one waiting", shims)
+		}
+		docker.DropSpare(sb)
+		if shims := spareShims(t, sb, 0); len(shims) != 0 {
+			t.Errorf("spare shims %q left after the spare was dropped", shims)
+		}
+		if err := l.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if b, err := os.ReadFile(filepath.Join(wd, "by-spare")); err != nil || string(b) != "written\n" {
+			t.Errorf("copied back: %q, %v", b, err)
+		}
+		if left := spareGoroutines(); left != "" {
+			t.Errorf("goroutines left:\n%s", left)
+		}
+	})
+	t.Run("being made", func(t *testing.T) {
+		l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: workdir(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		warmed := make(chan error, 1)
+		go func() { warmed <- l.Sandbox().(driver.Warmer).Warm(context.Background()) }()
+		if err := l.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		<-warmed // a spare made or refused: either way Close ended it
+		if left := spareGoroutines(); left != "" {
+			t.Errorf("goroutines left:\n%s", left)
+		}
+		if err := l.Sandbox().(driver.Warmer).Warm(t.Context()); err == nil {
+			t.Error("Warm after Close succeeded")
+		}
+	})
+}
