@@ -29,7 +29,7 @@ fi
 start=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/tmp}/outpost-kube-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-say "building Kubernetes $VERSION (cold: about 5 minutes on 2 cores, ≥4 GB of memory)"
+say "building Kubernetes $VERSION (cold: about 10 minutes on 2 cores, ≥4 GB of memory)"
 export GOCACHE=$work/gocache GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
 cd "$work"
 kdir=$("$GO" mod download -json "k8s.io/kubernetes@$VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')

@@ -9,7 +9,7 @@
 # No cluster image can be pulled, so the cluster is built from parts:
 #   - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
 #     kubectl from the module k8s.io/kubernetes (scripts/kube-build.sh;
-#     cached in $OUTPOST_CACHE/kube/<version>/bin: ~5 min cold, nothing after);
+#     cached in $OUTPOST_CACHE/kube/<version>/bin: ~10 min cold on 2 cores, nothing after);
 #   - etcd, containerd (+ runc) and the CNI plugins from Debian;
 #   - the pause image (images/kube-pause, static Go, FROM scratch) and the
 #     test images (outpost/busybox:test, outpost/debian:test from
