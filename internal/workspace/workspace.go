@@ -502,6 +502,26 @@ func (s *Spool) Close() error {
 	return nil
 }
 
+// CheckEntry refuses an entry of an archive about to be extracted by a
+// tool that follows symbolic links: what tarsafe.Check refuses, and an
+// entry (or a hard link's target) that passes through a symbolic link an
+// earlier entry of the same archive made (links: entry name -> is a
+// symbolic link, kept by the caller as it goes).
+func CheckEntry(h *tar.Header, links map[string]bool) error {
+	if err := tarsafe.Check(h); err != nil {
+		return err
+	}
+	if l := ThroughLink(h.Name, links); l != "" {
+		return fmt.Errorf("%w: %q passes through the symbolic link %q made by the same archive", tarsafe.ErrUnsafe, h.Name, l)
+	}
+	if h.Typeflag == tar.TypeLink {
+		if l := ThroughLink(h.Linkname, links); l != "" {
+			return fmt.Errorf("%w: hard link %q -> %q passes through the symbolic link %q", tarsafe.ErrUnsafe, h.Name, h.Linkname, l)
+		}
+	}
+	return nil
+}
+
 // ThroughLink returns the first proper prefix of name that is a symbolic
 // link in links (entry name -> is a symbolic link), or "": an extractor
 // that follows links would write an entry under such a prefix wherever

@@ -109,3 +109,28 @@ func TestThroughLink(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckEntry: each link of a chain looks harmless alone; an entry
+// under one the archive made, or a hard link to one, is refused.
+func TestCheckEntry(t *testing.T) {
+	links := map[string]bool{}
+	for _, h := range []*tar.Header{
+		{Name: "a", Typeflag: tar.TypeSymlink, Linkname: "."},
+		{Name: "d", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "d/f", Typeflag: tar.TypeReg, Mode: 0o644},
+	} {
+		if err := workspace.CheckEntry(h, links); err != nil {
+			t.Fatalf("%s: %v", h.Name, err)
+		}
+		links[h.Name] = h.Typeflag == tar.TypeSymlink
+	}
+	for _, h := range []*tar.Header{
+		{Name: "a/b", Typeflag: tar.TypeSymlink, Linkname: ".."},
+		{Name: "h", Typeflag: tar.TypeLink, Linkname: "a/x"},
+		{Name: "../up", Typeflag: tar.TypeReg},
+	} {
+		if err := workspace.CheckEntry(h, links); !errors.Is(err, tarsafe.ErrUnsafe) {
+			t.Errorf("%s: %v, want tarsafe.ErrUnsafe", h.Name, err)
+		}
+	}
+}

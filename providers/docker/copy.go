@@ -15,7 +15,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 
-	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/internal/workspace"
 )
 
@@ -141,19 +140,11 @@ func (s *Sandbox) rewrite(ctx context.Context, tw tarWriter, r io.Reader, base, 
 		if h.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
-		if err := tarsafe.Check(h); err != nil {
-			return err
-		}
 		// The engine follows links while it extracts: an entry under a
 		// link the archive made could land outside dir, however harmless
 		// each link looks alone.
-		if l := workspace.ThroughLink(h.Name, links); l != "" {
-			return fmt.Errorf("%w: %q passes through the symbolic link %q made by the same archive", tarsafe.ErrUnsafe, h.Name, l)
-		}
-		if h.Typeflag == tar.TypeLink {
-			if l := workspace.ThroughLink(h.Linkname, links); l != "" {
-				return fmt.Errorf("%w: hard link %q -> %q passes through the symbolic link %q", tarsafe.ErrUnsafe, h.Name, h.Linkname, l)
-			}
+		if err := workspace.CheckEntry(h, links); err != nil {
+			return err
 		}
 		links[h.Name] = h.Typeflag == tar.TypeSymlink
 		h.Name = path.Join(prefix, h.Name)

@@ -72,16 +72,8 @@ func checkArchive(r io.Reader, w io.Writer) error {
 		if h.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
-		if err := tarsafe.Check(h); err != nil {
+		if err := workspace.CheckEntry(h, links); err != nil {
 			return err
-		}
-		if l := throughLink(h.Name, links); l != "" {
-			return fmt.Errorf("%w: %q passes through the symbolic link %q made by the same archive", tarsafe.ErrUnsafe, h.Name, l)
-		}
-		if h.Typeflag == tar.TypeLink {
-			if l := throughLink(h.Linkname, links); l != "" {
-				return fmt.Errorf("%w: hard link %q -> %q passes through the symbolic link %q", tarsafe.ErrUnsafe, h.Name, h.Linkname, l)
-			}
 		}
 		links[h.Name] = h.Typeflag == tar.TypeSymlink
 		h.Uname, h.Gname = "", ""
@@ -95,15 +87,6 @@ func checkArchive(r io.Reader, w io.Writer) error {
 			}
 		}
 	}
-}
-
-func throughLink(name string, links map[string]bool) string {
-	for i := 0; i < len(name); i++ {
-		if name[i] == '/' && links[name[:i]] {
-			return name[:i]
-		}
-	}
-	return ""
 }
 
 // untar streams the archive fill writes into dir.

@@ -73,21 +73,13 @@ func rewrite(tw *tar.Writer, r io.Reader) error {
 		if h.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
-		if err := tarsafe.Check(h); err != nil {
+		if err := workspace.CheckEntry(h, links); err != nil {
 			return err
 		}
 		switch h.Typeflag {
 		case tar.TypeReg, tar.TypeRegA, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
 		default:
 			return fmt.Errorf("%w: %q is a special file", tarsafe.ErrUnsafe, h.Name)
-		}
-		if l := workspace.ThroughLink(h.Name, links); l != "" {
-			return fmt.Errorf("%w: %q passes through the symbolic link %q made by the same archive", tarsafe.ErrUnsafe, h.Name, l)
-		}
-		if h.Typeflag == tar.TypeLink {
-			if l := workspace.ThroughLink(h.Linkname, links); l != "" {
-				return fmt.Errorf("%w: hard link %q -> %q passes through the symbolic link %q", tarsafe.ErrUnsafe, h.Name, h.Linkname, l)
-			}
 		}
 		links[strings.TrimSuffix(h.Name, "/")] = h.Typeflag == tar.TypeSymlink
 		if h.Name == "." || h.Name == "./" {
