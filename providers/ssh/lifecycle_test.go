@@ -108,8 +108,10 @@ func TestDisconnect(t *testing.T) {
 	if left := survivors(t, srv, "disconnect-mark"); left != "" {
 		t.Errorf("processes of the released lease survive:\n%s", left)
 	}
-	if dirExists(t, srv, sb.(*sshp.Sandbox).Dir()) {
-		t.Error("the released lease's directory survives")
+	if dir := sb.(*sshp.Sandbox).Dir(); dirExists(t, srv, dir) {
+		// What is left, and which processes still run, say who wrote it.
+		_, left, _ := srv.Exec(context.Background(), "sh", "-c", "find "+dir+" -ls; ps -eo pid,ppid,args")
+		t.Errorf("the released lease's directory survives:\n%s", left)
 	}
 }
 
