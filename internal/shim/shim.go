@@ -236,6 +236,9 @@ func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io
 			return fail(resultError, ExitCannot, "working directory %s: %v", l.dir, err)
 		}
 	}
+	if mode, ok := l.inProcess(); ok {
+		return l.runInProcess(mode, token, runDir, sigs, stdout, stderr, fail)
+	}
 	path, err := lookPath(l.program, lookupEnv(l.env, "PATH"))
 	if err != nil {
 		return fail(resultNotFound, ExitNotFound, "%v", err)
@@ -554,4 +557,67 @@ func trimQ(s string) string {
 		return s[:200] + "..."
 	}
 	return s
+}
+
+// inProcessModes are the shim's own modes that an exec shim asked to run
+// the shim's binary in one of them runs itself, without starting a
+// process: they depend on nothing of the environment or of the process
+// (not lookpath, which reads PATH), and they end with the program's
+// status. A spare shim (already started, its binary initialised) so
+// answers a workspace snapshot or a copy in or out in the time of the
+// work itself.
+var inProcessModes = map[string]bool{"snapshot": true, "tar": true, "untar": true, "sum": true}
+
+// inProcess returns the mode l runs, when l runs the shim's own binary in
+// one of inProcessModes.
+func (l launch) inProcess() (string, bool) {
+	if len(l.args) < 2 || l.args[0] != Subcommand || !inProcessModes[l.args[1]] || !filepath.IsAbs(l.program) {
+		return "", false
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", false
+	}
+	a, err := os.Stat(self)
+	if err != nil {
+		return "", false
+	}
+	b, err := os.Stat(l.program)
+	if err != nil || !os.SameFile(a, b) {
+		return "", false
+	}
+	return l.args[1], true
+}
+
+// runInProcess runs one of inProcessModes in the exec shim itself, as if
+// it were the program: the same handshake (the shim's pid, which signal
+// then finds without a child and signals directly), the program's output
+// and status. A signal ends it as it would end the program, recorded in
+// the status file.
+func (l launch) runInProcess(mode, token, runDir string, sigs chan os.Signal, stdout, stderr io.Writer, fail func(string, int, string, ...any) int) int {
+	select {
+	case s := <-sigs:
+		return fail(resultError, 128+int(s.(syscall.Signal)), "stopped by %v before it started", s)
+	default:
+	}
+	if _, err := fmt.Fprintf(stdout, "%s%s %d\n", handshake, resultOK, os.Getpid()); err != nil {
+		return ExitCannot
+	}
+	go func() {
+		sig := (<-sigs).(syscall.Signal)
+		if token != "" && runDir != "" {
+			_ = os.WriteFile(StatusFile(runDir, token), []byte("signal "+strconv.Itoa(int(sig))+"\n"), 0o600)
+		}
+		os.Exit(128 + int(sig))
+	}()
+	var in io.Reader = strings.NewReader("")
+	if l.stdin {
+		in = os.Stdin
+	}
+	out := bufio.NewWriterSize(stdout, 64<<10)
+	code := Main(append([]string{mode}, l.args[2:]...), in, out, stderr)
+	if err := out.Flush(); err != nil && code == 0 {
+		code = 1
+	}
+	return code
 }

@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"errors"
@@ -19,10 +20,19 @@ import (
 // childEnv marks the test binary re-executed as the shim.
 const childEnv = "OUTPOST_SHIM_TEST_CHILD"
 
+// exitNotShim is the test binary's status when it is started as a program
+// named like the shim but without childEnv.
+const exitNotShim = 99
+
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		MaybeRun()
 		os.Exit(2)
+	}
+	if len(os.Args) > 1 && os.Args[1] == Subcommand {
+		// Started as a program without the marker (TestSpareOwnModes):
+		// say so, and do not run the tests again.
+		os.Exit(exitNotShim)
 	}
 	os.Exit(m.Run())
 }
@@ -229,6 +239,62 @@ func TestSpareShim(t *testing.T) {
 		cmd.Wait()
 		if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGTERM) {
 			t.Errorf("exit %d", code)
+		}
+	})
+}
+
+// TestSpareOwnModes: a spare asked to run the shim's own binary in a mode
+// of inProcessModes runs it itself. The request's environment is empty,
+// so the test binary started as a program would not be the shim (it would
+// run the tests): a right answer proves no program was started.
+func TestSpareOwnModes(t *testing.T) {
+	self := os.Args[0]
+	if !filepath.IsAbs(self) {
+		t.Skipf("the test binary's path %q is relative", self)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte("content"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("tar", func(t *testing.T) {
+		out, errOut, code := spare(t, t.TempDir(), string(SpecLine(Spec{Path: self, Args: TarArgs(self, dir)[1:]})))
+		h, rest := handshakeOf(t, out)
+		if h.Err != nil || code != 0 {
+			t.Fatalf("handshake %+v, exit %d, stderr %q", h, code, errOut)
+		}
+		tr := tar.NewReader(strings.NewReader(rest))
+		var names []string
+		for {
+			hd, err := tr.Next()
+			if err != nil {
+				break
+			}
+			names = append(names, hd.Name)
+		}
+		want := []string{filepath.Base(dir), filepath.Base(dir) + "/f.txt"}
+		if d := cmp.Diff(want, names); d != "" {
+			t.Errorf("entries (-want +got):\n%s", d)
+		}
+	})
+	t.Run("tar of a missing path", func(t *testing.T) {
+		out, _, code := spare(t, t.TempDir(), string(SpecLine(Spec{Path: self, Args: TarArgs(self, filepath.Join(dir, "missing"))[1:]})))
+		if h, rest := handshakeOf(t, out); h.Err != nil || rest != "" || code != ExitMissing {
+			t.Errorf("handshake %+v, then %q, exit %d: want exit %d", h, rest, code, ExitMissing)
+		}
+	})
+	t.Run("snapshot", func(t *testing.T) {
+		out, errOut, code := spare(t, t.TempDir(), string(SpecLine(Spec{Path: self, Args: SnapshotArgs(self, dir, 10)[1:]})))
+		_, rest := handshakeOf(t, out)
+		if code != 0 || !strings.Contains(rest, `"f.txt"`) {
+			t.Errorf("exit %d, output %q, stderr %q", code, rest, errOut)
+		}
+	})
+	t.Run("not an own mode", func(t *testing.T) {
+		// lookpath reads PATH: it is started as a program, here the test
+		// binary, which is no shim without its marker variable.
+		_, _, code := spare(t, t.TempDir(), string(SpecLine(Spec{Path: self, Args: LookPathArgs(self, "sh")[1:]})))
+		if code != exitNotShim {
+			t.Errorf("exit %d, want %d: lookpath was not started as a program", code, exitNotShim)
 		}
 	})
 }

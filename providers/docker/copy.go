@@ -207,12 +207,17 @@ func (s *Sandbox) existingParent(ctx context.Context, dir string) (string, []str
 
 // CopyOut streams path (a file, a link or a directory) as tar, entries
 // named relative to path's parent. A missing path gives an error
-// satisfying errors.Is(err, fs.ErrNotExist). Mounts that only the
-// container sees (the private /tmp of a read-only sandbox) are not
-// visible to it.
+// satisfying errors.Is(err, fs.ErrNotExist). A warm sandbox copies
+// through the shim's tar mode on a spare (helper.go), as the sandbox's
+// user; otherwise the engine's archive endpoint reads the container's
+// filesystem, where mounts that only the container sees (the private /tmp
+// of a read-only sandbox) are not visible.
 func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) {
 	if err := checkPath(p); err != nil {
 		return nil, err
+	}
+	if rc, ok, err := s.spareTar(ctx, p); ok {
+		return rc, err
 	}
 	rc, _, err := s.eng.cli.CopyFromContainer(ctx, s.cid, p)
 	if err != nil {

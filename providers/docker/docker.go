@@ -85,6 +85,10 @@ const (
 	DefaultMemory  = 4 << 30 // bytes, no swap on top
 	DefaultCPUs    = 2.0     // capped at the engine's CPU count
 	DefaultPids    = 1024
+	// DefaultSpares is how many spare execs a warm sandbox keeps ready
+	// (Sandbox.Warm): one turn's processes (the workspace described
+	// before and after, the agent, the capture) each find one.
+	DefaultSpares = 4
 )
 
 // Options configure the provider. The zero value is ready to use.
@@ -111,6 +115,10 @@ type Options struct {
 	CPUs float64
 	// Pids is the process limit. 0: DefaultPids; negative: no limit.
 	Pids int64
+	// Spares is how many spare execs of the shim a warm sandbox
+	// (Sandbox.Warm, as sandbox.Pool warms its sandboxes) keeps waiting.
+	// 0: DefaultSpares; negative: none (Warm does nothing).
+	Spares int
 	// ReadOnly makes the root filesystem read-only; /tmp is then a
 	// private tmpfs (exec allowed), and the home and workspace stay
 	// writable (volumes).
@@ -141,6 +149,7 @@ var Settings = map[string]string{
 	"memory":      "Options.Memory: bytes with an optional k, m or g suffix; none for no limit",
 	"cpus":        "Options.CPUs: a number; none for no limit",
 	"pids":        "Options.Pids: a number; none for no limit",
+	"spares":      "Options.Spares: a number; none for no spare execs",
 	"readonly":    "Options.ReadOnly: true or false",
 	"workspace":   "Options.Workspace: copy or bind",
 	"binary":      "Options.Binary: path of a static outpost binary",
@@ -182,6 +191,12 @@ func ParseSettings(settings map[string]string) (*Options, error) {
 			}
 		case "pids":
 			o.Pids, err = parseLimit(v, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
+		case "spares":
+			if isNone(v) {
+				o.Spares = -1
+			} else if o.Spares, err = strconv.Atoi(v); err == nil && o.Spares <= 0 {
+				err = errors.New("must be positive")
+			}
 		case "readonly":
 			o.ReadOnly, err = strconv.ParseBool(v)
 		case "workspace":

@@ -59,7 +59,7 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 		}
 	}
 	if sp := s.takeSpare(); sp != nil {
-		p, err := s.startSpare(ctx, sp, req, dir)
+		p, err := s.startSpare(ctx, sp, req, dir, false)
 		if err == nil {
 			return p, nil // the next spare is made once p is up
 		}
@@ -126,8 +126,10 @@ func (s *Sandbox) await(ctx context.Context, p *process) (driver.Process, error)
 		}
 		return nil, p.startErr
 	}
-	s.active.Add(1)
-	p.counted = true
+	if !p.helper {
+		s.active.Add(1)
+		p.counted = true
+	}
 	return p, nil
 }
 
@@ -170,6 +172,7 @@ type process struct {
 	streamDone chan struct{} // closed when the attach stream has ended
 	exited     atomic.Bool   // Wait has seen the exit
 	counted    bool          // in s.active, set before Start returns
+	helper     bool          // a helper's (helper.go): never in s.active
 
 	waitOnce sync.Once
 	status   harness.ExitStatus
@@ -585,7 +588,13 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 // (the shim walks it: no content is copied), skipping .git directories and
 // .outpost. It implements driver.Snapshotter, in both workspace modes.
 func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (driver.Snapshot, error) {
-	res, err := s.runLimit(ctx, shim.SnapshotArgs(BinaryPath, Workspace, limit), nil, 256<<20)
+	cmd := shim.SnapshotArgs(BinaryPath, Workspace, limit)
+	if p, err := s.spareHelper(ctx, cmd[1:]); err != nil {
+		return driver.Snapshot{}, err
+	} else if p != nil {
+		return spareSnapshot(ctx, p)
+	}
+	res, err := s.runLimit(ctx, cmd, nil, maxSnapshot)
 	if err != nil {
 		return driver.Snapshot{}, err
 	}

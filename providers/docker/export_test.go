@@ -5,6 +5,9 @@ import "context"
 // SpareRuns is how many requests s handed to a spare exec.
 func SpareRuns(s *Sandbox) int64 { return s.spareRuns.Load() }
 
+// Active is how many processes of s's lease run.
+func Active(s *Sandbox) int64 { return s.active.Load() }
+
 // DropSpare ends s's spare and makes no more, as Close does first.
 func DropSpare(s *Sandbox) { s.dropSpare() }
 

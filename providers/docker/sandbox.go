@@ -71,9 +71,9 @@ type Sandbox struct {
 	active  atomic.Int64 // processes started and not yet seen to end
 
 	spareMu   sync.Mutex      // guards the spare fields below (spare.go)
-	warm      bool            // keep a spare: Warm was called
-	spareOff  bool            // Close has dropped the spare: make no more
-	spare     *spare          // the next Start's, made or being made
+	warm      bool            // keep spares: Warm was called
+	spareOff  bool            // Close has dropped the spares: make no more
+	spares    []*spare        // the next Starts', made or being made, oldest first
 	spareCtx  context.Context // ends with Close: cancels a spare being made
 	spareStop context.CancelFunc
 	spareWG   sync.WaitGroup // spares being made

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,17 +20,21 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// A warm sandbox keeps a spare: an exec of the shim created, started and
+// A warm sandbox keeps spares: execs of the shim created, started and
 // attached (stdin included) before anyone asks for a process, running and
-// waiting for its launch request on stdin (shim.SpareExecArgs; it is
-// ready once it has said so with shim.ReadyLine). Start hands it the
-// request instead of paying for an exec; the handshake and everything
-// after are those of an ordinary exec. A spare that is taken is replaced
-// in the background once the process it launched is up (its first
-// output), so Starts that follow one another each find one. A
-// spare is not a process of the lease until it is taken: it does not
-// count in active, and Close ends it by closing its stream (the shim
-// exits on the end of its stdin) before the container goes.
+// waiting for their launch request on stdin (shim.SpareExecArgs; each is
+// ready once it has said so with shim.ReadyLine). Start hands the oldest
+// one the request instead of paying for an exec; the handshake and
+// everything after are those of an ordinary exec. The workspace snapshot
+// and copies out take one too (helper.go), so that a whole turn (the
+// workspace described, the agent, described again, the conversation
+// copied out) costs no exec at all with Options.Spares at its default.
+// When the last one is taken, the next is made in the background once
+// the process it launched is up (its first output), so Starts that
+// follow one another each find one. A spare is not a process of the
+// lease until it is taken: it does not count in active, and Close ends
+// the waiting ones by closing their streams (the shim exits on the end of
+// its stdin) before the container goes.
 
 // spare is one exec of the shim waiting for its request.
 type spare struct {
@@ -54,15 +59,23 @@ func (sp *spare) discard() {
 // ran; Start makes an ordinary exec instead.
 var errSpareDead = errors.New("docker: the spare exec is gone")
 
-// Warm keeps a spare exec of the shim in the sandbox from now on, so that
-// Start costs one write on an open stream instead of an exec (create,
-// start, attach). It returns once the spare is ready, or when ctx ends
-// (the spare is still made); its error is the spare's, which costs
-// nothing more: Start then falls back to an ordinary exec. It implements
+// Warm keeps spare execs of the shim in the sandbox from now on
+// (Options.Spares of them), so that Start costs one write on an open
+// stream instead of an exec (create, start, attach). It tops the spares
+// up and returns once they are ready, or when ctx ends (they are still
+// made); its error is the first spare's that failed, which costs nothing
+// more: Start then falls back to an ordinary exec. It implements
 // driver.Warmer.
 func (s *Sandbox) Warm(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	n := s.p.opts.Spares
+	if n == 0 {
+		n = DefaultSpares
+	}
+	if n < 0 {
+		return nil
 	}
 	s.spareMu.Lock()
 	if s.closing.Load() || s.spareOff {
@@ -70,28 +83,34 @@ func (s *Sandbox) Warm(ctx context.Context) error {
 		return fmt.Errorf("docker: %s is being released", s.id)
 	}
 	s.warm = true
-	sp := s.spare
-	if sp == nil {
-		sp = s.makeSpareLocked()
+	for len(s.spares) < n {
+		s.makeSpareLocked()
 	}
+	waiting := slices.Clone(s.spares)
 	s.spareMu.Unlock()
-	select {
-	case <-sp.made:
-		return sp.err
-	case <-ctx.Done():
-		return ctx.Err()
+	var first error
+	for _, sp := range waiting {
+		select {
+		case <-sp.made:
+			if first == nil {
+				first = sp.err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return first
 }
 
-// makeSpareLocked starts making a spare in the background and keeps it
-// as the next Start's. Call with spareMu held.
+// makeSpareLocked starts making a spare in the background and queues it
+// for a later Start. Call with spareMu held.
 func (s *Sandbox) makeSpareLocked() *spare {
 	if s.spareCtx == nil {
 		s.spareCtx, s.spareStop = context.WithCancel(context.Background())
 	}
 	ctx := s.spareCtx
 	sp := &spare{token: randomHex(8), made: make(chan struct{})}
-	s.spare = sp
+	s.spares = append(s.spares, sp)
 	s.spareWG.Add(1)
 	go func() {
 		defer s.spareWG.Done()
@@ -179,49 +198,58 @@ func trimMsg(s string) string {
 	return s
 }
 
-// takeSpare returns the spare (made or being made) for a Start to use, or
-// nil.
+// takeSpare returns the oldest spare (made or being made) for a Start
+// to use, or nil.
 func (s *Sandbox) takeSpare() *spare {
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
-	sp := s.spare
-	s.spare = nil
+	if len(s.spares) == 0 {
+		return nil
+	}
+	sp := s.spares[0]
+	s.spares[0] = nil
+	s.spares = s.spares[1:]
 	return sp
 }
 
-// refillSpare makes the next spare after one was taken, while the
-// sandbox is warm.
+// refillSpare makes the next spare once the last was taken, while the
+// sandbox is warm: a sandbox used for more processes than it has spares
+// keeps one ready, without making more than it used.
 func (s *Sandbox) refillSpare() {
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
-	if s.warm && s.spare == nil && !s.spareOff && !s.closing.Load() {
+	if s.warm && len(s.spares) == 0 && !s.spareOff && !s.closing.Load() {
 		s.makeSpareLocked()
 	}
 }
 
-// dropSpare stops keeping a spare and ends the one waiting: its stream is
-// closed and its shim exits on the end of its stdin. It returns once no
-// spare is being made. Close calls it first.
+// dropSpare stops keeping spares and ends the waiting ones: their streams
+// are closed and their shims exit on the end of their stdin. It returns
+// once no spare is being made. Close calls it first.
 func (s *Sandbox) dropSpare() {
 	s.spareMu.Lock()
 	s.spareOff = true
 	s.warm = false
-	sp := s.spare
-	s.spare = nil
+	sps := s.spares
+	s.spares = nil
 	stop := s.spareStop
 	s.spareMu.Unlock()
 	if stop != nil {
 		stop()
 	}
 	s.spareWG.Wait()
-	if sp != nil {
+	for _, sp := range sps {
 		sp.discard()
 	}
 }
 
 // startSpare starts req on sp. errSpareDead means nothing ran and Start
 // should make an ordinary exec.
-func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequest, dir string) (driver.Process, error) {
+//
+// A helper (helper.go) is no process of the lease: it does not count in
+// active (one still ending, its result read, does not make Close stop the
+// container), and taking the last spare for it makes no new one.
+func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequest, dir string, helper bool) (driver.Process, error) {
 	select {
 	case <-sp.made:
 	case <-ctx.Done():
@@ -253,7 +281,12 @@ func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequ
 	}
 	// The next spare is made once this program is up: making it sooner
 	// would slow the program's start, on a machine with few cores.
-	p := newProcess(s, sp.execID, sp.token, req.Path, sp.conn, req.Stdin, s.refillSpare)
+	var up func()
+	if !helper {
+		up = s.refillSpare
+	}
+	p := newProcess(s, sp.execID, sp.token, req.Path, sp.conn, req.Stdin, up)
+	p.helper = helper
 	pr, err := s.await(ctx, p)
 	if err != nil && p.handshakeKnown() && p.noShim && !errors.Is(err, ErrVanished) {
 		// The shim never answered: it was gone before it read the request

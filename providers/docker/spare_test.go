@@ -1,6 +1,7 @@
 package docker_test
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"io"
@@ -318,11 +319,11 @@ func TestSpareClose(t *testing.T) {
 		if got := shStatus(t, l, "echo written > "+docker.Workspace+"/by-spare").Status; !got.Success() {
 			t.Fatalf("status %+v", got)
 		}
-		if err := l.Warm(t.Context()); err != nil { // waits for the spare made after the first
+		if err := l.Warm(t.Context()); err != nil { // tops the spares up again
 			t.Fatal(err)
 		}
-		if shims := spareShims(t, sb, 1); len(shims) != 1 {
-			t.Fatalf("spare shims %q, want one waiting", shims)
+		if shims := spareShims(t, sb, docker.DefaultSpares); len(shims) != docker.DefaultSpares {
+			t.Fatalf("spare shims %q, want %d waiting", shims, docker.DefaultSpares)
 		}
 		docker.DropSpare(sb)
 		if shims := spareShims(t, sb, 0); len(shims) != 0 {
@@ -356,4 +357,101 @@ func TestSpareClose(t *testing.T) {
 			t.Error("Warm after Close succeeded")
 		}
 	})
+}
+
+// TestSpareHelpers: on a warm sandbox, the workspace snapshot and copies
+// out go to spares, which run the shim's mode in their own process; they
+// are no processes of the lease, and taking the last spare for one makes
+// no new spare. Without a spare they fall back to an exec and the
+// archive endpoint, with the same answers.
+func TestSpareHelpers(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	l, sb := warmLease(t)
+	if shims := spareShims(t, sb, docker.DefaultSpares); len(shims) != docker.DefaultSpares {
+		t.Fatalf("spare shims %q after Warm, want %d", shims, docker.DefaultSpares)
+	}
+	if got := shStatus(t, l, "mkdir -p "+docker.Workspace+"/d && echo one > "+docker.Workspace+"/d/a && echo two > "+docker.Workspace+"/d/b").Status; !got.Success() {
+		t.Fatalf("status %+v", got)
+	}
+	runs := docker.SpareRuns(sb)
+	check := func(t *testing.T, spared bool) {
+		t.Helper()
+		snap, err := sb.SnapshotWorkspace(t.Context(), 100)
+		if err != nil {
+			t.Fatalf("SnapshotWorkspace: %v", err)
+		}
+		if _, ok := snap.Files["d/a"]; !ok || len(snap.Files) != 2 {
+			t.Errorf("snapshot %+v, want d/a and d/b", snap.Files)
+		}
+		rc, err := sb.CopyOut(t.Context(), docker.Workspace+"/d/a")
+		if err != nil {
+			t.Fatalf("CopyOut of a file: %v", err)
+		}
+		tr := tar.NewReader(rc)
+		hd, err := tr.Next()
+		if err != nil || hd.Name != "a" {
+			t.Fatalf("first entry %+v, %v", hd, err)
+		}
+		if b, _ := io.ReadAll(tr); string(b) != "one\n" {
+			t.Errorf("content %q", b)
+		}
+		if _, err := tr.Next(); err != io.EOF {
+			t.Errorf("after the file: %v, want the end of the archive", err)
+		}
+		if err := rc.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if _, err := sb.CopyOut(t.Context(), docker.Workspace+"/missing"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("CopyOut of a missing path: %v, want fs.ErrNotExist", err)
+		}
+		// Closed after its first entry: the rest is not read.
+		rc, err = sb.CopyOut(t.Context(), docker.Workspace+"/d")
+		if err != nil {
+			t.Fatalf("CopyOut of a directory: %v", err)
+		}
+		if hd, err := tar.NewReader(rc).Next(); err != nil || strings.TrimSuffix(hd.Name, "/") != "d" || hd.Typeflag != tar.TypeDir {
+			t.Errorf("first entry %+v, %v", hd, err)
+		}
+		rc.Close()
+		want := runs
+		if spared {
+			want += 4
+		}
+		if got := docker.SpareRuns(sb); got != want {
+			t.Errorf("%d helpers went to a spare, want %d", got-runs, want-runs)
+		}
+		runs = docker.SpareRuns(sb)
+		if n := docker.Active(sb); n != 0 {
+			t.Errorf("%d processes of the lease counted, want 0: a helper is none", n)
+		}
+	}
+	// One spare was taken by the shell above; make it 4 again.
+	if err := l.Warm(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("on spares", func(t *testing.T) { check(t, true) })
+	if shims := spareShims(t, sb, 0); len(shims) != 0 {
+		t.Errorf("spare shims %q: helpers took them all, and none should be made for them", shims)
+	}
+	t.Run("without spares", func(t *testing.T) { check(t, false) })
+	if left := spareGoroutines(); left != "" {
+		t.Errorf("goroutines left:\n%s", left)
+	}
+}
+
+// TestSparesNone: Options.Spares < 0 keeps no spare: Warm does nothing.
+func TestSparesNone(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Spares = -1 })
+	l := lease(t, p, driver.Options{Workdir: workdir(t)})
+	if err := l.Warm(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sb := l.Sandbox().(*docker.Sandbox)
+	if got := shStatus(t, l, "true").Status; !got.Success() || docker.SpareRuns(sb) != 0 {
+		t.Errorf("status %+v, %d spare runs: want an exec", got, docker.SpareRuns(sb))
+	}
+	if shims := spareShims(t, sb, 0); len(shims) != 0 {
+		t.Errorf("spare shims %q", shims)
+	}
 }
