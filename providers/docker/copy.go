@@ -22,18 +22,7 @@ import (
 // absolute, clean path inside the container's own filesystem.
 var ErrPath = errors.New("docker: invalid sandbox path")
 
-// checkPath refuses relative paths, "..", and the kernel's filesystems.
-func checkPath(p string) error {
-	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
-		return fmt.Errorf("%w: %q is not an absolute clean path", ErrPath, p)
-	}
-	for _, k := range []string{"/proc", "/sys", "/dev"} {
-		if p == k || strings.HasPrefix(p, k+"/") {
-			return fmt.Errorf("%w: %s is a kernel filesystem", ErrPath, p)
-		}
-	}
-	return nil
-}
+func checkPath(p string) error { return workspace.CheckPath(p, ErrPath) }
 
 // CopyIn extracts a tar stream into dir, creating dir and its missing
 // parents (mode 0700). Files belong to the sandbox's user. The archive is

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"path"
 	"strings"
 
 	"github.com/outposthq/outpost/internal/shim"
@@ -21,17 +20,7 @@ import (
 // absolute, clean path inside the pod's own filesystem.
 var ErrPath = errors.New("kubernetes: invalid sandbox path")
 
-func checkPath(p string) error {
-	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
-		return fmt.Errorf("%w: %q is not an absolute clean path", ErrPath, p)
-	}
-	for _, k := range []string{"/proc", "/sys", "/dev"} {
-		if p == k || strings.HasPrefix(p, k+"/") {
-			return fmt.Errorf("%w: %s is a kernel filesystem", ErrPath, p)
-		}
-	}
-	return nil
-}
+func checkPath(p string) error { return workspace.CheckPath(p, ErrPath) }
 
 // CopyIn extracts a tar stream into dir (made with its parents, mode
 // 0700), through the shim's untar mode: files belong to the sandbox's
