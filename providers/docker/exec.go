@@ -2,7 +2,6 @@ package docker
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -11,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os/exec"
 	"path"
 	"sort"
@@ -206,12 +204,11 @@ func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedRespo
 func (p *process) demux() {
 	defer close(p.streamDone)
 	defer p.up()
-	hw := &handshakeWriter{p: p}
-	ew := &stderrWriter{p: p}
-	_, err := stdcopy.StdCopy(hw, ew, p.conn.Reader)
-	if !hw.done {
+	d := shim.NewDemux(p.stdoutW, p.stderrW, p.handshook, p.up)
+	_, err := stdcopy.StdCopy(d.Stdout(), d.Stderr(), p.conn.Reader)
+	if written, ok := d.End(); !ok {
 		// The stream ended (or broke) before the handshake.
-		msg := strings.TrimSpace(hw.buf.String() + " " + ew.buf.String())
+		msg := strings.TrimSpace(written)
 		cause := err
 		if cause == nil {
 			cause = io.ErrUnexpectedEOF
@@ -224,8 +221,6 @@ func (p *process) demux() {
 		// did not.
 		p.noShim = err == nil
 		close(p.ready)
-	} else if !ew.flushed && ew.buf.Len() > 0 {
-		_, _ = p.stderrW.Write(ew.buf.Bytes())
 	}
 	p.stdoutW.CloseWithError(err)
 	p.stderrW.CloseWithError(err)
@@ -241,81 +236,18 @@ func (p *process) handshakeKnown() bool {
 	}
 }
 
-// handshakeWriter passes stdout through once the handshake line is read.
-type handshakeWriter struct {
-	p    *process
-	buf  bytes.Buffer
-	done bool
-}
-
-func (w *handshakeWriter) Write(b []byte) (int, error) {
-	if w.done {
-		w.p.up()
-		return w.p.stdoutW.Write(b)
+// handshook records the shim's handshake, or why it could not be read:
+// then it was not the shim speaking (the runtime's "exec failed..."), as
+// the shim writes its handshake before anything else.
+func (p *process) handshook(hs shim.Handshake, err error) {
+	if err != nil {
+		p.startErr = fmt.Errorf("docker: %w", err)
+		p.noShim = true
+	} else {
+		p.startErr = hs.StartErr(p.path)
+		p.pid = hs.PID
 	}
-	w.buf.Write(b)
-	i := bytes.IndexByte(w.buf.Bytes(), '\n')
-	if i < 0 {
-		if w.buf.Len() > 64<<10 {
-			return 0, errors.New("docker: no exec shim handshake in the first 64 KiB of output")
-		}
-		return len(b), nil
-	}
-	w.done = true
-	rest := append([]byte(nil), w.buf.Bytes()[i+1:]...)
-	hs, err := shim.ReadHandshake(bufio.NewReader(bytes.NewReader(w.buf.Bytes()[:i+1])))
-	switch {
-	case err != nil:
-		// Not the shim speaking (the runtime's "exec failed..."): the
-		// shim writes its handshake before anything else.
-		w.p.startErr = fmt.Errorf("docker: %w", err)
-		w.p.noShim = true
-	case errors.Is(hs.Err, shim.ErrNotFound):
-		w.p.startErr = &exec.Error{Name: w.p.path, Err: exec.ErrNotFound}
-	case errors.Is(hs.Err, shim.ErrNoDir):
-		w.p.startErr = fmt.Errorf("%w (%w)", hs.Err, fs.ErrNotExist)
-	case hs.Err != nil:
-		w.p.startErr = hs.Err
-	default:
-		w.p.pid = hs.PID
-	}
-	close(w.p.ready)
-	if len(rest) > 0 {
-		w.p.up()
-		if _, err := w.p.stdoutW.Write(rest); err != nil {
-			return 0, err
-		}
-	}
-	return len(b), nil
-}
-
-// stderrWriter holds stderr back until the handshake is known, so that
-// the stream never blocks on a reader that Start has not handed out yet.
-type stderrWriter struct {
-	p       *process
-	buf     bytes.Buffer
-	flushed bool
-}
-
-func (w *stderrWriter) Write(b []byte) (int, error) {
-	select {
-	case <-w.p.ready:
-	default:
-		if w.buf.Len() < 64<<10 {
-			w.buf.Write(b)
-		}
-		return len(b), nil
-	}
-	w.p.up()
-	if !w.flushed {
-		w.flushed = true
-		if w.buf.Len() > 0 {
-			if _, err := w.p.stderrW.Write(w.buf.Bytes()); err != nil {
-				return 0, err
-			}
-		}
-	}
-	return w.p.stderrW.Write(b)
+	close(p.ready)
 }
 
 type stdinWriter struct {

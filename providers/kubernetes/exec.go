@@ -1,13 +1,11 @@
 package kubernetes
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/url"
 	"os/exec"
 	"strconv"
@@ -216,11 +214,10 @@ func newProcess(s *Sandbox, token, path string) *process {
 }
 
 func (p *process) run(cmd []string, stdin io.Reader) {
-	hw := &handshakeWriter{p: p}
-	ew := &stderrWriter{p: p}
-	err := p.s.stream(p.ctx, cmd, stdin, hw, ew)
-	if !hw.done {
-		msg := strings.TrimSpace(hw.buf.String() + " " + ew.buf.String())
+	d := shim.NewDemux(p.stdoutW, p.stderrW, p.handshook, nil)
+	err := p.s.stream(p.ctx, cmd, stdin, d.Stdout(), d.Stderr())
+	if written, ok := d.End(); !ok {
+		msg := strings.TrimSpace(written)
 		cause := err
 		if cause == nil {
 			cause = io.ErrUnexpectedEOF
@@ -234,8 +231,6 @@ func (p *process) run(cmd []string, stdin io.Reader) {
 			p.startErr = fmt.Errorf("kubernetes: the exec shim did not start: %w", cause)
 		}
 		close(p.ready)
-	} else if !ew.flushed && ew.buf.Len() > 0 {
-		_, _ = p.stderrW.Write(ew.buf.Bytes())
 	}
 	p.streamErr = err
 	if p.stdinR != nil {
@@ -250,74 +245,15 @@ func (p *process) run(cmd []string, stdin io.Reader) {
 	close(p.done)
 }
 
-// handshakeWriter passes stdout through once the handshake line is read.
-type handshakeWriter struct {
-	p    *process
-	buf  bytes.Buffer
-	done bool
-}
-
-func (w *handshakeWriter) Write(b []byte) (int, error) {
-	if w.done {
-		return w.p.stdoutW.Write(b)
+// handshook records the shim's handshake, or why it could not be read.
+func (p *process) handshook(hs shim.Handshake, err error) {
+	if err != nil {
+		p.startErr = fmt.Errorf("kubernetes: %w", err)
+	} else {
+		p.startErr = hs.StartErr(p.path)
+		p.pid = hs.PID
 	}
-	w.buf.Write(b)
-	i := bytes.IndexByte(w.buf.Bytes(), '\n')
-	if i < 0 {
-		if w.buf.Len() > 64<<10 {
-			return 0, errors.New("kubernetes: no exec shim handshake in the first 64 KiB of output")
-		}
-		return len(b), nil
-	}
-	w.done = true
-	rest := append([]byte(nil), w.buf.Bytes()[i+1:]...)
-	hs, err := shim.ReadHandshake(bufio.NewReader(bytes.NewReader(w.buf.Bytes()[:i+1])))
-	switch {
-	case err != nil:
-		w.p.startErr = fmt.Errorf("kubernetes: %w", err)
-	case errors.Is(hs.Err, shim.ErrNotFound):
-		w.p.startErr = &exec.Error{Name: w.p.path, Err: exec.ErrNotFound}
-	case errors.Is(hs.Err, shim.ErrNoDir):
-		w.p.startErr = fmt.Errorf("%w (%w)", hs.Err, fs.ErrNotExist)
-	case hs.Err != nil:
-		w.p.startErr = hs.Err
-	default:
-		w.p.pid = hs.PID
-	}
-	close(w.p.ready)
-	if len(rest) > 0 {
-		if _, err := w.p.stdoutW.Write(rest); err != nil {
-			return 0, err
-		}
-	}
-	return len(b), nil
-}
-
-// stderrWriter holds stderr back until the handshake is known.
-type stderrWriter struct {
-	p       *process
-	buf     bytes.Buffer
-	flushed bool
-}
-
-func (w *stderrWriter) Write(b []byte) (int, error) {
-	select {
-	case <-w.p.ready:
-	default:
-		if w.buf.Len() < 64<<10 {
-			w.buf.Write(b)
-		}
-		return len(b), nil
-	}
-	if !w.flushed {
-		w.flushed = true
-		if w.buf.Len() > 0 {
-			if _, err := w.p.stderrW.Write(w.buf.Bytes()); err != nil {
-				return 0, err
-			}
-		}
-	}
-	return w.p.stderrW.Write(b)
+	close(p.ready)
 }
 
 func (p *process) Stdin() io.WriteCloser {

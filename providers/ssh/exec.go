@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -149,13 +148,8 @@ func (p *process) handshake(stdin io.WriteCloser, envLine []byte, keep bool) {
 		}
 		msg, _ = io.ReadAll(io.LimitReader(p.errR, 4096))
 		p.startErr = fmt.Errorf("ssh: the exec shim did not start: %w: %s", err, strings.TrimSpace(string(msg)))
-	case errors.Is(hs.Err, shim.ErrNotFound):
-		p.startErr = &exec.Error{Name: p.path, Err: exec.ErrNotFound}
-	case errors.Is(hs.Err, shim.ErrNoDir):
-		p.startErr = fmt.Errorf("%w (%w)", hs.Err, fs.ErrNotExist)
-	case hs.Err != nil:
-		p.startErr = hs.Err
 	default:
+		p.startErr = hs.StartErr(p.path)
 		p.pid = hs.PID
 	}
 }
