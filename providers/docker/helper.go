@@ -41,45 +41,72 @@ func (s *Sandbox) spareHelper(ctx context.Context, args []string) (driver.Proces
 // maxSnapshot bounds a workspace snapshot's JSON.
 const maxSnapshot = 256 << 20
 
+// helper is a helper mode's process on a spare: its stderr kept (bounded)
+// for errors, and the caller's ctx ending kills it.
+type helper struct {
+	p       driver.Process
+	errb    bytes.Buffer
+	errDone chan struct{}
+	stop    func() bool
+
+	once sync.Once
+	st   harness.ExitStatus
+	err  error
+}
+
+func newHelper(ctx context.Context, p driver.Process) *helper {
+	h := &helper{p: p, errDone: make(chan struct{})}
+	h.stop = context.AfterFunc(ctx, func() { _ = p.Signal(driver.Kill); p.Close() })
+	go func() {
+		defer close(h.errDone)
+		_, _ = io.Copy(&limited{&h.errb, 64 << 10}, p.Stderr())
+	}()
+	return h
+}
+
+// end closes the process's streams (what is left unread is not wanted)
+// and waits for it, once. Its error says why the helper failed (what it
+// was doing; ctx's error when ctx has ended), nil when it exited 0.
+func (h *helper) end(ctx context.Context, what string) (harness.ExitStatus, error) {
+	h.once.Do(func() {
+		h.p.Close()
+		<-h.errDone
+		var err error
+		h.st, err = h.p.Wait()
+		h.stop()
+		switch {
+		case ctx.Err() != nil:
+			h.err = ctx.Err()
+		case err != nil:
+			h.err = fmt.Errorf("docker: %s: %w", what, err)
+		case !h.st.Success():
+			h.err = fmt.Errorf("docker: %s: exit %d %s: %s", what, h.st.Code, h.st.Signal, strings.TrimSpace(h.errb.String()))
+		}
+	})
+	return h.st, h.err
+}
+
 // spareSnapshot reads the snapshot mode's JSON from p. The shim writes it
 // only once the walk has succeeded, so a complete document is the answer:
 // it returns then, and the process ends in the background, instead of
 // waiting for the engine to end the stream and record the exit.
 func spareSnapshot(ctx context.Context, p driver.Process) (driver.Snapshot, error) {
-	stop := context.AfterFunc(ctx, func() { _ = p.Signal(driver.Kill); p.Close() })
-	var errb bytes.Buffer
-	errDone := make(chan struct{})
-	go func() {
-		defer close(errDone)
-		_, _ = io.Copy(&limited{&errb, 64 << 10}, p.Stderr())
-	}()
-	reap := func() (harness.ExitStatus, error) {
-		_, _ = io.Copy(io.Discard, p.Stdout())
-		<-errDone
-		st, err := p.Wait()
-		p.Close()
-		stop()
-		return st, err
-	}
+	const what = "snapshot of the workspace"
+	h := newHelper(ctx, p)
 	var snap driver.Snapshot
 	derr := json.NewDecoder(io.LimitReader(p.Stdout(), maxSnapshot)).Decode(&snap)
 	if derr == nil {
-		go reap() //nolint:errcheck // the answer is in
+		go h.end(ctx, what) //nolint:errcheck // the answer is in
 		if snap.Files == nil {
 			snap.Files = map[string]driver.FileStat{}
 		}
 		return snap, nil
 	}
-	st, err := reap()
-	switch {
-	case ctx.Err() != nil:
-		return driver.Snapshot{}, ctx.Err()
-	case err != nil:
+	_, _ = io.Copy(io.Discard, p.Stdout()) // to its end: the shim's status is the cause
+	if _, err := h.end(ctx, what); err != nil {
 		return driver.Snapshot{}, err
-	case !st.Success():
-		return driver.Snapshot{}, fmt.Errorf("docker: snapshot of the workspace: exit %d %s: %s", st.Code, st.Signal, strings.TrimSpace(errb.String()))
 	}
-	return driver.Snapshot{}, fmt.Errorf("docker: snapshot of the workspace: %w", derr)
+	return driver.Snapshot{}, fmt.Errorf("docker: %s: %w", what, derr)
 }
 
 // spareTar is CopyOut through the shim's tar mode on a spare: ok is false
@@ -92,13 +119,7 @@ func (s *Sandbox) spareTar(ctx context.Context, p string) (rc io.ReadCloser, ok 
 	if pr == nil {
 		return nil, false, nil
 	}
-	t := &tarStream{p: pr, path: p, errDone: make(chan struct{})}
-	t.stop = context.AfterFunc(ctx, func() { _ = pr.Signal(driver.Kill); pr.Close() })
-	go func() {
-		defer close(t.errDone)
-		_, _ = io.Copy(&limited{&t.errb, 64 << 10}, pr.Stderr())
-	}()
-	t.r = bufio.NewReaderSize(pr.Stdout(), 64<<10)
+	t := &tarStream{h: newHelper(ctx, pr), path: p, r: bufio.NewReaderSize(pr.Stdout(), 64<<10)}
 	if _, err := t.r.Peek(1); err != nil {
 		// No output: a missing path, or a failure.
 		if err := t.end(ctx); err != nil {
@@ -112,15 +133,9 @@ func (s *Sandbox) spareTar(ctx context.Context, p string) (rc io.ReadCloser, ok 
 // tarStream is the output of the shim's tar mode: the end of the stream
 // is the end of the process, whose status says whether it is complete.
 type tarStream struct {
-	p       driver.Process
-	path    string
-	r       *bufio.Reader
-	errb    bytes.Buffer
-	errDone chan struct{}
-	stop    func() bool
-
-	once sync.Once
-	err  error
+	h    *helper
+	path string
+	r    *bufio.Reader
 }
 
 func (t *tarStream) Read(b []byte) (int, error) {
@@ -135,28 +150,16 @@ func (t *tarStream) Read(b []byte) (int, error) {
 
 // end waits for the process and returns its outcome as CopyOut's error.
 func (t *tarStream) end(ctx context.Context) error {
-	t.once.Do(func() {
-		t.p.Close()
-		<-t.errDone
-		st, err := t.p.Wait()
-		t.stop()
-		switch {
-		case ctx.Err() != nil:
-			t.err = ctx.Err()
-		case err != nil:
-			t.err = fmt.Errorf("docker: copying %s out: %w", t.path, err)
-		case st.Code == shim.ExitMissing:
-			t.err = &fs.PathError{Op: "copy out", Path: t.path, Err: fs.ErrNotExist}
-		case !st.Success():
-			t.err = fmt.Errorf("docker: copying %s out: exit %d %s: %s", t.path, st.Code, st.Signal, strings.TrimSpace(t.errb.String()))
-		}
-	})
-	return t.err
+	st, err := t.h.end(ctx, "copying "+t.path+" out")
+	if err != nil && st.Code == shim.ExitMissing && ctx.Err() == nil {
+		return &fs.PathError{Op: "copy out", Path: t.path, Err: fs.ErrNotExist}
+	}
+	return err
 }
 
 // Close ends the copy, whether or not it was read to its end.
 func (t *tarStream) Close() error {
-	t.p.Close()
-	go t.end(context.Background())
+	t.h.p.Close()
+	go t.end(context.Background()) //nolint:errcheck // nobody reads on
 	return nil
 }
