@@ -170,7 +170,9 @@ func TestSweep(t *testing.T) {
 		t.Errorf("processes of a dead owner's lease survive the sweep:\n%s", left)
 	}
 	if dirExists(t, srv, dir) {
-		t.Error("a dead owner's lease directory survives the sweep")
+		// What is left, and which processes still run, say who wrote it.
+		_, left, _ := srv.Exec(context.Background(), "sh", "-c", "find "+dir+" -ls; ps -eo pid,ppid,args")
+		t.Errorf("a dead owner's lease directory survives the sweep:\n%s", left)
 	}
 	if !dirExists(t, srv, keep.(*sshp.Sandbox).Dir()) {
 		t.Error("the sweep removed a live owner's lease")

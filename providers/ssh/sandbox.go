@@ -276,10 +276,12 @@ func (s *Sandbox) Close(ctx context.Context) error {
 }
 
 // removeCmd removes a lease directory, even where an agent made things
-// read-only.
+// read-only, and once more a second later when a process that was just
+// killed wrote into it while it was being removed (an exec shim records
+// its program's death by signal in the run directory).
 func removeCmd(dir string) string {
 	d := shq(dir)
-	return fmt.Sprintf("rm -rf %s 2>/dev/null || { chmod -R u+rwx %s; rm -rf %s; }", d, d, d)
+	return fmt.Sprintf("rm -rf %s 2>/dev/null || { chmod -R u+rwx %s 2>/dev/null; rm -rf %s 2>/dev/null; } || { sleep 1; chmod -R u+rwx %s; rm -rf %s; }", d, d, d, d, d)
 }
 
 // Vanished reports whether the lease is gone: its connection dropped, or
