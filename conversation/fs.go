@@ -211,7 +211,12 @@ func (s *FS) Hold(ctx context.Context, id string, o Owner) (Hold, error) {
 	name := filepath.Join(dir, id+".hold")
 	l, err := lockFile(name, false)
 	if errors.Is(err, errLocked) {
-		return nil, &BusyError{ID: id, Holder: readHolder(ctx, name)}
+		h := AwaitHolder(ctx, func() (Holder, bool) {
+			var h Holder
+			b, err := os.ReadFile(name)
+			return h, err == nil && json.Unmarshal(b, &h) == nil && !h.Since.IsZero()
+		})
+		return nil, &BusyError{ID: id, Holder: h}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("conversation: hold %s: %w", id, err)
@@ -222,24 +227,6 @@ func (s *FS) Hold(ctx context.Context, id string, o Owner) (Hold, error) {
 		return nil, fmt.Errorf("conversation: hold %s: %w", id, err)
 	}
 	return &fsHold{l: l}, nil
-}
-
-// readHolder reads the holder a hold file records. The holder writes it
-// just after taking the lock, so a file found locked may not say it yet:
-// it is read again for a short while (about 100 ms at most) until it does.
-func readHolder(ctx context.Context, name string) Holder {
-	delay := time.Millisecond
-	for waited := time.Duration(0); ; waited += delay {
-		var h Holder
-		if b, err := os.ReadFile(name); err == nil && json.Unmarshal(b, &h) == nil && !h.Since.IsZero() {
-			return h
-		}
-		if waited >= 100*time.Millisecond || ctx.Err() != nil {
-			return h
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, 20*time.Millisecond)
-	}
 }
 
 func writeAt0(f *os.File, b []byte) error {

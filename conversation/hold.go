@@ -136,3 +136,23 @@ func HoldWait(ctx context.Context, s Store, id string, o Owner, wait time.Durati
 		delay = min(delay*2, 250*time.Millisecond)
 	}
 }
+
+// AwaitHolder returns the holder of a hold found taken, as read tells it
+// (ok once it names one). A store's holder records itself just after
+// taking the hold, so a contender can look in between: read is called
+// again for a short while (about 100 ms at most) until it answers. After
+// that, or when ctx ends, it returns the zero Holder: the hold is being
+// taken or freed right now.
+func AwaitHolder(ctx context.Context, read func() (Holder, bool)) Holder {
+	delay := time.Millisecond
+	for waited := time.Duration(0); ; waited += delay {
+		if h, ok := read(); ok {
+			return h
+		}
+		if waited >= 100*time.Millisecond || ctx.Err() != nil {
+			return Holder{}
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+}

@@ -525,7 +525,7 @@ func (s *Store) Hold(ctx context.Context, id string, o conversation.Owner) (conv
 		return fail(err)
 	}
 	if !ok {
-		h := holder(ctx, conn.Conn(), id, key)
+		h := conversation.AwaitHolder(ctx, func() (conversation.Holder, bool) { return holder(ctx, conn.Conn(), id, key) })
 		conn.Release()
 		return nil, &conversation.BusyError{ID: id, Holder: h}
 	}
@@ -538,8 +538,9 @@ func (s *Store) Hold(ctx context.Context, id string, o conversation.Owner) (conv
 	return &hold{conn: conn, id: id, key: key}, nil
 }
 
-// holder reads who holds id: the row of the backend that holds the lock.
-func holder(ctx context.Context, conn *pgx.Conn, id string, key int64) conversation.Holder {
+// holder reads who holds id: the row of the backend that holds the lock;
+// false while there is none (the lock is being taken or freed).
+func holder(ctx context.Context, conn *pgx.Conn, id string, key int64) (conversation.Holder, bool) {
 	var h conversation.Holder
 	var pid int32
 	err := conn.QueryRow(ctx, `SELECT h.host, h.pid, h.lease, h.since FROM outpost_holds h
@@ -547,11 +548,11 @@ func holder(ctx context.Context, conn *pgx.Conn, id string, key int64) conversat
 			AND l.objsubid = 1 AND l.classid = $2::bigint::oid AND l.objid = $3::bigint::oid)`,
 		id, int64(uint32(uint64(key)>>32)), int64(uint32(key))).Scan(&h.Host, &pid, &h.Lease, &h.Since)
 	if err != nil {
-		return conversation.Holder{} // being taken or freed right now
+		return conversation.Holder{}, false
 	}
 	h.PID = int(pid)
 	h.Since = h.Since.UTC()
-	return h
+	return h, true
 }
 
 type hold struct {
