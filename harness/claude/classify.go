@@ -117,79 +117,106 @@ func resetTime(text string, now time.Time) (time.Time, bool) {
 		}
 	}
 	if m := resetsInRE.FindStringSubmatch(text); m != nil {
-		var d time.Duration
-		for _, p := range durationPartRE.FindAllStringSubmatch(m[1], -1) {
-			n, err := strconv.Atoi(p[1])
-			if err != nil || n > 1_000_000 {
-				return time.Time{}, false
-			}
-			switch u := strings.ToLower(p[2]); {
-			case strings.HasPrefix(u, "d"):
-				d += time.Duration(n) * 24 * time.Hour
-			case strings.HasPrefix(u, "h"):
-				d += time.Duration(n) * time.Hour
-			case strings.HasPrefix(u, "m"):
-				d += time.Duration(n) * time.Minute
-			default:
-				d += time.Duration(n) * time.Second
-			}
+		d, ok := resetsIn(m[1])
+		if !ok {
+			return time.Time{}, false
 		}
 		if d > 0 {
 			return now.Add(d).Truncate(time.Second), true
 		}
 	}
 	for _, m := range resetsAbsRE.FindAllStringSubmatch(text, -1) {
-		mon, day, year, hour, minute, ampm, zone := m[1], m[2], m[3], m[4], m[5], m[6], m[7]
-		if mon == "" && hour == "" {
-			continue
-		}
-		loc := time.UTC
-		if zone != "" && !strings.EqualFold(zone, "UTC") && !strings.EqualFold(zone, "GMT") {
-			l, err := time.LoadLocation(zone)
-			if err != nil {
-				return time.Time{}, false
-			}
-			loc = l
-		}
-		local := now.In(loc)
-		h, mi := 0, 0
-		if hour != "" {
-			h, _ = strconv.Atoi(hour)
-			mi, _ = strconv.Atoi(minute)
-			if h < 1 || h > 12 || mi > 59 {
-				continue
-			}
-			h %= 12
-			if strings.EqualFold(ampm, "pm") {
-				h += 12
-			}
-		}
-		if mon == "" {
-			t := time.Date(local.Year(), local.Month(), local.Day(), h, mi, 0, 0, loc)
-			if !t.After(now) {
-				t = t.AddDate(0, 0, 1)
-			}
+		switch t, v := resetsAbs(m, now); v {
+		case absFound:
 			return t, true
+		case absRefused:
+			return time.Time{}, false
 		}
-		dd, _ := strconv.Atoi(day)
-		if dd < 1 || dd > 31 {
-			continue
-		}
-		y := local.Year()
-		explicitYear := year != ""
-		if explicitYear {
-			y, _ = strconv.Atoi(year)
-		}
-		t := time.Date(y, months[strings.ToLower(mon[:3])], dd, h, mi, 0, 0, loc)
-		if t.Day() != dd {
-			continue // no such date (Feb 31)
-		}
-		if !explicitYear && !t.After(now) {
-			t = time.Date(y+1, months[strings.ToLower(mon[:3])], dd, h, mi, 0, 0, loc)
-		}
-		return t, true
 	}
 	return time.Time{}, false
+}
+
+// resetsIn adds up a relative reset time ("3h 20m"); false for a part too
+// large to be one.
+func resetsIn(parts string) (time.Duration, bool) {
+	var d time.Duration
+	for _, p := range durationPartRE.FindAllStringSubmatch(parts, -1) {
+		n, err := strconv.Atoi(p[1])
+		if err != nil || n > 1_000_000 {
+			return 0, false
+		}
+		switch u := strings.ToLower(p[2]); {
+		case strings.HasPrefix(u, "d"):
+			d += time.Duration(n) * 24 * time.Hour
+		case strings.HasPrefix(u, "h"):
+			d += time.Duration(n) * time.Hour
+		case strings.HasPrefix(u, "m"):
+			d += time.Duration(n) * time.Minute
+		default:
+			d += time.Duration(n) * time.Second
+		}
+	}
+	return d, true
+}
+
+// What one absolute reset time ("resets Jan 5, 3pm (UTC)") gave.
+const (
+	absSkipped = iota // not a time: try the next match
+	absFound
+	absRefused // an unknown zone: no time at all
+)
+
+// resetsAbs reads one match of resetsAbsRE as the next such time after now.
+func resetsAbs(m []string, now time.Time) (time.Time, int) {
+	mon, day, year, hour, minute, ampm, zone := m[1], m[2], m[3], m[4], m[5], m[6], m[7]
+	if mon == "" && hour == "" {
+		return time.Time{}, absSkipped
+	}
+	loc := time.UTC
+	if zone != "" && !strings.EqualFold(zone, "UTC") && !strings.EqualFold(zone, "GMT") {
+		l, err := time.LoadLocation(zone)
+		if err != nil {
+			return time.Time{}, absRefused
+		}
+		loc = l
+	}
+	local := now.In(loc)
+	h, mi := 0, 0
+	if hour != "" {
+		h, _ = strconv.Atoi(hour)
+		mi, _ = strconv.Atoi(minute)
+		if h < 1 || h > 12 || mi > 59 {
+			return time.Time{}, absSkipped
+		}
+		h %= 12
+		if strings.EqualFold(ampm, "pm") {
+			h += 12
+		}
+	}
+	if mon == "" {
+		t := time.Date(local.Year(), local.Month(), local.Day(), h, mi, 0, 0, loc)
+		if !t.After(now) {
+			t = t.AddDate(0, 0, 1)
+		}
+		return t, absFound
+	}
+	dd, _ := strconv.Atoi(day)
+	if dd < 1 || dd > 31 {
+		return time.Time{}, absSkipped
+	}
+	y := local.Year()
+	explicitYear := year != ""
+	if explicitYear {
+		y, _ = strconv.Atoi(year)
+	}
+	t := time.Date(y, months[strings.ToLower(mon[:3])], dd, h, mi, 0, 0, loc)
+	if t.Day() != dd {
+		return time.Time{}, absSkipped // no such date (Feb 31)
+	}
+	if !explicitYear && !t.After(now) {
+		t = time.Date(y+1, months[strings.ToLower(mon[:3])], dd, h, mi, 0, 0, loc)
+	}
+	return t, absFound
 }
 
 // authFragments are the CLI's texts for credentials the API or the CLI

@@ -132,69 +132,12 @@ func build(in harness.Input) (turnCommand, error) {
 	if err := (kit.Opening{Preset: Name}).Check(in); err != nil {
 		return tc, err
 	}
-	if in.Model != "" {
-		if !validModel(in.Model) {
-			return tc, fmt.Errorf("claude: invalid model name %q", in.Model)
-		}
-		tc.args = append(tc.args, "--model="+in.Model)
+	if err := tc.identity(in); err != nil {
+		return tc, err
 	}
-	if len(in.Schema) > 0 {
-		// The CLI offers the model a StructuredOutput tool with this input
-		// schema, re-prompts once when it answers in text, and reports the
-		// value as the result's text (docs/output.md).
-		if len(in.Schema) > MaxArgSchema {
-			return tc, fmt.Errorf("claude: the schema is %d bytes; --json-schema takes at most %d", len(in.Schema), MaxArgSchema)
-		}
-		tc.args = append(tc.args, "--json-schema", string(in.Schema))
-	}
-	if in.Conversation != "" {
-		if !ValidSessionID(in.Conversation) {
-			return tc, fmt.Errorf("claude: %q is not a Claude Code session id", in.Conversation)
-		}
-		tc.args = append(tc.args, "--resume", in.Conversation)
-		if in.Fork {
-			tc.args = append(tc.args, "--fork-session")
-		}
-	}
-	bypass := false
-	for _, k := range slices.Sorted(maps.Keys(in.Options)) {
-		v := in.Options[k]
-		switch k {
-		case OptionPermissionMode:
-			switch v {
-			case "", "default":
-			case "manual", "acceptEdits", "auto", "dontAsk", "plan":
-				tc.args = append(tc.args, "--permission-mode", v)
-			case "bypassPermissions":
-				tc.args = append(tc.args, "--permission-mode", v)
-				bypass = true
-			default:
-				return tc, fmt.Errorf("claude: option %s: unknown mode %q (known: %s)", k, v, strings.Join(PermissionModes, ", "))
-			}
-		case OptionMaxRetries:
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > 100 {
-				return tc, fmt.Errorf("claude: option %s: want a number of retries from 0 to 100, not %q", k, v)
-			}
-			tc.env["CLAUDE_CODE_MAX_RETRIES"] = strconv.Itoa(n)
-		case OptionAPITimeout:
-			ms, err := parseMillis(v)
-			if err != nil {
-				return tc, fmt.Errorf("claude: option %s: %w", k, err)
-			}
-			tc.env["API_TIMEOUT_MS"] = strconv.FormatInt(ms, 10)
-		case OptionPartialMessages:
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return tc, fmt.Errorf("claude: option %s: want true or false, not %q", k, v)
-			}
-			if b {
-				tc.args = append(tc.args, "--include-partial-messages")
-				tc.partial = true
-			}
-		default:
-			return tc, fmt.Errorf("claude: unknown option %q (known: %s, %s, %s, %s)", k, OptionPermissionMode, OptionMaxRetries, OptionAPITimeout, OptionPartialMessages)
-		}
+	bypass, err := tc.options(in.Options)
+	if err != nil {
+		return tc, err
 	}
 	if err := kit.CheckExtraArgs(Name, in.ExtraArgs, checkExtraArg); err != nil {
 		return tc, err
@@ -212,6 +155,80 @@ func build(in harness.Input) (turnCommand, error) {
 		tc.env = nil
 	}
 	return tc, nil
+}
+
+// identity adds the model, the schema and the session to resume or fork.
+func (tc *turnCommand) identity(in harness.Input) error {
+	if in.Model != "" {
+		if !validModel(in.Model) {
+			return fmt.Errorf("claude: invalid model name %q", in.Model)
+		}
+		tc.args = append(tc.args, "--model="+in.Model)
+	}
+	if len(in.Schema) > 0 {
+		// The CLI offers the model a StructuredOutput tool with this input
+		// schema, re-prompts once when it answers in text, and reports the
+		// value as the result's text (docs/output.md).
+		if len(in.Schema) > MaxArgSchema {
+			return fmt.Errorf("claude: the schema is %d bytes; --json-schema takes at most %d", len(in.Schema), MaxArgSchema)
+		}
+		tc.args = append(tc.args, "--json-schema", string(in.Schema))
+	}
+	if in.Conversation != "" {
+		if !ValidSessionID(in.Conversation) {
+			return fmt.Errorf("claude: %q is not a Claude Code session id", in.Conversation)
+		}
+		tc.args = append(tc.args, "--resume", in.Conversation)
+		if in.Fork {
+			tc.args = append(tc.args, "--fork-session")
+		}
+	}
+	return nil
+}
+
+// options applies the preset's options in a stable order; bypass reports
+// a permission mode that skips permission checks.
+func (tc *turnCommand) options(opts map[string]string) (bypass bool, err error) {
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		v := opts[k]
+		switch k {
+		case OptionPermissionMode:
+			switch v {
+			case "", "default":
+			case "manual", "acceptEdits", "auto", "dontAsk", "plan":
+				tc.args = append(tc.args, "--permission-mode", v)
+			case "bypassPermissions":
+				tc.args = append(tc.args, "--permission-mode", v)
+				bypass = true
+			default:
+				return false, fmt.Errorf("claude: option %s: unknown mode %q (known: %s)", k, v, strings.Join(PermissionModes, ", "))
+			}
+		case OptionMaxRetries:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 100 {
+				return false, fmt.Errorf("claude: option %s: want a number of retries from 0 to 100, not %q", k, v)
+			}
+			tc.env["CLAUDE_CODE_MAX_RETRIES"] = strconv.Itoa(n)
+		case OptionAPITimeout:
+			ms, err := parseMillis(v)
+			if err != nil {
+				return false, fmt.Errorf("claude: option %s: %w", k, err)
+			}
+			tc.env["API_TIMEOUT_MS"] = strconv.FormatInt(ms, 10)
+		case OptionPartialMessages:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return false, fmt.Errorf("claude: option %s: want true or false, not %q", k, v)
+			}
+			if b {
+				tc.args = append(tc.args, "--include-partial-messages")
+				tc.partial = true
+			}
+		default:
+			return false, fmt.Errorf("claude: unknown option %q (known: %s, %s, %s, %s)", k, OptionPermissionMode, OptionMaxRetries, OptionAPITimeout, OptionPartialMessages)
+		}
+	}
+	return bypass, nil
 }
 
 // reserved are the flags outpost sets or that would break a turn: the

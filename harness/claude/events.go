@@ -332,21 +332,53 @@ func Usage(u obj) (harness.Usage, bool) {
 
 func (d *decoder) result(o obj) []harness.Event {
 	d.running = false
-	u, hasUsage := Usage(o.Obj("usage"))
-	var sum *harness.Usage
-	if hasUsage {
-		if d.results == 0 || d.stateless {
-			d.usage = u
-		} else {
-			d.usage = d.usage.Add(u)
-		}
-		d.results++
-		s := d.usage
-		sum = &s
-	}
+	sum := d.resultUsage(o)
 	subtype := o.Str("subtype")
 	stop := o.Str("stop_reason")
 	terminal := o.Str("terminal_reason")
+	details := resultDetails(o, subtype, terminal)
+	failed := o.Flag("is_error") || strings.HasPrefix(subtype, "error")
+	wasFailed := d.failed
+	d.failed = false
+	if !failed {
+		d.interrupting = false
+		return []harness.Event{{Type: harness.EventFinished, Text: o.Str("result"), Stop: stop, Usage: sum, Details: details}}
+	}
+	if d.interrupting && (terminal == "aborted_streaming" || terminal == "aborted_tools" || subtype == "error_during_execution") {
+		d.interrupting = false
+		details["interrupted"] = true
+		return []harness.Event{{Type: harness.EventFinished, Stop: "interrupted", Usage: sum, Details: details}}
+	}
+	var evs []harness.Event
+	if !wasFailed || d.stateless {
+		evs = append(evs, d.resultFailure(o, subtype, terminal, details))
+	}
+	if sum != nil {
+		evs = append(evs, harness.Event{Type: harness.EventUsage, Usage: sum})
+	}
+	return evs
+}
+
+// resultUsage adds a result's usage to the turn's (a stateless decoder,
+// or the first result, replaces it) and returns the running sum, or nil
+// when the result reports none.
+func (d *decoder) resultUsage(o obj) *harness.Usage {
+	u, ok := Usage(o.Obj("usage"))
+	if !ok {
+		return nil
+	}
+	if d.results == 0 || d.stateless {
+		d.usage = u
+	} else {
+		d.usage = d.usage.Add(u)
+	}
+	d.results++
+	s := d.usage
+	return &s
+}
+
+// resultDetails are the facts a result line reports beside its text.
+func resultDetails(o obj, subtype, terminal string) map[string]any {
 	details := map[string]any{}
 	if subtype != "" {
 		details["subtype"] = subtype
@@ -368,53 +400,40 @@ func (d *decoder) result(o obj) []harness.Event {
 	if n := len(o.Arr("permission_denials")); n > 0 {
 		details["permission_denials"] = n
 	}
-	failed := o.Flag("is_error") || strings.HasPrefix(subtype, "error")
-	wasFailed := d.failed
-	d.failed = false
-	if !failed {
-		d.interrupting = false
-		return []harness.Event{{Type: harness.EventFinished, Text: o.Str("result"), Stop: stop, Usage: sum, Details: details}}
-	}
-	if d.interrupting && (terminal == "aborted_streaming" || terminal == "aborted_tools" || subtype == "error_during_execution") {
-		d.interrupting = false
-		details["interrupted"] = true
-		return []harness.Event{{Type: harness.EventFinished, Stop: "interrupted", Usage: sum, Details: details}}
-	}
-	var evs []harness.Event
-	if !wasFailed || d.stateless {
-		text := strings.TrimSpace(o.Str("result"))
-		if text == "" {
-			var errs []string
-			for _, e := range o.Arr("errors") {
-				if s := strings.TrimSpace(contentText(e)); s != "" {
-					errs = append(errs, s)
-				}
-			}
-			text = strings.Join(errs, "; ")
-		}
-		if text == "" {
-			text = "the agent ended with " + subtype
-			if terminal != "" {
-				text += " (" + terminal + ")"
+	return details
+}
+
+// resultFailure is the failure event of a result that reports an error:
+// its text, else its errors, else what it ended with.
+func (d *decoder) resultFailure(o obj, subtype, terminal string, details map[string]any) harness.Event {
+	text := strings.TrimSpace(o.Str("result"))
+	if text == "" {
+		var errs []string
+		for _, e := range o.Arr("errors") {
+			if s := strings.TrimSpace(contentText(e)); s != "" {
+				errs = append(errs, s)
 			}
 		}
-		if status, ok := o.Num("api_error_status"); ok {
-			details["api_error_status"] = status
-		}
-		if v := o.Str("api_error"); v != "" {
-			details["api_error"] = v
-		}
-		kind := "result_error"
-		if terminal == "api_error" {
-			kind = "api_error"
-		}
-		kit.Details(details).Merge(d.rejected, "status")
-		evs = append(evs, harness.Event{Type: harness.EventFailure, Kind: kind, Text: text, Details: details})
+		text = strings.Join(errs, "; ")
 	}
-	if sum != nil {
-		evs = append(evs, harness.Event{Type: harness.EventUsage, Usage: sum})
+	if text == "" {
+		text = "the agent ended with " + subtype
+		if terminal != "" {
+			text += " (" + terminal + ")"
+		}
 	}
-	return evs
+	if status, ok := o.Num("api_error_status"); ok {
+		details["api_error_status"] = status
+	}
+	if v := o.Str("api_error"); v != "" {
+		details["api_error"] = v
+	}
+	kind := "result_error"
+	if terminal == "api_error" {
+		kind = "api_error"
+	}
+	kit.Details(details).Merge(d.rejected, "status")
+	return harness.Event{Type: harness.EventFailure, Kind: kind, Text: text, Details: details}
 }
 
 // rateLimitDetails reads a rate_limit_info object.
