@@ -101,53 +101,13 @@ func decodeError(err error) error {
 func decode(r io.Reader, lim limits, files bool) (Meta, []File, error) {
 	cr := &capReader{r: r, n: maxEnvelope + entryOverhead}
 	tr := tar.NewReader(cr)
-	h, err := next(tr)
-	if err == io.EOF {
-		return Meta{}, nil, fmt.Errorf("%w: empty archive", ErrInvalid)
-	}
+	env, err := readEnvelope(tr)
 	if err != nil {
-		return Meta{}, nil, decodeError(err)
+		return Meta{}, nil, err
 	}
-	if h.Name != metaEntry || !regular(h) {
-		return Meta{}, nil, fmt.Errorf("%w: first entry is %q, want %s", ErrInvalid, h.Name, metaEntry)
-	}
-	if h.Size > maxEnvelope {
-		return Meta{}, nil, fmt.Errorf("%w: %s larger than %d bytes", ErrInvalid, metaEntry, maxEnvelope)
-	}
-	js, err := readN(tr, h.Size)
+	m, total, err := env.check(lim)
 	if err != nil {
-		return Meta{}, nil, decodeError(fmt.Errorf("reading %s: %w", metaEntry, err))
-	}
-	var env envelope
-	if err := json.Unmarshal(js, &env); err != nil {
-		return Meta{}, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, metaEntry, err)
-	}
-	if env.Format != formatName {
-		return Meta{}, nil, fmt.Errorf("%w: format %q, want %q", ErrInvalid, env.Format, formatName)
-	}
-	if env.Version != formatVersion {
-		return Meta{}, nil, fmt.Errorf("%w: format version %d, this build reads %d", ErrInvalid, env.Version, formatVersion)
-	}
-	if len(env.Files) > lim.files {
-		return Meta{}, nil, fmt.Errorf("%w: %d files, more than %d", ErrInvalid, len(env.Files), lim.files)
-	}
-	m := env.Meta
-	m.Files = make([]string, len(env.Files))
-	paths := make([]File, len(env.Files))
-	var total int64
-	for i, e := range env.Files {
-		if e.Size < 0 || len(e.SHA256) != 2*sha256.Size {
-			return Meta{}, nil, fmt.Errorf("%w: bad size or digest for %q", ErrInvalid, e.Path)
-		}
-		if e.Size > lim.size-total {
-			return Meta{}, nil, fmt.Errorf("%w: files larger than %d bytes", ErrInvalid, lim.size)
-		}
-		total += e.Size
-		m.Files[i] = e.Path
-		paths[i] = File{Path: e.Path, Mode: e.Mode}
-	}
-	if err := validate(m, paths, lim); err != nil {
-		return Meta{}, nil, decodeError(err)
+		return Meta{}, nil, err
 	}
 	if !files {
 		return m, nil, nil
@@ -155,25 +115,9 @@ func decode(r io.Reader, lim limits, files bool) (Meta, []File, error) {
 	cr.n += total + int64(len(env.Files)+2)*entryOverhead
 	out := make([]File, len(env.Files))
 	for i, e := range env.Files {
-		h, err := next(tr)
-		if err == io.EOF {
-			return Meta{}, nil, fmt.Errorf("%w: truncated: %d of %d files", ErrInvalid, i, len(env.Files))
+		if out[i], err = readEntry(tr, i, len(env.Files), e); err != nil {
+			return Meta{}, nil, err
 		}
-		if err != nil {
-			return Meta{}, nil, decodeError(err)
-		}
-		if h.Name != filesPrefix+e.Path || !regular(h) || h.Size != e.Size {
-			return Meta{}, nil, fmt.Errorf("%w: entry %d is %q (%d bytes), want %s%s (%d bytes)", ErrInvalid, i+1, h.Name, h.Size, filesPrefix, e.Path, e.Size)
-		}
-		data, err := readN(tr, e.Size)
-		if err != nil {
-			return Meta{}, nil, decodeError(fmt.Errorf("reading %s: %w", e.Path, err))
-		}
-		sum := sha256.Sum256(data)
-		if hex.EncodeToString(sum[:]) != strings.ToLower(e.SHA256) {
-			return Meta{}, nil, fmt.Errorf("%w: %s: digest mismatch", ErrInvalid, e.Path)
-		}
-		out[i] = File{Path: e.Path, Mode: e.Mode, Data: data}
 	}
 	if h, err := next(tr); err != io.EOF {
 		if err != nil {
@@ -182,6 +126,88 @@ func decode(r io.Reader, lim limits, files bool) (Meta, []File, error) {
 		return Meta{}, nil, fmt.Errorf("%w: unexpected entry %q", ErrInvalid, h.Name)
 	}
 	return m, out, nil
+}
+
+// readEnvelope reads the first entry, meta.json, of a known format and version.
+func readEnvelope(tr *tar.Reader) (envelope, error) {
+	var env envelope
+	h, err := next(tr)
+	if err == io.EOF {
+		return env, fmt.Errorf("%w: empty archive", ErrInvalid)
+	}
+	if err != nil {
+		return env, decodeError(err)
+	}
+	if h.Name != metaEntry || !regular(h) {
+		return env, fmt.Errorf("%w: first entry is %q, want %s", ErrInvalid, h.Name, metaEntry)
+	}
+	if h.Size > maxEnvelope {
+		return env, fmt.Errorf("%w: %s larger than %d bytes", ErrInvalid, metaEntry, maxEnvelope)
+	}
+	js, err := readN(tr, h.Size)
+	if err != nil {
+		return env, decodeError(fmt.Errorf("reading %s: %w", metaEntry, err))
+	}
+	if err := json.Unmarshal(js, &env); err != nil {
+		return env, fmt.Errorf("%w: %s: %w", ErrInvalid, metaEntry, err)
+	}
+	if env.Format != formatName {
+		return env, fmt.Errorf("%w: format %q, want %q", ErrInvalid, env.Format, formatName)
+	}
+	if env.Version != formatVersion {
+		return env, fmt.Errorf("%w: format version %d, this build reads %d", ErrInvalid, env.Version, formatVersion)
+	}
+	return env, nil
+}
+
+// check validates the envelope's file list against the limits, and
+// returns its metadata and the files' declared total size.
+func (env envelope) check(lim limits) (Meta, int64, error) {
+	if len(env.Files) > lim.files {
+		return Meta{}, 0, fmt.Errorf("%w: %d files, more than %d", ErrInvalid, len(env.Files), lim.files)
+	}
+	m := env.Meta
+	m.Files = make([]string, len(env.Files))
+	paths := make([]File, len(env.Files))
+	var total int64
+	for i, e := range env.Files {
+		if e.Size < 0 || len(e.SHA256) != 2*sha256.Size {
+			return Meta{}, 0, fmt.Errorf("%w: bad size or digest for %q", ErrInvalid, e.Path)
+		}
+		if e.Size > lim.size-total {
+			return Meta{}, 0, fmt.Errorf("%w: files larger than %d bytes", ErrInvalid, lim.size)
+		}
+		total += e.Size
+		m.Files[i] = e.Path
+		paths[i] = File{Path: e.Path, Mode: e.Mode}
+	}
+	if err := validate(m, paths, lim); err != nil {
+		return Meta{}, 0, decodeError(err)
+	}
+	return m, total, nil
+}
+
+// readEntry reads file entry i of n, which must be e, and checks its digest.
+func readEntry(tr *tar.Reader, i, n int, e fileEntry) (File, error) {
+	h, err := next(tr)
+	if err == io.EOF {
+		return File{}, fmt.Errorf("%w: truncated: %d of %d files", ErrInvalid, i, n)
+	}
+	if err != nil {
+		return File{}, decodeError(err)
+	}
+	if h.Name != filesPrefix+e.Path || !regular(h) || h.Size != e.Size {
+		return File{}, fmt.Errorf("%w: entry %d is %q (%d bytes), want %s%s (%d bytes)", ErrInvalid, i+1, h.Name, h.Size, filesPrefix, e.Path, e.Size)
+	}
+	data, err := readN(tr, e.Size)
+	if err != nil {
+		return File{}, decodeError(fmt.Errorf("reading %s: %w", e.Path, err))
+	}
+	sum := sha256.Sum256(data)
+	if hex.EncodeToString(sum[:]) != strings.ToLower(e.SHA256) {
+		return File{}, fmt.Errorf("%w: %s: digest mismatch", ErrInvalid, e.Path)
+	}
+	return File{Path: e.Path, Mode: e.Mode, Data: data}, nil
 }
 
 // next returns the next entry other than a global header, checked by
