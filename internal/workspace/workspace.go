@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/outposthq/outpost/internal/tarsafe"
 )
@@ -106,47 +107,64 @@ func Write(ctx context.Context, tw *tar.Writer, dir, rootName, prefix string, ui
 			}
 			return err
 		}
-		h := &tar.Header{Name: prefix + rel, Mode: int64(info.Mode().Perm()), Uid: uid, Gid: gid, ModTime: info.ModTime(), Format: tar.FormatPAX}
-		e := entry{mode: info.Mode().Perm()}
-		switch {
-		case info.IsDir():
-			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
-		case info.Mode()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, link, 0o777
-			e.link, e.mode = link, 0
-		case info.Mode().IsRegular():
-			h.Typeflag, h.Size = tar.TypeReg, info.Size()
-			e.size = info.Size()
-		default:
-			return nil // sockets, fifos, devices
+		h, e, err := header(p, prefix+rel, info, uid, gid)
+		if err != nil || h == nil {
+			return err
 		}
-		e.typ = h.Typeflag
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
 		if h.Typeflag == tar.TypeReg {
-			f, err := root.Open(rel)
-			if err != nil {
-				return err
+			if e.sum, err = copyRegular(tw, root, rel, h.Size); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
 			}
-			hash := sha256.New()
-			n, err := io.Copy(tw, io.TeeReader(io.LimitReader(f, h.Size), hash))
-			f.Close()
-			if err == nil && n != h.Size {
-				err = fmt.Errorf("%s changed while being copied", p)
-			}
-			if err != nil {
-				return err
-			}
-			copy(e.sum[:], hash.Sum(nil))
 		}
 		m.entries[rel] = e
 		return nil
 	})
+}
+
+// header is the tar header and manifest entry of the file at p, or a nil
+// header for one that is not copied (sockets, fifos, devices).
+func header(p, name string, info fs.FileInfo, uid, gid int) (*tar.Header, entry, error) {
+	h := &tar.Header{Name: name, Mode: int64(info.Mode().Perm()), Uid: uid, Gid: gid, ModTime: info.ModTime(), Format: tar.FormatPAX}
+	e := entry{mode: info.Mode().Perm()}
+	switch {
+	case info.IsDir():
+		h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+	case info.Mode()&fs.ModeSymlink != 0:
+		link, err := os.Readlink(p)
+		if err != nil {
+			return nil, e, err
+		}
+		h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, link, 0o777
+		e.link, e.mode = link, 0
+	case info.Mode().IsRegular():
+		h.Typeflag, h.Size = tar.TypeReg, info.Size()
+		e.size = info.Size()
+	default:
+		return nil, e, nil
+	}
+	e.typ = h.Typeflag
+	return h, e, nil
+}
+
+// copyRegular copies size bytes of the file rel under root into tw and
+// returns their SHA-256; a file that changed size while being copied is an error.
+func copyRegular(tw *tar.Writer, root *os.Root, rel string, size int64) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	f, err := root.Open(rel)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	hash := sha256.New()
+	n, err := io.Copy(tw, io.TeeReader(io.LimitReader(f, size), hash))
+	if err == nil && n != size {
+		err = errors.New("changed while being copied")
+	}
+	copy(sum[:], hash.Sum(nil))
+	return sum, err
 }
 
 // Result is what Sync did.
@@ -259,42 +277,12 @@ func (sy *syncer) apply(ctx context.Context, tr *tar.Reader) error {
 
 func (sy *syncer) entry(tr *tar.Reader, h *tar.Header, rel string) error {
 	old, had := sy.old.entries[rel]
-	e := entry{typ: h.Typeflag, mode: fs.FileMode(h.Mode).Perm()}
-	var data *Spool
-	switch h.Typeflag {
-	case tar.TypeDir:
-	case tar.TypeSymlink:
-		e.mode, e.link = 0, h.Linkname
-	case tar.TypeReg, tar.TypeRegA:
-		e.typ = tar.TypeReg
-		data = &Spool{}
+	e, data, err := sy.read(tr, h)
+	if data != nil {
 		defer data.Close()
-		hash := sha256.New()
-		n, err := io.Copy(io.MultiWriter(data, hash), tr)
-		if err != nil {
-			return err
-		}
-		e.size = n
-		copy(e.sum[:], hash.Sum(nil))
-	case tar.TypeLink:
-		target, ok := strings.CutPrefix(h.Linkname, sy.base+"/")
-		te, known := sy.now.entries[target]
-		if !ok || !known || te.typ != tar.TypeReg {
-			return fmt.Errorf("hard link to %q is not copied back", h.Linkname)
-		}
-		f, err := sy.root.Open(target)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		data = &Spool{}
-		defer data.Close()
-		if _, err := io.Copy(data, f); err != nil {
-			return err
-		}
-		e = te
-	default:
-		return nil
+	}
+	if err != nil || e.typ == 0 {
+		return err
 	}
 	sy.now.entries[rel] = e
 	if had && old.same(e) {
@@ -312,26 +300,71 @@ func (sy *syncer) entry(tr *tar.Reader, h *tar.Header, rel string) error {
 	}
 	switch e.typ {
 	case tar.TypeDir:
-		fi, err := sy.root.Lstat(dst)
-		if err == nil && !fi.IsDir() {
-			if err := sy.root.Remove(dst); err != nil {
-				return err
-			}
-			err = fs.ErrNotExist
-		}
-		if err != nil {
-			if err := sy.root.Mkdir(dst, e.mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-		}
-		return sy.root.Chmod(dst, e.mode)
+		return sy.writeDir(dst, e.mode)
 	case tar.TypeSymlink:
 		if err := sy.clear(dst); err != nil {
 			return err
 		}
 		return sy.root.Symlink(e.link, dst)
 	}
-	// A regular file: write beside, then rename over.
+	return sy.writeFile(dst, data, e.mode, h.ModTime)
+}
+
+// read is the manifest entry of h and, for a regular file or a hard link
+// to one, its content spooled; an entry of type 0 for what is not copied.
+func (sy *syncer) read(tr *tar.Reader, h *tar.Header) (entry, *Spool, error) {
+	e := entry{typ: h.Typeflag, mode: fs.FileMode(h.Mode).Perm()}
+	switch h.Typeflag {
+	case tar.TypeDir:
+	case tar.TypeSymlink:
+		e.mode, e.link = 0, h.Linkname
+	case tar.TypeReg, tar.TypeRegA:
+		e.typ = tar.TypeReg
+		data := &Spool{}
+		hash := sha256.New()
+		n, err := io.Copy(io.MultiWriter(data, hash), tr)
+		e.size = n
+		copy(e.sum[:], hash.Sum(nil))
+		return e, data, err
+	case tar.TypeLink:
+		target, ok := strings.CutPrefix(h.Linkname, sy.base+"/")
+		te, known := sy.now.entries[target]
+		if !ok || !known || te.typ != tar.TypeReg {
+			return e, nil, fmt.Errorf("hard link to %q is not copied back", h.Linkname)
+		}
+		f, err := sy.root.Open(target)
+		if err != nil {
+			return e, nil, err
+		}
+		defer f.Close()
+		data := &Spool{}
+		_, err = io.Copy(data, f)
+		return te, data, err
+	default:
+		return entry{}, nil, nil
+	}
+	return e, nil, nil
+}
+
+// writeDir makes dst a directory of mode perm, replacing what else is there.
+func (sy *syncer) writeDir(dst string, perm fs.FileMode) error {
+	fi, err := sy.root.Lstat(dst)
+	if err == nil && !fi.IsDir() {
+		if err := sy.root.Remove(dst); err != nil {
+			return err
+		}
+		err = fs.ErrNotExist
+	}
+	if err != nil {
+		if err := sy.root.Mkdir(dst, perm|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return sy.root.Chmod(dst, perm)
+}
+
+// writeFile writes a regular file beside dst, then renames it over.
+func (sy *syncer) writeFile(dst string, data *Spool, perm fs.FileMode, mtime time.Time) error {
 	body, err := data.Reader()
 	if err != nil {
 		return err
@@ -342,11 +375,11 @@ func (sy *syncer) entry(tr *tar.Reader, h *tar.Header, rel string) error {
 		return err
 	}
 	_, err = io.Copy(f, body)
-	if err = errors.Join(err, f.Chmod(e.mode), f.Close()); err != nil {
+	if err = errors.Join(err, f.Chmod(perm), f.Close()); err != nil {
 		_ = sy.root.Remove(tmp)
 		return err
 	}
-	_ = sy.root.Chtimes(tmp, h.ModTime, h.ModTime)
+	_ = sy.root.Chtimes(tmp, mtime, mtime)
 	if err := sy.clearDir(dst); err != nil {
 		_ = sy.root.Remove(tmp)
 		return err
