@@ -69,7 +69,7 @@ func (d *Decoder) Decode(line []byte) []harness.Event {
 		if id == "" && init != nil {
 			id = init.Str("conversation_id")
 		}
-		det := details("model", init.Str("model"), "cwd", init.Str("cwd"), "permission_mode", init.Str("permission_mode"))
+		det := kit.Strs("model", init.Str("model"), "cwd", init.Str("cwd"), "permission_mode", init.Str("permission_mode"))
 		return d.conversation(id, det)
 	case "step_update":
 		su := o.Obj("step_update")
@@ -296,18 +296,3 @@ func clip(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
-// details builds a details map from key/value pairs, leaving out empty
-// values; nil when all are empty.
-func details(kv ...string) map[string]any {
-	var m map[string]any
-	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i+1] == "" {
-			continue
-		}
-		if m == nil {
-			m = map[string]any{}
-		}
-		m[kv[i]] = kv[i+1]
-	}
-	return m
-}

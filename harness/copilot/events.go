@@ -119,15 +119,15 @@ func (d *Decoder) Decode(line []byte) []harness.Event {
 		return []harness.Event{ev}
 	case "session.warning":
 		if msg := data.Str("message"); msg != "" {
-			return []harness.Event{{Type: harness.EventNotice, Kind: "warning", Text: msg, Details: details("warning_type", data.Str("warningType"), "url", data.Str("url"))}}
+			return []harness.Event{{Type: harness.EventNotice, Kind: "warning", Text: msg, Details: kit.Strs("warning_type", data.Str("warningType"), "url", data.Str("url"))}}
 		}
 	case "session.info":
 		if msg := data.Str("message"); msg != "" {
-			return []harness.Event{{Type: harness.EventNotice, Kind: "info", Text: msg, Details: details("info_type", data.Str("infoType"))}}
+			return []harness.Event{{Type: harness.EventNotice, Kind: "info", Text: msg, Details: kit.Strs("info_type", data.Str("infoType"))}}
 		}
 	case "abort":
 		reason := data.Str("reason")
-		return []harness.Event{{Type: harness.EventNotice, Kind: "abort", Text: "the turn was aborted: " + reason, Details: details("reason", reason)}}
+		return []harness.Event{{Type: harness.EventNotice, Kind: "abort", Text: "the turn was aborted: " + reason, Details: kit.Strs("reason", reason)}}
 	case "result":
 		return []harness.Event{d.finished(o)}
 	}
@@ -144,7 +144,7 @@ func (d *Decoder) message(data obj) []harness.Event {
 		ev := harness.Event{Type: harness.EventMessage, ID: id, Text: content}
 		if parent != "" {
 			// A sub-agent's message: not the turn's answer.
-			ev.Details = details("parent_tool_call_id", parent)
+			ev.Details = kit.Strs("parent_tool_call_id", parent)
 		} else {
 			d.last = content
 		}
@@ -161,7 +161,7 @@ func (d *Decoder) message(data obj) []harness.Event {
 func toolCall(id, name string, args json.RawMessage, data obj) harness.Event {
 	ev := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: name, Input: harness.SafeJSON(args)}}
 	if p := data.Str("parentToolCallId"); p != "" {
-		ev.Details = details("parent_tool_call_id", p)
+		ev.Details = kit.Strs("parent_tool_call_id", p)
 	}
 	return ev
 }
@@ -376,18 +376,3 @@ func (d *Decoder) finished(o obj) harness.Event {
 	return ev
 }
 
-// details builds a details map from key/value pairs, leaving out empty
-// values; nil when all are empty.
-func details(kv ...string) map[string]any {
-	var m map[string]any
-	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i+1] == "" {
-			continue
-		}
-		if m == nil {
-			m = map[string]any{}
-		}
-		m[kv[i]] = kv[i+1]
-	}
-	return m
-}

@@ -45,6 +45,16 @@ next:
 	}
 }
 
+// Strs builds details from key/value pairs, leaving out empty values; nil
+// when all are empty.
+func Strs(kv ...string) map[string]any {
+	d := Details{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Str(kv[i], kv[i+1])
+	}
+	return d.Map()
+}
+
 // Map returns d as a map, or nil when it holds nothing.
 func (d Details) Map() map[string]any {
 	if len(d) == 0 {

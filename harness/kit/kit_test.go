@@ -96,6 +96,12 @@ func TestDetails(t *testing.T) {
 	if diff := cmp.Diff(want, d.Map()); diff != "" {
 		t.Errorf("details (-want +got):\n%s", diff)
 	}
+	if got := kit.Strs("a", "", "b", "2", "odd"); !cmp.Equal(got, map[string]any{"b": "2"}) {
+		t.Errorf("Strs = %v", got)
+	}
+	if got := kit.Strs("a", ""); got != nil {
+		t.Errorf("Strs of empty values = %v, want nil", got)
+	}
 }
 
 func TestResetsAt(t *testing.T) {
