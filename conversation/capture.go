@@ -157,6 +157,15 @@ func (cp *capturer) scanRoot(root string, natives []string) ([]capturedFile, err
 	return cp.scanCopy(root, natives, path.Join(cp.home, root), "")
 }
 
+// wanted reports whether the file p, rel under root, is still to be
+// captured: not captured yet, under no inner root, and matching.
+func (cp *capturer) wanted(root, p, rel string, natives []string) (bool, error) {
+	if _, done := cp.files[p]; done || innerRoot(p, cp.roots) != root {
+		return false, nil
+	}
+	return matchAny(cp.st, rel, natives)
+}
+
 // scanListed copies out, one by one, only the listed files that match.
 func (cp *capturer) scanListed(root string, rels, natives []string) ([]capturedFile, error) {
 	var out []capturedFile
@@ -168,10 +177,7 @@ func (cp *capturer) scanListed(root string, rels, natives []string) ([]capturedF
 			return nil, fmt.Errorf("%w: the listing of %s holds %q", ErrUnsafe, root, rel)
 		}
 		p := root + "/" + rel
-		if _, done := cp.files[p]; done || innerRoot(p, cp.roots) != root {
-			continue
-		}
-		match, err := matchAny(cp.st, rel, natives)
+		match, err := cp.wanted(root, p, rel, natives)
 		if err != nil {
 			return nil, err
 		}
@@ -240,10 +246,7 @@ func (cp *capturer) scanCopy(root string, natives []string, src, only string) ([
 			}
 		}
 		p := root + "/" + rel
-		if _, done := cp.files[p]; done || innerRoot(p, cp.roots) != root {
-			continue
-		}
-		match, err := matchAny(cp.st, rel, natives)
+		match, err := cp.wanted(root, p, rel, natives)
 		if err != nil {
 			return nil, err
 		}

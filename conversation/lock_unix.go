@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/outposthq/outpost/internal/flock"
 )
 
 // lockedFile is a file holding an exclusive flock(2). The kernel frees the
@@ -18,7 +20,7 @@ type lockedFile struct {
 	path string
 }
 
-var errLocked = errors.New("locked")
+var errLocked = flock.ErrLocked
 
 // lockFile opens (creating, 0600) path and takes an exclusive flock on it,
 // waiting when wait is true, else failing with errLocked. It checks after
@@ -35,18 +37,9 @@ func lockFile(path string, wait bool) (*lockedFile, error) {
 		if !wait {
 			how |= syscall.LOCK_NB
 		}
-		for {
-			err = syscall.Flock(int(f.Fd()), how)
-			if !errors.Is(err, syscall.EINTR) {
-				break
-			}
-		}
-		if err != nil {
+		if err := flock.Lock(f, path, how); err != nil {
 			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				return nil, errLocked
-			}
-			return nil, &fs.PathError{Op: "flock", Path: path, Err: err}
+			return nil, err
 		}
 		held, err1 := f.Stat()
 		named, err2 := os.Lstat(path)

@@ -5,9 +5,10 @@ package credentials
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/outposthq/outpost/internal/flock"
 )
 
 // tryLock takes an exclusive, non-blocking flock on lockPath inside dir,
@@ -32,18 +33,12 @@ func tryLock(dir, lockPath string) (unlock func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
+	if err := flock.Lock(f, lockPath, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, flock.ErrLocked) {
 			return nil, errLocked
 		}
-		return nil, &fs.PathError{Op: "flock", Path: lockPath, Err: err}
+		return nil, err
 	}
 	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
