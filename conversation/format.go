@@ -28,8 +28,6 @@ const (
 	// entryOverhead bounds the tar bytes around one entry's data: header,
 	// PAX records for a MaxPathLen name and times, padding.
 	entryOverhead = 3*512 + 2*MaxPathLen + 1024
-	// maxSkipped bounds the global headers a decoder skips.
-	maxSkipped = 16
 )
 
 type envelope struct {
@@ -213,23 +211,17 @@ func readEntry(tr *tar.Reader, i, n int, e fileEntry) (File, error) {
 // next returns the next entry other than a global header, checked by
 // tarsafe.Check; io.EOF at the end.
 func next(tr *tar.Reader) (*tar.Header, error) {
-	for range maxSkipped {
-		h, err := tr.Next()
-		if err != nil {
-			if err != io.EOF {
-				err = fmt.Errorf("reading archive: %w", err)
-			}
-			return nil, err
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		if err := tarsafe.Check(h); err != nil {
-			return nil, err
-		}
-		return h, nil
+	h, err := tarsafe.Next(tr)
+	if errors.Is(err, tarsafe.ErrGlobalHeaders) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return nil, fmt.Errorf("%w: too many global headers", ErrInvalid)
+	if err != nil {
+		return nil, err
+	}
+	if err := tarsafe.Check(h); err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
 // regular reports a regular file (tar.Reader reports the old TypeRegA as

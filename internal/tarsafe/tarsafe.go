@@ -160,15 +160,12 @@ func Read(r io.Reader, maxBytes int64) ([]File, error) {
 	var out []File
 	var total int64
 	for {
-		h, err := tr.Next()
+		h, err := Next(tr)
 		if err == io.EOF {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading archive: %w", err)
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
+			return nil, err
 		}
 		if err := Check(h); err != nil {
 			return nil, err
@@ -207,15 +204,12 @@ func Extract(r io.Reader, dir string) error {
 	defer root.Close()
 	tr := tar.NewReader(r)
 	for {
-		h, err := tr.Next()
+		h, err := Next(tr)
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading archive: %w", err)
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
+			return err
 		}
 		if err := Check(h); err != nil {
 			return err
@@ -323,4 +317,29 @@ func WriteDir(ctx context.Context, w io.Writer, root string) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// MaxGlobalHeaders bounds the global headers Next skips in a row.
+const MaxGlobalHeaders = 16
+
+// ErrGlobalHeaders is an archive with more than MaxGlobalHeaders global
+// headers in a row.
+var ErrGlobalHeaders = errors.New("too many global headers")
+
+// Next returns tr's next entry, skipping global headers (they describe no
+// file); io.EOF at the end. A read error is wrapped "reading archive".
+func Next(tr *tar.Reader) (*tar.Header, error) {
+	for range MaxGlobalHeaders + 1 {
+		h, err := tr.Next()
+		if err != nil {
+			if err != io.EOF {
+				err = fmt.Errorf("reading archive: %w", err)
+			}
+			return nil, err
+		}
+		if h.Typeflag != tar.TypeXGlobalHeader {
+			return h, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %w", ErrUnsafe, ErrGlobalHeaders)
 }

@@ -22,17 +22,14 @@ func Rewrite(r io.Reader, edit func(h *tar.Header) (keep bool, err error)) io.Re
 		tr := tar.NewReader(r)
 		tw := tar.NewWriter(pw)
 		for {
-			h, err := tr.Next()
+			h, err := Next(tr)
 			if err == io.EOF {
 				pw.CloseWithError(tw.Close())
 				return
 			}
 			if err != nil {
-				pw.CloseWithError(fmt.Errorf("reading archive: %w", err))
+				pw.CloseWithError(err)
 				return
-			}
-			if h.Typeflag == tar.TypeXGlobalHeader {
-				continue
 			}
 			keep, err := edit(h)
 			if err != nil {

@@ -242,15 +242,12 @@ func (sy *syncer) apply(ctx context.Context, tr *tar.Reader) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		h, err := tr.Next()
+		h, err := tarsafe.Next(tr)
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return err
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
 		}
 		name := h.Name
 		if err := tarsafe.Check(h); err != nil {

@@ -328,15 +328,12 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		h, err := tr.Next()
+		h, err := tarsafe.Next(tr)
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading archive: %w", err)
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
+			return err
 		}
 		if err := tarsafe.Check(h); err != nil {
 			return err
