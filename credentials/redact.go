@@ -115,24 +115,6 @@ func (r *Redactor) Bytes(b []byte) []byte {
 	return r.load().bytes(b)
 }
 
-// LooksSecret reports whether a variable name suggests its value is a
-// secret: it contains KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or
-// AUTH, in any case (AUTHOR alone does not count, AUTHORIZATION does). The
-// engine redacts the values of such names from .outpost/.env and explicit
-// --env values, in addition to every credential-plan variable. False
-// positives only cost redacted output.
-func LooksSecret(name string) bool {
-	u := strings.ToUpper(name)
-	for _, w := range []string{"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"} {
-		if strings.Contains(u, w) {
-			return true
-		}
-	}
-	u = strings.ReplaceAll(u, "AUTHORIZ", "AUTHIZ")
-	u = strings.ReplaceAll(u, "AUTHOR", "")
-	return strings.Contains(u, "AUTH")
-}
-
 // secretSet is an immutable snapshot of a Redactor's secrets.
 type secretSet struct {
 	plain  []string  // accepted secrets, longest first
