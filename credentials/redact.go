@@ -250,26 +250,19 @@ func mergeSpans(sp []span) []span {
 // findString returns the merged spans of every occurrence (overlapping ones
 // included) of every secret in text.
 func findString(text string, secrets []string) []span {
-	var sp []span
-	for _, sec := range secrets {
-		for i := 0; i+len(sec) <= len(text); {
-			j := strings.Index(text[i:], sec)
-			if j < 0 {
-				break
-			}
-			sp = append(sp, span{i + j, i + j + len(sec)})
-			i += j + 1
-		}
-	}
-	return mergeSpans(sp)
+	return findAll(text, secrets, strings.Index)
 }
 
 // findBytes is findString for bytes.
 func findBytes(text []byte, secrets [][]byte) []span {
+	return findAll(text, secrets, bytes.Index)
+}
+
+func findAll[T string | []byte](text T, secrets []T, index func(s, sep T) int) []span {
 	var sp []span
 	for _, sec := range secrets {
 		for i := 0; i+len(sec) <= len(text); {
-			j := bytes.Index(text[i:], sec)
+			j := index(text[i:], sec)
 			if j < 0 {
 				break
 			}

@@ -444,14 +444,7 @@ func TestRedactorError(t *testing.T) {
 			Details: map[string]any{"resets_at": "soon", "key": "sk-err-5555"},
 			Err:     fmt.Errorf("cause sk-err-5555: %w", errSentinel),
 		}
-		got := r.Error(err)
-		if strings.Contains(got.Error(), "sk-err-5555") {
-			t.Errorf("text %q holds the secret", got)
-		}
-		var oe *outpost.Error
-		if !errors.As(got, &oe) {
-			t.Fatal("not an *outpost.Error")
-		}
+		got, oe := redactCoded(t, r, err, "sk-err-5555")
 		if oe == err {
 			t.Fatal("the original was returned, not a copy")
 		}
@@ -474,14 +467,7 @@ func TestRedactorError(t *testing.T) {
 	t.Run("coded inside a wrapper", func(t *testing.T) {
 		inner := &outpost.Error{Code: outpost.Process, Op: "start", Msg: "bad sk-err-5555"}
 		err := fmt.Errorf("turn: %w", inner)
-		got := r.Error(err)
-		if strings.Contains(got.Error(), "sk-err-5555") {
-			t.Errorf("text %q holds the secret", got)
-		}
-		var oe *outpost.Error
-		if !errors.As(got, &oe) {
-			t.Fatal("errors.As found no *outpost.Error")
-		}
+		got, oe := redactCoded(t, r, err, "sk-err-5555")
 		if oe == inner || strings.Contains(oe.Msg, "sk-err-5555") {
 			t.Errorf("errors.As gave the unredacted original: %q", oe.Msg)
 		}
@@ -496,6 +482,21 @@ func TestRedactorError(t *testing.T) {
 			t.Errorf("details not redacted: %v", oe)
 		}
 	})
+}
+
+// redactCoded redacts err and returns the result and the *outpost.Error
+// errors.As finds in it, failing the test when its text holds secret.
+func redactCoded(t *testing.T, r *Redactor, err error, secret string) (error, *outpost.Error) {
+	t.Helper()
+	got := r.Error(err)
+	if strings.Contains(got.Error(), secret) {
+		t.Errorf("text %q holds the secret", got)
+	}
+	var oe *outpost.Error
+	if !errors.As(got, &oe) {
+		t.Fatal("errors.As found no *outpost.Error")
+	}
+	return got, oe
 }
 
 func TestRedactorConcurrent(t *testing.T) {
