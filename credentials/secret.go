@@ -77,6 +77,10 @@ var keyShape = func() *regexp.Regexp {
 		`|-----BEGIN [A-Z0-9 ]+-----`)
 }()
 
+// urlPassword matches the password of a URL's user information
+// (postgres://user:password@host/db).
+var urlPassword = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.\-]*://[^/?#\s:@]*:([^/?#\s@]+)@`)
+
 // The high-entropy rule (see KeyShaped).
 const (
 	minEntropyLen     = 32  // characters in the run
@@ -93,6 +97,7 @@ const (
 //     letter, digit, '_' or '-'), followed by at least 16 characters of
 //     letters, digits, '_', '-' and '.';
 //   - a PEM block (-----BEGIN …-----): the whole value;
+//   - the password of a URL (scheme://user:password@host);
 //   - a high-entropy run: at least 32 characters of letters, digits, '+',
 //     '_' and '-' (any other character, such as '/', '.', ':', '=' or a
 //     space, ends a run), with an upper-case letter, a lower-case letter
@@ -112,6 +117,9 @@ func KeyShaped(value string) []string {
 		if m[1] == "" { // a PEM block: all of it
 			return []string{value}
 		}
+		parts = append(parts, m[1])
+	}
+	for _, m := range urlPassword.FindAllStringSubmatch(value, -1) {
 		parts = append(parts, m[1])
 	}
 	for _, run := range strings.FieldsFunc(value, func(r rune) bool { return !isRunChar(r) }) {

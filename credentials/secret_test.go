@@ -80,6 +80,10 @@ func TestKeyShaped(t *testing.T) {
 		{"--token=" + testAnthropicKey + " --verbose", []string{testAnthropicKey}},
 		{testPEM, []string{testPEM}},
 		{testRandom40, []string{testRandom40}},
+		{"postgres://app:hunter22@db.internal:5432/app?sslmode=disable", []string{"hunter22"}},
+		{"https://user:p%40ss@example.test/x https://other:second@example.test", []string{"p%40ss", "second"}},
+		{"postgres://app@db.internal/app", nil},
+		{"https://example.test:8443/path", nil},
 		{"https://example.test/cb?sig=" + testRandom40, []string{testRandom40}},
 		// Not keys: too short after the prefix, a prefix inside a word,
 		// paths, words, ids, digests, identifiers.

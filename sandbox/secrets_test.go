@@ -122,12 +122,14 @@ func TestDotEnvIsTheBase(t *testing.T) {
 		"FOO_SETTING=abc",
 		"OTHER_API_TOKEN=s3cr3t-by-name",
 		"UPSTREAM=sk-proj-4fGh7Jk2Lm9Np3Qr6St8Uv1Wx5Yz0Ab",
+		"DATABASE_URL=postgres://app:hunter22@db.internal/app",
 		echo.TokenVariable + "=sk-echo-0123456789abcdef",
 	}, "\n"))
 	for _, tt := range []struct{ prompt, want string }{
 		{"#leak FOO_SETTING", "FOO_SETTING=abc"},
 		{"#env OTHER_API_TOKEN", "OTHER_API_TOKEN is not set"},
 		{"#env UPSTREAM", "UPSTREAM is not set"},
+		{"#env DATABASE_URL", "DATABASE_URL is not set"},
 		{"#env " + echo.TokenVariable, echo.TokenVariable + " is set (24 bytes)"},
 	} {
 		t.Run(tt.prompt, func(t *testing.T) {
