@@ -260,15 +260,7 @@ func TestApplyMergeJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := newDirTarget(t)
-			if tt.existing != nil {
-				d.put(t, ".claude/settings.json", *tt.existing)
-			}
-			err := apply(t, d, []harness.File{{Path: ".claude/settings.json", Content: []byte(tt.plan), Merge: harness.MergeJSON}}, nil, ApplyOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, mode := d.get(t, ".claude/settings.json")
+			got, mode := applyMerged(t, ".claude/settings.json", tt.existing, tt.plan, harness.MergeJSON)
 			if d := cmp.Diff(tt.want, got); d != "" {
 				t.Errorf("merged (-want +got):\n%s", d)
 			}
@@ -405,15 +397,7 @@ func TestApplyMergeTOML(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := newDirTarget(t)
-			if tt.existing != nil {
-				d.put(t, ".codex/config.toml", *tt.existing)
-			}
-			err := apply(t, d, []harness.File{{Path: ".codex/config.toml", Content: []byte(tt.plan), Merge: harness.MergeTOML}}, nil, ApplyOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, _ := d.get(t, ".codex/config.toml")
+			got, _ := applyMerged(t, ".codex/config.toml", tt.existing, tt.plan, harness.MergeTOML)
 			if d := cmp.Diff(tt.want, got); d != "" {
 				t.Errorf("merged (-want +got):\n%s", d)
 			}
@@ -572,4 +556,19 @@ func TestApplyExclusive(t *testing.T) {
 		}
 		r()
 	})
+}
+
+// applyMerged applies plan, merged with merge into the file p of a home
+// that holds existing there (nil: no file), and returns the file's content
+// and mode.
+func applyMerged(t *testing.T, p string, existing *string, plan string, merge harness.Merge) (string, fs.FileMode) {
+	t.Helper()
+	d := newDirTarget(t)
+	if existing != nil {
+		d.put(t, p, *existing)
+	}
+	if err := apply(t, d, []harness.File{{Path: p, Content: []byte(plan), Merge: merge}}, nil, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return d.get(t, p)
 }

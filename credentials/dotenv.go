@@ -40,6 +40,16 @@ type Table struct {
 	DotEnvPath string
 }
 
+// DotEnvVars returns the variables whose value came from .outpost/.env,
+// with that value.
+func (t Table) DotEnvVars() map[string]string {
+	out := make(map[string]string, len(t.FromDotEnv))
+	for name := range t.FromDotEnv {
+		out[name] = t.Vars[name]
+	}
+	return out
+}
+
 // DotEnvError describes a .outpost/.env file that cannot be loaded. Its text
 // names the file and, when known, the line, and never contains anything
 // else from the file: no value, no variable name.
@@ -62,7 +72,9 @@ func (e *DotEnvError) Error() string {
 // file is read; a missing file is not an error. workdir "" means the current
 // directory.
 //
-// The table is what plans select from, not the agent's environment: see
+// The table is what plans select from, not the agent's environment: of
+// it, only the plain (not secret) values of .outpost/.env reach the agent
+// as they are, as the base of its environment (Sources.DotEnv); see
 // Environment.
 //
 // A .env that cannot be read or parsed gives an *outpost.Error with code

@@ -19,6 +19,11 @@ type Sources struct {
 	// Defaults are the provider's overridable variables (PATH, LANG, TZ,
 	// TERM): the lowest layer.
 	Defaults map[string]string
+	// DotEnv are the values of .outpost/.env, the base the agent's own
+	// variables go over. A secret (IsSecret: its name or its value looks
+	// like one) is left out: it reaches the agent only when the credential
+	// plan selects it (Plan).
+	DotEnv map[string]string
 	// Configuration are the variables of the harness's configuration plan.
 	Configuration map[string]string
 	// Plan are the variables of the harness's credential plan.
@@ -41,6 +46,7 @@ type layer struct {
 func (s Sources) layers() []layer {
 	return []layer{
 		{"the provider defaults", s.Defaults},
+		{DotEnvName, plainVars(s.DotEnv)},
 		{"the configuration plan", s.Configuration},
 		{"the credential plan", s.Plan},
 		{"the harness Variables", s.Harness},
@@ -49,20 +55,33 @@ func (s Sources) layers() []layer {
 	}
 }
 
+// plainVars are the variables of vars that are not secrets (IsSecret).
+func plainVars(vars map[string]string) map[string]string {
+	out := map[string]string{}
+	for name, v := range vars {
+		if !IsSecret(name, v) {
+			out[name] = v
+		}
+	}
+	return out
+}
+
 // Environment builds the complete environment of one command from its
 // sources. Precedence, lowest first; a later layer overrides an earlier
 // one:
 //
-//	Defaults < Configuration < Plan < Harness < Command < Explicit < Fixed
+//	Defaults < DotEnv < Configuration < Plan < Harness < Command < Explicit < Fixed
 //
 // so the caller's explicit values beat everything the preset chose, the
 // preset's per-command and per-agent values beat what the plans selected,
-// credentials beat configuration, and the provider's overridable defaults
-// (PATH, LANG, TZ, TERM) yield to all of them. Fixed values are always what
-// the process gets.
+// credentials beat configuration, the plain settings of .outpost/.env are
+// the base under all of those (its secrets only come through the plan),
+// and the provider's overridable defaults (PATH, LANG, TZ, TERM) yield to
+// everything. Fixed values are always what the process gets.
 //
 // Errors are *outpost.Error with code configuration and Op "variables":
-// when any source but Fixed and Defaults sets a Fixed name (the message
+// when any source but Fixed and Defaults (a .outpost/.env too) sets a
+// Fixed name (the message
 // lists each clashing name with the source that set it, never a value;
 // Details["names"] holds the sorted names), when a name is not a valid
 // variable name, or when a value contains a NUL byte (the name is given,
@@ -70,7 +89,8 @@ func (s Sources) layers() []layer {
 func Environment(s Sources) (map[string]string, error) {
 	var clashes, invalid, nul []string
 	clashNames := map[string]bool{}
-	for i, l := range s.layers() {
+	layers := s.layers()
+	for i, l := range layers {
 		for _, name := range slices.Sorted(maps.Keys(l.vars)) {
 			switch {
 			case !harness.ValidVariableName(name):
@@ -97,7 +117,7 @@ func Environment(s Sources) (map[string]string, error) {
 			"variable values contain a NUL byte: "+strings.Join(nul, ", "))
 	}
 	env := map[string]string{}
-	for _, l := range s.layers() {
+	for _, l := range layers {
 		maps.Copy(env, l.vars)
 	}
 	maps.Copy(env, s.Fixed)

@@ -13,9 +13,9 @@ import (
 func TestEnvironmentPrecedence(t *testing.T) {
 	// Each layer sets its own name and every name of the layers below it,
 	// so the winner of each name shows the order.
-	layers := []string{"defaults", "configuration", "plan", "harness", "command", "explicit"}
+	layers := []string{"defaults", "dotenv", "configuration", "plan", "harness", "command", "explicit"}
 	s := Sources{Fixed: map[string]string{"HOME": "/home/agent", "XDG_CONFIG_HOME": "/home/agent/.config"}}
-	fields := []*map[string]string{&s.Defaults, &s.Configuration, &s.Plan, &s.Harness, &s.Command, &s.Explicit}
+	fields := []*map[string]string{&s.Defaults, &s.DotEnv, &s.Configuration, &s.Plan, &s.Harness, &s.Command, &s.Explicit}
 	for i, f := range fields {
 		*f = map[string]string{}
 		for _, name := range layers[:i+1] {
@@ -30,6 +30,7 @@ func TestEnvironmentPrecedence(t *testing.T) {
 		"HOME":            "/home/agent",
 		"XDG_CONFIG_HOME": "/home/agent/.config",
 		"DEFAULTS":        "explicit",
+		"DOTENV":          "explicit",
 		"CONFIGURATION":   "explicit",
 		"PLAN":            "explicit",
 		"HARNESS":         "explicit",
@@ -45,6 +46,12 @@ func TestEnvironmentPrecedence(t *testing.T) {
 		s    Sources
 		want map[string]string
 	}{
+		{".outpost/.env over defaults", Sources{Defaults: map[string]string{"PATH": "/bin", "LANG": "C"}, DotEnv: map[string]string{"LANG": "en_US.UTF-8", "FOO_SETTING": "abc"}}, map[string]string{"PATH": "/bin", "LANG": "en_US.UTF-8", "FOO_SETTING": "abc"}},
+		{"configuration over .outpost/.env", Sources{DotEnv: map[string]string{"K": "d"}, Configuration: map[string]string{"K": "c"}}, map[string]string{"K": "c"}},
+		// A secret of .outpost/.env (by name or by value) comes only
+		// through the plan.
+		{".outpost/.env secrets left out", Sources{DotEnv: map[string]string{"FOO_SETTING": "abc", "DBPASS": "hunter22", "OTHER": testOpenAIKey}}, map[string]string{"FOO_SETTING": "abc"}},
+		{".outpost/.env secret through the plan", Sources{DotEnv: map[string]string{"DBPASS": "hunter22"}, Plan: map[string]string{"DBPASS": "hunter22"}}, map[string]string{"DBPASS": "hunter22"}},
 		{"configuration over defaults", Sources{Defaults: map[string]string{"PATH": "/bin", "LANG": "C"}, Configuration: map[string]string{"PATH": "/opt/bin"}}, map[string]string{"PATH": "/opt/bin", "LANG": "C"}},
 		{"plan over configuration", Sources{Configuration: map[string]string{"K": "c"}, Plan: map[string]string{"K": "p"}}, map[string]string{"K": "p"}},
 		{"harness over plan", Sources{Plan: map[string]string{"K": "p"}, Harness: map[string]string{"K": "h"}}, map[string]string{"K": "h"}},
@@ -80,6 +87,10 @@ func TestEnvironmentErrors(t *testing.T) {
 			s:         Sources{Fixed: fixed, Configuration: map[string]string{"HOME": secret}, Harness: map[string]string{"TMPDIR": secret}, Explicit: map[string]string{"HOME": secret, "OK": "1"}},
 			want:      []string{"HOME (set by the configuration plan)", "TMPDIR (set by the harness Variables)", "HOME (set by explicit values (--env))", "cannot be overridden"},
 			wantNames: []string{"HOME", "TMPDIR"},
+		},
+		{
+			name: ".outpost/.env clash", s: Sources{Fixed: fixed, DotEnv: map[string]string{"TMPDIR": "/elsewhere"}},
+			want: []string{"TMPDIR (set by .outpost/.env)"}, wantNames: []string{"TMPDIR"},
 		},
 		{
 			name: "plan and command clash",

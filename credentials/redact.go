@@ -115,24 +115,6 @@ func (r *Redactor) Bytes(b []byte) []byte {
 	return r.load().bytes(b)
 }
 
-// LooksSecret reports whether a variable name suggests its value is a
-// secret: it contains KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or
-// AUTH, in any case (AUTHOR alone does not count, AUTHORIZATION does). The
-// engine redacts the values of such names from .outpost/.env and explicit
-// --env values, in addition to every credential-plan variable. False
-// positives only cost redacted output.
-func LooksSecret(name string) bool {
-	u := strings.ToUpper(name)
-	for _, w := range []string{"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"} {
-		if strings.Contains(u, w) {
-			return true
-		}
-	}
-	u = strings.ReplaceAll(u, "AUTHORIZ", "AUTHIZ")
-	u = strings.ReplaceAll(u, "AUTHOR", "")
-	return strings.Contains(u, "AUTH")
-}
-
 // secretSet is an immutable snapshot of a Redactor's secrets.
 type secretSet struct {
 	plain  []string  // accepted secrets, longest first
@@ -268,26 +250,19 @@ func mergeSpans(sp []span) []span {
 // findString returns the merged spans of every occurrence (overlapping ones
 // included) of every secret in text.
 func findString(text string, secrets []string) []span {
-	var sp []span
-	for _, sec := range secrets {
-		for i := 0; i+len(sec) <= len(text); {
-			j := strings.Index(text[i:], sec)
-			if j < 0 {
-				break
-			}
-			sp = append(sp, span{i + j, i + j + len(sec)})
-			i += j + 1
-		}
-	}
-	return mergeSpans(sp)
+	return findAll(text, secrets, strings.Index)
 }
 
 // findBytes is findString for bytes.
 func findBytes(text []byte, secrets [][]byte) []span {
+	return findAll(text, secrets, bytes.Index)
+}
+
+func findAll[T string | []byte](text T, secrets []T, index func(s, sep T) int) []span {
 	var sp []span
 	for _, sec := range secrets {
 		for i := 0; i+len(sec) <= len(text); {
-			j := bytes.Index(text[i:], sec)
+			j := index(text[i:], sec)
 			if j < 0 {
 				break
 			}

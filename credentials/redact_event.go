@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
@@ -58,102 +60,94 @@ const maxValueDepth = 32
 // value redacts a Details value and reports whether it changed. Maps and
 // slices are copied when anything in them changes.
 func (s *secretSet) value(v any, depth int) (any, bool) {
-	switch x := v.(type) {
-	case nil, bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
-		return s.formatted(v)
-	case string:
-		r := s.str(x)
-		return r, r != x
-	case json.RawMessage:
-		r := s.rawJSON(x)
-		return json.RawMessage(r), !bytes.Equal(r, x)
-	case []byte:
-		r := s.bytes(x)
-		return r, !bytes.Equal(r, x)
-	case error:
-		r, changed := s.redactErr(x)
+	if r, changed, ok := s.leaf(v); ok {
 		return r, changed
 	}
 	if depth >= maxValueDepth {
 		return s.formatted(v)
 	}
+	inner := func(x any) (any, bool) { return s.value(x, depth+1) }
 	switch x := v.(type) {
 	case map[string]any:
-		var out map[string]any
-		for k, val := range x {
-			nk := s.str(k)
-			nv, changed := s.value(val, depth+1)
-			if (changed || nk != k) && out == nil {
-				out = make(map[string]any, len(x))
-				for k2, v2 := range x {
-					out[k2] = v2
-				}
-			}
-			if out != nil {
-				if nk != k {
-					delete(out, k)
-				}
-				out[nk] = nv
-			}
-		}
-		if out == nil {
-			return v, false
-		}
-		return out, true
+		return redactMap(s, x, inner)
 	case map[string]string:
-		var out map[string]string
-		for k, val := range x {
-			nk, nv := s.str(k), s.str(val)
-			if (nk != k || nv != val) && out == nil {
-				out = make(map[string]string, len(x))
-				for k2, v2 := range x {
-					out[k2] = v2
-				}
-			}
-			if out != nil {
-				if nk != k {
-					delete(out, k)
-				}
-				out[nk] = nv
-			}
-		}
-		if out == nil {
-			return v, false
-		}
-		return out, true
+		return redactMap(s, x, s.strChanged)
 	case []any:
-		var out []any
-		for i, val := range x {
-			nv, changed := s.value(val, depth+1)
-			if changed && out == nil {
-				out = append([]any(nil), x...)
-			}
-			if out != nil {
-				out[i] = nv
-			}
-		}
-		if out == nil {
-			return v, false
-		}
-		return out, true
+		return redactSlice(x, inner)
 	case []string:
-		var out []string
-		for i, val := range x {
-			nv := s.str(val)
-			if nv != val && out == nil {
-				out = append([]string(nil), x...)
-			}
-			if out != nil {
-				out[i] = nv
-			}
-		}
-		if out == nil {
-			return v, false
-		}
-		return out, true
-	default:
-		return s.formatted(v)
+		return redactSlice(x, s.strChanged)
 	}
+	return s.formatted(v)
+}
+
+// leaf redacts a value that holds no other Details value (numbers,
+// strings, bytes, JSON, errors); ok is false for any other type.
+func (s *secretSet) leaf(v any) (r any, changed, ok bool) {
+	switch x := v.(type) {
+	case nil, bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		r, changed = s.formatted(v)
+	case string:
+		r, changed = s.strChanged(x)
+	case json.RawMessage:
+		b := s.rawJSON(x)
+		r, changed = json.RawMessage(b), !bytes.Equal(b, x)
+	case []byte:
+		b := s.bytes(x)
+		r, changed = b, !bytes.Equal(b, x)
+	case error:
+		r, changed = s.redactErr(x)
+	default:
+		return nil, false, false
+	}
+	return r, changed, true
+}
+
+// strChanged is str and whether it changed anything.
+func (s *secretSet) strChanged(x string) (string, bool) {
+	r := s.str(x)
+	return r, r != x
+}
+
+// redactMap redacts m's keys and, with redact, its values; m is copied
+// when anything changes, never written.
+func redactMap[V any](s *secretSet, m map[string]V, redact func(V) (V, bool)) (map[string]V, bool) {
+	var out map[string]V
+	for k, val := range m {
+		nk := s.str(k)
+		nv, changed := redact(val)
+		if (changed || nk != k) && out == nil {
+			out = maps.Clone(m)
+		}
+		if out != nil {
+			if nk != k {
+				delete(out, k)
+			}
+			out[nk] = nv
+		}
+	}
+	if out == nil {
+		return m, false
+	}
+	return out, true
+}
+
+// redactSlice redacts x's elements with redact; x is copied when anything
+// changes, never written.
+func redactSlice[V any](x []V, redact func(V) (V, bool)) ([]V, bool) {
+	var out []V
+	for i, val := range x {
+		nv, changed := redact(val)
+		if changed && out == nil {
+			out = slices.Clone(x)
+		}
+		if out != nil {
+			out[i] = nv
+		}
+	}
+	if out == nil {
+		return x, false
+	}
+	return out, true
 }
 
 // formatted returns v unchanged unless its %v text contains a secret, in

@@ -76,9 +76,10 @@ type Harness struct {
 	Configuration func(vars Vars) (Configuration, error)
 
 	// Quota recognizes a terminal usage or rate-limit message in a failure
-	// event's text or a stderr line. When the process then fails, the turn
-	// fails with code quota instead of process. Transient retry notices must
-	// not match.
+	// event's text or a stderr line. When the process then fails (exits
+	// non-zero or is killed; a failure event on exit 0 is not enough), the
+	// turn fails with code quota instead of process. Transient retry notices
+	// must not match.
 	Quota func(text string) bool
 
 	// QuotaDetails extracts machine-readable facts from a text Quota
@@ -95,7 +96,10 @@ type Harness struct {
 	// credentials or configuration: a key the model API refused (401/403),
 	// a CLI that is not logged in, a missing required setting. When the
 	// process then fails without a quota signal, the turn fails with code
-	// configuration: retrying will not help, fixing the setup will.
+	// configuration: retrying will not help, fixing the setup will. An
+	// outage (Unavailable) in another text keeps the code process unless
+	// this text is the terminal error (the last failure event's text, or
+	// without one the last non-blank stderr line).
 	Misconfigured func(text string) bool
 
 	// UsageCommand returns a bounded read command run in the leased sandbox

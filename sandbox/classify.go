@@ -61,10 +61,13 @@ func (s *stream) outcome(ctx context.Context, st harness.ExitStatus, waitErr err
 // a pure function of the outcome; the paths, in order: the sandbox failed
 // or vanished, the turn was cancelled or timed out, the watchdog stopped a
 // silent agent, a steering stop (not a failure), a spent budget, then on
-// failure (non-zero exit or failure events): quota, misconfiguration,
+// failure (non-zero exit or failure events): quota (only when the process
+// failed: a quota text on exit 0 is a reported failure), misconfiguration,
 // exit status, reported failure; last, a missing finished event. A text
 // both Unavailable and Misconfigured match counts as an outage only
-// (classifyText).
+// (classifyText), and an outage keeps the code process (details.unavailable)
+// over a misconfiguration text unless that text is the terminal error
+// (seen.terminal).
 func classify(o outcome) error {
 	const op = "run"
 	if o.waitErr != nil || o.vanished {
@@ -100,9 +103,9 @@ func classify(o outcome) error {
 	}
 	failed := !o.status.Success() || len(o.seen.failures) > 0
 	switch {
-	case failed && o.seen.quotaText != "":
+	case !o.status.Success() && o.seen.quotaText != "":
 		return quotaFailure(o)
-	case failed && o.seen.misconfigText != "":
+	case failed && o.seen.misconfigText != "" && (!o.seen.unavailable || o.seen.terminal().misconfigured):
 		return o.details(&outpost.Error{Code: outpost.Configuration, Op: op, Msg: "the agent's credentials or configuration were refused: " + firstLine(o.seen.misconfigText)}).
 			Detail("agent_reported", true)
 	case failed:

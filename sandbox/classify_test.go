@@ -60,8 +60,18 @@ func TestClassify(t *testing.T) {
 			&want{Code: outpost.Process, Msg: "the agent made no progress but retries for too long and was stopped: Reconnecting... waiting for network", Details: map[string]any{"exit_code": -1, "signal": "SIGKILL", "unavailable": true, "retrying": true}}},
 		{"quota over misconfigured and unavailable", outcome{status: exit1, seen: seen{failures: []string{"x"}, quotaText: "quota", misconfigText: "bad key", unavailable: true}},
 			&want{Code: outpost.Quota, Msg: "the agent hit a usage or rate limit: quota", Details: map[string]any{"exit_code": 1}}},
-		{"misconfigured over another text's outage", outcome{status: exit1, seen: seen{misconfigText: "bad key", unavailable: true}},
+		// Rule 8: an outage keeps process over another text's
+		// misconfiguration, unless that text is the terminal error.
+		{"outage over another text's misconfiguration", outcome{status: exit1, seen: seen{misconfigText: "bad key", unavailable: true}},
+			&want{Code: outpost.Process, Msg: "the agent exited with status 1", Details: map[string]any{"exit_code": 1, "unavailable": true}}},
+		{"outage over an earlier failure's misconfiguration", outcome{status: exit1, seen: seen{failures: []string{"bad key", "503 overloaded"}, misconfigText: "bad key", unavailable: true, lastFailure: textClass{unavailable: true}}},
+			&want{Code: outpost.Process, Msg: "the agent exited with status 1: 503 overloaded", Details: map[string]any{"exit_code": 1, "unavailable": true}}},
+		{"outage over a stderr misconfiguration after the last failure event", outcome{status: exit1, seen: seen{failures: []string{"503 overloaded"}, misconfigText: "bad key", unavailable: true, lastFailure: textClass{unavailable: true}, lastStderr: textClass{misconfigured: true}}},
+			&want{Code: outpost.Process, Msg: "the agent exited with status 1: 503 overloaded", Details: map[string]any{"exit_code": 1, "unavailable": true}}},
+		{"misconfigured terminal failure over an earlier outage", outcome{status: exit1, seen: seen{failures: []string{"503 overloaded", "bad key"}, misconfigText: "bad key", unavailable: true, lastFailure: textClass{misconfigured: true}}},
 			&want{Code: outpost.Configuration, Msg: "the agent's credentials or configuration were refused: bad key", Details: map[string]any{"exit_code": 1, "agent_reported": true}}},
+		{"misconfigured terminal stderr line over an earlier outage", outcome{status: exit1, seen: seen{misconfigText: "bad key", unavailable: true, lastStderr: textClass{misconfigured: true}}, stderrTail: []string{"503 overloaded", "bad key", ""}},
+			&want{Code: outpost.Configuration, Msg: "the agent's credentials or configuration were refused: bad key", Details: map[string]any{"exit_code": 1, "agent_reported": true, "stderr": "503 overloaded\nbad key\n"}}},
 		{"steer", outcome{status: exit1, stopReason: "steer", seen: seen{failures: []string{"interrupted"}}}, nil},
 		{"limit", outcome{status: exit1, stopReason: "limit", seen: seen{failures: []string{"over"}, limit: &harness.Event{Text: "over budget\nmore", Details: map[string]any{"limit": "max_turns"}}}},
 			&want{Code: outpost.Process, Msg: "the agent went over its budget and was stopped: over budget", Details: map[string]any{"exit_code": 1, "limit": "max_turns"}}},
@@ -71,6 +81,11 @@ func TestClassify(t *testing.T) {
 			quotaDetails: map[string]any{"resets_at": "later", "kind": "rate"}},
 			&want{Code: outpost.Quota, Msg: "the agent hit a usage or rate limit: rate limited", Details: map[string]any{"exit_code": 1, "resets_at": "2026-12-01T12:00:00Z", "kind": "rate"}}},
 		{"quota text on a successful turn", outcome{seen: seen{quotaText: "usage at 90%"}}, nil},
+		// Rule: quota only when the process then fails.
+		{"quota text in a failure event on exit 0", outcome{seen: seen{failures: []string{"usage limit reached"}, quotaText: "usage limit reached", finished: true}},
+			&want{Code: outpost.Process, Msg: "the agent reported a failure: usage limit reached", Details: map[string]any{"exit_code": 0}}},
+		{"quota text in a failure event, killed", outcome{status: killed, seen: seen{failures: []string{"usage limit reached"}, quotaText: "usage limit reached"}},
+			&want{Code: outpost.Quota, Msg: "the agent hit a usage or rate limit: usage limit reached", Details: map[string]any{"exit_code": -1, "signal": "SIGKILL"}}},
 		{"misconfigured", outcome{status: exit1, seen: seen{misconfigText: "invalid api key\ntrace"}},
 			&want{Code: outpost.Configuration, Msg: "the agent's credentials or configuration were refused: invalid api key", Details: map[string]any{"exit_code": 1, "agent_reported": true}}},
 		{"exit status with the last failure", outcome{status: exit1, seen: seen{failures: []string{"first", "last"}}},
@@ -148,5 +163,41 @@ func TestClassifyText(t *testing.T) {
 	err := classify(outcome{agent: "x", status: harness.ExitStatus{Code: 1}, seen: s.seen})
 	if outpost.CodeOf(err) != outpost.Process || !outpost.UnavailableFault(err) {
 		t.Errorf("outage text matched by both: %v (unavailable %v), want process with details.unavailable", err, outpost.UnavailableFault(err))
+	}
+}
+
+// TestTerminalText: the stream records what the patterns said of the last
+// failure event and of the last non-blank line of standard error, and the
+// terminal one of them decides between an outage and a misconfiguration.
+func TestTerminalText(t *testing.T) {
+	h := &harness.Harness{
+		Unavailable:   func(s string) bool { return strings.Contains(s, "503") },
+		Misconfigured: func(s string) bool { return strings.Contains(s, "key") },
+	}
+	for _, c := range []struct {
+		name        string
+		failures    []string
+		stderr      string
+		code        outpost.Code
+		unavailable bool
+	}{
+		{"stderr: outage, then a refused key", nil, "503 overloaded\ninvalid key\n\n", outpost.Configuration, false},
+		{"stderr: refused key, then an outage", nil, "invalid key\n503 overloaded\n", outpost.Process, true},
+		{"events: outage, then a refused key", []string{"503 overloaded", "invalid key"}, "", outpost.Configuration, false},
+		{"events: refused key, then an outage", []string{"invalid key", "503 overloaded"}, "invalid key\n", outpost.Process, true},
+		{"events: refused key; stderr: outage", []string{"invalid key"}, "503 overloaded\n", outpost.Configuration, false},
+		{"no outage: a refused key anywhere", []string{"invalid key", "crashed"}, "", outpost.Configuration, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &stream{e: &engine{h: h, o: &RunOptions{}, red: credentials.NewRedactor()}}
+			for _, f := range c.failures {
+				s.record(harness.Event{Type: harness.EventFailure, Text: f})
+			}
+			s.pumpStderr(strings.NewReader(c.stderr))
+			err := classify(outcome{agent: "x", status: harness.ExitStatus{Code: 1}, seen: s.seen, stderrTail: s.stderrTail})
+			if outpost.CodeOf(err) != c.code || outpost.UnavailableFault(err) != c.unavailable {
+				t.Errorf("%v (unavailable %v), want %s (unavailable %v)", err, outpost.UnavailableFault(err), c.code, c.unavailable)
+			}
+		})
 	}
 }

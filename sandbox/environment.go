@@ -7,13 +7,14 @@ import (
 )
 
 // sources are the layers of a command's environment (the rules, precedence
-// and checks are credentials.Environment's): the provider's, then
-// configuration, credentials, preset variables, the command's own and the
-// caller's --env.
+// and checks are credentials.Environment's): the provider's, the plain
+// settings of .outpost/.env, then configuration, credentials, preset
+// variables, the command's own and the caller's --env.
 func (e *engine) sources(pe driver.Environment, cmdEnv map[string]string) credentials.Sources {
 	return credentials.Sources{
 		Fixed:         pe.Fixed,
 		Defaults:      pe.Defaults,
+		DotEnv:        e.dotenv,
 		Configuration: e.config.Variables,
 		Plan:          e.plan.Variables,
 		Harness:       e.h.Variables,

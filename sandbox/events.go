@@ -19,12 +19,26 @@ type seen struct {
 	misconfigText string
 	limit         *harness.Event // the first failure of kind harness.KindLimit
 	unavailable   bool
+	// lastFailure and lastStderr are what the preset's patterns said of
+	// the last failure event's text and of the last non-blank line of
+	// standard error (terminal).
+	lastFailure, lastStderr textClass
 	// lastRetry is the text of the last retry notice (redacted).
 	lastRetry string
 }
 
 // textClass is what a preset's patterns say of one failure text.
 type textClass struct{ quota, unavailable, misconfigured bool }
+
+// terminal is what the preset's patterns said of the turn's terminal
+// error, the text a failure quotes: the last failure event's, or without
+// one the last non-blank line of standard error.
+func (s seen) terminal() textClass {
+	if len(s.failures) > 0 {
+		return s.lastFailure
+	}
+	return s.lastStderr
+}
 
 // classifyText matches one failure text (an event's, or a stderr line)
 // against the preset's patterns. It is pure. Precedence: a text that both
@@ -99,7 +113,7 @@ func (s *stream) record(ev harness.Event) {
 			go s.stop("limit") // the budget is spent: end the turn now
 		}
 		quota := s.seen.quotaText
-		s.note(ev.Text)
+		s.seen.lastFailure = s.note(ev.Text)
 		if quota == "" && s.seen.quotaText != "" {
 			s.seen.quotaEvent = ev.Details
 		}
@@ -115,8 +129,8 @@ func (s *stream) record(ev harness.Event) {
 }
 
 // note matches a failure's text (an event's or a stderr line) against the
-// preset's patterns. The caller holds s.mu.
-func (s *stream) note(text string) {
+// preset's patterns, and returns what they said. The caller holds s.mu.
+func (s *stream) note(text string) textClass {
 	c := classifyText(s.e.h, text)
 	if s.seen.quotaText == "" && c.quota {
 		s.seen.quotaText = text
@@ -130,4 +144,5 @@ func (s *stream) note(text string) {
 	if c != (textClass{}) {
 		s.e.trace("classify text", "text", s.e.red.String(firstLine(text)), "quota", c.quota, "unavailable", c.unavailable, "misconfigured", c.misconfigured)
 	}
+	return c
 }

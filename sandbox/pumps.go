@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/outposthq/outpost/harness"
 )
@@ -84,7 +85,9 @@ func (s *stream) pumpStderr(r io.Reader) {
 		}
 		text := string(line)
 		s.mu.Lock()
-		s.note(text)
+		if c := s.note(text); strings.TrimSpace(text) != "" {
+			s.seen.lastStderr = c
+		}
 		s.mu.Unlock()
 		s.stderrMu.Lock()
 		s.stderrTail = append(s.stderrTail, text)

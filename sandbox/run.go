@@ -209,6 +209,7 @@ type engine struct {
 
 	workdir  string // the caller's working directory on the host
 	vars     harness.Vars
+	dotenv   map[string]string // the values of .outpost/.env
 	plan     harness.Plan
 	config   harness.Configuration
 	parent   conversation.Meta // resume/fork source

@@ -88,8 +88,9 @@ func (e *engine) checkTurn() error {
 }
 
 // resolve is step 2: the variables of the host environment and the
-// workdir's .outpost/.env, the secrets to redact, and the preset's
-// credential and configuration plans.
+// workdir's .outpost/.env, the secrets to redact (a .outpost/.env or
+// explicit value whose name or value looks secret: credentials.IsSecret),
+// and the preset's credential and configuration plans.
 func (e *engine) resolve() error {
 	environ := e.o.Environ
 	if environ == nil {
@@ -105,15 +106,12 @@ func (e *engine) resolve() error {
 		return outpost.Wrap(outpost.Configuration, "env", err)
 	}
 	e.vars = table.Vars
-	for name, v := range table.Vars {
-		if table.FromDotEnv[name] && credentials.LooksSecret(name) {
-			e.red.Add(v)
-		}
+	e.dotenv = table.DotEnvVars()
+	for name, v := range e.dotenv {
+		e.red.Add(credentials.SecretValues(name, v)...)
 	}
 	for name, v := range e.t.Env {
-		if credentials.LooksSecret(name) {
-			e.red.Add(v)
-		}
+		e.red.Add(credentials.SecretValues(name, v)...)
 	}
 	h := e.h
 	if h.Credentials != nil {

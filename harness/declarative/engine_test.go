@@ -71,7 +71,10 @@ func TestAiderThroughEngine(t *testing.T) {
 		code    outpost.Code
 		unavail bool
 	}{
-		{"x AIDER_QUOTA", outpost.Quota, false},
+		// The stand-in exits 0 after its quota line: the quota hook
+		// applies only when the process fails, so this is a reported
+		// failure.
+		{"x AIDER_QUOTA", outpost.Process, false},
 		{"x AIDER_OUTAGE", outpost.Process, true},
 		{"x AIDER_AUTH", outpost.Configuration, false},
 	} {
