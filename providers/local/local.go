@@ -9,6 +9,12 @@
 // wholesale. The home is on the host, so a local sandbox receives only
 // variables, never host files (Capabilities.HostFiles is false).
 //
+// Each process runs in its own process group, recorded in the lease's
+// owner file while it runs. On Linux the process is killed by the kernel
+// when outpost dies (the parent-death signal), and the first Open of the
+// next outpost ends what a dead owner's leases left running (owner.Reap)
+// before removing their directories.
+//
 // The provider registers itself as "local" in the sandbox registry.
 package local
 
