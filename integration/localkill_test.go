@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -80,7 +81,8 @@ func requireProc(t *testing.T) {
 
 // TestServeSIGKILLLocal: `outpost serve` SIGKILLed during a hanging local
 // turn leaves no process of that turn once the server has started again
-// and run a turn (the first lease sweeps), over 20 trials.
+// and run a turn (the first lease sweeps), over 20 trials. The agent hangs
+// silent (#hang): one that writes dies of SIGPIPE with its reader anyway.
 func TestServeSIGKILLLocal(t *testing.T) {
 	requireProc(t)
 	for trial := range 20 {
@@ -88,9 +90,12 @@ func TestServeSIGKILLLocal(t *testing.T) {
 			base := t.TempDir()
 			args := []string{"--set", "local.base=" + base}
 			s := startServe(t, "", "", args...)
-			if _, err := s.start(map[string]any{"prompt": "#slow=100000"}); err != nil {
+			id, err := s.start(map[string]any{"prompt": "#hang"})
+			if err != nil {
 				t.Fatal(err)
 			}
+			// The agent's session event: it runs, and hangs.
+			s.follow(id, 0, func(it streamed) bool { return it.typ == "session" })
 			turn, ok := pollProcs(base, func(m map[int]string) bool { return len(m) > 0 })
 			if !ok {
 				t.Fatal("the hanging turn's agent never ran")
@@ -100,7 +105,7 @@ func TestServeSIGKILLLocal(t *testing.T) {
 			s.cmd.Process.Kill()
 			<-s.exited
 			s2 := startServe(t, s.home, s.work, args...)
-			id, err := s2.start(map[string]any{"prompt": "after the kill"})
+			id, err = s2.start(map[string]any{"prompt": "after the kill"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,13 +159,21 @@ func TestRunSIGKILLLocal(t *testing.T) {
 			if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(outpostBinary(t), "run", "--set", "base="+base, "--command", script, "#slow=100000")
+			cmd := exec.Command(outpostBinary(t), "run", "--json", "--set", "base="+base, "--command", script, "#hang")
 			cmd.Dir = work
 			cmd.Env = append(os.Environ(), "OUTPOST_HOME="+home)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			// The agent's session event: it runs, and hangs.
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() && !strings.Contains(sc.Text(), `"type":"session"`) {
+			}
 			var agent, child int
 			for i := 0; ; i++ {
 				if b, err := os.ReadFile(pidfile); err == nil {
