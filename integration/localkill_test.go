@@ -62,7 +62,7 @@ func pollProcs(base string, want func(map[int]string) bool) (map[int]string, boo
 	return procs, false
 }
 
-// killOnCleanup SIGKILLs the processes a failed test leaves behind.
+// killLeftovers SIGKILLs the processes a failed test leaves behind.
 func killLeftovers(t *testing.T, pids []int) {
 	t.Cleanup(func() {
 		for _, pid := range pids {
