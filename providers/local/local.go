@@ -9,6 +9,12 @@
 // wholesale. The home is on the host, so a local sandbox receives only
 // variables, never host files (Capabilities.HostFiles is false).
 //
+// Each process runs in its own process group, recorded in the lease's
+// owner file while it runs. On Linux the process is killed by the kernel
+// when outpost dies (the parent-death signal), and the first Open of the
+// next outpost ends what a dead owner's leases left running (owner.Reap)
+// before removing their directories.
+//
 // The provider registers itself as "local" in the sandbox registry.
 package local
 
@@ -16,6 +22,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +30,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +38,7 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/owner"
 	"github.com/outposthq/outpost/internal/tarsafe"
 )
 
@@ -128,13 +135,14 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
+	sb := &Sandbox{id: id, dir: dir, workdir: wd, running: map[*process]struct{}{}}
 	// The owner file sits beside the home, out of the agent's sight.
-	owner := fmt.Sprintf("%d %d\n", os.Getpid(), processStart(os.Getpid()))
-	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(owner), 0o600); err != nil {
+	if err := sb.writeRecord(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	home := filepath.Join(dir, "home")
+	sb.home = home
 	for _, d := range []string{home, filepath.Join(home, ".config"), filepath.Join(home, ".local", "share"), filepath.Join(home, ".local", "state"), filepath.Join(home, ".cache"), filepath.Join(home, "tmp")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			os.RemoveAll(dir)
@@ -166,10 +174,35 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if env.Defaults["PATH"] == "" {
 		env.Defaults["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 	}
-	return &Sandbox{id: id, dir: dir, home: home, workdir: wd, env: env, running: map[*process]struct{}{}}, nil
+	sb.env = env
+	return sb, nil
 }
 
-// sweepOrphans removes lease directories whose owner process is gone.
+// record is a lease's owner file: the process that holds the lease and
+// the process groups it started and has not yet waited for.
+type record struct {
+	Owner  owner.Owner   `json:"owner"`
+	Groups []owner.Group `json:"groups,omitempty"`
+}
+
+// readRecord reads an owner file, also in the form of earlier versions
+// ("PID START": this machine, no groups).
+func readRecord(b []byte) (record, bool) {
+	var r record
+	if json.Unmarshal(b, &r) == nil {
+		return r, r.Owner.PID > 0
+	}
+	me := owner.Self()
+	r.Owner = owner.Owner{Boot: me.Boot, PidNS: me.PidNS, Host: me.Host}
+	if _, err := fmt.Sscan(string(b), &r.Owner.PID, &r.Owner.Start); err != nil {
+		return r, false
+	}
+	return r, r.Owner.PID > 0
+}
+
+// sweepOrphans ends what dead owners left: the processes of their leases
+// (owner.Reap: the recorded groups and every process whose HOME is the
+// lease's home), then the lease directories.
 func (p *Provider) sweepOrphans() {
 	entries, err := os.ReadDir(p.base)
 	if err != nil {
@@ -189,44 +222,33 @@ func (p *Provider) sweepOrphans() {
 			}
 			continue
 		}
-		var pid int
-		var start uint64
-		fmt.Sscan(string(b), &pid, &start)
-		if pid > 0 && !alive(pid, start) {
+		if r, ok := readRecord(b); ok && r.Owner.Liveness() == owner.Dead {
+			owner.Reap(r.Groups, "HOME="+filepath.Join(dir, "home"))
 			os.RemoveAll(dir)
 		}
 	}
 }
 
-func alive(pid int, start uint64) bool {
-	if err := syscall.Kill(pid, 0); err != nil && errors.Is(err, syscall.ESRCH) {
-		return false
+// writeRecord replaces the lease's owner file with one naming this
+// process and the groups running now. The caller holds s.mu or is the
+// only one to know s.
+func (s *Sandbox) writeRecord() error {
+	if s.closed {
+		return errors.New("the lease is closed")
 	}
-	// The pid may have been reused: compare start times when known.
-	if s := processStart(pid); start != 0 && s != 0 && s != start {
-		return false
+	r := record{Owner: owner.Self()}
+	for p := range s.running {
+		r.Groups = append(r.Groups, p.group)
 	}
-	return true
-}
-
-// processStart returns a process's start time in clock ticks since boot
-// (field 22 of /proc/PID/stat), or 0 when unknown.
-func processStart(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	b, err := json.Marshal(r)
 	if err != nil {
-		return 0
+		return err
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
+	tmp := filepath.Join(s.dir, "owner.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
 	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	n, _ := strconv.ParseUint(f[19], 10, 64)
-	return n
+	return os.Rename(tmp, filepath.Join(s.dir, "owner"))
 }
 
 // Sandbox is one local lease.
@@ -236,6 +258,7 @@ type Sandbox struct {
 
 	mu      sync.Mutex
 	running map[*process]struct{} // started and not yet waited for
+	closed  bool                  // Close began: the owner file is no longer written
 }
 
 func (s *Sandbox) ID() string                      { return s.id }
@@ -243,7 +266,8 @@ func (s *Sandbox) Home() string                    { return s.home }
 func (s *Sandbox) Workdir() string                 { return s.workdir }
 func (s *Sandbox) Environment() driver.Environment { return s.env }
 
-// Start runs a process in its own process group.
+// Start runs a process in its own process group, recorded in the lease's
+// owner file until it is waited for.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -265,7 +289,6 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	for k, v := range req.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -291,7 +314,7 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 		cmd.Stdin = inR
 		p.stdin = inW
 	}
-	err = cmd.Start()
+	err = start(cmd)
 	outW.Close()
 	errW.Close()
 	if inR != nil {
@@ -305,11 +328,22 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 		}
 		return nil, err
 	}
-	p.pgid = cmd.Process.Pid
+	p.group = owner.Group{PGID: cmd.Process.Pid, Start: owner.ProcessStart(cmd.Process.Pid)}
 	p.sb = s
 	s.mu.Lock()
 	s.running[p] = struct{}{}
+	err = s.writeRecord()
+	if err != nil {
+		delete(s.running, p)
+	}
 	s.mu.Unlock()
+	if err != nil {
+		// Unrecorded, the group would outlive a SIGKILL of this process.
+		p.Signal(driver.Kill)
+		p.cmd.Wait()
+		p.Close()
+		return nil, fmt.Errorf("recording the process group: %w", err)
+	}
 	return p, nil
 }
 
@@ -343,7 +377,7 @@ func (s *Sandbox) LookPath(_ context.Context, name, pathEnv string) (string, err
 type process struct {
 	sb             *Sandbox
 	cmd            *exec.Cmd
-	pgid           int
+	group          owner.Group // its own process group
 	stdin          *os.File
 	stdout, stderr *os.File
 }
@@ -361,6 +395,9 @@ func (p *process) Wait() (harness.ExitStatus, error) {
 	err := p.cmd.Wait()
 	p.sb.mu.Lock()
 	delete(p.sb.running, p)
+	// A stale entry is harmless (the sweep checks the leader's start
+	// time), and the directory may be gone with a closed lease.
+	_ = p.sb.writeRecord()
 	p.sb.mu.Unlock()
 	st := harness.ExitStatus{}
 	if ps := p.cmd.ProcessState; ps != nil {
@@ -380,7 +417,7 @@ func (p *process) Signal(s driver.Signal) error {
 	if s == driver.Kill {
 		sig = syscall.SIGKILL
 	}
-	err := syscall.Kill(-p.pgid, sig)
+	err := syscall.Kill(-p.group.PGID, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
 	}
@@ -470,6 +507,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	// Kill the groups of processes nobody waited for: releasing a lease
 	// releases everything it holds.
 	s.mu.Lock()
+	s.closed = true
 	for p := range s.running {
 		_ = p.Signal(driver.Kill)
 	}
