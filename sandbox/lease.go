@@ -14,6 +14,7 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 // ErrClosed is returned by every method of a released lease.
@@ -317,8 +318,34 @@ func (l *Lease) List(ctx context.Context, dir string) ([]string, error) {
 	defer l.active.Done()
 	ls, ok := l.sb.(driver.Lister)
 	if !ok {
-		return nil, l.wrap(ctx, "list", fmt.Errorf("the %s sandbox cannot list files: %w", l.provider.Name(), errors.ErrUnsupported))
+		return nil, l.wrap(ctx, "list", l.unsupported("list files"))
 	}
 	files, err := ls.List(ctx, dir)
 	return files, l.wrap(ctx, "list", err)
+}
+
+// SnapshotWorkspace describes the workspace's files (metadata only, no
+// content; at most limit of them), for providers that can
+// (driver.Snapshotter); others give an error satisfying
+// errors.Is(err, errors.ErrUnsupported). The engine compares the
+// snapshots from before and after a turn to report its changed files.
+func (l *Lease) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Snapshot, error) {
+	if err := l.enter("snapshot"); err != nil {
+		return snapshot.Snapshot{}, err
+	}
+	defer l.active.Done()
+	sn, ok := l.sb.(driver.Snapshotter)
+	if !ok {
+		return snapshot.Snapshot{}, l.wrap(ctx, "snapshot", l.unsupported("describe its workspace"))
+	}
+	s, err := sn.SnapshotWorkspace(ctx, limit)
+	if err != nil {
+		return snapshot.Snapshot{}, l.wrap(ctx, "snapshot", err)
+	}
+	return s, nil
+}
+
+// unsupported is the cause of an optional operation the provider lacks.
+func (l *Lease) unsupported(what string) error {
+	return fmt.Errorf("the %s sandbox cannot %s: %w", l.provider.Name(), what, errors.ErrUnsupported)
 }

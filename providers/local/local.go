@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tarsafe"
@@ -170,32 +171,57 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 }
 
 // sweepOrphans removes lease directories whose owner process is gone.
-func (p *Provider) sweepOrphans() {
+func (p *Provider) sweepOrphans() { _, _ = p.Collect(context.Background(), driver.CollectOptions{}) }
+
+// Collect implements driver.Collector: it removes the lease directories
+// (homes) under the base directory whose owner process is gone, or all
+// but this process's with All. A directory without an owner record is
+// one being made, unless it is older than a minute.
+func (p *Provider) Collect(ctx context.Context, opts driver.CollectOptions) (driver.Collection, error) {
+	col := driver.Collection{Where: p.base}
 	entries, err := os.ReadDir(p.base)
-	if err != nil {
-		return
+	if errors.Is(err, fs.ErrNotExist) {
+		return col, nil
+	} else if err != nil {
+		return col, err
 	}
+	var errs []error
 	for _, e := range entries {
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), "local-") {
 			continue
 		}
-		dir := filepath.Join(p.base, e.Name())
-		b, err := os.ReadFile(filepath.Join(dir, "owner"))
-		if err != nil {
-			// A lease being created right now has no owner file yet;
-			// only sweep ones older than a minute.
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
-				os.RemoveAll(dir)
+		if err := ctx.Err(); err != nil {
+			return col, err
+		}
+		o := driver.Orphan{Kind: "home", Name: filepath.Join(p.base, e.Name())}
+		doomed := opts.All
+		if b, err := os.ReadFile(filepath.Join(o.Name, "owner")); err == nil {
+			var pid int
+			var start uint64
+			fmt.Sscan(string(b), &pid, &start)
+			o.Owner, o.State = "pid "+strconv.Itoa(pid), "alive"
+			if pid > 0 && !alive(pid, start) {
+				o.State, doomed = "dead", true
 			}
+			doomed = doomed && (pid != os.Getpid() || start != processStart(pid))
+		} else if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			doomed = true
+		}
+		if !doomed {
+			col.Kept++
 			continue
 		}
-		var pid int
-		var start uint64
-		fmt.Sscan(string(b), &pid, &start)
-		if pid > 0 && !alive(pid, start) {
-			os.RemoveAll(dir)
+		if !opts.DryRun {
+			if err := os.RemoveAll(o.Name); err != nil {
+				o.Error = err.Error()
+				errs = append(errs, err)
+			} else {
+				o.Removed = true
+			}
 		}
+		col.Orphans = append(col.Orphans, o)
 	}
+	return col, errors.Join(errs...)
 }
 
 func alive(pid int, start uint64) bool {
@@ -460,8 +486,8 @@ func (s *Sandbox) List(ctx context.Context, dir string) ([]string, error) {
 // only), skipping .git directories, .outpost and the provider's own
 // directory of homes when the working directory holds it. It implements
 // driver.Snapshotter.
-func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (driver.Snapshot, error) {
-	return driver.WalkWorkspace(ctx, s.workdir, limit, filepath.Dir(s.dir))
+func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Snapshot, error) {
+	return snapshot.Walk(ctx, s.workdir, limit, filepath.Dir(s.dir))
 }
 
 // Close removes the lease's home. The working directory is the caller's
