@@ -120,15 +120,27 @@ func (l *Lease) enter(op string) error {
 // Start starts a process in the sandbox. The caller must Wait for it.
 // Prefer Launch, which also consumes its output and reaps its group.
 func (l *Lease) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := l.enter("start"); err != nil {
+	p, err := hold(ctx, l, "start", func() (driver.Process, error) { return l.sb.Start(ctx, req) })
+	if err != nil {
 		return nil, err
 	}
-	p, err := l.sb.Start(ctx, req)
+	return &trackedProcess{Process: p, done: l.active.Done}, nil
+}
+
+// hold runs f as the operation op whose result keeps the lease busy until
+// the caller lets it go (l.active.Done): on a failure the lease is let go
+// at once and the error coded.
+func hold[T any](ctx context.Context, l *Lease, op string, f func() (T, error)) (T, error) {
+	var zero T
+	if err := l.enter(op); err != nil {
+		return zero, err
+	}
+	v, err := f()
 	if err != nil {
 		l.active.Done()
-		return nil, l.wrap(ctx, "start", err)
+		return zero, l.wrap(ctx, op, err)
 	}
-	return &trackedProcess{Process: p, done: l.active.Done}, nil
+	return v, nil
 }
 
 type trackedProcess struct {
@@ -163,13 +175,9 @@ func (l *Lease) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // holds such links, and nothing outpost copies out follows them. A missing
 // path gives an error satisfying errors.Is(err, fs.ErrNotExist).
 func (l *Lease) CopyOut(ctx context.Context, path string) (io.ReadCloser, error) {
-	if err := l.enter("copy-out"); err != nil {
-		return nil, err
-	}
-	rc, err := l.sb.CopyOut(ctx, path)
+	rc, err := hold(ctx, l, "copy-out", func() (io.ReadCloser, error) { return l.sb.CopyOut(ctx, path) })
 	if err != nil {
-		l.active.Done()
-		return nil, l.wrap(ctx, "copy-out", err)
+		return nil, err
 	}
 	return &closeFunc{ReadCloser: tarsafe.FilterOut(rc), close: func() error {
 		defer l.active.Done()

@@ -28,13 +28,7 @@ var (
 // directory; dir itself is left out. A dir that is not a directory gives
 // an *fs.PathError wrapping syscall.ENOTDIR.
 func (s *Sandbox) tree(ctx context.Context, op, dir string) ([]entry, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	entries, err := s.fs.snapshot(dir)
+	entries, err := s.entries(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
