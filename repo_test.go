@@ -80,8 +80,11 @@ func TestLayering(t *testing.T) {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
 		}, "credentials never imports sandbox"},
 		{module + "/sandbox/driver", func(imp string) bool {
-			return imp == module || imp == module+"/harness"
-		}, "the driver contract imports only harness and the root"},
+			return imp == module || imp == module+"/harness" || imp == module+"/sandbox/snapshot"
+		}, "the driver contract imports only harness, the snapshot leaf and the root"},
+		{module + "/sandbox/snapshot", func(string) bool { return false }, "the workspace snapshot is a leaf: the driver contract, the shim and output share it"},
+		{module + "/output", notDriver, "output never imports the driver contract: the snapshot type is in sandbox/snapshot"},
+		{module + "/internal/shim", notDriver, "the shim never imports the driver contract: the snapshot walker is in sandbox/snapshot"},
 		{module + "/providers", driverOnly, "providers import only sandbox/driver, harness, the root and leaf utilities"},
 		{module + "/server", func(imp string) bool {
 			return !strings.HasPrefix(imp, module+"/providers") && !strings.HasPrefix(imp, module+"/cmd")
@@ -91,6 +94,9 @@ func TestLayering(t *testing.T) {
 	for _, p := range packages(t) {
 		for _, imp := range p.imports {
 			if !internal(imp) {
+				if first, _, _ := strings.Cut(imp, "/"); p.path == module+"/sandbox/snapshot" && strings.Contains(first, ".") {
+					t.Errorf("%s imports %s: the snapshot leaf imports only the standard library", p.path, imp)
+				}
 				continue
 			}
 			if strings.HasPrefix(imp, module+"/cmd") && !strings.HasPrefix(p.path, module+"/cmd/") {
@@ -111,12 +117,17 @@ func TestLayering(t *testing.T) {
 	}
 }
 
+// notDriver refuses the driver contract and what imports it.
+func notDriver(imp string) bool {
+	return imp != module+"/sandbox/driver" && imp != module+"/sandbox" && !strings.HasPrefix(imp, module+"/providers")
+}
+
 // driverOnly is what a provider may import of outpost: the driver
 // contract, harness, the root, its own subpackages and internal leaf
 // utilities.
 func driverOnly(imp string) bool {
 	switch {
-	case imp == module, imp == module+"/harness", imp == module+"/sandbox/driver":
+	case imp == module, imp == module+"/harness", imp == module+"/sandbox/driver", imp == module+"/sandbox/snapshot":
 		return true
 	case strings.HasPrefix(imp, module+"/internal/"):
 		return !strings.HasPrefix(imp, module+"/internal/testenv")

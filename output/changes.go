@@ -4,7 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 // Operations of a changed file.
@@ -47,7 +47,7 @@ func (c *Changes) Paths() []string {
 // its size, modification time or mode changed (a type change is one).
 // When a snapshot is incomplete only the paths both walks covered are
 // compared, and Complete is false.
-func Diff(before, after driver.Snapshot) *Changes {
+func Diff(before, after snapshot.Snapshot) *Changes {
 	covered := func(p string) bool { return true }
 	complete := before.Complete && after.Complete
 	if !complete {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 func TestDiffLocalWorkspace(t *testing.T) {
@@ -32,7 +32,7 @@ func TestDiffLocalWorkspace(t *testing.T) {
 	write("sub/deep.txt", "x")
 	write(".git/HEAD", "ref")
 	write(".outpost/.env", "SECRET=1")
-	before, err := driver.WalkWorkspace(ctx, dir, 100)
+	before, err := snapshot.Walk(ctx, dir, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestDiffLocalWorkspace(t *testing.T) {
 	write(".git/index", "ignored")
 	write(".outpost/x", "ignored")
 	os.Symlink("keep.txt", filepath.Join(dir, "link"))
-	after, err := driver.WalkWorkspace(ctx, dir, 100)
+	after, err := snapshot.Walk(ctx, dir, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +65,9 @@ func TestDiffLocalWorkspace(t *testing.T) {
 }
 
 func TestDiffBounded(t *testing.T) {
-	st := func(n int64) driver.FileStat { return driver.FileStat{Size: n} }
-	before := driver.Snapshot{Files: map[string]driver.FileStat{"a": st(1), "b/x": st(1), "c": st(1)}, Last: "c"}
-	after := driver.Snapshot{Files: map[string]driver.FileStat{"a": st(2), "b.txt": st(1)}, Last: "b.txt"}
+	st := func(n int64) snapshot.FileStat { return snapshot.FileStat{Size: n} }
+	before := snapshot.Snapshot{Files: map[string]snapshot.FileStat{"a": st(1), "b/x": st(1), "c": st(1)}, Last: "c"}
+	after := snapshot.Snapshot{Files: map[string]snapshot.FileStat{"a": st(2), "b.txt": st(1)}, Last: "b.txt"}
 	got := Diff(before, after)
 	// Walk order: a, b/x, b.txt, c: only paths up to b.txt were seen by
 	// both walks; c is not reported.
@@ -79,7 +79,7 @@ func TestDiffBounded(t *testing.T) {
 	for _, n := range []string{"1", "2", "3"} {
 		os.WriteFile(filepath.Join(dir, n), nil, 0o600)
 	}
-	s, err := driver.WalkWorkspace(context.Background(), dir, 2)
+	s, err := snapshot.Walk(context.Background(), dir, 2)
 	if err != nil || s.Complete || len(s.Files) != 2 || s.Last != "2" {
 		t.Fatalf("bounded walk = %+v, %v", s, err)
 	}

@@ -17,7 +17,7 @@
 //     orchestrators: a schema with its own extraction (the last fenced
 //     block, with a fallback result made of the text's first paragraph).
 //   - Diff: the files a turn created, modified or deleted, computed from
-//     two workspace snapshots (sandbox/driver.Snapshot), never from the
+//     two workspace snapshots (sandbox/snapshot), never from the
 //     agent's claim.
 //
 // The package does no I/O of its own: the turn engine (package sandbox)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -14,7 +15,7 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/output"
-	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 // Structured answers (docs/output.md): the schema or protocol a turn asks
@@ -44,7 +45,7 @@ type Attempt struct {
 type answerState struct {
 	schema   *output.Schema // Turn.Output compiled; nil without one
 	protocol bool           // Turn.Protocol == "handoff"
-	before   *driver.Snapshot
+	before   *snapshot.Snapshot
 	// inner marks an engine that continues the conversation for its
 	// caller's engine (a repair or a steering resume): the outer engine
 	// checks the answer and computes the changed files.
@@ -145,18 +146,20 @@ func (e *engine) changedFilesLimit() int {
 }
 
 // snapshotBefore describes the workspace before the agent starts, where
-// the sandbox can (driver.Snapshotter). A failure only costs the changed
+// the sandbox can (Lease.SnapshotWorkspace). A failure only costs the changed
 // files, with a notice.
 func (e *engine) snapshotBefore(ctx context.Context, lease *Lease) {
 	if e.ans.inner || e.ans.before != nil {
 		return
 	}
-	sn, ok := lease.Sandbox().(driver.Snapshotter)
 	limit := e.changedFilesLimit()
-	if !ok || limit == 0 {
+	if limit == 0 {
 		return
 	}
-	s, err := sn.SnapshotWorkspace(ctx, limit)
+	s, err := lease.SnapshotWorkspace(ctx, limit)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return
+	}
 	if err != nil {
 		e.notice("changed_files", "the workspace could not be described; changed files are not reported: "+err.Error(), nil)
 		return
@@ -344,9 +347,8 @@ func (e *engine) changedFiles(ctx context.Context, lease *Lease, res *Result) {
 	if e.ans.before == nil || res == nil {
 		return
 	}
-	sn := lease.Sandbox().(driver.Snapshotter)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
-	after, err := sn.SnapshotWorkspace(sctx, e.changedFilesLimit())
+	after, err := lease.SnapshotWorkspace(sctx, e.changedFilesLimit())
 	cancel()
 	if err != nil {
 		e.notice("changed_files", "the workspace could not be described after the turn; changed files are not reported: "+err.Error(), nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 // ErrClosed is returned by every method of a released lease.
@@ -119,15 +120,27 @@ func (l *Lease) enter(op string) error {
 // Start starts a process in the sandbox. The caller must Wait for it.
 // Prefer Launch, which also consumes its output and reaps its group.
 func (l *Lease) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := l.enter("start"); err != nil {
+	p, err := hold(ctx, l, "start", func() (driver.Process, error) { return l.sb.Start(ctx, req) })
+	if err != nil {
 		return nil, err
 	}
-	p, err := l.sb.Start(ctx, req)
+	return &trackedProcess{Process: p, done: l.active.Done}, nil
+}
+
+// hold runs f as the operation op whose result keeps the lease busy until
+// the caller lets it go (l.active.Done): on a failure the lease is let go
+// at once and the error coded.
+func hold[T any](ctx context.Context, l *Lease, op string, f func() (T, error)) (T, error) {
+	var zero T
+	if err := l.enter(op); err != nil {
+		return zero, err
+	}
+	v, err := f()
 	if err != nil {
 		l.active.Done()
-		return nil, l.wrap(ctx, "start", err)
+		return zero, l.wrap(ctx, op, err)
 	}
-	return &trackedProcess{Process: p, done: l.active.Done}, nil
+	return v, nil
 }
 
 type trackedProcess struct {
@@ -162,13 +175,9 @@ func (l *Lease) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // holds such links, and nothing outpost copies out follows them. A missing
 // path gives an error satisfying errors.Is(err, fs.ErrNotExist).
 func (l *Lease) CopyOut(ctx context.Context, path string) (io.ReadCloser, error) {
-	if err := l.enter("copy-out"); err != nil {
-		return nil, err
-	}
-	rc, err := l.sb.CopyOut(ctx, path)
+	rc, err := hold(ctx, l, "copy-out", func() (io.ReadCloser, error) { return l.sb.CopyOut(ctx, path) })
 	if err != nil {
-		l.active.Done()
-		return nil, l.wrap(ctx, "copy-out", err)
+		return nil, err
 	}
 	return &closeFunc{ReadCloser: tarsafe.FilterOut(rc), close: func() error {
 		defer l.active.Done()
@@ -317,8 +326,34 @@ func (l *Lease) List(ctx context.Context, dir string) ([]string, error) {
 	defer l.active.Done()
 	ls, ok := l.sb.(driver.Lister)
 	if !ok {
-		return nil, l.wrap(ctx, "list", fmt.Errorf("the %s sandbox cannot list files: %w", l.provider.Name(), errors.ErrUnsupported))
+		return nil, l.wrap(ctx, "list", l.unsupported("list files"))
 	}
 	files, err := ls.List(ctx, dir)
 	return files, l.wrap(ctx, "list", err)
+}
+
+// SnapshotWorkspace describes the workspace's files (metadata only, no
+// content; at most limit of them), for providers that can
+// (driver.Snapshotter); others give an error satisfying
+// errors.Is(err, errors.ErrUnsupported). The engine compares the
+// snapshots from before and after a turn to report its changed files.
+func (l *Lease) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Snapshot, error) {
+	if err := l.enter("snapshot"); err != nil {
+		return snapshot.Snapshot{}, err
+	}
+	defer l.active.Done()
+	sn, ok := l.sb.(driver.Snapshotter)
+	if !ok {
+		return snapshot.Snapshot{}, l.wrap(ctx, "snapshot", l.unsupported("describe its workspace"))
+	}
+	s, err := sn.SnapshotWorkspace(ctx, limit)
+	if err != nil {
+		return snapshot.Snapshot{}, l.wrap(ctx, "snapshot", err)
+	}
+	return s, nil
+}
+
+// unsupported is the cause of an optional operation the provider lacks.
+func (l *Lease) unsupported(what string) error {
+	return fmt.Errorf("the %s sandbox cannot %s: %w", l.provider.Name(), what, errors.ErrUnsupported)
 }

@@ -56,8 +56,8 @@ func TestLeaseErrorsAreCoded(t *testing.T) {
 
 	_, err = l.CopyOut(t.Context(), l.Home()+"/missing")
 	check("CopyOut of a missing path", err, outpost.Sandbox, fs.ErrNotExist, false)
-	_, err = l.List(t.Context(), l.Home())
-	check("List without a Lister", err, outpost.Sandbox, errors.ErrUnsupported, false)
+	_, err = l.List(t.Context(), l.Home()+"/missing")
+	check("List of a missing directory", err, outpost.Sandbox, fs.ErrNotExist, false)
 	_, err = l.LookPath(t.Context(), "no-such-program")
 	check("LookPath of a missing program", err, outpost.Sandbox, exec.ErrNotFound, false)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -72,6 +72,8 @@ func TestLeaseErrorsAreCoded(t *testing.T) {
 	check("Exec in a vanished sandbox", err, outpost.Sandbox, memsandbox.ErrVanished, true)
 	err = l.CopyIn(t.Context(), l.Home(), bytes.NewReader(okTar.Bytes()))
 	check("CopyIn in a vanished sandbox", err, outpost.Sandbox, memsandbox.ErrVanished, true)
+	_, err = l.SnapshotWorkspace(t.Context(), 10)
+	check("SnapshotWorkspace of a vanished sandbox", err, outpost.Sandbox, memsandbox.ErrVanished, true)
 	_, err = l.CopyOut(t.Context(), l.Home())
 	check("CopyOut in a vanished sandbox", err, outpost.Sandbox, memsandbox.ErrVanished, true)
 

@@ -98,3 +98,16 @@ func statFields(pid int) []string {
 	}
 	return strings.Fields(s[i+1:])
 }
+
+// String describes the owner for people: "pid 12", or "pid 12 on box"
+// when its host name is known; "" for an owner never recorded (pid 0).
+func (o Owner) String() string {
+	if o.PID == 0 {
+		return ""
+	}
+	s := "pid " + strconv.Itoa(o.PID)
+	if o.Host != "" {
+		s += " on " + o.Host
+	}
+	return s
+}

@@ -21,7 +21,7 @@
 //     shim: `docker exec` cannot signal an exec'd process, let alone its
 //     group.
 //   - lookpath finds an executable on a PATH, as exec would.
-//   - snapshot describes the workspace's files (driver.WalkWorkspace) as
+//   - snapshot describes the workspace's files (snapshot.Walk) as
 //     one JSON document, so the engine can tell which files a turn
 //     changed without copying any content out.
 //
@@ -47,7 +47,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 // Subcommand is the hidden outpost subcommand that runs the shim.
@@ -465,7 +465,7 @@ func parentOf(pid int) (int, bool) {
 }
 
 // SnapshotArgs returns the command line that prints the snapshot of dir,
-// bounded to limit files, as JSON (driver.Snapshot).
+// bounded to limit files, as JSON (snapshot.Snapshot).
 func SnapshotArgs(binary, dir string, limit int) []string {
 	return []string{binary, Subcommand, "snapshot", "--limit=" + strconv.Itoa(limit), dir}
 }
@@ -478,7 +478,7 @@ func snapshotMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: outpost sandbox-shim snapshot [--limit=N] DIR")
 		return 2
 	}
-	s, err := driver.WalkWorkspace(context.Background(), fl.Arg(0), *limit)
+	s, err := snapshot.Walk(context.Background(), fl.Arg(0), *limit)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"
@@ -34,6 +36,12 @@ func TestConformance(t *testing.T) {
 				},
 				Options: func(t *testing.T) driver.Options {
 					return driver.Options{Workdir: workdir(t)}
+				},
+				Vanish: func(t *testing.T, l *sandbox.Lease) {
+					cid := l.Sandbox().(*docker.Sandbox).ContainerID()
+					if err := dockertest.Client(t).ContainerRemove(t.Context(), cid, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+						t.Fatal(err)
+					}
 				},
 			})
 		})

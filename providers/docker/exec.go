@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
@@ -519,26 +520,26 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 // SnapshotWorkspace describes the workspace's files, inside the container
 // (the shim walks it: no content is copied), skipping .git directories and
 // .outpost. It implements driver.Snapshotter, in both workspace modes.
-func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (driver.Snapshot, error) {
+func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Snapshot, error) {
 	cmd := shim.SnapshotArgs(BinaryPath, Workspace, limit)
 	if p, err := s.spareHelper(ctx, cmd[1:]); err != nil {
-		return driver.Snapshot{}, err
+		return snapshot.Snapshot{}, err
 	} else if p != nil {
 		return spareSnapshot(ctx, p)
 	}
 	res, err := s.runLimit(ctx, cmd, nil, maxSnapshot)
 	if err != nil {
-		return driver.Snapshot{}, err
+		return snapshot.Snapshot{}, err
 	}
 	if res.code != 0 {
-		return driver.Snapshot{}, fmt.Errorf("docker: snapshot of the workspace: exit %d: %s", res.code, strings.TrimSpace(string(res.stderr)))
+		return snapshot.Snapshot{}, fmt.Errorf("docker: snapshot of the workspace: exit %d: %s", res.code, strings.TrimSpace(string(res.stderr)))
 	}
-	var snap driver.Snapshot
+	var snap snapshot.Snapshot
 	if err := json.Unmarshal(res.stdout, &snap); err != nil {
-		return driver.Snapshot{}, fmt.Errorf("docker: snapshot of the workspace: %w", err)
+		return snapshot.Snapshot{}, fmt.Errorf("docker: snapshot of the workspace: %w", err)
 	}
 	if snap.Files == nil {
-		snap.Files = map[string]driver.FileStat{}
+		snap.Files = map[string]snapshot.FileStat{}
 	}
 	return snap, nil
 }

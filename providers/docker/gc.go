@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/outposthq/outpost/internal/owner"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // Labels on every container (and its volumes) the provider creates.
@@ -195,4 +196,23 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// Collect implements driver.Collector: GC, its report also in the
+// portable form `outpost gc` prints.
+func (p *Provider) Collect(ctx context.Context, opts driver.CollectOptions) (driver.Collection, error) {
+	eng, err := p.connect(ctx)
+	if err != nil {
+		return driver.Collection{}, err
+	}
+	rep, err := gc(ctx, eng, GCOptions{All: opts.All, DryRun: opts.DryRun})
+	col := driver.Collection{Where: eng.cli.DaemonHost(), Kept: rep.Kept, Report: rep}
+	for _, c := range rep.Containers {
+		col.Orphans = append(col.Orphans, driver.Orphan{Kind: "container", Name: c.Lease, Owner: c.Owner.String(), State: string(c.Liveness),
+			Created: c.Created, Removed: c.Removed, Error: c.Error})
+	}
+	for _, v := range rep.Volumes {
+		col.Orphans = append(col.Orphans, driver.Orphan{Kind: "volume", Name: v, Removed: !opts.DryRun})
+	}
+	return col, err
 }

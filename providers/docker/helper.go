@@ -15,6 +15,7 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 // The shim's helper modes (snapshot, tar) on a spare: a warm sandbox
@@ -90,23 +91,23 @@ func (h *helper) end(ctx context.Context, what string) (harness.ExitStatus, erro
 // only once the walk has succeeded, so a complete document is the answer:
 // it returns then, and the process ends in the background, instead of
 // waiting for the engine to end the stream and record the exit.
-func spareSnapshot(ctx context.Context, p driver.Process) (driver.Snapshot, error) {
+func spareSnapshot(ctx context.Context, p driver.Process) (snapshot.Snapshot, error) {
 	const what = "snapshot of the workspace"
 	h := newHelper(ctx, p)
-	var snap driver.Snapshot
+	var snap snapshot.Snapshot
 	derr := json.NewDecoder(io.LimitReader(p.Stdout(), maxSnapshot)).Decode(&snap)
 	if derr == nil {
 		go h.end(ctx, what) //nolint:errcheck // the answer is in
 		if snap.Files == nil {
-			snap.Files = map[string]driver.FileStat{}
+			snap.Files = map[string]snapshot.FileStat{}
 		}
 		return snap, nil
 	}
 	_, _ = io.Copy(io.Discard, p.Stdout()) // to its end: the shim's status is the cause
 	if _, err := h.end(ctx, what); err != nil {
-		return driver.Snapshot{}, err
+		return snapshot.Snapshot{}, err
 	}
-	return driver.Snapshot{}, fmt.Errorf("docker: %s: %w", what, derr)
+	return snapshot.Snapshot{}, fmt.Errorf("docker: %s: %w", what, derr)
 }
 
 // spareTar is CopyOut through the shim's tar mode on a spare: ok is false

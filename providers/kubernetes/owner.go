@@ -17,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // Labels and annotations on the provider's Leases and pods.
@@ -307,4 +309,19 @@ func (p *Provider) sweep(ctx context.Context) {
 	if due {
 		_, _ = p.GC(ctx, GCOptions{})
 	}
+}
+
+// Collect implements driver.Collector: GC, its report also in the
+// portable form `outpost gc` prints. A Lease's pods are not listed: the
+// cluster's garbage collector deletes them with it.
+func (p *Provider) Collect(ctx context.Context, opts driver.CollectOptions) (driver.Collection, error) {
+	rep, err := p.GC(ctx, GCOptions{All: opts.All, DryRun: opts.DryRun})
+	col := driver.Collection{Where: "namespace " + p.ns, Kept: rep.Kept, Report: rep}
+	for _, l := range rep.Leases {
+		col.Orphans = append(col.Orphans, driver.Orphan{Kind: "lease", Name: l.Lease, Owner: l.Holder, Removed: l.Deleted, Error: l.Error})
+	}
+	for _, pod := range rep.Pods {
+		col.Orphans = append(col.Orphans, driver.Orphan{Kind: "pod", Name: pod, Removed: !opts.DryRun})
+	}
+	return col, err
 }

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/owner"
@@ -203,30 +204,63 @@ func readRecord(b []byte) (record, bool) {
 // sweepOrphans ends what dead owners left: the processes of their leases
 // (owner.Reap: the recorded groups and every process whose HOME is the
 // lease's home), then the lease directories.
-func (p *Provider) sweepOrphans() {
+func (p *Provider) sweepOrphans() { _, _ = p.Collect(context.Background(), driver.CollectOptions{}) }
+
+// Collect implements driver.Collector: it removes the lease directories
+// (homes) under the base directory whose owner process is gone, after
+// ending the processes the dead owner left in them, or all but this
+// process's with All. A directory without an owner record is one being
+// made, unless it is older than a minute.
+func (p *Provider) Collect(ctx context.Context, opts driver.CollectOptions) (driver.Collection, error) {
+	col := driver.Collection{Where: p.base}
 	entries, err := os.ReadDir(p.base)
-	if err != nil {
-		return
+	if errors.Is(err, fs.ErrNotExist) {
+		return col, nil
+	} else if err != nil {
+		return col, err
 	}
+	var errs []error
 	for _, e := range entries {
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), "local-") {
 			continue
 		}
-		dir := filepath.Join(p.base, e.Name())
-		b, err := os.ReadFile(filepath.Join(dir, "owner"))
-		if err != nil {
-			// A lease being created right now has no owner file yet;
-			// only sweep ones older than a minute.
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
-				os.RemoveAll(dir)
+		if err := ctx.Err(); err != nil {
+			return col, err
+		}
+		o := driver.Orphan{Kind: "home", Name: filepath.Join(p.base, e.Name())}
+		doomed := opts.All
+		var dead []owner.Group // the groups of a dead owner, to end
+		if b, err := os.ReadFile(filepath.Join(o.Name, "owner")); err == nil {
+			r, _ := readRecord(b)
+			o.Owner, o.State = r.Owner.String(), string(owner.Alive)
+			if r.Owner.PID > 0 {
+				o.State = string(r.Owner.Liveness())
 			}
+			if o.State == string(owner.Dead) {
+				doomed, dead = true, r.Groups
+			}
+			doomed = doomed && (r.Owner.PID != os.Getpid() || r.Owner.Start != owner.ProcessStart(os.Getpid()))
+		} else if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			doomed = true
+		}
+		if !doomed {
+			col.Kept++
 			continue
 		}
-		if r, ok := readRecord(b); ok && r.Owner.Liveness() == owner.Dead {
-			owner.Reap(r.Groups, "HOME="+filepath.Join(dir, "home"))
-			os.RemoveAll(dir)
+		if !opts.DryRun {
+			if o.State == string(owner.Dead) {
+				owner.Reap(dead, "HOME="+filepath.Join(o.Name, "home"))
+			}
+			if err := os.RemoveAll(o.Name); err != nil {
+				o.Error = err.Error()
+				errs = append(errs, err)
+			} else {
+				o.Removed = true
+			}
 		}
+		col.Orphans = append(col.Orphans, o)
 	}
+	return col, errors.Join(errs...)
 }
 
 // writeRecord replaces the lease's owner file with one naming this
@@ -497,8 +531,8 @@ func (s *Sandbox) List(ctx context.Context, dir string) ([]string, error) {
 // only), skipping .git directories, .outpost and the provider's own
 // directory of homes when the working directory holds it. It implements
 // driver.Snapshotter.
-func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (driver.Snapshot, error) {
-	return driver.WalkWorkspace(ctx, s.workdir, limit, filepath.Dir(s.dir))
+func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Snapshot, error) {
+	return snapshot.Walk(ctx, s.workdir, limit, filepath.Dir(s.dir))
 }
 
 // Close removes the lease's home. The working directory is the caller's

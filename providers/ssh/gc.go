@@ -13,6 +13,7 @@ import (
 
 	"github.com/outposthq/outpost/internal/owner"
 	"github.com/outposthq/outpost/internal/shim"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // GCOptions configure GC.
@@ -136,4 +137,16 @@ done`, shq(leases), leasePrefix)
 	}
 	sort.Slice(rep.Leases, func(i, j int) bool { return rep.Leases[i].Created.Before(rep.Leases[j].Created) })
 	return rep, errors.Join(errs...)
+}
+
+// Collect implements driver.Collector: GC, its report also in the
+// portable form `outpost gc` prints.
+func (p *Provider) Collect(ctx context.Context, opts driver.CollectOptions) (driver.Collection, error) {
+	rep, err := p.GC(ctx, GCOptions{All: opts.All, DryRun: opts.DryRun})
+	col := driver.Collection{Where: p.Address(), Kept: rep.Kept, Report: rep}
+	for _, l := range rep.Leases {
+		col.Orphans = append(col.Orphans, driver.Orphan{Kind: "lease", Name: l.Dir, Owner: l.Owner.String(), State: string(l.Liveness),
+			Created: l.Created, Removed: l.Removed, Error: l.Error})
+	}
+	return col, err
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 // Provider makes sandboxes. Implementations must be safe for concurrent use.
@@ -100,6 +101,18 @@ type Warmer interface {
 	// launcher is then still made). A launcher that fails costs nothing:
 	// Start then starts the process the ordinary way. Close ends it.
 	Warm(ctx context.Context) error
+}
+
+// Snapshotter is implemented by sandboxes that can describe their
+// workspace cheaply (metadata only, no content), so the engine can report
+// the files a turn created, modified and deleted: it takes one snapshot
+// before the agent starts and one after it ends.
+type Snapshotter interface {
+	// SnapshotWorkspace describes at most limit entries of the workspace
+	// (regular files and symbolic links, in snapshot.Walk's order),
+	// skipping every .git directory and the top-level .outpost directory
+	// (snapshot.Skip). Past limit, Complete is false.
+	SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Snapshot, error)
 }
 
 // PathLooker is implemented by sandboxes that can find an executable

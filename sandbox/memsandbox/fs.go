@@ -233,6 +233,24 @@ func (f *FS) do(op, name string, fn func() error) error {
 	return pathErr(op, name, fn())
 }
 
+// find resolves name from base, following links, to an existing
+// directory (dir) or an existing node of another kind (!dir); the tree
+// is locked.
+func (t *tree) find(base, name string, dir bool) (*node, error) {
+	_, n, err := t.walk(base, name, walkMode{follow: true})
+	switch {
+	case err != nil:
+		return nil, err
+	case n == nil:
+		return nil, syscall.ENOENT
+	case dir && !n.isDir():
+		return nil, syscall.ENOTDIR
+	case !dir && n.isDir():
+		return nil, syscall.EISDIR
+	}
+	return n, nil
+}
+
 // Dir returns the directory relative names start from.
 func (f *FS) Dir() string { return f.dir }
 
@@ -240,14 +258,9 @@ func (f *FS) Dir() string { return f.dir }
 func (f *FS) ReadFile(name string) ([]byte, error) {
 	var data []byte
 	err := f.do("open", name, func() error {
-		_, n, err := f.t.walk(f.dir, name, walkMode{follow: true})
-		switch {
-		case err != nil:
+		n, err := f.t.find(f.dir, name, false)
+		if err != nil {
 			return err
-		case n == nil:
-			return syscall.ENOENT
-		case n.isDir():
-			return syscall.EISDIR
 		}
 		data = slices.Clone(n.data)
 		return nil
@@ -350,14 +363,9 @@ func (f *FS) Remove(name string) error {
 func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 	var des []fs.DirEntry
 	err := f.do("readdir", name, func() error {
-		_, n, err := f.t.walk(f.dir, name, walkMode{follow: true})
-		switch {
-		case err != nil:
+		n, err := f.t.find(f.dir, name, true)
+		if err != nil {
 			return err
-		case n == nil:
-			return syscall.ENOENT
-		case !n.isDir():
-			return syscall.ENOTDIR
 		}
 		for c, child := range n.entries {
 			des = append(des, fs.FileInfoToDirEntry(infoOf(c, child)))

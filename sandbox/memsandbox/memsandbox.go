@@ -361,19 +361,25 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // final symbolic link is stored as a link). A missing path gives an
 // *fs.PathError wrapping fs.ErrNotExist.
 func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	entries, err := s.fs.snapshot(p)
+	entries, err := s.entries(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(ctx, pw, entries)) }()
 	return pr, nil
+}
+
+// entries is p and everything below it, as tree.snapshot gives them, in
+// a sandbox still there.
+func (s *Sandbox) entries(ctx context.Context, p string) ([]entry, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.fs.snapshot(p)
 }
 
 func writeTar(ctx context.Context, w io.Writer, entries []entry) error {

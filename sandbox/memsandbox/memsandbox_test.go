@@ -64,6 +64,11 @@ func TestConformance(t *testing.T) {
 			return p
 		},
 		Command: command,
+		Vanish: func(t *testing.T, l *sandbox.Lease) {
+			if err := l.Provider().(*memsandbox.Provider).Remove(l.ID()); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
 

@@ -164,17 +164,31 @@ func writefile(_ context.Context, p *Proc) int {
 	return 0
 }
 
-func readfile(_ context.Context, p *Proc) int {
-	if badArgs(p, 1, "readfile FILE") {
-		return 2
+// fileProgram is a program of one FILE argument, printing what out makes
+// of it.
+func fileProgram(syntax string, out func(fsys *FS, name string) ([]byte, error)) Program {
+	return func(_ context.Context, p *Proc) int {
+		if badArgs(p, 1, syntax) {
+			return 2
+		}
+		b, err := out(p.FS, p.Args[0])
+		if err != nil {
+			return fail(p, err)
+		}
+		_, err = p.Stdout.Write(b)
+		return status(err)
 	}
-	data, err := p.FS.ReadFile(p.Args[0])
-	if err != nil {
-		return fail(p, err)
-	}
-	_, err = p.Stdout.Write(data)
-	return status(err)
 }
+
+var readfile = fileProgram("readfile FILE", (*FS).ReadFile)
+
+var mode = fileProgram("mode FILE", func(fsys *FS, name string) ([]byte, error) {
+	fi, err := fsys.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, "%o\n", unixMode(fi.Mode())), nil
+})
 
 var children atomic.Int64
 
@@ -204,17 +218,5 @@ func big(ctx context.Context, p *Proc) int {
 		n -= k
 	}
 	_, err = io.WriteString(p.Stdout, "\n")
-	return status(err)
-}
-
-func mode(_ context.Context, p *Proc) int {
-	if badArgs(p, 1, "mode FILE") {
-		return 2
-	}
-	fi, err := p.FS.Stat(p.Args[0])
-	if err != nil {
-		return fail(p, err)
-	}
-	_, err = fmt.Fprintf(p.Stdout, "%o\n", unixMode(fi.Mode()))
 	return status(err)
 }

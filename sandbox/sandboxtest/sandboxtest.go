@@ -40,6 +40,11 @@ type Harness struct {
 	// Options returns the options of each lease. Nil means a Workdir made
 	// with t.TempDir and no labels.
 	Options func(t *testing.T) driver.Options
+	// Vanish removes the lease's sandbox behind outpost's back (a
+	// container deleted by someone else), for providers that report it
+	// (driver.Vanisher). Nil: the suite checks only that a live sandbox
+	// has not vanished.
+	Vanish func(t *testing.T, l *sandbox.Lease)
 }
 
 // RunConformanceTests runs the provider conformance suite as subtests of
@@ -92,6 +97,11 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"CopyInDropsSetuid", s.testCopyInDropsSetuid},
 		{"FilesSharedWithProcesses", s.testFilesShared},
 		{"WorkspaceSnapshot", s.testWorkspaceSnapshot},
+		{"List", s.testList},
+		{"HostPath", s.testHostPath},
+		{"Warm", s.testWarm},
+		{"Vanished", s.testVanished},
+		{"Collect", s.testCollect},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)
@@ -1117,53 +1127,5 @@ func (s *suite) testFilesShared(t *testing.T) {
 	}
 	if got := string(s.runOK(t, l, ReadFile, path.Join(l.Home(), "from-copy.txt")).Stdout); got != "copied in" {
 		t.Errorf("a process reads %q from a file copied in", got)
-	}
-}
-
-// testWorkspaceSnapshot: a sandbox that implements driver.Snapshotter
-// describes the files of its workspace, sees what a process wrote, skips
-// .git and .outpost, and stops at its bound.
-func (s *suite) testWorkspaceSnapshot(t *testing.T) {
-	l := s.lease(t)
-	sn, ok := l.Sandbox().(driver.Snapshotter)
-	if !ok {
-		t.Skipf("%T does not implement driver.Snapshotter", l.Sandbox())
-	}
-	wd := l.Workdir()
-	if err := WriteFiles(t.Context(), l, wd, []tarsafe.File{
-		{Name: "keep.txt", Data: []byte("same")},
-		{Name: "edit.txt", Data: []byte("old")},
-		{Name: ".git/HEAD", Data: []byte("ref")},
-	}); err != nil {
-		t.Fatalf("WriteFiles: %v", err)
-	}
-	before, err := sn.SnapshotWorkspace(t.Context(), 100)
-	if err != nil {
-		t.Fatalf("SnapshotWorkspace: %v", err)
-	}
-	if _, ok := before.Files["keep.txt"]; !ok || !before.Complete {
-		t.Fatalf("before = %+v", before)
-	}
-	if _, ok := before.Files[".git/HEAD"]; ok {
-		t.Errorf(".git is in the snapshot: %+v", before)
-	}
-	s.runOK(t, l, WriteFile, path.Join(wd, "new.txt"), "created by a process")
-	s.runOK(t, l, WriteFile, path.Join(wd, "edit.txt"), "edited by a process")
-	after, err := sn.SnapshotWorkspace(t.Context(), 100)
-	if err != nil {
-		t.Fatalf("SnapshotWorkspace: %v", err)
-	}
-	if _, ok := after.Files["new.txt"]; !ok {
-		t.Errorf("new.txt is missing: %+v", after)
-	}
-	if after.Files["edit.txt"] == before.Files["edit.txt"] {
-		t.Errorf("edit.txt looks unchanged: %+v", after.Files["edit.txt"])
-	}
-	if after.Files["keep.txt"] != before.Files["keep.txt"] {
-		t.Errorf("keep.txt changed: %+v -> %+v", before.Files["keep.txt"], after.Files["keep.txt"])
-	}
-	bounded, err := sn.SnapshotWorkspace(t.Context(), 1)
-	if err != nil || bounded.Complete || len(bounded.Files) != 1 || bounded.Last == "" {
-		t.Errorf("bounded snapshot = %+v, %v", bounded, err)
 	}
 }

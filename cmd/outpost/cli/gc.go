@@ -2,18 +2,17 @@ package cli
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/outposthq/outpost"
-	"github.com/outposthq/outpost/providers/docker"
-	"github.com/outposthq/outpost/providers/kubernetes"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // gcCmd is `outpost gc`: remove the sandboxes of outpost processes that
-// died without releasing them (SIGKILL, a crash, a reboot).
+// died without releasing them (SIGKILL, a crash, a reboot), through the
+// provider's driver.Collector.
 func (a *app) gcCmd() *cobra.Command {
 	var all, dryRun, asJSON bool
 	var set []string
@@ -29,133 +28,82 @@ With --sandbox kubernetes, delete the owner Leases of outpost processes
 that stopped renewing them (on any machine): the cluster's garbage
 collector then deletes their pods. Outpost pods that ended go too, and
 --all deletes every outpost Lease and pod of the namespace.
+With --sandbox local, remove the private homes of dead local leases.
 
-Every outpost process also does this on its first docker lease; gc is for
+Every outpost process also does this on its first lease; gc is for
 doing it now, or for everything (--all) when owners on other machines are
-known to be gone. Local sandboxes' homes are swept by the next local lease.
-Containers of live owners, and of owners outpost cannot judge (another
-machine or pid namespace), are kept unless --all.`,
+known to be gone. Containers of live owners, and of owners outpost cannot
+judge (another machine or pid namespace), are kept unless --all. A
+provider that cannot collect (memory) says so.`,
 		Example: `  outpost gc
   outpost gc --dry-run --json
   outpost gc --all --set host=tcp://build-box:2375
   outpost gc --sandbox ssh --set host=agent@build-box
-  outpost gc --sandbox kubernetes --set namespace=agents`,
+  outpost gc --sandbox kubernetes --set namespace=agents
+  outpost gc --sandbox local`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			settings, err := parsePairs(set, "--set", nil)
 			if err != nil {
 				return err
 			}
-			switch kind {
-			case "ssh":
-				return a.gcSSH(c, settings, all, dryRun, asJSON)
-			case "kubernetes":
-				return a.gcKubernetes(c, settings, all, dryRun, asJSON)
-			case "docker":
-			default:
-				return outpost.Errorf(outpost.Configuration, "gc", "gc knows the docker, ssh and kubernetes sandboxes, not %q", kind)
-			}
-			p, err := openProvider("docker", settings)
+			p, err := openProvider(kind, settings)
 			if err != nil {
 				return err
 			}
-			dp, ok := p.(*docker.Provider)
-			if !ok {
-				return outpost.Errorf(outpost.Configuration, "gc", "the docker provider is not outpost's")
+			defer p.Close()
+			col, gcErr := sandbox.Collect(c.Context(), p, driver.CollectOptions{All: all, DryRun: dryRun})
+			if gcErr != nil && col.Where == "" && len(col.Orphans) == 0 {
+				return gcErr // nothing was swept: only the error to say
 			}
-			defer dp.Close()
-			rep, gcErr := dp.GC(c.Context(), docker.GCOptions{All: all, DryRun: dryRun})
-			if asJSON {
-				if err := writeJSONLines(a.stdout, []docker.GCReport{rep}); err != nil {
-					return err
-				}
-			} else {
-				a.printGC(rep, dryRun)
+			if err := a.printGC(col, dryRun, asJSON); err != nil {
+				return err
 			}
-			if gcErr != nil {
-				return outpost.Wrap(outpost.Sandbox, "gc", gcErr)
-			}
-			return nil
+			return gcErr
 		},
 	}
 	fl := c.Flags()
-	fl.BoolVar(&all, "all", false, "remove every outpost container, whatever its owner's state")
+	fl.BoolVar(&all, "all", false, "remove every outpost sandbox of the provider, whatever its owner's state")
 	fl.BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
 	fl.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	fl.StringArrayVar(&set, "set", nil, "provider setting KEY=VALUE (e.g. host=...); repeatable")
-	fl.StringVar(&kind, "sandbox", "docker", "the sandbox provider to collect: docker, ssh or kubernetes")
+	fl.StringVar(&kind, "sandbox", "docker", "the sandbox provider to collect: docker, ssh, kubernetes or local")
 	return c
 }
 
-func (a *app) printGC(rep docker.GCReport, dryRun bool) {
+// printGC writes what a collection found: the provider's own report as
+// JSON with --json, else a table and a summary.
+func (a *app) printGC(col driver.Collection, dryRun, asJSON bool) error {
+	if asJSON {
+		var rep any = col
+		if col.Report != nil {
+			rep = col.Report
+		}
+		return writeJSONLines(a.stdout, []any{rep})
+	}
 	verb := "removed"
 	if dryRun {
 		verb = "would remove"
 	}
-	if len(rep.Containers) > 0 {
-		tw := newTable(a.stdout, "LEASE", "CONTAINER", "OWNER", "STATE", "CREATED", "RESULT")
-		for _, c := range rep.Containers {
+	if len(col.Orphans) > 0 {
+		tw := newTable(a.stdout, "KIND", "NAME", "OWNER", "STATE", "CREATED", "RESULT")
+		for _, o := range col.Orphans {
 			res := verb
-			if c.Error != "" {
-				res = "failed: " + c.Error
-			} else if !c.Removed && !dryRun {
+			if o.Error != "" {
+				res = "failed: " + o.Error
+			} else if !o.Removed && !dryRun {
 				res = "kept"
 			}
 			created := ""
-			if !c.Created.IsZero() {
-				created = c.Created.Local().Format(time.DateTime)
+			if !o.Created.IsZero() {
+				created = o.Created.Local().Format(time.DateTime)
 			}
-			owner := "pid " + strconv.Itoa(c.Owner.PID)
-			if c.Owner.Host != "" {
-				owner += " on " + c.Owner.Host
-			}
-			tw.row(c.Lease, c.Container[:min(12, len(c.Container))], owner, string(c.Liveness), created, res)
+			tw.row(o.Kind, o.Name, o.Owner, o.State, created, res)
 		}
-		tw.flush()
-	}
-	fmt.Fprintf(a.stdout, "%s %d container(s) and %d volume(s); kept %d of live or unknown owners\n", verb, len(rep.Containers), len(rep.Volumes), rep.Kept)
-}
-
-// gcKubernetes is `outpost gc --sandbox kubernetes`.
-func (a *app) gcKubernetes(c *cobra.Command, settings map[string]string, all, dryRun, asJSON bool) error {
-	p, err := openProvider("kubernetes", settings)
-	if err != nil {
-		return err
-	}
-	kp, ok := p.(*kubernetes.Provider)
-	if !ok {
-		return outpost.Errorf(outpost.Configuration, "gc", "the kubernetes provider is not outpost's")
-	}
-	defer kp.Close()
-	rep, gcErr := kp.GC(c.Context(), kubernetes.GCOptions{All: all, DryRun: dryRun})
-	if asJSON {
-		if err := writeJSONLines(a.stdout, []kubernetes.GCReport{rep}); err != nil {
+		if err := tw.flush(); err != nil {
 			return err
 		}
-	} else {
-		verb := "deleted"
-		if dryRun {
-			verb = "would delete"
-		}
-		if len(rep.Leases) > 0 {
-			tw := newTable(a.stdout, "LEASE", "HOLDER", "RENEWED", "PODS", "RESULT")
-			for _, l := range rep.Leases {
-				res := verb
-				if l.Error != "" {
-					res = "failed: " + l.Error
-				}
-				renewed := ""
-				if !l.RenewedAt.IsZero() {
-					renewed = l.RenewedAt.Local().Format(time.DateTime)
-				}
-				tw.row(l.Lease, l.Holder, renewed, strconv.Itoa(len(l.Pods)), res)
-			}
-			tw.flush()
-		}
-		fmt.Fprintf(a.stdout, "%s %d expired owner Lease(s) (their pods go with them) and %d ended pod(s) in namespace %s; kept %d renewed Lease(s)\n", verb, len(rep.Leases), len(rep.Pods), rep.Namespace, rep.Kept)
 	}
-	if gcErr != nil {
-		return outpost.Wrap(outpost.Sandbox, "gc", gcErr)
-	}
-	return nil
+	_, err := fmt.Fprintf(a.stdout, "%s %d orphan(s) on %s; kept %d of live or unknown owners\n", verb, len(col.Orphans), col.Where, col.Kept)
+	return err
 }

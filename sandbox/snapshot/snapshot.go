@@ -1,25 +1,23 @@
-package driver
+// Package snapshot describes a workspace's files by their metadata (size,
+// modification time, mode; never their content), so that the engine can
+// tell which files a turn created, modified and deleted by comparing the
+// snapshot taken before the agent started with the one taken after it
+// ended (output.Diff).
+//
+// Snapshot is the value a provider's driver.Snapshotter returns; Walk
+// makes one of a directory on this machine, for providers whose workspace
+// is a local directory and for the exec shim inside a container. The
+// package imports only the standard library, so the driver contract, the
+// shim and the output package share it without depending on each other.
+package snapshot
 
 import (
 	"context"
 	"errors"
 	"io/fs"
-
 	"path/filepath"
 	"strings"
 )
-
-// Snapshotter is implemented by sandboxes that can describe their
-// workspace cheaply (metadata only, no content), so the engine can report
-// the files a turn created, modified and deleted: it takes one snapshot
-// before the agent starts and one after it ends.
-type Snapshotter interface {
-	// SnapshotWorkspace describes at most limit entries of the workspace
-	// (regular files and symbolic links, in WalkWorkspace's order),
-	// skipping every .git directory and the top-level .outpost directory.
-	// Past limit, Complete is false.
-	SnapshotWorkspace(ctx context.Context, limit int) (Snapshot, error)
-}
 
 // Snapshot describes a workspace's files by path (slash-separated,
 // relative to the workspace).
@@ -39,10 +37,10 @@ type FileStat struct {
 	Mode    uint32 `json:"m"` // fs.FileMode: type and permission bits
 }
 
-// SkipInWorkspace reports whether a workspace path (slash-separated,
+// Skip reports whether a workspace path (slash-separated,
 // relative) is left out of snapshots: any .git directory and the
 // top-level .outpost directory (the caller's private settings).
-func SkipInWorkspace(rel string) bool {
+func Skip(rel string) bool {
 	if rel == ".outpost" || strings.HasPrefix(rel, ".outpost/") {
 		return true
 	}
@@ -54,7 +52,7 @@ func SkipInWorkspace(rel string) bool {
 	return false
 }
 
-// WalkWorkspace snapshots the directory dir on this machine, for
+// Walk snapshots the directory dir on this machine, for
 // providers whose workspace is a local directory (and for the docker
 // shim, inside the container). Entries are visited in lexical order
 // within each directory; links are not followed; special files and
@@ -62,7 +60,7 @@ func SkipInWorkspace(rel string) bool {
 // walk are skipped, and so are the directories skip names (absolute paths:
 // a provider's own state inside the workspace, such as a local lease's
 // home under a workspace that holds $TMPDIR).
-func WalkWorkspace(ctx context.Context, dir string, limit int, skip ...string) (Snapshot, error) {
+func Walk(ctx context.Context, dir string, limit int, skip ...string) (Snapshot, error) {
 	s := Snapshot{Files: map[string]FileStat{}, Complete: true}
 	skipped := map[string]bool{}
 	for _, p := range skip {
@@ -90,7 +88,7 @@ func WalkWorkspace(ctx context.Context, dir string, limit int, skip ...string) (
 			return nil
 		}
 		rel = filepath.ToSlash(rel)
-		if SkipInWorkspace(rel) || (d.IsDir() && skipped[p]) {
+		if Skip(rel) || (d.IsDir() && skipped[p]) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

@@ -1,4 +1,4 @@
-package driver_test
+package snapshot_test
 
 import (
 	"context"
@@ -7,12 +7,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
-// BenchmarkWalkWorkspace: one snapshot of a workspace of 5000 files in 50
+// BenchmarkWalk: one snapshot of a workspace of 5000 files in 50
 // directories (metadata only).
-func BenchmarkWalkWorkspace(b *testing.B) {
+func BenchmarkWalk(b *testing.B) {
 	wd := b.TempDir()
 	for i := 0; i < 5000; i++ {
 		p := filepath.Join(wd, fmt.Sprintf("d%02d", i%50), fmt.Sprintf("f%04d.go", i))
@@ -20,7 +20,7 @@ func BenchmarkWalkWorkspace(b *testing.B) {
 		os.WriteFile(p, []byte("package x\n"), 0o644)
 	}
 	for b.Loop() {
-		s, err := driver.WalkWorkspace(context.Background(), wd, 20000)
+		s, err := snapshot.Walk(context.Background(), wd, 20000)
 		if err != nil || len(s.Files) != 5000 {
 			b.Fatal(len(s.Files), err)
 		}
