@@ -116,7 +116,7 @@ func TestLayering(t *testing.T) {
 // utilities.
 func driverOnly(imp string) bool {
 	switch {
-	case imp == module, imp == module+"/harness", imp == module+"/sandbox/driver":
+	case imp == module, imp == module+"/harness", imp == module+"/sandbox/driver", imp == module+"/sandbox/driver/settings":
 		return true
 	case strings.HasPrefix(imp, module+"/internal/"):
 		return !strings.HasPrefix(imp, module+"/internal/testenv")

@@ -269,9 +269,9 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	if hc.Memory > 0 {
 		hc.MemorySwap = hc.Memory
 	}
-	cpus := o.CPUs
+	cpus := o.CPU
 	if cpus == 0 {
-		cpus = DefaultCPUs
+		cpus = DefaultCPU
 		if eng.ncpu > 0 {
 			cpus = math.Min(cpus, float64(eng.ncpu))
 		}

@@ -386,7 +386,7 @@ func keepAlive(c *conn, interval time.Duration) {
 	}
 }
 
-// dial connects and authenticates, within DialTimeout and ctx.
+// dial connects and authenticates, within StartTimeout and ctx.
 func (p *Provider) dial(ctx context.Context) (*conn, error) {
 	methods, cleanup, err := p.authMethods()
 	if err != nil {
@@ -402,21 +402,21 @@ func (p *Provider) dial(ctx context.Context) (*conn, error) {
 		Auth:              methods,
 		HostKeyCallback:   hk,
 		HostKeyAlgorithms: algos,
-		Timeout:           p.opts.DialTimeout,
+		Timeout:           p.opts.StartTimeout,
 		ClientVersion:     "SSH-2.0-outpost",
 	}
-	dctx, cancel := context.WithTimeout(ctx, p.opts.DialTimeout)
+	dctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
 	nc, err := (&net.Dialer{}).DialContext(dctx, "tcp", p.tgt.addr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w: %s: %w (within %s)", ErrUnreachable, p.tgt.addr, err, p.opts.DialTimeout)
+		return nil, fmt.Errorf("%w: %s: %w (within %s)", ErrUnreachable, p.tgt.addr, err, p.opts.StartTimeout)
 	}
 	// The handshake and authentication are bounded too.
 	stop := context.AfterFunc(dctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
-	_ = nc.SetDeadline(time.Now().Add(p.opts.DialTimeout))
+	_ = nc.SetDeadline(time.Now().Add(p.opts.StartTimeout))
 	cc, chans, reqs, err := ssh.NewClientConn(nc, p.tgt.addr, cfg)
 	stop()
 	if err != nil {
@@ -432,7 +432,7 @@ func (p *Provider) dial(ctx context.Context) (*conn, error) {
 			return nil, configErr(ErrAuth, "%s refused every key offered (%s): add the public key to ~%s/.ssh/authorized_keys on the host", p.Address(), p.offered(), p.tgt.user)
 		}
 		if dctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %s: no SSH handshake within %s: %w", ErrUnreachable, p.tgt.addr, p.opts.DialTimeout, err)
+			return nil, fmt.Errorf("%w: %s: no SSH handshake within %s: %w", ErrUnreachable, p.tgt.addr, p.opts.StartTimeout, err)
 		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, p.tgt.addr, err)
 	}
