@@ -141,7 +141,7 @@ type Options struct {
 // Settings declares the keys sandbox.Open("docker", settings) accepts
 // (docs/sandboxes/docker.md shows them, generated from here).
 var Settings = settings.Set{Provider: "docker", Keys: []settings.Key{
-	settings.Image.With("outpost/minimal", "built on demand from nothing; real agent CLIs need an image with their userland (below)"),
+	settings.Image.With("outpost/minimal:<digest>", "built on demand from nothing; real agent CLIs need an image with their userland (below)"),
 	settings.Pull.With("missing", ""),
 	{Name: "network", Kind: settings.String, Default: DefaultNetwork, Doc: "the container's network: `bridge` (egress allowed), `none`, `host`, or a user-defined network's name"},
 	settings.User.With(DefaultUser, "`uid:gid` or a user name the image knows; with `workspace=bind`, the working directory's owner unless that is root"),
@@ -151,7 +151,7 @@ var Settings = settings.Set{Provider: "docker", Keys: []settings.Key{
 	{Name: "spares", Kind: settings.Int, None: true, Default: strconv.Itoa(DefaultSpares), Doc: "spare execs a warm sandbox keeps ready (`none`: Warm does nothing)"},
 	settings.ReadOnly.With("false", "`/tmp` is then a private tmpfs"),
 	settings.Workspace.Only(string(Copy), string(Bind)).With(string(Copy), "`bind` bind-mounts the directory (live, no copy; the engine must see the host's files)"),
-	settings.Binary.With("", ""),
+	settings.Binary.With("", "for Linux on the engine's architecture"),
 	{Name: "binary_mode", Kind: settings.Enum, Values: []string{string(BinaryAuto), string(BinaryBind), string(BinaryCopy)}, Default: string(BinaryAuto), Doc: "how the binary reaches the container: `bind` (read-only bind mount), `copy` (copied in before start); `auto` binds on a unix-socket engine and copies otherwise"},
 	settings.Host.With("$DOCKER_HOST", "the engine's address: `unix:///var/run/docker.sock`, `tcp://host:2376`"),
 }}

@@ -32,7 +32,8 @@ import (
 // Errors of the provider, wrapped with the details.
 var (
 	// ErrConfig: no usable cluster configuration (kubeconfig, context,
-	// namespace, in-cluster environment) or a malformed setting.
+	// namespace, in-cluster environment) or an Options value New refuses
+	// (a malformed --set value is refused earlier, by Settings.Parse).
 	ErrConfig = errors.New("kubernetes: bad configuration")
 	// ErrForbidden: the cluster refuses the user something the provider
 	// needs (RBAC); docs/sandboxes/kubernetes.md ships a minimal Role.
@@ -149,7 +150,7 @@ var Settings = settings.Set{Provider: "kubernetes", Keys: []settings.Key{
 	{Name: "kubeconfig", Kind: settings.Path, Default: "$KUBECONFIG", Doc: "the kubeconfig file (then `~/.kube/config`, then the in-cluster configuration)"},
 	{Name: "context", Kind: settings.String, Doc: "the kubeconfig context (default: its current one)"},
 	{Name: "namespace", Kind: settings.String, Doc: "the pods' and Leases' namespace (default: the context's, the pod's, `default`)"},
-	settings.Image.With("the outpost image", "the agent's image; the default holds only outpost's binary (the echo agent, static CLIs)"),
+	settings.Image.With("outpost_image", "the agent's image; the default holds only outpost's binary (the echo agent, static CLIs)"),
 	{Name: "outpost_image", Kind: settings.String, Default: "outpost/outpost:<12 hex>", Doc: "the image whose `/usr/local/bin/outpost` is a static outpost binary (below)"},
 	settings.Pull.With("missing", "the pods' `imagePullPolicy`: `IfNotPresent`, `Never`, `Always`"),
 	{Name: "service_account", Kind: settings.String, Doc: "the pods' service account (its token is never mounted; default: the namespace's)"},
@@ -161,9 +162,9 @@ var Settings = settings.Set{Provider: "kubernetes", Keys: []settings.Key{
 	{Name: "memory_request", Kind: settings.Size, None: true, Default: DefaultMemoryRequest, Doc: "the container's memory request"},
 	{Name: "ephemeral_storage", Kind: settings.Size, None: true, Default: DefaultStorage, Doc: "ephemeral-storage limit (the home and workspace `emptyDir`s count against it)"},
 	settings.ReadOnly.With("false", "`/tmp` is then an `emptyDir`"),
-	settings.StartTimeout.With(DefaultStartTimeout.String(), "a pod's start: scheduling, image, init"),
-	{Name: "lease_duration", Kind: settings.Duration, Default: "1m0s", Doc: "the owner Lease's duration (renewed every third of it)"},
-	{Name: "max_lifetime", Kind: settings.Duration, Default: "24h0m0s", Doc: "every pod's `activeDeadlineSeconds`"},
+	settings.StartTimeout.With("2m", "a pod's start: scheduling, image, init"),
+	{Name: "lease_duration", Kind: settings.Duration, Default: "60s", Doc: "the owner Lease's duration (renewed every third of it)"},
+	{Name: "max_lifetime", Kind: settings.Duration, Default: "24h", Doc: "every pod's `activeDeadlineSeconds`"},
 	{Name: "node_cache", Kind: settings.Bool, Default: "false", Doc: "mount the bootstrap cache from the node (below)"},
 	settings.Binary.With("", "for the default `outpost_image`'s tag"),
 	{Name: "arch", Kind: settings.String, Default: "the host's", Doc: "the nodes' architecture (`amd64`, `arm64`)"},

@@ -120,7 +120,7 @@ type Options struct {
 // (docs/sandboxes/ssh.md shows them, generated from here).
 var Settings = settings.Set{Provider: "ssh", Keys: []settings.Key{
 	settings.Host.With("", "required: `[user@]host[:port]` or a `Host` alias of the ssh config"),
-	settings.User.With("", "the login user (default: the config's, then the local user's name)"),
+	settings.User.With("$USER", "the login user (default: the config's `User`, then the local user's name)"),
 	{Name: "port", Kind: settings.Int, Default: strconv.Itoa(DefaultPort), Doc: "the SSH port (default: the host's, the config's, then 22)"},
 	{Name: "identity", Kind: settings.Path, Doc: "a private key file (unencrypted); default: the config's `IdentityFile`, else `~/.ssh/id_ed25519`, `id_ecdsa`, `id_rsa`"},
 	{Name: "agent", Kind: settings.Bool, Default: "false", Doc: "authenticate with the keys of the agent at `$SSH_AUTH_SOCK` (tried first)"},

@@ -72,7 +72,6 @@ func CommonTable(sets ...Set) string {
 // with its remarks on them.
 func (s Set) Table() string {
 	var b strings.Builder
-	b.WriteString("| key | type | default | meaning |\n|---|---|---|---|\n")
 	var shared []string
 	for _, k := range s.Keys {
 		if IsCommon(k.Name) {
@@ -83,11 +82,17 @@ func (s Set) Table() string {
 			shared = append(shared, "- "+note+"\n")
 			continue
 		}
+		if b.Len() == 0 {
+			b.WriteString("| key | type | default | meaning |\n|---|---|---|---|\n")
+		}
 		t := k.typeCell()
 		if k.Kind == Enum {
 			t = codes(k.Values)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", code(k.Name), t, code(k.Default), k.Doc)
+	}
+	if b.Len() == 0 {
+		b.WriteString("It has no settings of its own.\n")
 	}
 	if len(shared) > 0 {
 		b.WriteString("\nShared settings it takes ([settings.md](settings.md)):\n\n" + strings.Join(shared, ""))
