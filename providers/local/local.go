@@ -111,14 +111,9 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		return nil, err
 	}
 	p.sweep.Do(p.sweepOrphans)
-	wd, err := filepath.Abs(opts.Workdir) // never empty (driver.Options)
+	wd, err := driver.HostDir(opts.Workdir)
 	if err != nil {
 		return nil, err
-	}
-	if fi, err := os.Stat(wd); err != nil {
-		return nil, fmt.Errorf("working directory: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("working directory %s is not a directory", wd)
 	}
 	if err := os.MkdirAll(p.base, 0o700); err != nil {
 		return nil, err
