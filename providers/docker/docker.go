@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -156,15 +155,7 @@ var Settings = settings.Set{Provider: "docker", Keys: []settings.Key{
 	settings.Host.With("$DOCKER_HOST", "the engine's address: `unix:///var/run/docker.sock`, `tcp://host:2376`"),
 }}
 
-func init() {
-	driver.Register("docker", func(settings map[string]string) (driver.Provider, error) {
-		opts, err := ParseSettings(settings)
-		if err != nil {
-			return nil, err
-		}
-		return New(opts)
-	})
-}
+func init() { driver.Register("docker", driver.NewFactory(ParseSettings, New)) }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
 func ParseSettings(m map[string]string) (*Options, error) {
@@ -333,22 +324,4 @@ func (p *Provider) Close() error {
 	err := p.eng.cli.Close()
 	p.eng = nil
 	return err
-}
-
-// version is outpost's version for labels.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	if v == "" {
-		v = "devel"
-	}
-	return v
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/versions"
 
+	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/workspace"
 )
@@ -209,7 +210,7 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	maps.Copy(labels, ownerLabels(self()))
 	labels[LabelLease] = s.id
 	labels[LabelCreated] = time.Now().UTC().Format(time.RFC3339Nano)
-	labels[LabelVersion] = version()
+	labels[LabelVersion] = selfbin.Version()
 	labels[LabelWorkspace] = string(s.mode)
 	cfg := &container.Config{
 		Image:      img.ref,

@@ -12,13 +12,13 @@ import (
 	"maps"
 	"os"
 	"path"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/outposthq/outpost/internal/owner"
+	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/workspace"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -135,7 +135,7 @@ func (s *Sandbox) layout(r remote, opts driver.Options) {
 // owner record and home; it removes what it made when a step fails. Exit
 // 20: the remote working directory is missing; 21: tar failed.
 func (s *Sandbox) makeScript(labels map[string]string) string {
-	rec := Record{Lease: s.id, Owner: owner.Self(), Created: time.Now().UTC(), Version: version(), Workspace: s.mode, Labels: labels}
+	rec := Record{Lease: s.id, Owner: owner.Self(), Created: time.Now().UTC(), Version: selfbin.Version(), Workspace: s.mode, Labels: labels}
 	b, _ := json.Marshal(rec)
 	script := fmt.Sprintf(`umask 077
 L=%s
@@ -315,21 +315,3 @@ func (s *Sandbox) Vanished(ctx context.Context) bool {
 
 // Disconnected reports whether the lease's connection dropped.
 func (s *Sandbox) Disconnected() bool { return s.c.dead() }
-
-// version is outpost's version for owner records.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	if v == "" {
-		v = "devel"
-	}
-	return v
-}

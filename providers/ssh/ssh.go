@@ -134,15 +134,7 @@ var Settings = settings.Set{Provider: "ssh", Keys: []settings.Key{
 	settings.Binary.With("", "for the remote host's architecture; copied once per host, by digest"),
 }}
 
-func init() {
-	driver.Register("ssh", func(settings map[string]string) (driver.Provider, error) {
-		opts, err := ParseSettings(settings)
-		if err != nil {
-			return nil, err
-		}
-		return New(opts)
-	})
-}
+func init() { driver.Register("ssh", driver.NewFactory(ParseSettings, New)) }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
 func ParseSettings(m map[string]string) (*Options, error) {
