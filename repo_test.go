@@ -127,7 +127,7 @@ func notDriver(imp string) bool {
 // utilities.
 func driverOnly(imp string) bool {
 	switch {
-	case imp == module, imp == module+"/harness", imp == module+"/sandbox/driver", imp == module+"/sandbox/snapshot":
+	case imp == module, imp == module+"/harness", imp == module+"/sandbox/driver", imp == module+"/sandbox/snapshot", imp == module+"/sandbox/driver/settings":
 		return true
 	case strings.HasPrefix(imp, module+"/internal/"):
 		return !strings.HasPrefix(imp, module+"/internal/testenv")

@@ -254,7 +254,7 @@ func TestSSHSIGKILLLeavesNoOrphan(t *testing.T) {
 // bound.
 func TestSSHHostGoneMidTurn(t *testing.T) {
 	srv := sshtest.New(t)
-	p := sshProvider(t, srv, func(o *sshp.Options) { o.KeepAlive = 2 * time.Second; o.DialTimeout = 5 * time.Second })
+	p := sshProvider(t, srv, func(o *sshp.Options) { o.KeepAlive = 2 * time.Second; o.StartTimeout = 5 * time.Second })
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 	var once sync.Once
 	stopped := make(chan error, 1)

@@ -185,7 +185,7 @@ func BenchmarkKubernetesTurn(b *testing.B) {
 // BenchmarkKubernetesBootstrap measures a second bootstrap of the pinned
 // Claude Code into a pod of the Debian image (bootstrap.Installer.Ensure,
 // as a turn's step 5 runs it), the host cache warm and mounted read-only
-// through a hostPath volume (node-cache). Compare with npm-install of
+// through a hostPath volume (node_cache). Compare with npm-install of
 // BenchmarkBootstrap (integration).
 func BenchmarkKubernetesBootstrap(b *testing.B) {
 	c := kubetest.Require(b)

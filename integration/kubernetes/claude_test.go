@@ -62,7 +62,7 @@ func forward(t *testing.T, at, to string) string {
 // TestClaudeInPod runs the real pinned Claude Code in a pod of the Debian
 // test image, which has no claude: outpost bootstraps it from the host's
 // verified cache (the npm registry on a cold cache), mounted read-only
-// into the pod through a hostPath volume (node-cache), and the turn talks
+// into the pod through a hostPath volume (node_cache), and the turn talks
 // to the fake Anthropic API through the pods' gateway. A second turn
 // resumes the conversation in a fresh pod, bootstrapped from the cache.
 func TestClaudeInPod(t *testing.T) {

@@ -323,7 +323,7 @@ func TestConfigurationErrors(t *testing.T) {
 		{"garbage-kubeconfig", map[string]string{"kubeconfig": garbage}, kubernetes.ErrConfig, garbage},
 		{"unknown-context", map[string]string{"kubeconfig": c.Kubeconfig, "context": "nope"}, kubernetes.ErrConfig, "nope"},
 		{"forbidden-namespace", map[string]string{"kubeconfig": c.Kubeconfig, "namespace": "default"}, kubernetes.ErrForbidden, "rbac.yaml"},
-		{"bad-setting", map[string]string{"cpu": "lots"}, kubernetes.ErrConfig, "cpu"},
+		{"bad-setting", map[string]string{"cpu": "lots"}, outpost.ErrConfiguration, "cpu"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := sandbox.Open("kubernetes", tc.settings)
@@ -340,15 +340,15 @@ func TestConfigurationErrors(t *testing.T) {
 
 // TestKilledOutpostLeavesNoPod kills `outpost run` with SIGKILL mid-turn:
 // its owner Lease stops being renewed; once past its renew deadline
-// (lease-duration, 6 s here) any outpost deletes it (here `outpost gc
+// (lease_duration, 6 s here) any outpost deletes it (here `outpost gc
 // --sandbox kubernetes`), and the cluster's garbage collector deletes the
 // pod. The bound: the lease duration, then the GC's reaction (seconds).
 func TestKilledOutpostLeavesNoPod(t *testing.T) {
 	c := kubetest.Require(t)
 	home := t.TempDir()
 	set := []string{"--set", "kubeconfig=" + c.Kubeconfig, "--set", "namespace=" + c.Namespace, "--set", "pull=never",
-		"--set", "binary=" + c.Binary, "--set", "cpu-request=10m", "--set", "memory-request=16Mi"}
-	args := append([]string{"run", "--sandbox", "kubernetes", "--set", "lease-duration=6s"}, set...)
+		"--set", "binary=" + c.Binary, "--set", "cpu_request=10m", "--set", "memory_request=16Mi"}
+	args := append([]string{"run", "--sandbox", "kubernetes", "--set", "lease_duration=6s"}, set...)
 	cmd := exec.Command(c.Binary, append(args, "--json", "#slow=100000")...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "OUTPOST_HOME="+home)

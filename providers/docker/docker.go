@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"runtime/debug"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/driver/settings"
 
 	dockerclient "github.com/docker/docker/client"
 
@@ -83,7 +81,7 @@ const (
 	DefaultUser    = "1000:1000"
 	DefaultNetwork = "bridge"
 	DefaultMemory  = 4 << 30 // bytes, no swap on top
-	DefaultCPUs    = 2.0     // capped at the engine's CPU count
+	DefaultCPU     = 2.0     // capped at the engine's CPU count
 	DefaultPids    = 1024
 	// DefaultSpares is how many spare execs a warm sandbox keeps ready
 	// (Sandbox.Warm): one turn's processes (the workspace described
@@ -110,9 +108,9 @@ type Options struct {
 	// Memory is the memory limit in bytes (swap is not added on top).
 	// 0: DefaultMemory; negative: no limit.
 	Memory int64
-	// CPUs is the CPU limit. 0: DefaultCPUs, capped at the engine's CPU
-	// count; negative: no limit.
-	CPUs float64
+	// CPU is the CPU limit in CPUs. 0: DefaultCPU, capped at the
+	// engine's CPU count; negative: no limit.
+	CPU float64
 	// Pids is the process limit. 0: DefaultPids; negative: no limit.
 	Pids int64
 	// Spares is how many spare execs of the shim a warm sandbox
@@ -139,125 +137,38 @@ type Options struct {
 	Host string
 }
 
-// Settings lists the keys sandbox.Open("docker", settings) accepts, with
-// what they set (values are strings: "4g", "1.5", "none", "true").
-var Settings = map[string]string{
-	"image":       "Options.Image",
-	"pull":        "Options.Pull: missing, never, always",
-	"network":     "Options.Network: bridge, none, host or a network name",
-	"user":        "Options.User: uid:gid or a user name",
-	"memory":      "Options.Memory: bytes with an optional k, m or g suffix; none for no limit",
-	"cpus":        "Options.CPUs: a number; none for no limit",
-	"pids":        "Options.Pids: a number; none for no limit",
-	"spares":      "Options.Spares: a number; none for no spare execs",
-	"readonly":    "Options.ReadOnly: true or false",
-	"workspace":   "Options.Workspace: copy or bind",
-	"binary":      "Options.Binary: path of a static outpost binary",
-	"binary_mode": "Options.BinaryMode: auto, bind or copy",
-	"host":        "Options.Host: the engine's address",
-}
+// Settings declares the keys sandbox.Open("docker", settings) accepts
+// (docs/sandboxes/docker.md shows them, generated from here).
+var Settings = settings.Set{Provider: "docker", Keys: []settings.Key{
+	settings.Image.With("outpost/minimal:<digest>", "built on demand from nothing; real agent CLIs need an image with their userland (below)"),
+	settings.Pull.With("missing", ""),
+	{Name: "network", Kind: settings.String, Default: DefaultNetwork, Doc: "the container's network: `bridge` (egress allowed), `none`, `host`, or a user-defined network's name"},
+	settings.User.With(DefaultUser, "`uid:gid` or a user name the image knows; with `workspace=bind`, the working directory's owner unless that is root"),
+	settings.Memory.With("4g", "no swap on top"),
+	settings.CPU.With("2", "at most the engine's CPUs"),
+	{Name: "pids", Kind: settings.Int, None: true, Default: strconv.Itoa(DefaultPids), Doc: "process limit"},
+	{Name: "spares", Kind: settings.Int, None: true, Default: strconv.Itoa(DefaultSpares), Doc: "spare execs a warm sandbox keeps ready (`none`: Warm does nothing)"},
+	settings.ReadOnly.With("false", "`/tmp` is then a private tmpfs"),
+	settings.Workspace.Only(string(Copy), string(Bind)).With(string(Copy), "`bind` bind-mounts the directory (live, no copy; the engine must see the host's files)"),
+	settings.Binary.With("", "for Linux on the engine's architecture"),
+	{Name: "binary_mode", Kind: settings.Enum, Values: []string{string(BinaryAuto), string(BinaryBind), string(BinaryCopy)}, Default: string(BinaryAuto), Doc: "how the binary reaches the container: `bind` (read-only bind mount), `copy` (copied in before start); `auto` binds on a unix-socket engine and copies otherwise"},
+	settings.Host.With("$DOCKER_HOST", "the engine's address: `unix:///var/run/docker.sock`, `tcp://host:2376`"),
+}}
 
-func init() {
-	driver.Register("docker", func(settings map[string]string) (driver.Provider, error) {
-		opts, err := ParseSettings(settings)
-		if err != nil {
-			return nil, err
-		}
-		return New(opts)
-	})
-}
+func init() { driver.Register("docker", driver.NewFactory(ParseSettings, New)) }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
-func ParseSettings(settings map[string]string) (*Options, error) {
-	o := &Options{}
-	for k, v := range settings {
-		var err error
-		switch k {
-		case "image":
-			o.Image = v
-		case "pull":
-			o.Pull = PullPolicy(v)
-		case "network":
-			o.Network = v
-		case "user":
-			o.User = v
-		case "memory":
-			o.Memory, err = parseLimit(v, parseBytes)
-		case "cpus":
-			if isNone(v) {
-				o.CPUs = -1
-			} else if o.CPUs, err = strconv.ParseFloat(v, 64); err == nil && o.CPUs <= 0 {
-				err = errors.New("must be positive")
-			}
-		case "pids":
-			o.Pids, err = parseLimit(v, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
-		case "spares":
-			if isNone(v) {
-				o.Spares = -1
-			} else if o.Spares, err = strconv.Atoi(v); err == nil && o.Spares <= 0 {
-				err = errors.New("must be positive")
-			}
-		case "readonly":
-			o.ReadOnly, err = strconv.ParseBool(v)
-		case "workspace":
-			o.Workspace = WorkspaceMode(v)
-		case "binary":
-			o.Binary = v
-		case "binary_mode":
-			o.BinaryMode = BinaryMode(v)
-		case "host":
-			o.Host = v
-		default:
-			keys := make([]string, 0, len(Settings))
-			for k := range Settings {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			return nil, fmt.Errorf("docker: unknown setting %q (known: %s)", k, strings.Join(keys, ", "))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("docker: setting %s=%q: %w", k, v, err)
-		}
-	}
-	return o, nil
-}
-
-func isNone(v string) bool { return v == "none" || v == "-1" || v == "unlimited" }
-
-func parseLimit(v string, parse func(string) (int64, error)) (int64, error) {
-	if isNone(v) {
-		return -1, nil
-	}
-	n, err := parse(v)
-	if err == nil && n <= 0 {
-		err = errors.New("must be positive (none for no limit)")
-	}
-	return n, err
-}
-
-// parseBytes reads "512m", "4g", "1048576", "64k" (binary units).
-func parseBytes(s string) (int64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	t = strings.TrimSuffix(t, "b")
-	mult := int64(1)
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'k':
-			mult = 1 << 10
-		case 'm':
-			mult = 1 << 20
-		case 'g':
-			mult = 1 << 30
-		}
-		if mult != 1 {
-			t = t[:len(t)-1]
-		}
-	}
-	n, err := strconv.ParseFloat(t, 64)
+func ParseSettings(m map[string]string) (*Options, error) {
+	v, err := Settings.Parse(m)
 	if err != nil {
-		return 0, fmt.Errorf("not a size: %q", s)
+		return nil, err
 	}
-	return int64(n * float64(mult)), nil
+	return &Options{
+		Image: v.String("image"), Pull: PullPolicy(v.String("pull")), Network: v.String("network"), User: v.String("user"),
+		Memory: v.Int("memory"), CPU: v.Quantity("cpu"), Pids: v.Int("pids"), Spares: int(v.Int("spares")),
+		ReadOnly: v.Bool("readonly"), Workspace: WorkspaceMode(v.String("workspace")),
+		Binary: v.String("binary"), BinaryMode: BinaryMode(v.String("binary_mode")), Host: v.String("host"),
+	}, nil
 }
 
 // New returns a docker provider; nil opts means defaults. It checks the
@@ -413,22 +324,4 @@ func (p *Provider) Close() error {
 	err := p.eng.cli.Close()
 	p.eng = nil
 	return err
-}
-
-// version is outpost's version for labels.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	if v == "" {
-		v = "devel"
-	}
-	return v
 }

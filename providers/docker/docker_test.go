@@ -98,17 +98,17 @@ func TestNoEngine(t *testing.T) {
 
 func TestParseSettings(t *testing.T) {
 	o, err := docker.ParseSettings(map[string]string{
-		"image": "x:1", "network": "none", "user": "1:2", "memory": "512m", "cpus": "1.5", "pids": "none",
+		"image": "x:1", "network": "none", "user": "1:2", "memory": "512m", "cpu": "1.5", "pids": "none",
 		"readonly": "true", "workspace": "bind", "pull": "never", "binary_mode": "copy", "spares": "2",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := docker.Options{Image: "x:1", Network: "none", User: "1:2", Memory: 512 << 20, CPUs: 1.5, Pids: -1, ReadOnly: true, Workspace: docker.Bind, Pull: docker.PullNever, BinaryMode: docker.BinaryCopy, Spares: 2}
+	want := docker.Options{Image: "x:1", Network: "none", User: "1:2", Memory: 512 << 20, CPU: 1.5, Pids: -1, ReadOnly: true, Workspace: docker.Bind, Pull: docker.PullNever, BinaryMode: docker.BinaryCopy, Spares: 2}
 	if *o != want {
 		t.Errorf("got %+v\nwant %+v", *o, want)
 	}
-	for _, bad := range []map[string]string{{"colour": "red"}, {"memory": "lots"}, {"cpus": "-2"}, {"pids": "0"}, {"readonly": "perhaps"}, {"spares": "0"}, {"spares": "many"}} {
+	for _, bad := range []map[string]string{{"colour": "red"}, {"memory": "lots"}, {"cpu": "-2"}, {"pids": "0"}, {"readonly": "perhaps"}, {"spares": "0"}, {"spares": "many"}} {
 		if _, err := docker.ParseSettings(bad); err == nil {
 			t.Errorf("ParseSettings(%v) succeeded", bad)
 		}

@@ -73,7 +73,7 @@ func TestHardeningDefaults(t *testing.T) {
 	if hc.Memory != docker.DefaultMemory || hc.MemorySwap != docker.DefaultMemory {
 		t.Errorf("memory %d swap %d, want %d for both", hc.Memory, hc.MemorySwap, docker.DefaultMemory)
 	}
-	if want := int64(min(docker.DefaultCPUs, float64(runtime.NumCPU())) * 1e9); hc.NanoCPUs != want {
+	if want := int64(min(docker.DefaultCPU, float64(runtime.NumCPU())) * 1e9); hc.NanoCPUs != want {
 		t.Errorf("NanoCPUs %d, want %d", hc.NanoCPUs, want)
 	}
 	if hc.NetworkMode != docker.DefaultNetwork {
@@ -151,7 +151,7 @@ func TestHardeningDefaults(t *testing.T) {
 // still has a writable home, workspace and /tmp (with exec).
 func TestHardeningSettings(t *testing.T) {
 	dockertest.Require(t, dockertest.Busybox)
-	settings := map[string]string{"network": "none", "readonly": "true", "memory": "256m", "cpus": "0.5", "pids": "64", "user": "1234:1234"}
+	settings := map[string]string{"network": "none", "readonly": "true", "memory": "256m", "cpu": "0.5", "pids": "64", "user": "1234:1234"}
 	o, err := docker.ParseSettings(settings)
 	if err != nil {
 		t.Fatal(err)

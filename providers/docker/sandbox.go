@@ -25,6 +25,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/versions"
 
+	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/workspace"
 )
@@ -125,16 +126,9 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	wd, err := filepath.Abs(opts.Workdir) // never empty (driver.Options)
+	wd, err := driver.HostDir(opts.Workdir)
 	if err != nil {
 		return nil, err
-	}
-	fi, err := os.Stat(wd)
-	if err != nil {
-		return nil, fmt.Errorf("working directory: %w", err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("working directory %s is not a directory", wd)
 	}
 	eng, err := p.connect(ctx)
 	if err != nil {
@@ -149,8 +143,10 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	s.shared = sharedMounts(eng, opts.Mounts)
 	if s.user == "" {
 		s.user = DefaultUser
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && s.mode == Bind && st.Uid != 0 {
-			s.user = fmt.Sprintf("%d:%d", st.Uid, st.Gid)
+		if fi, err := os.Stat(wd); err == nil && s.mode == Bind {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
+				s.user = fmt.Sprintf("%d:%d", st.Uid, st.Gid)
+			}
 		}
 	}
 	s.env = environment(img.env)
@@ -214,11 +210,8 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	maps.Copy(labels, ownerLabels(self()))
 	labels[LabelLease] = s.id
 	labels[LabelCreated] = time.Now().UTC().Format(time.RFC3339Nano)
-	labels[LabelVersion] = version()
+	labels[LabelVersion] = selfbin.Version()
 	labels[LabelWorkspace] = string(s.mode)
-	volLabels := ownerLabels(self())
-	volLabels[LabelLease] = s.id
-
 	cfg := &container.Config{
 		Image:      img.ref,
 		User:       s.user,
@@ -228,28 +221,12 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 		Labels:     labels,
 		StopSignal: "SIGTERM",
 	}
-	mounts := []mount.Mount{{Type: mount.TypeVolume, Target: StateDir, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}}}
-	if !eng.copyBinary {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: eng.binary, Target: BinaryPath, ReadOnly: true})
-	}
-	mounts = append(mounts, s.bindMounts()...)
-	switch s.mode {
-	case Bind:
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: s.hostDir, Target: Workspace})
-		// The directory's .outpost (its .env holds secrets the agent gets
-		// only by name) is hidden behind an empty read-only tmpfs.
-		if fi, err := os.Stat(filepath.Join(s.hostDir, ".outpost")); err == nil && fi.IsDir() {
-			mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: Workspace + "/.outpost", ReadOnly: true})
-		}
-	default:
-		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Target: Workspace, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}})
-	}
 	hc := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(o.Network),
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges:true"},
 		ReadonlyRootfs: o.ReadOnly,
-		Mounts:         mounts,
+		Mounts:         containerMounts(eng, s),
 		LogConfig:      container.LogConfig{Type: "none"},
 		IpcMode:        "private",
 	}
@@ -260,6 +237,36 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	if !nm.IsHost() && !nm.IsNone() && !nm.IsContainer() && versions.GreaterThanOrEqualTo(eng.apiVersion, "1.41") {
 		hc.ExtraHosts = []string{"host.docker.internal:host-gateway"}
 	}
+	o.limit(hc, eng.ncpu)
+	return cfg, hc
+}
+
+// containerMounts are the state volume, outpost's binary (unless it is
+// copied in), the shared host directories and the workspace.
+func containerMounts(eng *engine, s *Sandbox) []mount.Mount {
+	volLabels := ownerLabels(self())
+	volLabels[LabelLease] = s.id
+	mounts := []mount.Mount{{Type: mount.TypeVolume, Target: StateDir, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}}}
+	if !eng.copyBinary {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: eng.binary, Target: BinaryPath, ReadOnly: true})
+	}
+	mounts = append(mounts, s.bindMounts()...)
+	if s.mode != Bind {
+		return append(mounts, mount.Mount{Type: mount.TypeVolume, Target: Workspace, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}})
+	}
+	mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: s.hostDir, Target: Workspace})
+	// The directory's .outpost (its .env holds secrets the agent gets
+	// only by name) is hidden behind an empty read-only tmpfs.
+	if fi, err := os.Stat(filepath.Join(s.hostDir, ".outpost")); err == nil && fi.IsDir() {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: Workspace + "/.outpost", ReadOnly: true})
+	}
+	return mounts
+}
+
+// limit sets the memory (no swap on top), CPU and process limits: the
+// defaults for zero values (CPU at most ncpu, the engine's), none for
+// negative ones.
+func (o Options) limit(hc *container.HostConfig, ncpu int) {
 	switch {
 	case o.Memory == 0:
 		hc.Memory = DefaultMemory
@@ -269,15 +276,15 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	if hc.Memory > 0 {
 		hc.MemorySwap = hc.Memory
 	}
-	cpus := o.CPUs
-	if cpus == 0 {
-		cpus = DefaultCPUs
-		if eng.ncpu > 0 {
-			cpus = math.Min(cpus, float64(eng.ncpu))
+	cpu := o.CPU
+	if cpu == 0 {
+		cpu = DefaultCPU
+		if ncpu > 0 {
+			cpu = math.Min(cpu, float64(ncpu))
 		}
 	}
-	if cpus > 0 {
-		hc.NanoCPUs = int64(cpus * 1e9)
+	if cpu > 0 {
+		hc.NanoCPUs = int64(cpu * 1e9)
 	}
 	pids := o.Pids
 	if pids == 0 {
@@ -286,7 +293,6 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	if pids > 0 {
 		hc.PidsLimit = &pids
 	}
-	return cfg, hc
 }
 
 // prepare lays out /outpost, copies the workspace in (copy mode) and

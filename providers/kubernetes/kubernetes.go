@@ -5,9 +5,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"runtime/debug"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,12 +26,14 @@ import (
 
 	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/driver/settings"
 )
 
 // Errors of the provider, wrapped with the details.
 var (
 	// ErrConfig: no usable cluster configuration (kubeconfig, context,
-	// namespace, in-cluster environment) or a malformed setting.
+	// namespace, in-cluster environment) or an Options value New refuses
+	// (a malformed --set value is refused earlier, by Settings.Parse).
 	ErrConfig = errors.New("kubernetes: bad configuration")
 	// ErrForbidden: the cluster refuses the user something the provider
 	// needs (RBAC); docs/sandboxes/kubernetes.md ships a minimal Role.
@@ -67,9 +69,9 @@ const (
 type PullPolicy string
 
 const (
-	PullIfNotPresent PullPolicy = "if-not-present" // default
-	PullNever        PullPolicy = "never"
-	PullAlways       PullPolicy = "always"
+	PullMissing PullPolicy = "missing" // IfNotPresent, the default
+	PullNever   PullPolicy = "never"
+	PullAlways  PullPolicy = "always"
 )
 
 // Options configure the provider. The zero value is ready to use.
@@ -91,7 +93,7 @@ type Options struct {
 	// container copies the binary into each pod. Default:
 	// outpost/outpost:<12 hex of the binary's SHA-256>.
 	OutpostImage string
-	// Pull is the pods' imagePullPolicy; default PullIfNotPresent.
+	// Pull is the pods' imagePullPolicy; default PullMissing.
 	Pull PullPolicy
 	// ServiceAccount runs the pods under this service account (its token
 	// is still not mounted). Default: the namespace's default.
@@ -142,30 +144,31 @@ type Options struct {
 // quietClientOnce discards client-go's klog output once per process.
 var quietClientOnce sync.Once
 
-// Settings lists the keys sandbox.Open("kubernetes", settings) accepts.
-var Settings = map[string]string{
-	"kubeconfig":        "Options.Kubeconfig: path of a kubeconfig file",
-	"context":           "Options.Context: a kubeconfig context",
-	"namespace":         "Options.Namespace",
-	"image":             "Options.Image: the agent's image",
-	"outpost-image":     "Options.OutpostImage: the image holding outpost's static binary at /usr/local/bin/outpost",
-	"pull":              "Options.Pull: if-not-present, never, always",
-	"service-account":   "Options.ServiceAccount",
-	"node-selector":     "Options.NodeSelector: k=v,k=v",
-	"user":              "Options.UID and GID: uid:gid (not 0)",
-	"cpu":               "Options.CPU: CPU limit (quantity; none)",
-	"memory":            "Options.Memory: memory limit (quantity; none)",
-	"cpu-request":       "Options.CPURequest",
-	"memory-request":    "Options.MemoryRequest",
-	"ephemeral-storage": "Options.Storage: ephemeral-storage limit (quantity; none)",
-	"readonly":          "Options.ReadOnly: true or false",
-	"start-timeout":     "Options.StartTimeout: a duration (2m)",
-	"lease-duration":    "Options.LeaseDuration: a duration (60s)",
-	"max-lifetime":      "Options.MaxLifetime: a duration (24h)",
-	"node-cache":        "Options.NodeCache: true or false",
-	"binary":            "Options.Binary: path of a static outpost binary",
-	"arch":              "Options.Arch: the nodes' architecture (amd64, arm64)",
-}
+// Settings declares the keys sandbox.Open("kubernetes", settings) accepts
+// (docs/sandboxes/kubernetes.md shows them, generated from here).
+var Settings = settings.Set{Provider: "kubernetes", Keys: []settings.Key{
+	{Name: "kubeconfig", Kind: settings.Path, Default: "$KUBECONFIG", Doc: "the kubeconfig file (then `~/.kube/config`, then the in-cluster configuration)"},
+	{Name: "context", Kind: settings.String, Doc: "the kubeconfig context (default: its current one)"},
+	{Name: "namespace", Kind: settings.String, Doc: "the pods' and Leases' namespace (default: the context's, the pod's, `default`)"},
+	settings.Image.With("outpost_image", "the agent's image; the default holds only outpost's binary (the echo agent, static CLIs)"),
+	{Name: "outpost_image", Kind: settings.String, Default: "outpost/outpost:<12 hex>", Doc: "the image whose `/usr/local/bin/outpost` is a static outpost binary (below)"},
+	settings.Pull.With("missing", "the pods' `imagePullPolicy`: `IfNotPresent`, `Never`, `Always`"),
+	{Name: "service_account", Kind: settings.String, Doc: "the pods' service account (its token is never mounted; default: the namespace's)"},
+	{Name: "node_selector", Kind: settings.Map, Doc: "`k=v,k=v`: the nodes pods may run on"},
+	settings.User.With("1000:1000", "`uid[:gid]`, never 0"),
+	settings.CPU.With(DefaultCPU, "the container's limit"),
+	settings.Memory.With("4Gi", "the container's limit"),
+	{Name: "cpu_request", Kind: settings.Quantity, None: true, Default: DefaultCPURequest, Doc: "the container's CPU request"},
+	{Name: "memory_request", Kind: settings.Size, None: true, Default: DefaultMemoryRequest, Doc: "the container's memory request"},
+	{Name: "ephemeral_storage", Kind: settings.Size, None: true, Default: DefaultStorage, Doc: "ephemeral-storage limit (the home and workspace `emptyDir`s count against it)"},
+	settings.ReadOnly.With("false", "`/tmp` is then an `emptyDir`"),
+	settings.StartTimeout.With("2m", "a pod's start: scheduling, image, init"),
+	{Name: "lease_duration", Kind: settings.Duration, Default: "60s", Doc: "the owner Lease's duration (renewed every third of it)"},
+	{Name: "max_lifetime", Kind: settings.Duration, Default: "24h", Doc: "every pod's `activeDeadlineSeconds`"},
+	{Name: "node_cache", Kind: settings.Bool, Default: "false", Doc: "mount the bootstrap cache from the node (below)"},
+	settings.Binary.With("", "for the default `outpost_image`'s tag"),
+	{Name: "arch", Kind: settings.String, Default: "the host's", Doc: "the nodes' architecture (`amd64`, `arm64`)"},
+}}
 
 func init() {
 	driver.Register("kubernetes", func(settings map[string]string) (driver.Provider, error) {
@@ -189,97 +192,63 @@ func init() {
 }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
-func ParseSettings(settings map[string]string) (*Options, error) {
-	o := &Options{}
-	for k, v := range settings {
-		var err error
-		switch k {
-		case "kubeconfig":
-			o.Kubeconfig = v
-		case "context":
-			o.Context = v
-		case "namespace":
-			o.Namespace = v
-		case "image":
-			o.Image = v
-		case "outpost-image":
-			o.OutpostImage = v
-		case "pull":
-			o.Pull = PullPolicy(v)
-		case "service-account":
-			o.ServiceAccount = v
-		case "node-selector":
-			o.NodeSelector, err = parseSelector(v)
-		case "user":
-			u, g, ok := strings.Cut(v, ":")
-			if o.UID, err = strconv.ParseInt(u, 10, 64); err == nil && ok {
-				o.GID, err = strconv.ParseInt(g, 10, 64)
-			} else if err == nil {
-				o.GID = o.UID
-			}
-			if err == nil && (o.UID <= 0 || o.GID < 0) {
-				err = errors.New("must be a non-root uid[:gid]")
-			}
-		case "cpu":
-			o.CPU = v
-		case "memory":
-			o.Memory = v
-		case "cpu-request":
-			o.CPURequest = v
-		case "memory-request":
-			o.MemoryRequest = v
-		case "ephemeral-storage":
-			o.Storage = v
-		case "readonly":
-			o.ReadOnly, err = strconv.ParseBool(v)
-		case "node-cache":
-			o.NodeCache, err = strconv.ParseBool(v)
-		case "start-timeout":
-			o.StartTimeout, err = positive(v)
-		case "lease-duration":
-			o.LeaseDuration, err = positive(v)
-		case "max-lifetime":
-			o.MaxLifetime, err = positive(v)
-		case "binary":
-			o.Binary = v
-		case "arch":
-			o.Arch = v
-		default:
-			keys := make([]string, 0, len(Settings))
-			for k := range Settings {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			return nil, fmt.Errorf("%w: unknown setting %q (known: %s)", ErrConfig, k, strings.Join(keys, ", "))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: setting %s=%q: %w", ErrConfig, k, v, err)
+func ParseSettings(m map[string]string) (*Options, error) {
+	v, err := Settings.Parse(m)
+	if err != nil {
+		return nil, err
+	}
+	o := &Options{
+		Kubeconfig: v.String("kubeconfig"), Context: v.String("context"), Namespace: v.String("namespace"),
+		Image: v.String("image"), OutpostImage: v.String("outpost_image"), Pull: PullPolicy(v.String("pull")),
+		ServiceAccount: v.String("service_account"), NodeSelector: v.Map("node_selector"),
+		CPU: cpu(v, "cpu"), Memory: size(v, "memory"), CPURequest: cpu(v, "cpu_request"),
+		MemoryRequest: size(v, "memory_request"), Storage: size(v, "ephemeral_storage"),
+		ReadOnly: v.Bool("readonly"), NodeCache: v.Bool("node_cache"),
+		StartTimeout: v.Duration("start_timeout"), LeaseDuration: v.Duration("lease_duration"),
+		MaxLifetime: v.Duration("max_lifetime"), Binary: v.String("binary"), Arch: v.String("arch"),
+	}
+	if user := v.String("user"); user != "" {
+		if o.UID, o.GID, err = parseUser(user); err != nil {
+			return nil, Settings.Invalid("user", user, err)
 		}
 	}
 	return o, nil
 }
 
-func positive(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err == nil && d <= 0 {
-		err = errors.New("must be positive")
+// parseUser reads uid[:gid], not root.
+func parseUser(v string) (uid, gid int64, err error) {
+	u, g, ok := strings.Cut(v, ":")
+	if uid, err = strconv.ParseInt(u, 10, 64); err == nil && ok {
+		gid, err = strconv.ParseInt(g, 10, 64)
+	} else if err == nil {
+		gid = uid
 	}
-	return d, err
+	if err != nil || uid <= 0 || gid < 0 {
+		return 0, 0, errors.New("must be a non-root uid[:gid]")
+	}
+	return uid, gid, nil
 }
 
-func parseSelector(v string) (map[string]string, error) {
-	m := map[string]string{}
-	for _, kv := range strings.Split(v, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		k, val, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("%q is not key=value", kv)
-		}
-		m[k] = val
+// cpu is a Quantity setting as a Kubernetes quantity ("" unset, "none").
+func cpu(v settings.Values, name string) string {
+	switch q := v.Quantity(name); {
+	case q < 0:
+		return settings.None
+	case q > 0:
+		return resource.NewMilliQuantity(int64(math.Round(q*1000)), resource.DecimalSI).String()
 	}
-	return m, nil
+	return ""
+}
+
+// size is a Size setting as a Kubernetes quantity ("" unset, "none").
+func size(v settings.Values, name string) string {
+	switch n := v.Int(name); {
+	case n < 0:
+		return settings.None
+	case n > 0:
+		return resource.NewQuantity(n, resource.BinarySI).String()
+	}
+	return ""
 }
 
 // resources are the container's parsed requests and limits.
@@ -306,9 +275,9 @@ func parseResources(o *Options) (resources, error) {
 	return r, errors.Join(
 		set(r.limits, corev1.ResourceCPU, o.CPU, DefaultCPU, "cpu"),
 		set(r.limits, corev1.ResourceMemory, o.Memory, DefaultMemory, "memory"),
-		set(r.limits, corev1.ResourceEphemeralStorage, o.Storage, DefaultStorage, "ephemeral-storage"),
-		set(r.requests, corev1.ResourceCPU, o.CPURequest, DefaultCPURequest, "cpu-request"),
-		set(r.requests, corev1.ResourceMemory, o.MemoryRequest, DefaultMemoryRequest, "memory-request"),
+		set(r.limits, corev1.ResourceEphemeralStorage, o.Storage, DefaultStorage, "ephemeral_storage"),
+		set(r.requests, corev1.ResourceCPU, o.CPURequest, DefaultCPURequest, "cpu_request"),
+		set(r.requests, corev1.ResourceMemory, o.MemoryRequest, DefaultMemoryRequest, "memory_request"),
 	)
 }
 
@@ -343,12 +312,12 @@ func New(opts *Options) (*Provider, error) {
 		quietClientOnce.Do(func() { klog.SetLogger(logr.Discard()) })
 	}
 	if o.Pull == "" {
-		o.Pull = PullIfNotPresent
+		o.Pull = PullMissing
 	}
 	switch o.Pull {
-	case PullIfNotPresent, PullNever, PullAlways:
+	case PullMissing, PullNever, PullAlways:
 	default:
-		return nil, fmt.Errorf("%w: unknown pull policy %q (if-not-present, never, always)", ErrConfig, o.Pull)
+		return nil, fmt.Errorf("%w: unknown pull policy %q (missing, never, always)", ErrConfig, o.Pull)
 	}
 	if o.UID == 0 {
 		o.UID = DefaultUID

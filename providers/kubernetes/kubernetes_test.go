@@ -17,6 +17,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -46,10 +47,10 @@ current-context: ctx
 
 func TestParseSettings(t *testing.T) {
 	o, err := ParseSettings(map[string]string{
-		"kubeconfig": "/k", "context": "c", "namespace": "n", "image": "i:1", "outpost-image": "o:1", "pull": "never",
-		"service-account": "sa", "node-selector": "a=b, c=d", "user": "2000:3000", "cpu": "1", "memory": "1Gi",
-		"cpu-request": "10m", "memory-request": "16Mi", "ephemeral-storage": "none", "readonly": "true",
-		"start-timeout": "30s", "lease-duration": "10s", "max-lifetime": "1h", "node-cache": "true", "binary": "/b", "arch": "arm64",
+		"kubeconfig": "/k", "context": "c", "namespace": "n", "image": "i:1", "outpost_image": "o:1", "pull": "never",
+		"service_account": "sa", "node_selector": "a=b, c=d", "user": "2000:3000", "cpu": "1", "memory": "1Gi",
+		"cpu_request": "10m", "memory_request": "16Mi", "ephemeral_storage": "none", "readonly": "true",
+		"start_timeout": "30s", "lease_duration": "10s", "max_lifetime": "1h", "node_cache": "true", "binary": "/b", "arch": "arm64",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,9 +63,9 @@ func TestParseSettings(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	for _, bad := range []map[string]string{{"colour": "red"}, {"user": "0"}, {"user": "x"}, {"readonly": "perhaps"},
-		{"node-selector": "novalue"}, {"start-timeout": "-1s"}, {"lease-duration": "soon"}} {
-		if _, err := ParseSettings(bad); !errors.Is(err, ErrConfig) {
-			t.Errorf("ParseSettings(%v): %v, want ErrConfig", bad, err)
+		{"node_selector": "novalue"}, {"start_timeout": "-1s"}, {"lease_duration": "soon"}, {"memory": "4 gigs"}} {
+		if _, err := ParseSettings(bad); outpost.CodeOf(err) != outpost.Configuration {
+			t.Errorf("ParseSettings(%v): %v, want a configuration error", bad, err)
 		}
 	}
 }

@@ -48,71 +48,21 @@ const (
 // stateDirs are made in the state volume by the init container.
 var stateDirs = []string{"home", "home/.config", "home/.local", "home/.local/share", "home/.local/state", "home/.cache", "tmp", "run"}
 
-// podSpec is the hardened pod of a lease.
+// podSpec is the hardened pod of a lease: an init container copies
+// outpost's binary from outpostImage into the state volume, then the
+// sandbox container runs the shim's init from it.
 func (p *Provider) podSpec(s *Sandbox, outpostImage string, o *owner, labels map[string]string) *corev1.Pod {
 	opts := p.opts
-	image := opts.Image
-	if image == "" {
-		image = outpostImage
-	}
-	pull := corev1.PullIfNotPresent
-	switch opts.Pull {
-	case PullNever:
-		pull = corev1.PullNever
-	case PullAlways:
-		pull = corev1.PullAlways
-	}
 	yes, no := true, false
 	uid, gid := opts.UID, opts.GID
 	deadline := int64(opts.MaxLifetime / time.Second)
 	grace := int64(1)
-	l := map[string]string{}
-	for k, v := range labels {
-		if validLabel(k, v) {
-			l[k] = v
-		}
-	}
-	l[LabelManaged] = managedBy
-	l[LabelRole] = "sandbox"
-	l[LabelLease] = s.id
-	l[LabelOwner] = o.name
-	secure := &corev1.SecurityContext{
-		RunAsNonRoot:             &yes,
-		RunAsUser:                &uid,
-		RunAsGroup:               &gid,
-		AllowPrivilegeEscalation: &no,
-		Privileged:               &no,
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		ReadOnlyRootFilesystem:   &opts.ReadOnly,
-	}
-	initSecure := secure.DeepCopy()
-	initSecure.ReadOnlyRootFilesystem = &yes
-	dirs := make([]string, len(stateDirs))
-	for i, d := range stateDirs {
-		dirs[i] = path.Join(seedDir, d)
-	}
-	mounts := []corev1.VolumeMount{{Name: "state", MountPath: StateDir}, {Name: "workspace", MountPath: Workspace}}
-	volumes := []corev1.Volume{
-		{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-	}
-	if opts.ReadOnly {
-		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
-		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-	}
-	hostPath := corev1.HostPathDirectory
-	for i, m := range s.shared {
-		name := fmt.Sprintf("node-cache-%d", i)
-		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Target, ReadOnly: true})
-		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: m.Source, Type: &hostPath}}})
-	}
-	host := s.host
+	mounts, volumes := podVolumes(s, opts.ReadOnly)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            s.id,
-			Labels:          l,
-			Annotations:     map[string]string{AnnotationHost: host, AnnotationVersion: version()},
+			Labels:          podLabels(s, o, labels),
+			Annotations:     map[string]string{AnnotationHost: s.host, AnnotationVersion: version()},
 			OwnerReferences: []metav1.OwnerReference{o.ref()},
 		},
 		Spec: corev1.PodSpec{
@@ -130,29 +80,116 @@ func (p *Provider) podSpec(s *Sandbox, outpostImage string, o *owner, labels map
 				FSGroup:        &gid,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			InitContainers: []corev1.Container{{
-				Name:            initName,
-				Image:           outpostImage,
-				ImagePullPolicy: pull,
-				Command:         append([]string{ImageBinary, "sandbox-shim", "install", path.Join(seedDir, "bin/outpost")}, dirs...),
-				SecurityContext: initSecure,
-				Resources:       corev1.ResourceRequirements{Limits: p.res.limits, Requests: p.res.requests},
-				VolumeMounts:    []corev1.VolumeMount{{Name: "state", MountPath: seedDir}},
-			}},
-			Containers: []corev1.Container{{
-				Name:            containerName,
-				Image:           image,
-				ImagePullPolicy: pull,
-				Command:         []string{BinaryPath, "sandbox-shim", "init"},
-				WorkingDir:      Workspace,
-				Env:             []corev1.EnvVar{{Name: "PATH", Value: path.Dir(BinaryPath) + ":" + DefaultPath}},
-				SecurityContext: secure,
-				Resources:       corev1.ResourceRequirements{Limits: p.res.limits, Requests: p.res.requests},
-				VolumeMounts:    mounts,
-			}},
-			Volumes: volumes,
+			InitContainers: []corev1.Container{p.initContainer(outpostImage)},
+			Containers:     []corev1.Container{p.sandboxContainer(outpostImage, mounts)},
+			Volumes:        volumes,
 		},
 	}
+}
+
+// initContainer copies outpost's binary into the state volume and makes
+// the state directories.
+func (p *Provider) initContainer(outpostImage string) corev1.Container {
+	dirs := make([]string, len(stateDirs))
+	for i, d := range stateDirs {
+		dirs[i] = path.Join(seedDir, d)
+	}
+	secure := p.securityContext()
+	yes := true
+	secure.ReadOnlyRootFilesystem = &yes
+	return corev1.Container{
+		Name:            initName,
+		Image:           outpostImage,
+		ImagePullPolicy: p.pullPolicy(),
+		Command:         append([]string{ImageBinary, "sandbox-shim", "install", path.Join(seedDir, "bin/outpost")}, dirs...),
+		SecurityContext: secure,
+		Resources:       corev1.ResourceRequirements{Limits: p.res.limits, Requests: p.res.requests},
+		VolumeMounts:    []corev1.VolumeMount{{Name: "state", MountPath: seedDir}},
+	}
+}
+
+// sandboxContainer runs the agent's image (default: the outpost image)
+// with the shim's init.
+func (p *Provider) sandboxContainer(outpostImage string, mounts []corev1.VolumeMount) corev1.Container {
+	image := p.opts.Image
+	if image == "" {
+		image = outpostImage
+	}
+	return corev1.Container{
+		Name:            containerName,
+		Image:           image,
+		ImagePullPolicy: p.pullPolicy(),
+		Command:         []string{BinaryPath, "sandbox-shim", "init"},
+		WorkingDir:      Workspace,
+		Env:             []corev1.EnvVar{{Name: "PATH", Value: path.Dir(BinaryPath) + ":" + DefaultPath}},
+		SecurityContext: p.securityContext(),
+		Resources:       corev1.ResourceRequirements{Limits: p.res.limits, Requests: p.res.requests},
+		VolumeMounts:    mounts,
+	}
+}
+
+// pullPolicy is Options.Pull as an imagePullPolicy.
+func (p *Provider) pullPolicy() corev1.PullPolicy {
+	switch p.opts.Pull {
+	case PullNever:
+		return corev1.PullNever
+	case PullAlways:
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
+}
+
+// securityContext is every container's: non-root, no privilege, no
+// capability, the runtime's seccomp profile.
+func (p *Provider) securityContext() *corev1.SecurityContext {
+	yes, no := true, false
+	uid, gid, ro := p.opts.UID, p.opts.GID, p.opts.ReadOnly
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             &yes,
+		RunAsUser:                &uid,
+		RunAsGroup:               &gid,
+		AllowPrivilegeEscalation: &no,
+		Privileged:               &no,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		ReadOnlyRootFilesystem:   &ro,
+	}
+}
+
+// podLabels are the caller's labels Kubernetes accepts, and the
+// provider's.
+func podLabels(s *Sandbox, o *owner, labels map[string]string) map[string]string {
+	l := map[string]string{}
+	for k, v := range labels {
+		if validLabel(k, v) {
+			l[k] = v
+		}
+	}
+	l[LabelManaged] = managedBy
+	l[LabelRole] = "sandbox"
+	l[LabelLease] = s.id
+	l[LabelOwner] = o.name
+	return l
+}
+
+// podVolumes are the sandbox container's mounts and the pod's volumes:
+// the state and workspace emptyDirs, /tmp when the root is read-only, and
+// the node's shared directories (node_cache).
+func podVolumes(s *Sandbox, readOnly bool) ([]corev1.VolumeMount, []corev1.Volume) {
+	emptyDir := func() corev1.VolumeSource { return corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}} }
+	mounts := []corev1.VolumeMount{{Name: "state", MountPath: StateDir}, {Name: "workspace", MountPath: Workspace}}
+	volumes := []corev1.Volume{{Name: "state", VolumeSource: emptyDir()}, {Name: "workspace", VolumeSource: emptyDir()}}
+	if readOnly {
+		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
+		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: emptyDir()})
+	}
+	hostPath := corev1.HostPathDirectory
+	for i, m := range s.shared {
+		name := fmt.Sprintf("node-cache-%d", i)
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Target, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: m.Source, Type: &hostPath}}})
+	}
+	return mounts, volumes
 }
 
 // validLabel keeps caller labels Kubernetes accepts (others are dropped).

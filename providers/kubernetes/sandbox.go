@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,21 +98,9 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if closed {
 		return nil, errors.New("kubernetes: the provider is closed")
 	}
-	wd := opts.Workdir
-	if wd == "" {
-		var err error
-		if wd, err = os.Getwd(); err != nil {
-			return nil, err
-		}
-	}
-	wd, err := filepath.Abs(wd)
+	wd, err := driver.HostDir(opts.Workdir)
 	if err != nil {
 		return nil, err
-	}
-	if fi, err := os.Stat(wd); err != nil {
-		return nil, fmt.Errorf("working directory: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("working directory %s is not a directory", wd)
 	}
 	img, err := p.resolveImage(ctx)
 	if err != nil {

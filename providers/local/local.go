@@ -37,6 +37,7 @@ import (
 
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/sandbox/driver/settings"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/owner"
@@ -51,18 +52,19 @@ var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "US
 // Fixed names the variables the provider defines; a turn may not set them.
 var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR"}
 
+// Settings declares the keys sandbox.Open("local", settings) accepts
+// (docs/sandboxes/local.md shows them, generated from here).
+var Settings = settings.Set{Provider: "local", Keys: []settings.Key{
+	settings.Root.With("$TMPDIR/outpost-<uid>/local", "holds the leases' homes (Options.BaseDir)"),
+}}
+
 func init() {
-	driver.Register("local", func(settings map[string]string) (driver.Provider, error) {
-		opts := &Options{}
-		for k, v := range settings {
-			switch k {
-			case "base":
-				opts.BaseDir = v
-			default:
-				return nil, fmt.Errorf("local: unknown setting %q (known: base)", k)
-			}
+	driver.Register("local", func(m map[string]string) (driver.Provider, error) {
+		v, err := Settings.Parse(m)
+		if err != nil {
+			return nil, err
 		}
-		return New(opts), nil
+		return New(&Options{BaseDir: v.String("root")}), nil
 	})
 }
 
@@ -117,14 +119,9 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		return nil, err
 	}
 	p.sweep.Do(p.sweepOrphans)
-	wd, err := filepath.Abs(opts.Workdir) // never empty (driver.Options)
+	wd, err := driver.HostDir(opts.Workdir)
 	if err != nil {
 		return nil, err
-	}
-	if fi, err := os.Stat(wd); err != nil {
-		return nil, fmt.Errorf("working directory: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("working directory %s is not a directory", wd)
 	}
 	if err := os.MkdirAll(p.base, 0o700); err != nil {
 		return nil, err

@@ -83,13 +83,13 @@ func env(l *sandbox.Lease) map[string]string {
 
 func TestRegistry(t *testing.T) {
 	base := t.TempDir()
-	p, err := sandbox.Open("local", map[string]string{"base": base})
+	p, err := sandbox.Open("local", map[string]string{"root": base})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := acquire(t, p)
 	if !strings.HasPrefix(l.Home(), base+string(filepath.Separator)) {
-		t.Errorf("home %s is not under the base setting %s", l.Home(), base)
+		t.Errorf("home %s is not under the root setting %s", l.Home(), base)
 	}
 	if _, err := sandbox.Open("local", map[string]string{"image": "x"}); err == nil {
 		t.Error("an unknown setting was accepted")

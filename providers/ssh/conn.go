@@ -62,99 +62,127 @@ func (o *Options) expand(p string) string {
 // it (github.com/kevinburke/ssh_config: HostName, Port, User,
 // IdentityFile); explicit options win.
 func resolve(o *Options) (target, error) {
-	if o.Host == "" {
-		return target{}, errors.New("ssh: no host (set host=user@host[:port])")
+	t, port, err := parseHost(o.Host)
+	if err != nil {
+		return target{}, err
 	}
-	h := o.Host
-	var t target
+	cfg, err := o.readConfig(t.alias)
+	if err != nil {
+		return target{}, err
+	}
+	t.user = firstOf(o.User, t.user, cfg.user, o.env("USER"), currentUser())
+	if o.Port != 0 {
+		port = strconv.Itoa(o.Port)
+	}
+	port = firstOf(port, cfg.port, strconv.Itoa(DefaultPort))
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return target{}, fmt.Errorf("ssh: port %q is not a port number", port)
+	}
+	t.addr = net.JoinHostPort(firstOf(cfg.hostname, t.alias), port)
+	t.identities = o.identities(cfg.identities)
+	t.knownHosts = o.expand(firstOf(o.KnownHosts, filepath.Join(o.home(), ".ssh", "known_hosts")))
+	return t, nil
+}
+
+// parseHost splits [user@]host[:port].
+func parseHost(host string) (t target, port string, err error) {
+	h := host
 	if u, rest, ok := strings.Cut(h, "@"); ok {
 		t.user, h = u, rest
 	}
-	port := ""
-	if host, p, err := net.SplitHostPort(h); err == nil {
-		h, port = host, p
+	if hh, p, err := net.SplitHostPort(h); err == nil {
+		h, port = hh, p
 	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
 		h = h[1 : len(h)-1]
 	}
+	if host == "" {
+		return target{}, "", errors.New("ssh: no host (set host=user@host[:port])")
+	}
 	if h == "" || strings.ContainsAny(h, " \t\n\x00/@") {
-		return target{}, fmt.Errorf("ssh: host %q is not [user@]host[:port]", o.Host)
+		return target{}, "", fmt.Errorf("ssh: host %q is not [user@]host[:port]", host)
 	}
 	t.alias = h
-	hostname := h
-	var cfgIdentities []string
+	return t, port, nil
+}
+
+// hostConfig is what the ssh config file says of a host.
+type hostConfig struct {
+	hostname, port, user string
+	identities           []string
+}
+
+// readConfig reads the ssh config file's entries for alias (none when
+// Config is "none", or is unset and ~/.ssh/config does not exist).
+func (o *Options) readConfig(alias string) (hostConfig, error) {
+	var hc hostConfig
 	cfgPath := o.Config
 	if cfgPath == "" {
 		cfgPath = filepath.Join(o.home(), ".ssh", "config")
 		if _, err := os.Stat(cfgPath); err != nil {
-			cfgPath = "none"
+			return hc, nil
 		}
 	}
-	if cfgPath != "none" {
-		f, err := os.Open(o.expand(cfgPath))
-		if err != nil {
-			return target{}, fmt.Errorf("ssh: config file: %w", err)
-		}
-		cfg, err := sshconfig.Decode(f)
-		f.Close()
-		if err != nil {
-			return target{}, fmt.Errorf("ssh: config file %s: %w", cfgPath, err)
-		}
-		if v, _ := cfg.Get(h, "HostName"); v != "" {
-			hostname = strings.ReplaceAll(v, "%h", h)
-		}
-		if v, _ := cfg.Get(h, "Port"); v != "" && port == "" {
-			port = v
-		}
-		if v, _ := cfg.Get(h, "User"); v != "" && t.user == "" {
-			t.user = v
-		}
-		ids, _ := cfg.GetAll(h, "IdentityFile")
-		for _, id := range ids {
-			if id != "" {
-				cfgIdentities = append(cfgIdentities, o.expand(id))
-			}
+	if cfgPath == "none" {
+		return hc, nil
+	}
+	f, err := os.Open(o.expand(cfgPath))
+	if err != nil {
+		return hc, fmt.Errorf("ssh: config file: %w", err)
+	}
+	cfg, err := sshconfig.Decode(f)
+	f.Close()
+	if err != nil {
+		return hc, fmt.Errorf("ssh: config file %s: %w", cfgPath, err)
+	}
+	if v, _ := cfg.Get(alias, "HostName"); v != "" {
+		hc.hostname = strings.ReplaceAll(v, "%h", alias)
+	}
+	hc.port, _ = cfg.Get(alias, "Port")
+	hc.user, _ = cfg.Get(alias, "User")
+	ids, _ := cfg.GetAll(alias, "IdentityFile")
+	for _, id := range ids {
+		if id != "" {
+			hc.identities = append(hc.identities, o.expand(id))
 		}
 	}
-	if o.User != "" {
-		t.user = o.User
-	}
-	if t.user == "" {
-		t.user = o.env("USER")
-		if t.user == "" {
-			if u, err := user.Current(); err == nil {
-				t.user = u.Username
-			}
-		}
-	}
-	if o.Port != 0 {
-		port = strconv.Itoa(o.Port)
-	}
-	if port == "" {
-		port = strconv.Itoa(DefaultPort)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return target{}, fmt.Errorf("ssh: port %q is not a port number", port)
-	}
-	t.addr = net.JoinHostPort(hostname, port)
+	return hc, nil
+}
+
+// identities are the key files to offer: Identity, else the config's,
+// else the default files that exist.
+func (o *Options) identities(fromConfig []string) []string {
 	switch {
 	case o.Identity != "":
-		t.identities = []string{o.expand(o.Identity)}
-	case len(cfgIdentities) > 0:
-		t.identities = cfgIdentities
-	default:
-		for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
-			p := filepath.Join(o.home(), ".ssh", n)
-			if _, err := os.Stat(p); err == nil {
-				t.identities = append(t.identities, p)
-			}
+		return []string{o.expand(o.Identity)}
+	case len(fromConfig) > 0:
+		return fromConfig
+	}
+	var ids []string
+	for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
+		p := filepath.Join(o.home(), ".ssh", n)
+		if _, err := os.Stat(p); err == nil {
+			ids = append(ids, p)
 		}
 	}
-	t.knownHosts = o.KnownHosts
-	if t.knownHosts == "" {
-		t.knownHosts = filepath.Join(o.home(), ".ssh", "known_hosts")
+	return ids
+}
+
+// currentUser is the local user's name, or "".
+func currentUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
 	}
-	t.knownHosts = o.expand(t.knownHosts)
-	return t, nil
+	return ""
+}
+
+// firstOf is the first of vs that is not empty.
+func firstOf(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // conn is one SSH connection with what the provider learned of the host.
@@ -386,7 +414,7 @@ func keepAlive(c *conn, interval time.Duration) {
 	}
 }
 
-// dial connects and authenticates, within DialTimeout and ctx.
+// dial connects and authenticates, within StartTimeout and ctx.
 func (p *Provider) dial(ctx context.Context) (*conn, error) {
 	methods, cleanup, err := p.authMethods()
 	if err != nil {
@@ -402,21 +430,21 @@ func (p *Provider) dial(ctx context.Context) (*conn, error) {
 		Auth:              methods,
 		HostKeyCallback:   hk,
 		HostKeyAlgorithms: algos,
-		Timeout:           p.opts.DialTimeout,
+		Timeout:           p.opts.StartTimeout,
 		ClientVersion:     "SSH-2.0-outpost",
 	}
-	dctx, cancel := context.WithTimeout(ctx, p.opts.DialTimeout)
+	dctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
 	nc, err := (&net.Dialer{}).DialContext(dctx, "tcp", p.tgt.addr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w: %s: %w (within %s)", ErrUnreachable, p.tgt.addr, err, p.opts.DialTimeout)
+		return nil, fmt.Errorf("%w: %s: %w (within %s)", ErrUnreachable, p.tgt.addr, err, p.opts.StartTimeout)
 	}
 	// The handshake and authentication are bounded too.
 	stop := context.AfterFunc(dctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
-	_ = nc.SetDeadline(time.Now().Add(p.opts.DialTimeout))
+	_ = nc.SetDeadline(time.Now().Add(p.opts.StartTimeout))
 	cc, chans, reqs, err := ssh.NewClientConn(nc, p.tgt.addr, cfg)
 	stop()
 	if err != nil {
@@ -432,7 +460,7 @@ func (p *Provider) dial(ctx context.Context) (*conn, error) {
 			return nil, configErr(ErrAuth, "%s refused every key offered (%s): add the public key to ~%s/.ssh/authorized_keys on the host", p.Address(), p.offered(), p.tgt.user)
 		}
 		if dctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %s: no SSH handshake within %s: %w", ErrUnreachable, p.tgt.addr, p.opts.DialTimeout, err)
+			return nil, fmt.Errorf("%w: %s: no SSH handshake within %s: %w", ErrUnreachable, p.tgt.addr, p.opts.StartTimeout, err)
 		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, p.tgt.addr, err)
 	}

@@ -14,7 +14,7 @@
 // it, and no option turns verification off.
 //
 // One provider holds one connection, dialled by the first lease (within
-// Options.DialTimeout) and shared by every lease: each process, copy and
+// Options.StartTimeout) and shared by every lease: each process, copy and
 // signal is a session multiplexed over it. Keepalives find a dead peer;
 // when the connection drops, the leases' processes fail with
 // ErrDisconnected (their sandboxes report Vanished) and the next lease

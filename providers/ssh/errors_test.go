@@ -160,7 +160,7 @@ func TestUnreachable(t *testing.T) {
 	}()
 	for name, addr := range map[string]string{"closed": closedAddr, "silent": silent.Addr().String()} {
 		t.Run(name, func(t *testing.T) {
-			p := sshtest.Provider(t, srv, func(o *sshp.Options) { o.Host = "agent@" + addr; o.DialTimeout = time.Second })
+			p := sshtest.Provider(t, srv, func(o *sshp.Options) { o.Host = "agent@" + addr; o.StartTimeout = time.Second })
 			err := acquireErr(t, p, driver.Options{})
 			if outpost.CodeOf(err) != outpost.Sandbox || !errors.Is(err, sshp.ErrUnreachable) {
 				t.Errorf("code %q, want sandbox wrapping ErrUnreachable: %v", outpost.CodeOf(err), err)

@@ -12,14 +12,13 @@ import (
 	"maps"
 	"os"
 	"path"
-	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/outposthq/outpost/internal/owner"
+	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/workspace"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -100,23 +99,9 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	}
 	s := &Sandbox{p: p, id: newID(), mode: p.opts.Workspace}
 	if s.mode == Copy {
-		wd := opts.Workdir
-		if wd == "" {
-			var err error
-			if wd, err = os.Getwd(); err != nil {
-				return nil, err
-			}
-		}
-		wd, err := filepath.Abs(wd)
+		wd, err := driver.HostDir(opts.Workdir)
 		if err != nil {
 			return nil, err
-		}
-		fi, err := os.Stat(wd)
-		if err != nil {
-			return nil, fmt.Errorf("working directory: %w", err)
-		}
-		if !fi.IsDir() {
-			return nil, fmt.Errorf("working directory %s is not a directory", wd)
 		}
 		s.hostDir = wd
 	}
@@ -126,17 +111,31 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	}
 	s.c = c
 	p.sweepOnce(ctx, c)
-	r := c.remote
+	s.layout(c.remote, opts)
+	if err := s.make(ctx, opts.Labels); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// layout sets the lease's paths on the host and its environment.
+func (s *Sandbox) layout(r remote, opts driver.Options) {
 	s.dir = path.Join(r.root, "leases", s.id)
 	s.home = path.Join(s.dir, "home")
 	s.runDir = path.Join(s.dir, "run")
 	s.workdir = path.Join(s.dir, "workspace")
 	if s.mode == Remote {
-		s.workdir = p.opts.Workdir
+		s.workdir = s.p.opts.Workdir
 	}
 	s.env = environment(r, s.home, path.Join(s.dir, "tmp"))
 	s.shared = sharedMounts(opts.Mounts)
-	rec := Record{Lease: s.id, Owner: owner.Self(), Created: time.Now().UTC(), Version: version(), Workspace: s.mode, Labels: opts.Labels}
+}
+
+// makeScript is the shell script that makes the lease directory with its
+// owner record and home; it removes what it made when a step fails. Exit
+// 20: the remote working directory is missing; 21: tar failed.
+func (s *Sandbox) makeScript(labels map[string]string) string {
+	rec := Record{Lease: s.id, Owner: owner.Self(), Created: time.Now().UTC(), Version: selfbin.Version(), Workspace: s.mode, Labels: labels}
 	b, _ := json.Marshal(rec)
 	script := fmt.Sprintf(`umask 077
 L=%s
@@ -146,63 +145,76 @@ cd "$L" || exit 1
 mkdir -p home/.config home/.local/share home/.local/state home/.cache tmp run || exit 1
 printf '%%s\n' %s >owner.tmp && mv owner.tmp owner || exit 1
 `, shq(s.dir), shq(string(b)))
-	var stdin io.Reader
-	var filled chan error
 	switch s.mode {
 	case Copy:
 		script += "mkdir workspace && tar -x -p --no-same-owner -C workspace -f - || exit 21\n"
-		pr, pw := io.Pipe()
-		stdin = pr
-		filled = make(chan error, 1)
-		m := workspace.NewManifest()
-		s.wsMan = m
-		go func() {
-			tw := tar.NewWriter(pw)
-			err := workspace.Write(ctx, tw, s.hostDir, "", "", 0, 0, m)
-			if err == nil {
-				err = tw.Close()
-			}
-			pw.CloseWithError(err)
-			filled <- err
-		}()
-		defer pr.Close()
 	case Remote:
 		script += fmt.Sprintf("[ -d %s ] || exit 20\n", shq(s.workdir))
 	}
-	script += "trap - EXIT\n"
-	res, err := run(ctx, c, script, stdin)
+	return script + "trap - EXIT\n"
+}
+
+// make runs makeScript on the host in one round trip, feeding it a tar of
+// the caller's directory in copy mode. A cancelled make removes what it
+// may have made.
+func (s *Sandbox) make(ctx context.Context, labels map[string]string) error {
+	var stdin *io.PipeReader
+	var filled chan error
+	if s.mode == Copy {
+		stdin, filled = s.feedWorkspace(ctx)
+		defer stdin.Close()
+	}
+	var in io.Reader
+	if stdin != nil {
+		in = stdin
+	}
+	res, err := run(ctx, s.c, s.makeScript(labels), in)
 	var ferr error
 	if filled != nil {
-		if stdin, ok := stdin.(*io.PipeReader); ok {
-			stdin.CloseWithError(io.ErrClosedPipe)
-		}
-		ferr = <-filled
-		if errors.Is(ferr, io.ErrClosedPipe) {
+		stdin.CloseWithError(io.ErrClosedPipe)
+		if ferr = <-filled; errors.Is(ferr, io.ErrClosedPipe) {
 			ferr = nil
 		}
 	}
 	if err != nil {
 		if ctx.Err() == nil || errors.Is(err, ErrDisconnected) {
-			return nil, fmt.Errorf("ssh: making the lease on %s: %w", p.Address(), err)
+			return fmt.Errorf("ssh: making the lease on %s: %w", s.p.Address(), err)
 		}
-		// A cancelled open may have made the directory before the session
-		// closed: remove it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 		defer cancel()
-		_, _ = run(rctx, c, "rm -rf "+shq(s.dir), nil)
-		return nil, ctx.Err()
+		_, _ = run(rctx, s.c, "rm -rf "+shq(s.dir), nil)
+		return ctx.Err()
 	}
 	switch {
 	case ferr != nil:
-		return nil, fmt.Errorf("ssh: copying %s to the host: %w", s.hostDir, ferr)
+		return fmt.Errorf("ssh: copying %s to the host: %w", s.hostDir, ferr)
 	case res.code == 20:
-		return nil, fmt.Errorf("working directory %s: %w on %s", s.workdir, os.ErrNotExist, p.Address())
+		return fmt.Errorf("working directory %s: %w on %s", s.workdir, os.ErrNotExist, s.p.Address())
 	case res.code == 21:
-		return nil, fmt.Errorf("ssh: copying %s to the host: tar: %s", s.hostDir, strings.TrimSpace(string(res.stderr)))
+		return fmt.Errorf("ssh: copying %s to the host: tar: %s", s.hostDir, strings.TrimSpace(string(res.stderr)))
 	case res.code != 0:
-		return nil, fmt.Errorf("ssh: making the lease directory %s on %s: exit %d: %s", s.dir, p.Address(), res.code, strings.TrimSpace(string(res.stderr)))
+		return fmt.Errorf("ssh: making the lease directory %s on %s: exit %d: %s", s.dir, s.p.Address(), res.code, strings.TrimSpace(string(res.stderr)))
 	}
-	return s, nil
+	return nil
+}
+
+// feedWorkspace streams a tar of the caller's directory (recording its
+// manifest) into the returned pipe; its end is sent on filled.
+func (s *Sandbox) feedWorkspace(ctx context.Context) (*io.PipeReader, chan error) {
+	pr, pw := io.Pipe()
+	filled := make(chan error, 1)
+	m := workspace.NewManifest()
+	s.wsMan = m
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := workspace.Write(ctx, tw, s.hostDir, "", "", 0, 0, m)
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+		filled <- err
+	}()
+	return pr, filled
 }
 
 // environment is a lease's environment.
@@ -303,21 +315,3 @@ func (s *Sandbox) Vanished(ctx context.Context) bool {
 
 // Disconnected reports whether the lease's connection dropped.
 func (s *Sandbox) Disconnected() bool { return s.c.dead() }
-
-// version is outpost's version for owner records.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	if v == "" {
-		v = "devel"
-	}
-	return v
-}

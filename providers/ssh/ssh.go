@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/driver/settings"
 )
 
 // Errors of the provider. Configuration problems (a host key that is not
@@ -44,10 +44,10 @@ var (
 
 // Defaults of Options.
 const (
-	DefaultPort        = 22
-	DefaultRoot        = "~/.outpost"
-	DefaultDialTimeout = 10 * time.Second
-	DefaultKeepAlive   = 15 * time.Second
+	DefaultPort         = 22
+	DefaultRoot         = "~/.outpost"
+	DefaultStartTimeout = 10 * time.Second
+	DefaultKeepAlive    = 15 * time.Second
 	// keepAliveMisses is how many keepalives may go unanswered before the
 	// connection is declared dead.
 	keepAliveMisses = 3
@@ -100,9 +100,9 @@ type Options struct {
 	Workspace WorkspaceMode
 	// Workdir is the working directory on the remote host in Remote mode.
 	Workdir string
-	// DialTimeout bounds connecting, the SSH handshake and authentication.
-	// Default DefaultDialTimeout.
-	DialTimeout time.Duration
+	// StartTimeout bounds connecting, the SSH handshake and
+	// authentication. Default DefaultStartTimeout.
+	StartTimeout time.Duration
 	// KeepAlive is the interval of keepalive requests; after 3 unanswered
 	// the connection is closed and its leases fail with ErrDisconnected.
 	// Default DefaultKeepAlive; negative: none.
@@ -116,82 +116,38 @@ type Options struct {
 	Environ []string
 }
 
-// Settings lists the keys sandbox.Open("ssh", settings) accepts.
-var Settings = map[string]string{
-	"host":         "Options.Host: [user@]host[:port] or an ssh config alias (required)",
-	"user":         "Options.User",
-	"port":         "Options.Port",
-	"identity":     "Options.Identity: a private key file",
-	"agent":        "Options.Agent: true uses $SSH_AUTH_SOCK",
-	"known_hosts":  "Options.KnownHosts: the known_hosts file",
-	"config":       "Options.Config: the ssh config file, or none",
-	"root":         "Options.Root: the provider's directory on the host",
-	"workspace":    "Options.Workspace: copy or remote",
-	"workdir":      "Options.Workdir: the remote working directory (workspace=remote)",
-	"dial_timeout": "Options.DialTimeout: a duration (10s)",
-	"keepalive":    "Options.KeepAlive: a duration, or none",
-	"binary":       "Options.Binary: path of a static outpost binary",
-}
+// Settings declares the keys sandbox.Open("ssh", settings) accepts
+// (docs/sandboxes/ssh.md shows them, generated from here).
+var Settings = settings.Set{Provider: "ssh", Keys: []settings.Key{
+	settings.Host.With("", "required: `[user@]host[:port]` or a `Host` alias of the ssh config"),
+	settings.User.With("$USER", "the login user (default: the config's `User`, then the local user's name)"),
+	{Name: "port", Kind: settings.Int, Default: strconv.Itoa(DefaultPort), Doc: "the SSH port (default: the host's, the config's, then 22)"},
+	{Name: "identity", Kind: settings.Path, Doc: "a private key file (unencrypted); default: the config's `IdentityFile`, else `~/.ssh/id_ed25519`, `id_ecdsa`, `id_rsa`"},
+	{Name: "agent", Kind: settings.Bool, Default: "false", Doc: "authenticate with the keys of the agent at `$SSH_AUTH_SOCK` (tried first)"},
+	{Name: "known_hosts", Kind: settings.Path, Default: "~/.ssh/known_hosts", Doc: "the file the host's key is verified against, always"},
+	{Name: "config", Kind: settings.Path, Default: "~/.ssh/config", Doc: "the ssh config file read for host aliases; `none` reads none"},
+	settings.Root.With(DefaultRoot, "on the remote host, made 0700: outpost's binary, the bootstrap trees and the leases' directories; absolute or `~/`"),
+	settings.Workspace.Only(string(Copy), string(Remote)).With(string(Copy), "`remote` works in `workdir` on the host, nothing copied"),
+	{Name: "workdir", Kind: settings.Path, Doc: "the remote working directory (with `workspace=remote`)"},
+	settings.StartTimeout.With(DefaultStartTimeout.String(), "connecting, the SSH handshake and authentication"),
+	{Name: "keepalive", Kind: settings.Duration, None: true, Default: DefaultKeepAlive.String(), Doc: "interval of keepalive requests; three unanswered close the connection"},
+	settings.Binary.With("", "for the remote host's architecture; copied once per host, by digest"),
+}}
 
-func init() {
-	driver.Register("ssh", func(settings map[string]string) (driver.Provider, error) {
-		opts, err := ParseSettings(settings)
-		if err != nil {
-			return nil, err
-		}
-		return New(opts)
-	})
-}
+func init() { driver.Register("ssh", driver.NewFactory(ParseSettings, New)) }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
-func ParseSettings(settings map[string]string) (*Options, error) {
-	o := &Options{}
-	for k, v := range settings {
-		var err error
-		switch k {
-		case "host":
-			o.Host = v
-		case "user":
-			o.User = v
-		case "port":
-			o.Port, err = strconv.Atoi(v)
-		case "identity":
-			o.Identity = v
-		case "agent":
-			o.Agent, err = strconv.ParseBool(v)
-		case "known_hosts":
-			o.KnownHosts = v
-		case "config":
-			o.Config = v
-		case "root":
-			o.Root = v
-		case "workspace":
-			o.Workspace = WorkspaceMode(v)
-		case "workdir":
-			o.Workdir = v
-		case "dial_timeout":
-			o.DialTimeout, err = time.ParseDuration(v)
-		case "keepalive":
-			if v == "none" || v == "0" {
-				o.KeepAlive = -1
-			} else {
-				o.KeepAlive, err = time.ParseDuration(v)
-			}
-		case "binary":
-			o.Binary = v
-		default:
-			keys := make([]string, 0, len(Settings))
-			for k := range Settings {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			return nil, fmt.Errorf("ssh: unknown setting %q (known: %s)", k, strings.Join(keys, ", "))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("ssh: setting %s=%q: %w", k, v, err)
-		}
+func ParseSettings(m map[string]string) (*Options, error) {
+	v, err := Settings.Parse(m)
+	if err != nil {
+		return nil, err
 	}
-	return o, nil
+	return &Options{
+		Host: v.String("host"), User: v.String("user"), Port: int(v.Int("port")), Identity: v.String("identity"),
+		Agent: v.Bool("agent"), KnownHosts: v.String("known_hosts"), Config: v.String("config"), Root: v.String("root"),
+		Workspace: WorkspaceMode(v.String("workspace")), Workdir: v.String("workdir"),
+		StartTimeout: v.Duration("start_timeout"), KeepAlive: v.Duration("keepalive"), Binary: v.String("binary"),
+	}, nil
 }
 
 // Provider is the ssh provider: one connection to one host, shared by
@@ -227,8 +183,8 @@ func New(opts *Options) (*Provider, error) {
 	if o.Workspace == "" {
 		o.Workspace = Copy
 	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = DefaultDialTimeout
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = DefaultStartTimeout
 	}
 	if o.KeepAlive == 0 {
 		o.KeepAlive = DefaultKeepAlive
