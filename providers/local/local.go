@@ -36,8 +36,8 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/sandbox/driver"
-	"github.com/outposthq/outpost/sandbox/snapshot"
 	"github.com/outposthq/outpost/sandbox/driver/settings"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/owner"
