@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"archive/tar"
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -128,16 +127,16 @@ func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) 
 func (s *Sandbox) tarOut(ctx context.Context, p string) (io.ReadCloser, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
-	var errb bytes.Buffer
+	errb := &shim.Limited{N: 64 << 10}
 	go func() {
-		code, err := exitCode(s.stream(sctx, shim.TarArgs(BinaryPath, p), nil, pw, &limited{&errb, 64 << 10}))
+		code, err := exitCode(s.stream(sctx, shim.TarArgs(BinaryPath, p), nil, pw, errb))
 		switch {
 		case err != nil:
 			err = s.execErr(sctx, "copying "+p+" out", err)
 		case code == shim.ExitMissing:
 			err = &fs.PathError{Op: "copy out", Path: p, Err: fs.ErrNotExist}
 		case code != 0:
-			err = fmt.Errorf("kubernetes: copying %s out: exit %d: %s", p, code, strings.TrimSpace(errb.String()))
+			err = fmt.Errorf("kubernetes: copying %s out: exit %d: %s", p, code, errb.String())
 		}
 		pw.CloseWithError(err)
 	}()
@@ -162,13 +161,4 @@ type outStream struct {
 func (o *outStream) Close() error {
 	o.cancel()
 	return o.pr.Close()
-}
-
-// readTarFile reads the first file of a tar stream, at most max bytes.
-func readTarFile(r io.Reader, max int64) ([]byte, error) {
-	tr := tar.NewReader(r)
-	if _, err := tr.Next(); err != nil {
-		return nil, err
-	}
-	return io.ReadAll(io.LimitReader(tr, max))
 }
