@@ -317,6 +317,24 @@ func (p *Process) Close() error {
 	return nil
 }
 
+// CheckStart is what a provider's Start checks first: ctx, a sandbox
+// being released (the provider's name and the sandbox's id say which),
+// and the names and values of the request's environment.
+func CheckStart(ctx context.Context, name, id string, releasing bool, env map[string]string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if releasing {
+		return fmt.Errorf("%s: %s is being released", name, id)
+	}
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%s: invalid variable %q", name, k)
+		}
+	}
+	return nil
+}
+
 // Done is closed once the exec's streams have ended.
 func (p *Process) Done() <-chan struct{} { return p.streamDone }
 

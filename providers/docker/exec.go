@@ -33,20 +33,12 @@ import (
 // directory an error wrapping shim.ErrNoDir, a container that is gone or
 // stopped one wrapping ErrVanished. ctx bounds only the start.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := ctx.Err(); err != nil {
+	if err := shim.CheckStart(ctx, "docker", s.id, s.closing.Load(), req.Env); err != nil {
 		return nil, err
-	}
-	if s.closing.Load() {
-		return nil, fmt.Errorf("docker: %s is being released", s.id)
 	}
 	dir := req.Dir
 	if dir == "" {
 		dir = Workspace
-	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("docker: invalid variable %q", k)
-		}
 	}
 	if sp := s.takeSpare(); sp != nil {
 		p, err := s.startSpare(ctx, sp, req, dir, false)

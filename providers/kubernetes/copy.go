@@ -46,56 +46,16 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // checkArchive copies r to w, refusing unsafe entries and entries that
 // pass through a symbolic link the same archive made.
 func checkArchive(r io.Reader, w io.Writer) error {
-	tr := tar.NewReader(r)
 	tw := tar.NewWriter(w)
-	links := map[string]bool{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return tw.Close()
-		}
-		if err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		if err := workspace.CheckEntry(h, links); err != nil {
-			return err
-		}
-		links[h.Name] = h.Typeflag == tar.TypeSymlink
-		h.Uname, h.Gname = "", ""
-		h.Format = tar.FormatPAX
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
-			if _, err := io.Copy(tw, tr); err != nil {
-				return err
-			}
-		}
+	if err := workspace.Entries(r, func(h *tar.Header, tr *tar.Reader) error { return workspace.WriteEntry(tw, h, tr) }); err != nil {
+		return err
 	}
+	return tw.Close()
 }
 
 // untar streams the archive fill writes into dir.
 func (s *Sandbox) untar(ctx context.Context, dir string, fill func(*tar.Writer) error) error {
-	pr, pw := io.Pipe()
-	filled := make(chan error, 1)
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := fill(tw)
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-		filled <- err
-	}()
-	err := s.untarFrom(ctx, dir, pr)
-	pr.CloseWithError(io.ErrClosedPipe)
-	if ferr := <-filled; ferr != nil && !errors.Is(ferr, io.ErrClosedPipe) {
-		return ferr
-	}
-	return err
+	return workspace.PipeTar(fill, func(r io.Reader) error { return s.untarFrom(ctx, dir, r) })
 }
 
 func (s *Sandbox) untarFrom(ctx context.Context, dir string, r io.Reader) error {

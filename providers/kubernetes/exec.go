@@ -91,17 +91,6 @@ func (s *Sandbox) execErr(ctx context.Context, what string, err error) error {
 	return s.p.apiErr(ctx, what+" in pod "+s.id, err)
 }
 
-// envBlock is the environment of a request as the shim reads it first
-// on its stdin (shim.EnvLine): values never go on a command line.
-func envBlock(env map[string]string) ([]byte, error) {
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("kubernetes: invalid variable %q", k)
-		}
-	}
-	return shim.EnvLine(env), nil
-}
-
 // Start runs req under the exec shim in the pod and returns once the
 // program is about to run. The environment goes to the shim on the
 // exec's stdin, ahead of the program's own input. A program that is not
@@ -109,20 +98,14 @@ func envBlock(env map[string]string) ([]byte, error) {
 // directory an error wrapping shim.ErrNoDir and fs.ErrNotExist, a pod
 // that is gone one wrapping ErrVanished. ctx bounds only the start.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := ctx.Err(); err != nil {
+	if err := shim.CheckStart(ctx, "kubernetes", s.id, s.closing.Load(), req.Env); err != nil {
 		return nil, err
-	}
-	if s.closing.Load() {
-		return nil, fmt.Errorf("kubernetes: %s is being released", s.id)
 	}
 	dir := req.Dir
 	if dir == "" {
 		dir = Workspace
 	}
-	block, err := envBlock(req.Env)
-	if err != nil {
-		return nil, err
-	}
+	block := shim.EnvLine(req.Env)
 	token := shim.Token()
 	t := &podExec{s: s, path: req.Path, done: make(chan struct{}), stdin: bytes.NewReader(block)}
 	t.cmd = shim.RemoteExecArgs(BinaryPath, token, runDir, dir, req.Stdin, req.Path, req.Args)
@@ -251,10 +234,10 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == "/outpost/bin" && name == "outpost" {
 		return BinaryPath, nil
 	}
-	block, err := envBlock(map[string]string{"PATH": pathEnv})
-	if err != nil {
+	if err := shim.CheckStart(ctx, "kubernetes", s.id, false, map[string]string{"PATH": pathEnv}); err != nil {
 		return "", err
 	}
+	block := shim.EnvLine(map[string]string{"PATH": pathEnv})
 	cmd := shim.RemoteExecArgs(BinaryPath, shim.Token(), runDir, "/", false, BinaryPath, shim.LookPathArgs(BinaryPath, name)[1:])
 	res, err := s.run(ctx, cmd, bytes.NewReader(block))
 	if err != nil {

@@ -60,43 +60,23 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 
 // rewrite copies r's entries to tw, refusing unsafe ones.
 func rewrite(tw *tar.Writer, r io.Reader) error {
-	tr := tar.NewReader(r)
-	links := map[string]bool{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return tw.Close()
-		}
-		if err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		if err := workspace.CheckEntry(h, links); err != nil {
-			return err
-		}
+	err := workspace.Entries(r, func(h *tar.Header, tr *tar.Reader) error {
 		switch h.Typeflag {
 		case tar.TypeReg, tar.TypeRegA, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
 		default:
 			return fmt.Errorf("%w: %q is a special file", tarsafe.ErrUnsafe, h.Name)
 		}
-		links[strings.TrimSuffix(h.Name, "/")] = h.Typeflag == tar.TypeSymlink
 		if h.Name == "." || h.Name == "./" {
-			continue
+			return nil
 		}
 		h.Mode &= 0o777
-		h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
-		h.Format = tar.FormatPAX
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
-			if _, err := io.Copy(tw, tr); err != nil {
-				return err
-			}
-		}
+		h.Uid, h.Gid = 0, 0
+		return workspace.WriteEntry(tw, h, tr)
+	})
+	if err != nil {
+		return err
 	}
+	return tw.Close()
 }
 
 // exitMissing is CopyOut's exit status for a missing path.

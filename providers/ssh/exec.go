@@ -25,16 +25,8 @@ import (
 // exec.ErrNotFound, a missing working directory an error wrapping
 // fs.ErrNotExist, a dropped connection ErrDisconnected.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := ctx.Err(); err != nil {
+	if err := shim.CheckStart(ctx, "ssh", s.id, s.closing.Load(), req.Env); err != nil {
 		return nil, err
-	}
-	if s.closing.Load() {
-		return nil, fmt.Errorf("ssh: %s is being released", s.id)
-	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("ssh: invalid variable %q", k)
-		}
 	}
 	dir := req.Dir
 	if dir == "" {
