@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/internal/workspace"
 )
@@ -99,7 +100,7 @@ func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) 
 		sess.Close()
 		return nil, err
 	}
-	errb := &limited{n: 64 << 10}
+	errb := &shim.Limited{N: 64 << 10}
 	sess.Stderr = errb
 	dir, base := path.Split(p)
 	if base == "" {
@@ -126,7 +127,7 @@ func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) 
 		if werr == nil {
 			werr = err
 		}
-		return nil, s.connErr(fmt.Sprintf("copying %s out (%s)", p, strings.TrimSpace(errb.b.String())), werr)
+		return nil, s.connErr(fmt.Sprintf("copying %s out (%s)", p, errb.String()), werr)
 	}
 	return &outStream{r: br, sess: sess, stop: stop, errb: errb, s: s, what: p}, nil
 }
@@ -136,7 +137,7 @@ type outStream struct {
 	r    *bufio.Reader
 	sess *ssh.Session
 	stop func() bool
-	errb *limited
+	errb *shim.Limited
 	s    *Sandbox
 	what string
 	err  error
@@ -149,7 +150,7 @@ func (o *outStream) Read(b []byte) (int, error) {
 	n, err := o.r.Read(b)
 	if err == io.EOF {
 		if werr := o.sess.Wait(); werr != nil {
-			o.err = o.s.connErr(fmt.Sprintf("copying %s out: %s", o.what, strings.TrimSpace(o.errb.b.String())), werr)
+			o.err = o.s.connErr(fmt.Sprintf("copying %s out: %s", o.what, o.errb.String()), werr)
 			return n, o.err
 		}
 	}
@@ -197,7 +198,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string) error 
 	if err != nil {
 		return err
 	}
-	errb := &limited{n: 64 << 10}
+	errb := &shim.Limited{N: 64 << 10}
 	sess.Stderr = errb
 	if err := sess.Start(pre + "exec tar -C " + shq(s.dir) + " -cf - workspace"); err != nil {
 		return fmt.Errorf("ssh: copying the workspace of %s back: %w", s.id, err)
@@ -207,7 +208,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string) error 
 	res, err := workspace.Sync(ctx, s.hostDir, "workspace", s.wsMan, tar.NewReader(out))
 	werr := sess.Wait()
 	if err == nil && werr != nil {
-		err = fmt.Errorf("tar: %w: %s", werr, strings.TrimSpace(errb.b.String()))
+		err = fmt.Errorf("tar: %w: %s", werr, errb.String())
 	}
 	if err != nil {
 		if c.dead() {
