@@ -319,20 +319,24 @@ func (p *Process) Close() error {
 
 // CheckStart is what a provider's Start checks first: ctx, a sandbox
 // being released (the provider's name and the sandbox's id say which),
-// and the names and values of the request's environment.
-func CheckStart(ctx context.Context, name, id string, releasing bool, env map[string]string) error {
+// and the names and values of the request's environment. It returns the
+// working directory: dir, or def when dir is "".
+func CheckStart(ctx context.Context, name, id string, releasing bool, env map[string]string, dir, def string) (string, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return "", err
 	}
 	if releasing {
-		return fmt.Errorf("%s: %s is being released", name, id)
+		return "", fmt.Errorf("%s: %s is being released", name, id)
 	}
 	for k, v := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("%s: invalid variable %q", name, k)
+			return "", fmt.Errorf("%s: invalid variable %q", name, k)
 		}
 	}
-	return nil
+	if dir == "" {
+		dir = def
+	}
+	return dir, nil
 }
 
 // Done is closed once the exec's streams have ended.

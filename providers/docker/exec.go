@@ -33,12 +33,9 @@ import (
 // directory an error wrapping shim.ErrNoDir, a container that is gone or
 // stopped one wrapping ErrVanished. ctx bounds only the start.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := shim.CheckStart(ctx, "docker", s.id, s.closing.Load(), req.Env); err != nil {
+	dir, err := shim.CheckStart(ctx, "docker", s.id, s.closing.Load(), req.Env, req.Dir, Workspace)
+	if err != nil {
 		return nil, err
-	}
-	dir := req.Dir
-	if dir == "" {
-		dir = Workspace
 	}
 	if sp := s.takeSpare(); sp != nil {
 		p, err := s.startSpare(ctx, sp, req, dir, false)

@@ -98,12 +98,9 @@ func (s *Sandbox) execErr(ctx context.Context, what string, err error) error {
 // directory an error wrapping shim.ErrNoDir and fs.ErrNotExist, a pod
 // that is gone one wrapping ErrVanished. ctx bounds only the start.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := shim.CheckStart(ctx, "kubernetes", s.id, s.closing.Load(), req.Env); err != nil {
+	dir, err := shim.CheckStart(ctx, "kubernetes", s.id, s.closing.Load(), req.Env, req.Dir, Workspace)
+	if err != nil {
 		return nil, err
-	}
-	dir := req.Dir
-	if dir == "" {
-		dir = Workspace
 	}
 	block := shim.EnvLine(req.Env)
 	token := shim.Token()
@@ -234,7 +231,7 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == "/outpost/bin" && name == "outpost" {
 		return BinaryPath, nil
 	}
-	if err := shim.CheckStart(ctx, "kubernetes", s.id, false, map[string]string{"PATH": pathEnv}); err != nil {
+	if _, err := shim.CheckStart(ctx, "kubernetes", s.id, false, map[string]string{"PATH": pathEnv}, "/", "/"); err != nil {
 		return "", err
 	}
 	block := shim.EnvLine(map[string]string{"PATH": pathEnv})

@@ -25,12 +25,9 @@ import (
 // exec.ErrNotFound, a missing working directory an error wrapping
 // fs.ErrNotExist, a dropped connection ErrDisconnected.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := shim.CheckStart(ctx, "ssh", s.id, s.closing.Load(), req.Env); err != nil {
+	dir, err := shim.CheckStart(ctx, "ssh", s.id, s.closing.Load(), req.Env, req.Dir, s.workdir)
+	if err != nil {
 		return nil, err
-	}
-	dir := req.Dir
-	if dir == "" {
-		dir = s.workdir
 	}
 	sess, err := s.c.newSession()
 	if err != nil {
