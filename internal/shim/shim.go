@@ -27,6 +27,9 @@
 //
 // The handshake, the status file and the signal protocol are private to
 // this package and the provider; both come from the same build.
+//
+// On the provider's side, Process (client.go) is the one client of the
+// exec shim: a provider supplies a Transport for its streams.
 package shim
 
 import (

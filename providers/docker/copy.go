@@ -89,9 +89,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // of their own (mode 0700), so that they belong to the sandbox's user too:
 // the engine would make them root's.
 func (s *Sandbox) rewrite(ctx context.Context, tw tarWriter, r io.Reader, base, prefix string, missing []string) error {
-	tr := tar.NewReader(r)
-	links := map[string]bool{} // symbolic links the archive made
-	dirs := map[string]bool{}  // directories known to exist, relative to base
+	dirs := map[string]bool{} // directories known to exist, relative to base
 	for _, d := range missing {
 		dirs[d] = true
 	}
@@ -118,30 +116,16 @@ func (s *Sandbox) rewrite(ctx context.Context, tw tarWriter, r io.Reader, base, 
 		}
 		return nil
 	}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		// The engine follows links while it extracts: an entry under a
-		// link the archive made could land outside dir, however harmless
-		// each link looks alone.
-		if err := workspace.CheckEntry(h, links); err != nil {
-			return err
-		}
-		links[h.Name] = h.Typeflag == tar.TypeSymlink
+	// The engine follows links while it extracts: an entry under a link
+	// the archive made could land outside dir, however harmless each link
+	// looks alone (workspace.Entries refuses it).
+	return workspace.Entries(r, func(h *tar.Header, tr *tar.Reader) error {
 		h.Name = path.Join(prefix, h.Name)
 		if h.Typeflag == tar.TypeLink {
 			h.Linkname = path.Join(prefix, h.Linkname)
 		}
 		if h.Name == "." || h.Name == prefix {
-			continue // dir itself: it exists now or is made above
+			return nil // dir itself: it exists now or is made above
 		}
 		if err := parents(h.Name); err != nil {
 			return err
@@ -150,17 +134,9 @@ func (s *Sandbox) rewrite(ctx context.Context, tw tarWriter, r io.Reader, base, 
 			dirs[h.Name] = true
 			h.Name += "/"
 		}
-		h.Uid, h.Gid, h.Uname, h.Gname = s.uid, s.gid, "", ""
-		h.Format = tar.FormatPAX
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
-			if _, err := io.Copy(tw, tr); err != nil {
-				return err
-			}
-		}
-	}
+		h.Uid, h.Gid = s.uid, s.gid
+		return tw.WriteEntry(h, tr)
+	})
 }
 
 // existingParent returns the deepest existing directory at or above dir,
@@ -231,6 +207,11 @@ type tarWriter struct {
 }
 
 func newTarWriter(w io.Writer, uid, gid int) tarWriter { return tarWriter{tar.NewWriter(w), uid, gid} }
+
+// WriteEntry writes h, and a regular file's content from r.
+func (t tarWriter) WriteEntry(h *tar.Header, r io.Reader) error {
+	return workspace.WriteEntry(t.Writer, h, r)
+}
 
 func (t tarWriter) dir(name string, mode int64) error {
 	return t.WriteHeader(&tar.Header{Name: strings.TrimSuffix(name, "/") + "/", Typeflag: tar.TypeDir, Mode: mode, Uid: t.uid, Gid: t.gid, ModTime: time.Now(), Format: tar.FormatPAX})

@@ -1,11 +1,7 @@
 package docker
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +9,6 @@ import (
 	"os/exec"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,9 +27,6 @@ import (
 	"github.com/outposthq/outpost/internal/shim"
 )
 
-// signalTimeout bounds one Signal (an exec of the shim's signal mode).
-const signalTimeout = 30 * time.Second
-
 // Start runs req under the exec shim in the container and returns once
 // the program is about to run: its output streams start with the
 // program's first byte. A program that is not found (or not executable)
@@ -42,20 +34,9 @@ const signalTimeout = 30 * time.Second
 // directory an error wrapping shim.ErrNoDir, a container that is gone or
 // stopped one wrapping ErrVanished. ctx bounds only the start.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := ctx.Err(); err != nil {
+	dir, err := shim.CheckStart(ctx, "docker", s.id, s.closing.Load(), req.Env, req.Dir, Workspace)
+	if err != nil {
 		return nil, err
-	}
-	if s.closing.Load() {
-		return nil, fmt.Errorf("docker: %s is being released", s.id)
-	}
-	dir := req.Dir
-	if dir == "" {
-		dir = Workspace
-	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("docker: invalid variable %q", k)
-		}
 	}
 	if sp := s.takeSpare(); sp != nil {
 		p, err := s.startSpare(ctx, sp, req, dir, false)
@@ -81,7 +62,7 @@ func (s *Sandbox) startExec(ctx context.Context, req driver.ExecRequest, dir str
 	sort.Strings(names)
 	b, _ := json.Marshal(names) // strings: cannot fail
 	env = append(env, shim.EnvNames+"="+string(b))
-	token := randomHex(8)
+	token := shim.Token()
 	ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
 		AttachStdin:  req.Stdin,
 		AttachStdout: true,
@@ -102,32 +83,12 @@ func (s *Sandbox) startExec(ctx context.Context, req driver.ExecRequest, dir str
 // await waits for the handshake of p, an exec of the shim that has its
 // request, and returns p once its program runs.
 func (s *Sandbox) await(ctx context.Context, p *process) (driver.Process, error) {
-	select {
-	case <-p.ready:
-	case <-ctx.Done():
-		// Nothing may outlive the failed start: stop the program once the
-		// shim says it runs.
-		go func() {
-			<-p.ready
-			if p.pid > 0 {
-				_ = p.Signal(driver.Kill)
-			}
-			p.Close()
-			_, _ = p.Wait()
-		}()
-		return nil, ctx.Err()
-	}
-	if p.startErr != nil {
-		p.Close()
-		_, _ = p.Wait()
-		if p.noShim && s.Vanished(context.WithoutCancel(ctx)) {
-			return nil, fmt.Errorf("%w: %s: starting %s: %w", ErrVanished, s.id, p.path, p.startErr)
-		}
-		return nil, p.startErr
+	if err := p.Await(ctx); err != nil {
+		return nil, err
 	}
 	if !p.helper {
 		s.active.Add(1)
-		p.counted = true
+		p.counted.Store(true)
 	}
 	return p, nil
 }
@@ -144,111 +105,110 @@ func (s *Sandbox) execErr(ctx context.Context, what string, err error) error {
 	return fmt.Errorf("docker: %s: %w", what, err)
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// process is one exec of the shim.
+// process is one exec of the shim (shim.Process over an exec's attach
+// stream).
 type process struct {
-	s      *Sandbox
-	execID string
-	token  string
-	path   string // as requested, for errors
-	conn   types.HijackedResponse
-	stdin  io.WriteCloser
-
-	stdoutR, stderrR *io.PipeReader
-	stdoutW, stderrW *io.PipeWriter
-
-	ready    chan struct{} // closed once the handshake (or its failure) is known
-	pid      int           // the shim's pid in the container, after ready
-	startErr error         // why the program did not start, after ready
-	noShim   bool          // after ready: no handshake came, so the program never ran
-	up       func()        // called (once) on the program's first output
-
-	streamDone chan struct{} // closed when the attach stream has ended
-	exited     atomic.Bool   // Wait has seen the exit
-	counted    bool          // in s.active, set before Start returns
-	helper     bool          // a helper's (helper.go): never in s.active
-
-	waitOnce sync.Once
-	status   harness.ExitStatus
-	waitErr  error
-
-	closeOnce sync.Once
+	*shim.Process
+	counted atomic.Bool // in s.active, set before Start returns
+	helper  bool        // a helper's (helper.go): never in s.active
 }
 
-// newProcess demultiplexes conn, the attach stream of an exec of the shim
-// that has its request. up, when not nil, is called once the program is
-// up: its first output, or the end of the stream.
+// Signal sends SIGTERM or SIGKILL to the program's process group through
+// the shim's signal mode.
+func (p *process) Signal(sig driver.Signal) error { return p.Kill(sig == driver.Kill) }
+
+// newProcess reads conn, the attach stream of an exec of the shim that
+// has its request. up, when not nil, is called once the program is up:
+// its first output, or the end of the stream.
 func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedResponse, withStdin bool, up func()) *process {
-	p := &process{s: s, execID: execID, token: token, path: path, conn: conn, ready: make(chan struct{}), streamDone: make(chan struct{})}
-	if up != nil {
-		var once sync.Once
-		p.up = func() { once.Do(up) }
-	} else {
-		p.up = func() {}
+	p := &process{}
+	x := shim.Exec{Name: "docker", ID: s.id, Binary: BinaryPath, RunDir: runDir, Token: token, Path: path, Gone: ErrVanished, Up: up}
+	x.Exited = func() {
+		if p.counted.Load() {
+			s.active.Add(-1)
+		}
 	}
-	p.stdoutR, p.stdoutW = io.Pipe()
-	p.stderrR, p.stderrW = io.Pipe()
 	if withStdin {
-		p.stdin = &stdinWriter{conn: conn}
+		x.Stdin = &stdinWriter{conn: conn}
 	}
-	go p.demux()
+	p.Process = shim.NewProcess(x, &execStream{s: s, execID: execID, path: path, conn: conn})
 	return p
 }
 
-// demux splits the attach stream into stdout and stderr, taking the
-// shim's handshake off the head of stdout.
-func (p *process) demux() {
-	defer close(p.streamDone)
-	defer p.up()
-	d := shim.NewDemux(p.stdoutW, p.stderrW, p.handshook, p.up)
-	_, err := stdcopy.StdCopy(d.Stdout(), d.Stderr(), p.conn.Reader)
-	if written, ok := d.End(); !ok {
-		// The stream ended (or broke) before the handshake.
-		msg := strings.TrimSpace(written)
-		cause := err
-		if cause == nil {
-			cause = io.ErrUnexpectedEOF
-		}
-		if msg != "" {
-			cause = fmt.Errorf("%w: %q", cause, msg)
-		}
-		p.startErr = fmt.Errorf("docker: the exec shim did not start: %w", cause)
-		// A stream that broke may have lost a handshake; one that ended
-		// did not.
-		p.noShim = err == nil
-		close(p.ready)
-	}
-	p.stdoutW.CloseWithError(err)
-	p.stderrW.CloseWithError(err)
+// execStream is the shim.Transport of an exec: its attach stream, the
+// exec API for its exit status, the archive endpoint for files.
+type execStream struct {
+	s      *Sandbox
+	execID string
+	path   string
+	conn   types.HijackedResponse
 }
 
-// handshakeKnown reports whether the handshake (or its failure) is known.
-func (p *process) handshakeKnown() bool {
-	select {
-	case <-p.ready:
-		return true
-	default:
-		return false
-	}
+func (e *execStream) Stream(stdout, stderr io.Writer) error {
+	_, err := stdcopy.StdCopy(stdout, stderr, e.conn.Reader)
+	return err
 }
 
-// handshook records the shim's handshake, or why it could not be read:
-// then it was not the shim speaking (the runtime's "exec failed..."), as
-// the shim writes its handshake before anything else.
-func (p *process) handshook(hs shim.Handshake, err error) {
+// StartFailed: a shim that never answered, on a stream that ended, may
+// have gone with its container.
+func (e *execStream) StartFailed(err, streamErr error) error {
+	if streamErr == nil && e.s.Vanished(context.Background()) {
+		return fmt.Errorf("%w: %s: starting %s: %w", ErrVanished, e.s.id, e.path, err)
+	}
+	return err
+}
+
+func (e *execStream) Run(ctx context.Context, args []string) (int, []byte, error) {
+	res, err := e.s.run(ctx, args, nil)
+	return res.code, res.stderr, err
+}
+
+func (e *execStream) ReadStatus(ctx context.Context, p string) ([]byte, error) {
+	rc, _, err := e.s.eng.cli.CopyFromContainer(ctx, e.s.cid, p)
 	if err != nil {
-		p.startErr = fmt.Errorf("docker: %w", err)
-		p.noShim = true
-	} else {
-		p.startErr = hs.StartErr(p.path)
-		p.pid = hs.PID
+		return nil, err
 	}
-	close(p.ready)
+	defer rc.Close()
+	return shim.FirstFile(rc, 64)
+}
+
+func (e *execStream) Releasing() bool { return e.s.closing.Load() }
+
+func (e *execStream) Close() { e.conn.Close() }
+
+// Exit inspects the exec once its stream has ended. The error is
+// ErrVanished when the container went away behind outpost's back.
+func (e *execStream) Exit() (harness.ExitStatus, error) {
+	ctx := context.Background()
+	delay := time.Millisecond
+	polled := time.Duration(0)
+	for {
+		ins, err := e.s.eng.cli.ContainerExecInspect(ctx, e.execID)
+		if err != nil {
+			if e.s.closing.Load() {
+				return shim.Killed, nil
+			}
+			if errdefs.IsNotFound(err) {
+				return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: %s (process %s)", ErrVanished, e.s.id, shortID(e.execID))
+			}
+			return harness.ExitStatus{Code: -1}, fmt.Errorf("docker: waiting for a process of %s: %w", e.s.id, err)
+		}
+		if !ins.Running {
+			return harness.ExitStatus{Code: ins.ExitCode}, nil
+		}
+		// The stream has ended but the engine has not recorded the exit
+		// yet (or the stream was closed early): poll, and make sure the
+		// container itself is still there.
+		if polled > 2*time.Second && e.s.Vanished(ctx) {
+			if e.s.closing.Load() {
+				return shim.Killed, nil
+			}
+			return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: %s", ErrVanished, e.s.id)
+		}
+		time.Sleep(delay)
+		polled += delay
+		delay = min(2*delay, 200*time.Millisecond)
+	}
 }
 
 type stdinWriter struct {
@@ -280,147 +240,6 @@ func (w *stdinWriter) Close() error {
 	return nil
 }
 
-func (p *process) Stdin() io.WriteCloser {
-	if p.stdin == nil {
-		return nil
-	}
-	return p.stdin
-}
-func (p *process) Stdout() io.Reader { return p.stdoutR }
-func (p *process) Stderr() io.Reader { return p.stderrR }
-
-// Wait waits until the program and its group have ended and returns the
-// program's status. A program killed by a signal reports it (Code -1 and
-// the signal's name). The error is for the sandbox: ErrVanished when the
-// container went away behind outpost's back. Processes stopped by the
-// lease's Close report SIGKILL, without an error.
-func (p *process) Wait() (harness.ExitStatus, error) {
-	p.waitOnce.Do(func() {
-		p.status, p.waitErr = p.wait()
-		p.exited.Store(true)
-		if p.counted {
-			p.s.active.Add(-1)
-		}
-	})
-	return p.status, p.waitErr
-}
-
-var killed = harness.ExitStatus{Code: -1, Signal: syscall.SIGKILL.String()}
-
-func (p *process) wait() (harness.ExitStatus, error) {
-	<-p.streamDone
-	ctx := context.Background()
-	delay := time.Millisecond
-	polled := time.Duration(0)
-	for {
-		ins, err := p.s.eng.cli.ContainerExecInspect(ctx, p.execID)
-		if err != nil {
-			if p.s.closing.Load() {
-				return killed, nil
-			}
-			if errdefs.IsNotFound(err) {
-				return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: %s (process %s)", ErrVanished, p.s.id, shortID(p.execID))
-			}
-			return harness.ExitStatus{Code: -1}, fmt.Errorf("docker: waiting for a process of %s: %w", p.s.id, err)
-		}
-		if !ins.Running {
-			return p.decode(ctx, ins.ExitCode), nil
-		}
-		// The stream has ended but the engine has not recorded the exit
-		// yet (or the stream was closed early): poll, and make sure the
-		// container itself is still there.
-		if polled > 2*time.Second && p.s.Vanished(ctx) {
-			if p.s.closing.Load() {
-				return killed, nil
-			}
-			return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: %s", ErrVanished, p.s.id)
-		}
-		time.Sleep(delay)
-		polled += delay
-		delay = min(2*delay, 200*time.Millisecond)
-	}
-}
-
-// decode turns the shim's exit status into the program's: 128+n is a
-// death by signal n only when the shim recorded it.
-func (p *process) decode(ctx context.Context, code int) harness.ExitStatus {
-	if code <= 128 || code > 128+64 {
-		return harness.ExitStatus{Code: code}
-	}
-	if sig, ok := p.signalRecord(ctx); ok {
-		return harness.ExitStatus{Code: -1, Signal: sig.String()}
-	}
-	if code == 128+int(syscall.SIGKILL) && p.s.closing.Load() {
-		return killed // the shim itself was killed with its container
-	}
-	return harness.ExitStatus{Code: code}
-}
-
-// signalRecord reads the status file of the shim.
-func (p *process) signalRecord(ctx context.Context) (syscall.Signal, bool) {
-	rc, _, err := p.s.eng.cli.CopyFromContainer(ctx, p.s.cid, shim.StatusFile(runDir, p.token))
-	if err != nil {
-		return 0, false
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	if _, err := tr.Next(); err != nil {
-		return 0, false
-	}
-	b, err := io.ReadAll(io.LimitReader(tr, 64))
-	if err != nil {
-		return 0, false
-	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "signal ")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(rest)
-	if err != nil || n <= 0 || n > 64 {
-		return 0, false
-	}
-	return syscall.Signal(n), true
-}
-
-// Signal sends SIGTERM or SIGKILL to the program's process group through
-// the shim's signal mode. A process that has ended, or a container that is
-// gone, is not an error.
-func (p *process) Signal(sig driver.Signal) error {
-	if p.pid <= 0 || p.exited.Load() {
-		return nil
-	}
-	name := "TERM"
-	if sig == driver.Kill {
-		name = "KILL"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
-	defer cancel()
-	res, err := p.s.run(ctx, shim.SignalArgs(BinaryPath, p.pid, p.token, name), nil)
-	if err != nil {
-		if errors.Is(err, ErrVanished) {
-			return nil // the process went with its container
-		}
-		return fmt.Errorf("docker: signalling a process of %s: %w", p.s.id, err)
-	}
-	if res.code != 0 {
-		return fmt.Errorf("docker: signalling a process of %s: exit %d: %s", p.s.id, res.code, strings.TrimSpace(string(res.stderr)))
-	}
-	return nil
-}
-
-// Close releases the streams: pending reads end.
-func (p *process) Close() error {
-	p.closeOnce.Do(func() {
-		if p.stdin != nil {
-			_ = p.stdin.Close()
-		}
-		p.conn.Close()
-		p.stdoutR.CloseWithError(io.ErrClosedPipe)
-		p.stderrR.CloseWithError(io.ErrClosedPipe)
-	})
-	return nil
-}
-
 // result is the outcome of a short helper exec.
 type result struct {
 	code           int
@@ -444,10 +263,10 @@ func (s *Sandbox) runLimit(ctx context.Context, cmd, env []string, max int) (res
 		return result{}, s.execErr(ctx, cmd[len(cmd)-1], err)
 	}
 	defer resp.Close()
-	var out, errb bytes.Buffer
+	out, errb := &shim.Limited{N: max}, &shim.Limited{N: 1 << 20}
 	copied := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(&limited{&out, max}, &limited{&errb, 1 << 20}, resp.Reader)
+		_, err := stdcopy.StdCopy(out, errb, resp.Reader)
 		copied <- err
 	}()
 	select {
@@ -476,19 +295,6 @@ func (s *Sandbox) runLimit(ctx context.Context, cmd, env []string, max int) (res
 		}
 		delay = min(2*delay, 100*time.Millisecond)
 	}
-}
-
-// limited keeps at most n bytes and discards the rest without blocking.
-type limited struct {
-	b *bytes.Buffer
-	n int
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	if room := l.n - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }
 
 // LookPath finds an executable on pathEnv (default: the sandbox's PATH)

@@ -2,14 +2,12 @@ package docker
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"strings"
 	"sync"
 
 	"github.com/outposthq/outpost/harness"
@@ -46,7 +44,7 @@ const maxSnapshot = 256 << 20
 // for errors, and the caller's ctx ending kills it.
 type helper struct {
 	p       driver.Process
-	errb    bytes.Buffer
+	errb    shim.Limited
 	errDone chan struct{}
 	stop    func() bool
 
@@ -56,11 +54,11 @@ type helper struct {
 }
 
 func newHelper(ctx context.Context, p driver.Process) *helper {
-	h := &helper{p: p, errDone: make(chan struct{})}
+	h := &helper{p: p, errb: shim.Limited{N: 64 << 10}, errDone: make(chan struct{})}
 	h.stop = context.AfterFunc(ctx, func() { _ = p.Signal(driver.Kill); p.Close() })
 	go func() {
 		defer close(h.errDone)
-		_, _ = io.Copy(&limited{&h.errb, 64 << 10}, p.Stderr())
+		_, _ = io.Copy(&h.errb, p.Stderr())
 	}()
 	return h
 }
@@ -81,7 +79,7 @@ func (h *helper) end(ctx context.Context, what string) (harness.ExitStatus, erro
 		case err != nil:
 			h.err = fmt.Errorf("docker: %s: %w", what, err)
 		case !h.st.Success():
-			h.err = fmt.Errorf("docker: %s: exit %d %s: %s", what, h.st.Code, h.st.Signal, strings.TrimSpace(h.errb.String()))
+			h.err = fmt.Errorf("docker: %s: exit %d %s: %s", what, h.st.Code, h.st.Signal, h.errb.String())
 		}
 	})
 	return h.st, h.err

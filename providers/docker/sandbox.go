@@ -344,24 +344,9 @@ func (s *Sandbox) copyInErr(ctx context.Context, err error) error {
 
 // put streams the archive fill writes into dst.
 func (s *Sandbox) put(ctx context.Context, dst string, fill func(*tar.Writer) error) error {
-	pr, pw := io.Pipe()
-	filled := make(chan error, 1)
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := fill(tw)
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-		filled <- err
-	}()
-	err := s.eng.cli.CopyToContainer(ctx, s.cid, dst, pr, container.CopyToContainerOptions{})
-	pr.CloseWithError(io.ErrClosedPipe)
-	ferr := <-filled
-	if ferr != nil && !errors.Is(ferr, io.ErrClosedPipe) {
-		return ferr
-	}
-	return err
+	return workspace.PipeTar(fill, func(r io.Reader) error {
+		return s.eng.cli.CopyToContainer(ctx, s.cid, dst, r, container.CopyToContainerOptions{})
+	})
 }
 
 // writeState writes the layout of /outpost under prefix ("" when the

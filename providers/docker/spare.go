@@ -109,7 +109,7 @@ func (s *Sandbox) makeSpareLocked() *spare {
 		s.spareCtx, s.spareStop = context.WithCancel(context.Background())
 	}
 	ctx := s.spareCtx
-	sp := &spare{token: randomHex(8), made: make(chan struct{})}
+	sp := &spare{token: shim.Token(), made: make(chan struct{})}
 	s.spares = append(s.spares, sp)
 	s.spareWG.Add(1)
 	go func() {
@@ -288,7 +288,7 @@ func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequ
 	p := newProcess(s, sp.execID, sp.token, req.Path, sp.conn, req.Stdin, up)
 	p.helper = helper
 	pr, err := s.await(ctx, p)
-	if err != nil && p.handshakeKnown() && p.noShim && !errors.Is(err, ErrVanished) {
+	if err != nil && p.NoShim() && !errors.Is(err, ErrVanished) {
 		// The shim never answered: it was gone before it read the request
 		// (killed), or never ran (the runtime could not start it). Nothing
 		// ran: an exec of its own does what the spare could not.

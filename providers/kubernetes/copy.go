@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"archive/tar"
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,56 +46,16 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // checkArchive copies r to w, refusing unsafe entries and entries that
 // pass through a symbolic link the same archive made.
 func checkArchive(r io.Reader, w io.Writer) error {
-	tr := tar.NewReader(r)
 	tw := tar.NewWriter(w)
-	links := map[string]bool{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return tw.Close()
-		}
-		if err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		if err := workspace.CheckEntry(h, links); err != nil {
-			return err
-		}
-		links[h.Name] = h.Typeflag == tar.TypeSymlink
-		h.Uname, h.Gname = "", ""
-		h.Format = tar.FormatPAX
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
-			if _, err := io.Copy(tw, tr); err != nil {
-				return err
-			}
-		}
+	if err := workspace.Entries(r, func(h *tar.Header, tr *tar.Reader) error { return workspace.WriteEntry(tw, h, tr) }); err != nil {
+		return err
 	}
+	return tw.Close()
 }
 
 // untar streams the archive fill writes into dir.
 func (s *Sandbox) untar(ctx context.Context, dir string, fill func(*tar.Writer) error) error {
-	pr, pw := io.Pipe()
-	filled := make(chan error, 1)
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := fill(tw)
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-		filled <- err
-	}()
-	err := s.untarFrom(ctx, dir, pr)
-	pr.CloseWithError(io.ErrClosedPipe)
-	if ferr := <-filled; ferr != nil && !errors.Is(ferr, io.ErrClosedPipe) {
-		return ferr
-	}
-	return err
+	return workspace.PipeTar(fill, func(r io.Reader) error { return s.untarFrom(ctx, dir, r) })
 }
 
 func (s *Sandbox) untarFrom(ctx context.Context, dir string, r io.Reader) error {
@@ -128,16 +87,16 @@ func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) 
 func (s *Sandbox) tarOut(ctx context.Context, p string) (io.ReadCloser, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
-	var errb bytes.Buffer
+	errb := &shim.Limited{N: 64 << 10}
 	go func() {
-		code, err := exitCode(s.stream(sctx, shim.TarArgs(BinaryPath, p), nil, pw, &limited{&errb, 64 << 10}))
+		code, err := exitCode(s.stream(sctx, shim.TarArgs(BinaryPath, p), nil, pw, errb))
 		switch {
 		case err != nil:
 			err = s.execErr(sctx, "copying "+p+" out", err)
 		case code == shim.ExitMissing:
 			err = &fs.PathError{Op: "copy out", Path: p, Err: fs.ErrNotExist}
 		case code != 0:
-			err = fmt.Errorf("kubernetes: copying %s out: exit %d: %s", p, code, strings.TrimSpace(errb.String()))
+			err = fmt.Errorf("kubernetes: copying %s out: exit %d: %s", p, code, errb.String())
 		}
 		pw.CloseWithError(err)
 	}()
@@ -162,13 +121,4 @@ type outStream struct {
 func (o *outStream) Close() error {
 	o.cancel()
 	return o.pr.Close()
-}
-
-// readTarFile reads the first file of a tar stream, at most max bytes.
-func readTarFile(r io.Reader, max int64) ([]byte, error) {
-	tr := tar.NewReader(r)
-	if _, err := tr.Next(); err != nil {
-		return nil, err
-	}
-	return io.ReadAll(io.LimitReader(tr, max))
 }

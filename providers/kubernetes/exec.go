@@ -8,11 +8,8 @@ import (
 	"io"
 	"net/url"
 	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -24,9 +21,6 @@ import (
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
-
-// signalTimeout bounds one Signal (an exec of the shim's signal mode).
-const signalTimeout = 30 * time.Second
 
 // stream runs cmd in the pod's sandbox container through the exec
 // subresource: WebSocket (the v5 protocol, which half-closes stdin), and
@@ -78,8 +72,8 @@ type result struct {
 
 // run runs a helper command to completion.
 func (s *Sandbox) run(ctx context.Context, cmd []string, stdin io.Reader) (result, error) {
-	var out, errb bytes.Buffer
-	code, err := exitCode(s.stream(ctx, cmd, stdin, &limited{&out, 1 << 20}, &limited{&errb, 1 << 20}))
+	out, errb := &shim.Limited{N: 1 << 20}, &shim.Limited{N: 1 << 20}
+	code, err := exitCode(s.stream(ctx, cmd, stdin, out, errb))
 	if err != nil {
 		return result{}, s.execErr(ctx, cmd[len(cmd)-1], err)
 	}
@@ -97,30 +91,6 @@ func (s *Sandbox) execErr(ctx context.Context, what string, err error) error {
 	return s.p.apiErr(ctx, what+" in pod "+s.id, err)
 }
 
-// limited keeps at most n bytes and discards the rest without blocking.
-type limited struct {
-	b *bytes.Buffer
-	n int
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	if room := l.n - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-// envBlock is the environment of a request as the shim reads it first
-// on its stdin (shim.EnvLine): values never go on a command line.
-func envBlock(env map[string]string) ([]byte, error) {
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("kubernetes: invalid variable %q", k)
-		}
-	}
-	return shim.EnvLine(env), nil
-}
-
 // Start runs req under the exec shim in the pod and returns once the
 // program is about to run. The environment goes to the shim on the
 // exec's stdin, ahead of the program's own input. A program that is not
@@ -128,265 +98,126 @@ func envBlock(env map[string]string) ([]byte, error) {
 // directory an error wrapping shim.ErrNoDir and fs.ErrNotExist, a pod
 // that is gone one wrapping ErrVanished. ctx bounds only the start.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if s.closing.Load() {
-		return nil, fmt.Errorf("kubernetes: %s is being released", s.id)
-	}
-	dir := req.Dir
-	if dir == "" {
-		dir = Workspace
-	}
-	block, err := envBlock(req.Env)
+	dir, err := shim.CheckStart(ctx, "kubernetes", s.id, s.closing.Load(), req.Env, req.Dir, Workspace)
 	if err != nil {
 		return nil, err
 	}
-	token := randomHex(8)
-	cmd := shim.RemoteExecArgs(BinaryPath, token, runDir, dir, req.Stdin, req.Path, req.Args)
-	p := newProcess(s, token, req.Path)
-	var stdin io.Reader = bytes.NewReader(block)
+	block := shim.EnvLine(req.Env)
+	token := shim.Token()
+	t := &podExec{s: s, path: req.Path, done: make(chan struct{}), stdin: bytes.NewReader(block)}
+	t.cmd = shim.RemoteExecArgs(BinaryPath, token, runDir, dir, req.Stdin, req.Path, req.Args)
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	x := shim.Exec{Name: "kubernetes", ID: s.id, Binary: BinaryPath, RunDir: runDir, Token: token, Path: req.Path, Gone: ErrVanished}
 	if req.Stdin {
 		pr, pw := io.Pipe()
-		p.stdin, p.stdinR = pw, pr
-		stdin = io.MultiReader(bytes.NewReader(block), pr)
+		x.Stdin, t.stdinR = pw, pr
+		t.stdin = io.MultiReader(bytes.NewReader(block), pr)
+	}
+	p := &process{}
+	x.Exited = func() {
+		s.procsMu.Lock()
+		delete(s.procs, p)
+		s.procsMu.Unlock()
 	}
 	s.procsMu.Lock()
+	p.Process = shim.NewProcess(x, t)
 	s.procs[p] = true
 	s.procsMu.Unlock()
-	go p.run(cmd, stdin)
-	select {
-	case <-p.ready:
-	case <-ctx.Done():
-		// Nothing may outlive the failed start: stop the program once the
-		// shim says it runs.
-		go func() {
-			<-p.ready
-			if p.pid > 0 {
-				_ = p.Signal(driver.Kill)
-			}
-			p.Close()
-			_, _ = p.Wait()
-		}()
-		return nil, ctx.Err()
-	}
-	if p.startErr != nil {
-		p.Close()
-		_, _ = p.Wait()
-		return nil, p.startErr
+	if err := p.Await(ctx); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
 
-// process is one exec of the shim.
-type process struct {
+// process is one exec of the shim (shim.Process over a pod exec).
+type process struct{ *shim.Process }
+
+// Signal sends SIGTERM or SIGKILL to the program's process group through
+// the shim's signal mode.
+func (p *process) Signal(sig driver.Signal) error { return p.Kill(sig == driver.Kill) }
+
+// podExec is the shim.Transport of a pod exec: the exec subresource's
+// streams, whose end carries the exit status.
+type podExec struct {
 	s      *Sandbox
-	token  string
 	path   string
-	stdin  *io.PipeWriter
+	cmd    []string
+	stdin  io.Reader
 	stdinR *io.PipeReader
-	cancel context.CancelFunc
 	ctx    context.Context
+	cancel context.CancelFunc
 
-	stdoutR, stderrR *io.PipeReader
-	stdoutW, stderrW *io.PipeWriter
-
-	ready    chan struct{}
-	pid      int
-	startErr error
-
-	done      chan struct{} // the stream has ended
-	streamErr error         // its error, after done
-
-	waitOnce  sync.Once
-	status    harness.ExitStatus
-	waitErr   error
-	closeOnce sync.Once
-	exited    bool
+	done chan struct{} // the stream has ended
+	err  error         // its error, after done
 }
 
-func newProcess(s *Sandbox, token, path string) *process {
-	p := &process{s: s, token: token, path: path, ready: make(chan struct{}), done: make(chan struct{})}
-	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.stdoutR, p.stdoutW = io.Pipe()
-	p.stderrR, p.stderrW = io.Pipe()
-	return p
-}
-
-func (p *process) run(cmd []string, stdin io.Reader) {
-	d := shim.NewDemux(p.stdoutW, p.stderrW, p.handshook, nil)
-	err := p.s.stream(p.ctx, cmd, stdin, d.Stdout(), d.Stderr())
-	if written, ok := d.End(); !ok {
-		msg := strings.TrimSpace(written)
-		cause := err
-		if cause == nil {
-			cause = io.ErrUnexpectedEOF
-		}
-		if msg != "" {
-			cause = fmt.Errorf("%w: %q", cause, msg)
-		}
-		if _, serr := exitCode(err); serr != nil {
-			p.startErr = p.s.execErr(context.Background(), "starting "+p.path, cause)
-		} else {
-			p.startErr = fmt.Errorf("kubernetes: the exec shim did not start: %w", cause)
-		}
-		close(p.ready)
+func (t *podExec) Stream(stdout, stderr io.Writer) error {
+	err := t.s.stream(t.ctx, t.cmd, t.stdin, stdout, stderr)
+	t.err = err
+	if t.stdinR != nil {
+		t.stdinR.CloseWithError(io.ErrClosedPipe)
 	}
-	p.streamErr = err
-	if p.stdinR != nil {
-		p.stdinR.CloseWithError(io.ErrClosedPipe)
-	}
-	werr := err
+	close(t.done)
 	if _, serr := exitCode(err); serr == nil {
-		werr = nil
+		return nil // an exit status: Exit's
 	}
-	p.stdoutW.CloseWithError(werr)
-	p.stderrW.CloseWithError(werr)
-	close(p.done)
+	return err
 }
 
-// handshook records the shim's handshake, or why it could not be read.
-func (p *process) handshook(hs shim.Handshake, err error) {
-	if err != nil {
-		p.startErr = fmt.Errorf("kubernetes: %w", err)
-	} else {
-		p.startErr = hs.StartErr(p.path)
-		p.pid = hs.PID
+// StartFailed: an exec that broke before the shim spoke may have lost
+// its pod.
+func (t *podExec) StartFailed(err, streamErr error) error {
+	if streamErr != nil {
+		return t.s.execErr(context.Background(), "starting "+t.path, err)
 	}
-	close(p.ready)
+	return err
 }
 
-func (p *process) Stdin() io.WriteCloser {
-	if p.stdin == nil {
-		return nil
-	}
-	return p.stdin
-}
-func (p *process) Stdout() io.Reader { return p.stdoutR }
-func (p *process) Stderr() io.Reader { return p.stderrR }
-
-var killed = harness.ExitStatus{Code: -1, Signal: syscall.SIGKILL.String()}
-
-// Wait waits until the program and its group have ended and returns the
-// program's status; a death by signal reports the signal. The error is
-// for the sandbox: ErrVanished with the pod's reason when it went away.
-// Processes stopped by the lease's Close report SIGKILL.
-func (p *process) Wait() (harness.ExitStatus, error) {
-	p.waitOnce.Do(func() {
-		<-p.done
-		p.status, p.waitErr = p.wait()
-		p.s.procsMu.Lock()
-		delete(p.s.procs, p)
-		p.exited = true
-		p.s.procsMu.Unlock()
-	})
-	return p.status, p.waitErr
-}
-
-func (p *process) wait() (harness.ExitStatus, error) {
-	ctx := context.Background()
-	code, err := exitCode(p.streamErr)
+// Exit returns the shim's exit status from the stream's end. The error is
+// ErrVanished with the pod's reason when it went away.
+func (t *podExec) Exit() (harness.ExitStatus, error) {
+	s := t.s
+	code, err := exitCode(t.err)
 	if err != nil || code == 128+int(syscall.SIGKILL) || code == 128+int(syscall.SIGTERM) {
-		if p.s.Vanished(ctx) {
-			if p.s.closing.Load() {
-				return killed, nil
+		if s.Vanished(context.Background()) {
+			if s.closing.Load() {
+				return shim.Killed, nil
 			}
-			return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: %s", ErrVanished, p.s.reason())
+			return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: %s", ErrVanished, s.reason())
 		}
 	}
 	if err != nil {
-		if p.s.closing.Load() {
-			return killed, nil
+		if s.closing.Load() {
+			return shim.Killed, nil
 		}
-		return harness.ExitStatus{Code: -1}, fmt.Errorf("kubernetes: waiting for a process of %s: %w", p.s.id, err)
-	}
-	if code <= 128 || code > 128+64 {
-		return harness.ExitStatus{Code: code}, nil
-	}
-	if sig, ok := p.signalRecord(ctx); ok {
-		return harness.ExitStatus{Code: -1, Signal: sig.String()}, nil
-	}
-	if code == 128+int(syscall.SIGKILL) && p.s.closing.Load() {
-		return killed, nil
+		return harness.ExitStatus{Code: -1}, fmt.Errorf("kubernetes: waiting for a process of %s: %w", s.id, err)
 	}
 	return harness.ExitStatus{Code: code}, nil
 }
 
-// signalRecord reads the shim's status file.
-func (p *process) signalRecord(ctx context.Context) (syscall.Signal, bool) {
-	ctx, cancel := context.WithTimeout(ctx, signalTimeout)
-	defer cancel()
-	rc, err := p.s.tarOut(ctx, shim.StatusFile(runDir, p.token))
+func (t *podExec) Run(ctx context.Context, args []string) (int, []byte, error) {
+	res, err := t.s.run(ctx, args, nil)
+	return res.code, res.stderr, err
+}
+
+func (t *podExec) ReadStatus(ctx context.Context, p string) ([]byte, error) {
+	rc, err := t.s.tarOut(ctx, p)
 	if err != nil {
-		return 0, false
+		return nil, err
 	}
 	defer rc.Close()
-	b, err := readTarFile(rc, 64)
-	if err != nil {
-		return 0, false
-	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "signal ")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(rest)
-	if err != nil || n <= 0 || n > 64 {
-		return 0, false
-	}
-	return syscall.Signal(n), true
+	return shim.FirstFile(rc, 64)
 }
 
-// Signal sends SIGTERM or SIGKILL to the program's process group through
-// the shim's signal mode. A process that has ended, or a pod that is
-// gone, is not an error.
-func (p *process) Signal(sig driver.Signal) error {
-	p.s.procsMu.Lock()
-	exited := p.exited
-	p.s.procsMu.Unlock()
-	if p.pid <= 0 || exited {
-		return nil
-	}
-	select {
-	case <-p.done:
-		return nil
-	default:
-	}
-	name := "TERM"
-	if sig == driver.Kill {
-		name = "KILL"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
-	defer cancel()
-	res, err := p.s.run(ctx, shim.SignalArgs(BinaryPath, p.pid, p.token, name), nil)
-	if err != nil {
-		if errors.Is(err, ErrVanished) {
-			return nil
-		}
-		return fmt.Errorf("kubernetes: signalling a process of %s: %w", p.s.id, err)
-	}
-	if res.code != 0 {
-		return fmt.Errorf("kubernetes: signalling a process of %s: exit %d: %s", p.s.id, res.code, strings.TrimSpace(string(res.stderr)))
-	}
-	return nil
-}
+func (t *podExec) Releasing() bool { return t.s.closing.Load() }
 
-// Close releases the streams: pending reads end. A process still running
-// keeps running (Signal stops it).
-func (p *process) Close() error {
-	p.closeOnce.Do(func() {
-		if p.stdin != nil {
-			_ = p.stdin.Close()
-		}
-		p.stdoutR.CloseWithError(io.ErrClosedPipe)
-		p.stderrR.CloseWithError(io.ErrClosedPipe)
-		go func() {
-			// The stream ends with the process; a closed reader must not
-			// keep it waiting on us.
-			<-p.done
-			p.cancel()
-		}()
-	})
-	return nil
+// Close: the stream ends with the process; a closed reader must not keep
+// it waiting on us.
+func (t *podExec) Close() {
+	go func() {
+		<-t.done
+		t.cancel()
+	}()
 }
 
 // LookPath finds an executable on pathEnv inside the pod without a shell
@@ -400,11 +231,11 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == "/outpost/bin" && name == "outpost" {
 		return BinaryPath, nil
 	}
-	block, err := envBlock(map[string]string{"PATH": pathEnv})
-	if err != nil {
+	if _, err := shim.CheckStart(ctx, "kubernetes", s.id, false, map[string]string{"PATH": pathEnv}, "/", "/"); err != nil {
 		return "", err
 	}
-	cmd := shim.RemoteExecArgs(BinaryPath, randomHex(8), runDir, "/", false, BinaryPath, shim.LookPathArgs(BinaryPath, name)[1:])
+	block := shim.EnvLine(map[string]string{"PATH": pathEnv})
+	cmd := shim.RemoteExecArgs(BinaryPath, shim.Token(), runDir, "/", false, BinaryPath, shim.LookPathArgs(BinaryPath, name)[1:])
 	res, err := s.run(ctx, cmd, bytes.NewReader(block))
 	if err != nil {
 		return "", err

@@ -192,7 +192,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	}
 	for _, pr := range procs {
 		select {
-		case <-pr.done:
+		case <-pr.Done():
 		case <-cctx.Done():
 		}
 	}

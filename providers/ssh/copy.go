@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/internal/workspace"
 )
@@ -60,43 +61,23 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 
 // rewrite copies r's entries to tw, refusing unsafe ones.
 func rewrite(tw *tar.Writer, r io.Reader) error {
-	tr := tar.NewReader(r)
-	links := map[string]bool{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return tw.Close()
-		}
-		if err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		if err := workspace.CheckEntry(h, links); err != nil {
-			return err
-		}
+	err := workspace.Entries(r, func(h *tar.Header, tr *tar.Reader) error {
 		switch h.Typeflag {
 		case tar.TypeReg, tar.TypeRegA, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
 		default:
 			return fmt.Errorf("%w: %q is a special file", tarsafe.ErrUnsafe, h.Name)
 		}
-		links[strings.TrimSuffix(h.Name, "/")] = h.Typeflag == tar.TypeSymlink
 		if h.Name == "." || h.Name == "./" {
-			continue
+			return nil
 		}
 		h.Mode &= 0o777
-		h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
-		h.Format = tar.FormatPAX
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
-			if _, err := io.Copy(tw, tr); err != nil {
-				return err
-			}
-		}
+		h.Uid, h.Gid = 0, 0
+		return workspace.WriteEntry(tw, h, tr)
+	})
+	if err != nil {
+		return err
 	}
+	return tw.Close()
 }
 
 // exitMissing is CopyOut's exit status for a missing path.
@@ -119,7 +100,7 @@ func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) 
 		sess.Close()
 		return nil, err
 	}
-	errb := &limited{n: 64 << 10}
+	errb := &shim.Limited{N: 64 << 10}
 	sess.Stderr = errb
 	dir, base := path.Split(p)
 	if base == "" {
@@ -146,7 +127,7 @@ func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) 
 		if werr == nil {
 			werr = err
 		}
-		return nil, s.connErr(fmt.Sprintf("copying %s out (%s)", p, strings.TrimSpace(errb.b.String())), werr)
+		return nil, s.connErr(fmt.Sprintf("copying %s out (%s)", p, errb.String()), werr)
 	}
 	return &outStream{r: br, sess: sess, stop: stop, errb: errb, s: s, what: p}, nil
 }
@@ -156,7 +137,7 @@ type outStream struct {
 	r    *bufio.Reader
 	sess *ssh.Session
 	stop func() bool
-	errb *limited
+	errb *shim.Limited
 	s    *Sandbox
 	what string
 	err  error
@@ -169,7 +150,7 @@ func (o *outStream) Read(b []byte) (int, error) {
 	n, err := o.r.Read(b)
 	if err == io.EOF {
 		if werr := o.sess.Wait(); werr != nil {
-			o.err = o.s.connErr(fmt.Sprintf("copying %s out: %s", o.what, strings.TrimSpace(o.errb.b.String())), werr)
+			o.err = o.s.connErr(fmt.Sprintf("copying %s out: %s", o.what, o.errb.String()), werr)
 			return n, o.err
 		}
 	}
@@ -217,7 +198,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string) error 
 	if err != nil {
 		return err
 	}
-	errb := &limited{n: 64 << 10}
+	errb := &shim.Limited{N: 64 << 10}
 	sess.Stderr = errb
 	if err := sess.Start(pre + "exec tar -C " + shq(s.dir) + " -cf - workspace"); err != nil {
 		return fmt.Errorf("ssh: copying the workspace of %s back: %w", s.id, err)
@@ -227,7 +208,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string) error 
 	res, err := workspace.Sync(ctx, s.hostDir, "workspace", s.wsMan, tar.NewReader(out))
 	werr := sess.Wait()
 	if err == nil && werr != nil {
-		err = fmt.Errorf("tar: %w: %s", werr, strings.TrimSpace(errb.b.String()))
+		err = fmt.Errorf("tar: %w: %s", werr, errb.String())
 	}
 	if err != nil {
 		if c.dead() {

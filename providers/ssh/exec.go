@@ -1,21 +1,15 @@
 package ssh
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -24,16 +18,6 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// signalTimeout bounds one Signal (a session running the shim's signal
-// mode).
-const signalTimeout = 30 * time.Second
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // Start runs req under the exec shim on the host, in a session of the
 // provider's connection, and returns once the program is about to run.
 // The environment travels on the session's standard input, never on a
@@ -41,55 +25,29 @@ func randomHex(n int) string {
 // exec.ErrNotFound, a missing working directory an error wrapping
 // fs.ErrNotExist, a dropped connection ErrDisconnected.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	if err := ctx.Err(); err != nil {
+	dir, err := shim.CheckStart(ctx, "ssh", s.id, s.closing.Load(), req.Env, req.Dir, s.workdir)
+	if err != nil {
 		return nil, err
-	}
-	if s.closing.Load() {
-		return nil, fmt.Errorf("ssh: %s is being released", s.id)
-	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("ssh: invalid variable %q", k)
-		}
-	}
-	dir := req.Dir
-	if dir == "" {
-		dir = s.workdir
 	}
 	sess, err := s.c.newSession()
 	if err != nil {
 		return nil, err
 	}
-	stdin, err1 := sess.StdinPipe()
-	stdout, err2 := sess.StdoutPipe()
-	stderr, err3 := sess.StderrPipe()
-	if err := errors.Join(err1, err2, err3); err != nil {
+	stdin, err := sess.StdinPipe()
+	if err != nil {
 		sess.Close()
 		return nil, fmt.Errorf("ssh: %w", err)
 	}
-	token := randomHex(8)
-	cmd := "exec " + command(shim.RemoteExecArgs(s.c.remote.binary, token, s.runDir, dir, req.Stdin, req.Path, req.Args)...)
-	if err := sess.Start(cmd); err != nil {
-		sess.Close()
-		return nil, s.connErr("starting "+req.Path, err)
-	}
-	p := &process{s: s, sess: sess, token: token, path: req.Path, ready: make(chan struct{}), out: bufio.NewReaderSize(stdout, 32<<10), errR: stderr}
+	token := shim.Token()
+	t := &session{s: s, sess: sess, stdin: stdin, path: req.Path, env: shim.EnvLine(req.Env), keep: req.Stdin}
+	t.cmd = "exec " + command(shim.RemoteExecArgs(s.c.remote.binary, token, s.runDir, dir, req.Stdin, req.Path, req.Args)...)
+	x := shim.Exec{Name: "ssh", ID: s.id, Binary: s.c.remote.binary, RunDir: s.runDir, Token: token, Path: req.Path, Gone: ErrDisconnected}
 	if req.Stdin {
-		p.stdin = stdin
+		x.Stdin = stdin
 	}
-	go p.handshake(stdin, shim.EnvLine(req.Env), req.Stdin)
-	select {
-	case <-p.ready:
-	case <-ctx.Done():
-		sess.Close()
-		<-p.ready
-		go p.Wait()
-		return nil, ctx.Err()
-	}
-	if p.startErr != nil {
-		sess.Close()
-		_, _ = p.Wait()
-		return nil, p.startErr
+	p := &process{shim.NewProcess(x, t)}
+	if err := p.Await(ctx); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -105,79 +63,66 @@ func (s *Sandbox) connErr(what string, err error) error {
 	return fmt.Errorf("ssh: %s: %w", what, err)
 }
 
-// process is one session running the exec shim.
-type process struct {
+// process is one session running the exec shim (shim.Process over it).
+type process struct{ *shim.Process }
+
+// Signal sends SIGTERM or SIGKILL to the program's process group through
+// the shim's signal mode. A connection that dropped is not an error (the
+// process is lost with it).
+func (p *process) Signal(sig driver.Signal) error { return p.Kill(sig == driver.Kill) }
+
+// session is the shim.Transport of a session running the exec shim.
+type session struct {
 	s     *Sandbox
 	sess  *ssh.Session
-	token string
-	path  string
 	stdin io.WriteCloser
-	out   *bufio.Reader
-	errR  io.Reader
+	cmd   string
+	path  string
+	env   []byte // the environment line, sent first on stdin
+	keep  bool   // the program reads stdin after the environment line
 
-	ready    chan struct{}
-	pid      int
-	startErr error
-
-	exited   atomic.Bool
-	waitOnce sync.Once
-	status   harness.ExitStatus
-	waitErr  error
-	closed   atomic.Bool
+	err    error // how the session ended, once Stream has returned
+	closed atomic.Bool
 }
 
-// handshake sends the environment and reads the shim's first line.
-func (p *process) handshake(stdin io.WriteCloser, envLine []byte, keep bool) {
-	defer close(p.ready)
-	if _, err := stdin.Write(envLine); err != nil {
-		p.startErr = p.s.connErr("sending the environment", err)
-		return
+// Stream starts the shim, sends it the environment and waits for the
+// session's end.
+func (t *session) Stream(stdout, stderr io.Writer) error {
+	t.sess.Stdout, t.sess.Stderr = stdout, stderr
+	if err := t.sess.Start(t.cmd); err != nil {
+		t.err = t.s.connErr("starting "+t.path, err)
+		return t.err
 	}
-	if !keep {
-		_ = stdin.Close()
+	if _, err := t.stdin.Write(t.env); err != nil {
+		t.sess.Close()
+		_ = t.sess.Wait()
+		t.err = t.s.connErr("sending the environment", err)
+		return t.err
 	}
-	hs, err := shim.ReadHandshake(p.out)
-	switch {
-	case err != nil:
-		// The session ended before the shim spoke: the connection, or a
-		// host that cannot run it.
-		var msg []byte
-		if p.s.c.dead() {
-			p.startErr = fmt.Errorf("%w: starting %s", ErrDisconnected, p.path)
-			return
-		}
-		msg, _ = io.ReadAll(io.LimitReader(p.errR, 4096))
-		p.startErr = fmt.Errorf("ssh: the exec shim did not start: %w: %s", err, strings.TrimSpace(string(msg)))
-	default:
-		p.startErr = hs.StartErr(p.path)
-		p.pid = hs.PID
+	if !t.keep {
+		_ = t.stdin.Close()
 	}
+	t.err = t.sess.Wait()
+	var ee *ssh.ExitError
+	if t.err == nil || errors.As(t.err, &ee) {
+		return nil // an exit status: Exit's
+	}
+	return t.err
 }
 
-func (p *process) Stdin() io.WriteCloser {
-	if p.stdin == nil {
-		return nil
+// StartFailed: the session ended before the shim spoke: the connection,
+// or a host that cannot run it.
+func (t *session) StartFailed(err, streamErr error) error {
+	if t.s.c.dead() || errors.Is(streamErr, ErrDisconnected) {
+		return fmt.Errorf("%w: starting %s: %v", ErrDisconnected, t.path, err)
 	}
-	return p.stdin
-}
-func (p *process) Stdout() io.Reader { return p.out }
-func (p *process) Stderr() io.Reader { return p.errR }
-
-var killed = harness.ExitStatus{Code: -1, Signal: syscall.SIGKILL.String()}
-
-// Wait waits for the program (and its group) to end and returns its
-// status; a death by signal reports the signal. The error is for the
-// sandbox: ErrDisconnected when the connection dropped.
-func (p *process) Wait() (harness.ExitStatus, error) {
-	p.waitOnce.Do(func() {
-		p.status, p.waitErr = p.wait()
-		p.exited.Store(true)
-	})
-	return p.status, p.waitErr
+	return err
 }
 
-func (p *process) wait() (harness.ExitStatus, error) {
-	err := p.sess.Wait()
+// Exit returns the session's exit status. The error is ErrDisconnected
+// when the connection dropped.
+func (t *session) Exit() (harness.ExitStatus, error) {
+	s, err := t.s, t.err
 	var ee *ssh.ExitError
 	switch {
 	case err == nil:
@@ -187,21 +132,39 @@ func (p *process) wait() (harness.ExitStatus, error) {
 			// The shim itself was killed (a release or a sweep reaped it).
 			return harness.ExitStatus{Code: -1, Signal: signalName(sig)}, nil
 		}
-		return p.decode(ee.ExitStatus()), nil
+		return harness.ExitStatus{Code: ee.ExitStatus()}, nil
 	}
-	if p.s.closing.Load() {
-		return killed, nil
+	if s.closing.Load() {
+		return shim.Killed, nil
 	}
-	if !p.s.c.dead() {
-		p.s.c.checkAlive()
+	if !s.c.dead() {
+		s.c.checkAlive()
 	}
-	if p.s.c.dead() {
-		return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: the process of %s was lost with it", ErrDisconnected, p.s.id)
+	if s.c.dead() {
+		return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: the process of %s was lost with it", ErrDisconnected, s.id)
 	}
-	if p.closed.Load() {
-		return killed, nil
+	if t.closed.Load() {
+		return shim.Killed, nil
 	}
-	return harness.ExitStatus{Code: -1}, fmt.Errorf("ssh: waiting for a process of %s: %w", p.s.id, err)
+	return harness.ExitStatus{Code: -1}, fmt.Errorf("ssh: waiting for a process of %s: %w", s.id, err)
+}
+
+func (t *session) Run(ctx context.Context, args []string) (int, []byte, error) {
+	res, err := run(ctx, t.s.c, command(args...), nil)
+	return res.code, res.stderr, err
+}
+
+// ReadStatus reads the shim's status file, and removes it.
+func (t *session) ReadStatus(ctx context.Context, f string) ([]byte, error) {
+	res, err := run(ctx, t.s.c, "cat "+shq(f)+" 2>/dev/null; rm -f "+shq(f), nil)
+	return res.stdout, err
+}
+
+func (t *session) Releasing() bool { return t.s.closing.Load() }
+
+func (t *session) Close() {
+	t.closed.Store(true)
+	_ = t.sess.Close()
 }
 
 // signals maps the names of RFC 4254's exit-signal to signals.
@@ -218,66 +181,6 @@ func signalName(sig string) string {
 		return s.String()
 	}
 	return "SIG" + sig
-}
-
-// decode turns the shim's exit status into the program's: 128+n is a
-// death by signal n only when the shim recorded it.
-func (p *process) decode(code int) harness.ExitStatus {
-	if code <= 128 || code > 128+64 {
-		return harness.ExitStatus{Code: code}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
-	defer cancel()
-	f := shim.StatusFile(p.s.runDir, p.token)
-	res, err := run(ctx, p.s.c, "cat "+shq(f)+" 2>/dev/null; rm -f "+shq(f), nil)
-	if err == nil {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(string(res.stdout)), "signal "); ok {
-			if n, err := strconv.Atoi(rest); err == nil && n > 0 && n <= 64 {
-				return harness.ExitStatus{Code: -1, Signal: syscall.Signal(n).String()}
-			}
-		}
-	}
-	if code == 128+int(syscall.SIGKILL) && p.s.closing.Load() {
-		return killed
-	}
-	return harness.ExitStatus{Code: code}
-}
-
-// Signal sends SIGTERM or SIGKILL to the program's process group through
-// the shim's signal mode. A process that has ended is not an error; nor
-// is a connection that dropped (the process is lost with it).
-func (p *process) Signal(sig driver.Signal) error {
-	if p.pid <= 0 || p.exited.Load() {
-		return nil
-	}
-	name := "TERM"
-	if sig == driver.Kill {
-		name = "KILL"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
-	defer cancel()
-	res, err := run(ctx, p.s.c, command(shim.SignalArgs(p.s.c.remote.binary, p.pid, p.token, name)...), nil)
-	if err != nil {
-		if errors.Is(err, ErrDisconnected) {
-			return nil
-		}
-		return fmt.Errorf("ssh: signalling a process of %s: %w", p.s.id, err)
-	}
-	if res.code != 0 {
-		return fmt.Errorf("ssh: signalling a process of %s: exit %d: %s", p.s.id, res.code, strings.TrimSpace(string(res.stderr)))
-	}
-	return nil
-}
-
-// Close releases the session: pending reads end.
-func (p *process) Close() error {
-	if p.closed.CompareAndSwap(false, true) {
-		if p.stdin != nil {
-			_ = p.stdin.Close()
-		}
-		_ = p.sess.Close()
-	}
-	return nil
 }
 
 // LookPath finds an executable on pathEnv (default: the sandbox's PATH)

@@ -1,7 +1,6 @@
 package ssh
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha512"
 	"encoding/hex"
@@ -47,19 +46,6 @@ type result struct {
 	stdout, stderr []byte
 }
 
-// limited keeps at most n bytes.
-type limited struct {
-	b bytes.Buffer
-	n int
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	if room := l.n - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
 // run runs a shell command on c to completion, feeding it stdin (nil:
 // none). A dropped connection gives ErrDisconnected; ctx's end closes the
 // session.
@@ -72,7 +58,7 @@ func run(ctx context.Context, c *conn, cmd string, stdin io.Reader) (result, err
 		return result{}, err
 	}
 	defer s.Close()
-	out, errb := &limited{n: 4 << 20}, &limited{n: 1 << 20}
+	out, errb := &shim.Limited{N: 4 << 20}, &shim.Limited{N: 1 << 20}
 	s.Stdout, s.Stderr = out, errb
 	if stdin != nil {
 		s.Stdin = stdin
@@ -83,7 +69,7 @@ func run(ctx context.Context, c *conn, cmd string, stdin io.Reader) (result, err
 	if ctx.Err() != nil {
 		return result{}, ctx.Err()
 	}
-	res := result{stdout: out.b.Bytes(), stderr: errb.b.Bytes()}
+	res := result{stdout: out.Bytes(), stderr: errb.Bytes()}
 	var ee *ssh.ExitError
 	switch {
 	case err == nil:

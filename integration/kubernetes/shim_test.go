@@ -1,0 +1,30 @@
+package kubernetes
+
+import (
+	"context"
+	"testing"
+
+	"github.com/outposthq/outpost/internal/shim/shimtest"
+	"github.com/outposthq/outpost/providers/kubernetes"
+	"github.com/outposthq/outpost/providers/kubernetes/kubetest"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/sandboxtest"
+)
+
+// TestShimProcess runs the exec shim's table (the same on every provider)
+// in a pod.
+func TestShimProcess(t *testing.T) {
+	c := kubetest.Require(t)
+	p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox })
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	shimtest.Run(t, sandboxtest.ShimHarness(l, "/bin/sh"))
+}
