@@ -15,7 +15,9 @@
 //     a corrected answer (response repair).
 //   - Protocol: the built-in result/handoff protocol of team-of-agents
 //     orchestrators: a schema with its own extraction (the last fenced
-//     block, with a fallback result made of the text's first paragraph).
+//     block, with a fallback result made of the text's first paragraph
+//     and the paths the text mentions, MentionedPaths). The agent's own
+//     list of changed files is kept as a claim beside outpost's.
 //   - Diff: the files a turn created, modified or deleted, computed from
 //     two workspace snapshots (sandbox/snapshot), never from the
 //     agent's claim.

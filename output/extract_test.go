@@ -3,6 +3,7 @@ package output
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -150,12 +151,16 @@ func TestCheckProtocol(t *testing.T) {
 		want     *Outcome
 		problems bool
 	}{
-		{name: "result", text: "Did it.\n\n```json\n{\"result\": {\"summary\": \"fixed the bug\", \"changedFiles\": [\"a.go\"]}}\n```", want: &Outcome{Kind: KindResult, Summary: "fixed the bug"}},
+		{name: "result", text: "Did it.\n\n```json\n{\"result\": {\"summary\": \"fixed the bug\", \"changedFiles\": [\"a.go\"]}}\n```", want: &Outcome{Kind: KindResult, Summary: "fixed the bug", ClaimedChangedFiles: []string{"a.go"}}},
 		{name: "handoff untagged fence", text: "Not mine.\n```\n{\"handoff\": {\"to\": \"reviewer\", \"task\": \"review\", \"context\": \"see a.go\"}}\n```", want: &Outcome{Kind: KindHandoff, To: "reviewer", Task: "review", Context: "see a.go"}},
+		{name: "handoff claims", text: "```json\n{\"handoff\": {\"to\": \"r\", \"task\": \"t\", \"changedFiles\": [\"b.go\", \"c/\"]}}\n```", want: &Outcome{Kind: KindHandoff, To: "r", Task: "t", ClaimedChangedFiles: []string{"b.go", "c/"}}},
+		{name: "handoff claims not strings", text: "```json\n{\"handoff\": {\"to\": \"r\", \"task\": \"t\", \"changedFiles\": [1]}}\n```", problems: true},
 		{name: "last block wins", text: "```json\n{\"handoff\":{\"to\":\"a\",\"task\":\"b\"}}\n```\n```json\n{\"result\":{\"summary\":\"s\"}}\n```", want: &Outcome{Kind: KindResult, Summary: "s"}},
 		{name: "bash block is not the protocol", text: "All done here.\n\n```bash\nls\n```", want: &Outcome{Kind: KindResult, Summary: "All done here.", Fallback: true}},
 		{name: "unfenced JSON is prose", text: `Done. {"result": {"summary": "ok"}}`, want: &Outcome{Kind: KindResult, Summary: `Done. {"result": {"summary": "ok"}}`, Fallback: true}},
-		{name: "fallback", text: "I changed the README.\nIt reads better.\n\nDetails follow.", want: &Outcome{Kind: KindResult, Summary: "I changed the README. It reads better.", Fallback: true}},
+		{name: "fallback", text: "I changed the README.\nIt reads better.\n\nDetails follow.", want: &Outcome{Kind: KindResult, Summary: "I changed the README. It reads better.", Fallback: true, ClaimedChangedFiles: []string{"README"}}},
+		{name: "fallback scrapes paths", text: "Edited `src/parser.go` and ./main.go:12:3.\n\nAlso main.go, docs/ (see https://example.com/x).", want: &Outcome{Kind: KindResult,
+			Summary: "Edited `src/parser.go` and ./main.go:12:3.", Fallback: true, ClaimedChangedFiles: []string{"src/parser.go", "main.go", "docs/"}}},
 		{name: "malformed block", text: "```json\n{\"result\": {\"summary\": 3}}\n```", problems: true},
 		{name: "both kinds", text: "```json\n{\"result\": {\"summary\": \"a\"}, \"handoff\": {\"to\": \"b\", \"task\": \"c\"}}\n```", problems: true},
 		{name: "not JSON", text: "```json\n{result: 1}\n```", problems: true},
@@ -180,5 +185,35 @@ func TestCheckProtocol(t *testing.T) {
 				t.Errorf("outcome (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+func TestMentionedPaths(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       []string
+	}{
+		{"none", "All good, nothing to report. Version 1.26 works, e.g. here.", nil},
+		{"slash or extension", "Changed internal/shim/shim.go, go.mod and Makefile; left notes.", []string{"internal/shim/shim.go", "go.mod", "Makefile"}},
+		{"marks around", "**`a.ts`** (b.py) [c/d] <e.json> 'f.md' \"g.yaml\" h.toml: i.rs!", []string{"a.ts", "b.py", "c/d", "e.json", "f.md", "g.yaml", "h.toml", "i.rs"}},
+		{"line and column", "see x.go:12 and y.go:3:9.", []string{"x.go", "y.go"}},
+		{"deduplicated", "./a.go a.go ./a.go a.go:1", []string{"a.go"}},
+		{"absolute kept", "wrote /tmp/out.txt and ~/notes", []string{"/tmp/out.txt", "~/notes"}},
+		{"not paths", "https://example.com/x.go a=b/c.go / ./ ... v1.2.3 .gitignore", nil},
+		{"exist-agnostic", "no/such/file.go", []string{"no/such/file.go"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if d := cmp.Diff(tt.want, MentionedPaths(tt.text)); d != "" {
+				t.Errorf("MentionedPaths(%q) (-want +got):\n%s", tt.text, d)
+			}
+		})
+	}
+	many := strings.Repeat("x/", 1) + "0"
+	for i := 1; i < 3*MaxMentionedPaths; i++ {
+		many += fmt.Sprintf(" f%d.go", i)
+	}
+	if got := MentionedPaths(many); len(got) != MaxMentionedPaths || got[0] != "x/0" {
+		t.Errorf("bounded: %d paths, first %q", len(got), got[0])
 	}
 }

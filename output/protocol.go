@@ -38,7 +38,8 @@ var ProtocolSchema = MustCompile(`{
       "properties": {
         "to": {"type": "string", "minLength": 1},
         "task": {"type": "string", "minLength": 1},
-        "context": {"type": "string"}
+        "context": {"type": "string"},
+        "changedFiles": {"type": "array", "items": {"type": "string"}}
       },
       "required": ["to", "task"]
     }
@@ -64,6 +65,11 @@ type Outcome struct {
 	// ChangedFiles are the workspace paths the turn changed, as outpost
 	// computed them (never the model's claim); nil when unknown.
 	ChangedFiles []string `json:"changedFiles,omitempty"`
+	// ClaimedChangedFiles are the files the agent says it changed, kept
+	// beside ChangedFiles, never in place of it: the block's own
+	// changedFiles (of a result or a handoff), or for a fallback the paths
+	// its text mentions (MentionedPaths).
+	ClaimedChangedFiles []string `json:"claimed_changed_files,omitempty"`
 	// Handoff.
 	To      string `json:"to,omitempty"`
 	Task    string `json:"task,omitempty"`
@@ -102,7 +108,8 @@ func CheckProtocol(text string) ProtocolAnswer {
 		}
 	}
 	if raw == nil {
-		return ProtocolAnswer{Outcome: &Outcome{Kind: KindResult, Summary: FirstParagraph(text, MaxSummary), Fallback: true}}
+		return ProtocolAnswer{Outcome: &Outcome{Kind: KindResult, Summary: FirstParagraph(text, MaxSummary), Fallback: true,
+			ClaimedChangedFiles: MentionedPaths(text)}}
 	}
 	v, compact, p := Decode(raw)
 	if p != nil {
@@ -113,12 +120,14 @@ func CheckProtocol(text string) ProtocolAnswer {
 	}
 	var blk struct {
 		Result *struct {
-			Summary string `json:"summary"`
+			Summary      string   `json:"summary"`
+			ChangedFiles []string `json:"changedFiles"`
 		} `json:"result"`
 		Handoff *struct {
-			To      string `json:"to"`
-			Task    string `json:"task"`
-			Context string `json:"context"`
+			To           string   `json:"to"`
+			Task         string   `json:"task"`
+			Context      string   `json:"context"`
+			ChangedFiles []string `json:"changedFiles"`
 		} `json:"handoff"`
 	}
 	if err := json.Unmarshal(compact, &blk); err != nil {
@@ -127,8 +136,10 @@ func CheckProtocol(text string) ProtocolAnswer {
 	out := &Outcome{}
 	if blk.Handoff != nil {
 		out.Kind, out.To, out.Task, out.Context = KindHandoff, blk.Handoff.To, blk.Handoff.Task, blk.Handoff.Context
+		out.ClaimedChangedFiles = blk.Handoff.ChangedFiles
 	} else {
 		out.Kind, out.Summary = KindResult, blk.Result.Summary
+		out.ClaimedChangedFiles = blk.Result.ChangedFiles
 	}
 	return ProtocolAnswer{Outcome: out, Value: compact}
 }

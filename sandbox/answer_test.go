@@ -185,7 +185,7 @@ func TestAnswerRefusedBeforeAllocation(t *testing.T) {
 func TestProtocol(t *testing.T) {
 	f := newFixture(t)
 	res := f.ok(sandbox.Turn{Prompt: `#write=notes.md #json={"result": {"summary": "wrote notes", "changedFiles": ["claimed.txt"]}}`, Protocol: "handoff"})
-	want := &output.Outcome{Kind: "result", Summary: "wrote notes", ChangedFiles: []string{"notes.md"}}
+	want := &output.Outcome{Kind: "result", Summary: "wrote notes", ChangedFiles: []string{"notes.md"}, ClaimedChangedFiles: []string{"claimed.txt"}}
 	if d := cmp.Diff(want, res.Protocol); d != "" {
 		t.Errorf("protocol (-want +got):\n%s", d)
 	}
@@ -196,9 +196,12 @@ func TestProtocol(t *testing.T) {
 	if d := cmp.Diff(&output.Outcome{Kind: "handoff", To: "reviewer", Task: "review notes.md", Context: "first draft"}, res.Protocol); d != "" {
 		t.Errorf("handoff (-want +got):\n%s", d)
 	}
-	res = f.ok(sandbox.Turn{Prompt: "just answer", Protocol: "handoff"})
+	res = f.ok(sandbox.Turn{Prompt: "just answer, see docs/notes.md", Protocol: "handoff"})
 	if res.Protocol == nil || !res.Protocol.Fallback || res.Protocol.Kind != "result" || !strings.HasPrefix(res.Protocol.Summary, "echo: just answer") {
 		t.Errorf("fallback %+v", res.Protocol)
+	}
+	if d := cmp.Diff([]string{"docs/notes.md"}, res.Protocol.ClaimedChangedFiles); d != "" {
+		t.Errorf("fallback's claimed files (-want +got):\n%s", d)
 	}
 	if len(f.notices("protocol_fallback")) != 1 {
 		t.Error("no protocol_fallback notice")

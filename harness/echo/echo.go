@@ -17,6 +17,7 @@ package echo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -108,9 +109,40 @@ func request(in harness.Input) (harness.Command, error) {
 			args = append(args, "--fork")
 		}
 	}
+	if err := kit.CheckExtraArgs("echo", in.ExtraArgs, checkExtraArg); err != nil {
+		return harness.Command{}, err
+	}
 	args = append(args, in.ExtraArgs...)
 	args = append(args, "--", in.Prompt)
 	return harness.Command{Path: Program, Args: args}, nil
+}
+
+// reserved are the echo agent's flags: outpost sets them from the turn
+// (the model, the conversation, live input) or they end the turn (help).
+var reserved = kit.Flags{
+	"--model":  "use the agent's model",
+	"--resume": "use Resume", "--fork": "use Fork",
+	"--live": "", "-h": "", "--help": "",
+}
+
+// checkExtraArg refuses an extra argument that names a reserved flag, in
+// any of the forms the agent's flag parser takes ("-model", "--model=x"),
+// and "--", which outpost places before the prompt: whatever follows it is
+// the prompt.
+func checkExtraArg(a string) error {
+	if a == "--" {
+		return errors.New(`"--" is placed by outpost before the prompt`)
+	}
+	if isFlag(a) {
+		name, _ := flagName(a)
+		if len(name) > 1 {
+			name = "-" + name
+		}
+		if err := reserved.Check("-" + name); err != nil {
+			return err
+		}
+	}
+	return reserved.Check(a)
 }
 
 var (
@@ -154,7 +186,9 @@ func Events(b []byte) []harness.Event {
 	case "tool_call":
 		return []harness.Event{{Type: harness.EventToolCall, Tool: &harness.Tool{ID: l.ID, Name: l.Name, Input: harness.SafeJSON(l.Input)}}}
 	case "tool_result":
-		return []harness.Event{{Type: harness.EventToolResult, Tool: &harness.Tool{ID: l.ID, Output: l.Output}}}
+		return []harness.Event{{Type: harness.EventToolResult, Tool: &harness.Tool{ID: l.ID, Output: l.Output, Error: l.Error}}}
+	case "denied":
+		return []harness.Event{{Type: harness.EventFailure, Kind: "permission_denied", Text: l.Text, Tool: &harness.Tool{ID: l.ID, Name: l.Name}}}
 	case "retry":
 		return []harness.Event{{Type: harness.EventNotice, Kind: "retry", Text: l.Text, Details: map[string]any{"attempt": l.Attempt}}}
 	case "steer":

@@ -3,6 +3,7 @@ package echo
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -19,6 +20,8 @@ var seeds = []string{
 	`{"type":"steer","mode":"injected","text":"stop"}`,
 	`{"type":"text","id":"m1","text":"echo: hello (turn 1)"}`,
 	`{"type":"done","text":"echo: hello (turn 1)","usage":{"input":1,"output":4,"cache_read":0}}`,
+	`{"type":"tool_result","id":"tool-2","output":"../x is outside the working directory","error":true}`,
+	`{"type":"denied","id":"tool-2","name":"shell","text":"echo: #write=../x refused: ../x is outside the working directory"}`,
 	`{"type":"text","text":`,
 	"not json",
 	"{\"type\":\"text\",\"text\":\"\xff\xfe\"}",
@@ -29,7 +32,7 @@ var seeds = []string{
 
 func TestEvents(t *testing.T) {
 	want := []harness.EventType{harness.EventSession, harness.EventNotice, harness.EventToolCall, harness.EventToolResult,
-		harness.EventMessage, harness.EventNotice, harness.EventMessage, harness.EventFinished, harness.EventMessage}
+		harness.EventMessage, harness.EventNotice, harness.EventMessage, harness.EventFinished, harness.EventToolResult, harness.EventFailure, harness.EventMessage}
 	var got []harness.EventType
 	for _, s := range seeds {
 		for _, e := range Events([]byte(s)) {
@@ -42,6 +45,12 @@ func TestEvents(t *testing.T) {
 	done := Events([]byte(seeds[7]))[0]
 	if done.Usage == nil || done.Usage.InputTokens != 1 || done.Usage.OutputTokens != 4 || !done.Usage.Complete {
 		t.Errorf("usage %+v", done.Usage)
+	}
+	if r := Events([]byte(seeds[8])); len(r) != 1 || !r[0].Tool.Error {
+		t.Errorf("a refused tool call's result is not an error: %+v", r)
+	}
+	if d := Events([]byte(seeds[9])); len(d) != 1 || d[0].Kind != "permission_denied" || !strings.Contains(d[0].Text, "refused") {
+		t.Errorf("denied: %+v", d)
 	}
 }
 
@@ -98,4 +107,46 @@ func FuzzEvents(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestExtraArgs: the preset refuses the flags outpost controls, in every
+// form the agent's flag parser takes, and "--"; the agent reads what
+// follows "--" as the prompt only.
+func TestExtraArgs(t *testing.T) {
+	refused := map[string]string{
+		"--model=x": "--model is set by outpost: use the agent's model", "-model": "--model is set by outpost",
+		"--resume": "use Resume", "-resume=abc": "use Resume", "--fork": "use Fork", "---fork": "use Fork",
+		"--live": "--live is set by outpost", "-h": "-h is set by outpost", "--help": "--help is set by outpost",
+		"--": `"--" is placed by outpost`, "x\x00": "NUL",
+	}
+	for arg, want := range refused {
+		_, err := request(harness.Input{Prompt: "hi", ExtraArgs: []string{"--ok", arg}})
+		if err == nil || !strings.Contains(err.Error(), "echo: extra argument 2: ") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", arg, err, want)
+		}
+	}
+	cmd, err := request(harness.Input{Prompt: "-", Model: "m", ExtraArgs: []string{"--some-flag", "value", "-"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOME", t.TempDir())
+	t.Chdir(t.TempDir())
+	var out, errb bytes.Buffer
+	if code := Main(cmd.Args[1:], strings.NewReader("from stdin"), &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if want := `"text":"echo: - (turn 1)"`; !strings.Contains(out.String(), want) {
+		t.Errorf("the prompt after -- is not the literal %q:\n%s", "-", out.String())
+	}
+	for _, args := range [][]string{{"--model", "m", "--", "--resume", "x", "#args"}, {"--x", "v", "--", "#args", "--fork"}} {
+		out.Reset()
+		Main(args, strings.NewReader(""), &out, &errb)
+		prompt := strings.Join(args[slices.Index(args, "--")+1:], " ")
+		if !strings.Contains(out.String(), `"text":"echo: `+prompt+` (turn 1)`) {
+			t.Errorf("%q: the words after -- are not the prompt:\n%s", args, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), `args: --x v`) {
+		t.Errorf("unknown flags and their values before -- are not passed through:\n%s", out.String())
+	}
 }

@@ -72,3 +72,90 @@ func TestFileDirectives(t *testing.T) {
 		t.Errorf("old.txt: %v", err)
 	}
 }
+
+// runLines runs the echo agent with args and returns its output lines.
+func runLines(t *testing.T, args ...string) []line {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := Main(args, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var lines []line
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var ln line
+		if err := json.Unmarshal([]byte(l), &ln); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		lines = append(lines, ln)
+	}
+	return lines
+}
+
+// TestFileDirectivesConfined: the file directives never reach outside the
+// working directory, whether by an absolute path, "..", or a link; each
+// refusal is an error tool result and a denied line, and the directives
+// inside still run.
+func TestFileDirectivesConfined(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "victim.txt")
+	os.WriteFile(victim, []byte("keep"), 0o644)
+	dir := filepath.Join(t.TempDir(), "work")
+	os.MkdirAll(dir, 0o755)
+	t.Chdir(dir)
+	os.Symlink(outside, "abs-link")
+	os.Symlink("..", "up-link")
+	os.Symlink("inside.txt", "ok-link")
+	os.Mkdir("sub", 0o755)
+	refused := []string{
+		"#write=" + filepath.Join(outside, "abs.txt"),
+		"#write=../escaped.txt",
+		"#write=sub/../../escaped2.txt",
+		"#write=abs-link/through.txt",
+		"#write=up-link/through2.txt",
+		"#append=" + victim,
+		"#append=abs-link/victim.txt",
+		"#rm=" + victim,
+		"#rm=../" + filepath.Base(outside) + "/victim.txt",
+		"#rm=up-link/work/../../" + filepath.Base(outside) + "/victim.txt",
+	}
+	prompt := strings.Join(refused, " ") + " #write=inside.txt #append=ok-link #write=sub/../b.txt"
+	lines := runLines(t, "--", prompt)
+
+	var denied, errResults []string
+	for _, l := range lines {
+		switch {
+		case l.Type == "denied":
+			denied = append(denied, l.Text)
+		case l.Type == "tool_result" && l.Error:
+			errResults = append(errResults, l.Output)
+		}
+	}
+	if len(denied) != len(refused) || len(errResults) != len(refused) {
+		t.Errorf("%d denied lines and %d error results for %d refused directives:\n%s\n%s", len(denied), len(errResults), len(refused),
+			strings.Join(denied, "\n"), strings.Join(errResults, "\n"))
+	}
+	for i, d := range denied {
+		if i < len(refused) && !strings.Contains(d, refused[i]) || !strings.Contains(d, "outside the working directory") {
+			t.Errorf("denied line %d: %q", i, d)
+		}
+	}
+	entries, _ := os.ReadDir(outside)
+	if len(entries) != 1 {
+		t.Errorf("outside the working directory: %v", entries)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("victim: %q", b)
+	}
+	for _, p := range []string{filepath.Join(dir, "..", "escaped.txt"), filepath.Join(dir, "..", "escaped2.txt"), filepath.Join(dir, "..", "through2.txt")} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s was written", p)
+		}
+	}
+	if b, _ := os.ReadFile("inside.txt"); string(b) != "written by echo\nappended by echo\n" {
+		t.Errorf("inside.txt: %q", b)
+	}
+	if _, err := os.Stat("b.txt"); err != nil {
+		t.Errorf("sub/../b.txt stays inside and is written: %v", err)
+	}
+}
