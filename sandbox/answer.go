@@ -12,6 +12,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/plural"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/output"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -254,7 +255,7 @@ func (e *engine) repairLoop(ctx context.Context, lease *Lease, res *Result) (*Re
 		if res.Conversation == "" {
 			return res, e.outputErr(res, problems, attempt, "the conversation was not captured, so it cannot be resumed")
 		}
-		e.notice("repair", fmt.Sprintf("the answer was refused (%d problems); asking again, attempt %d of %d", len(problems), attempt+1, limit+1),
+		e.notice("repair", fmt.Sprintf("the answer was refused (%s); asking again, attempt %d of %d", plural.N(len(problems), "problem"), attempt+1, limit+1),
 			map[string]any{"attempt": attempt + 1, "errors": problems})
 		msg := output.ProtocolRepairMessage(problems)
 		if !e.ans.protocol {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/internal/plural"
 )
 
 func (a *app) conversationsCmd() *cobra.Command {
@@ -74,7 +75,7 @@ func (a *app) conversationsCmd() *cobra.Command {
 			t.row("updated", m.Updated.Local().Format(time.RFC3339))
 			t.row("turns", fmt.Sprint(m.Turns))
 			t.row("revision", fmt.Sprint(m.Revision))
-			t.row("usage", usageText(m))
+			t.row("usage", usageText(m.Usage))
 			t.row("files", strings.Join(m.Files, ", "))
 			return t.flush()
 		},
@@ -231,15 +232,6 @@ func (a *app) meta(c *cobra.Command, ref string) (conversation.Meta, error) {
 	return m, nil
 }
 
-func usageText(m conversation.Meta) string {
-	u := m.Usage
-	s := fmt.Sprintf("in %d, out %d, cache read %d, cache write %d", u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
-	if !u.Complete {
-		s += " (incomplete)"
-	}
-	return s
-}
-
 func (a *app) usageCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
@@ -256,7 +248,7 @@ func (a *app) usageCmd() *cobra.Command {
 				fmt.Fprintln(a.stdout, string(b))
 				return nil
 			}
-			fmt.Fprintf(a.stdout, "%s (%s, %d turns): %s\n", m.ID, m.Agent, m.Turns, usageText(m))
+			fmt.Fprintf(a.stdout, "%s (%s, %s): tokens %s\n", m.ID, m.Agent, plural.N(m.Turns, "turn"), usageText(m.Usage))
 			return nil
 		},
 	}

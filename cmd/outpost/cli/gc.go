@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/internal/plural"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/kubernetes"
 )
@@ -113,7 +114,7 @@ func (a *app) printGC(rep docker.GCReport, dryRun bool) {
 		}
 		tw.flush()
 	}
-	fmt.Fprintf(a.stdout, "%s %d container(s) and %d volume(s); kept %d of live or unknown owners\n", verb, len(rep.Containers), len(rep.Volumes), rep.Kept)
+	fmt.Fprintf(a.stdout, "%s %s and %s; kept %d of live or unknown owners\n", verb, plural.N(len(rep.Containers), "container"), plural.N(len(rep.Volumes), "volume"), rep.Kept)
 }
 
 // gcKubernetes is `outpost gc --sandbox kubernetes`.

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/internal/plural"
 	sshp "github.com/outposthq/outpost/providers/ssh"
 )
 
@@ -53,7 +54,7 @@ func (a *app) gcSSH(c *cobra.Command, settings map[string]string, all, dryRun, a
 			}
 			tw.flush()
 		}
-		fmt.Fprintf(a.stdout, "%s %d lease(s) on %s; kept %d of live or unknown owners\n", verb, len(rep.Leases), rep.Host, rep.Kept)
+		fmt.Fprintf(a.stdout, "%s %s on %s; kept %d of live or unknown owners\n", verb, plural.N(len(rep.Leases), "lease"), rep.Host, rep.Kept)
 	}
 	if gcErr != nil {
 		if errors.As(gcErr, new(*outpost.Error)) {
