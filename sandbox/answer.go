@@ -244,7 +244,7 @@ func (e *engine) repairLoop(ctx context.Context, lease *Lease, res *Result) (*Re
 		}
 		if e.put != nil {
 			// The repair resumes the stored conversation: store it now.
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 			perr := e.put(pctx)
 			cancel()
 			e.put = nil
@@ -346,7 +346,7 @@ func (e *engine) changedFiles(ctx context.Context, lease *Lease, res *Result) {
 		return
 	}
 	sn := lease.Sandbox().(driver.Snapshotter)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	after, err := sn.SnapshotWorkspace(sctx, e.changedFilesLimit())
 	cancel()
 	if err != nil {

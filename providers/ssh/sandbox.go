@@ -25,10 +25,6 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// closeTimeout bounds Close's work when its context has no deadline or
-// has ended.
-const closeTimeout = 2 * time.Minute
-
 // leasePrefix starts the name of every lease directory.
 const leasePrefix = "ssh-"
 
@@ -187,7 +183,7 @@ printf '%%s\n' %s >owner.tmp && mv owner.tmp owner || exit 1
 		}
 		// A cancelled open may have made the directory before the session
 		// closed: remove it.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 		defer cancel()
 		_, _ = run(rctx, c, "rm -rf "+shq(s.dir), nil)
 		return nil, ctx.Err()
@@ -244,12 +240,12 @@ func (s *Sandbox) liveConn(ctx context.Context) (*conn, error) {
 // the workspace's changes back (copy mode; see SyncWorkspace) and removes
 // the lease's directory, whatever happened before. When the connection
 // dropped it reconnects to do so. It works with an ended ctx (bounded by
-// closeTimeout).
+// driver.ReleaseTimeout).
 func (s *Sandbox) Close(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	cctx, cancel := driver.ReleaseContext(ctx, closeTimeout)
+	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 	defer cancel()
 	c, err := s.liveConn(cctx)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,8 +22,12 @@ func (a *app) conversationsCmd() *cobra.Command {
 		Aliases: []string{"conv", "c"},
 		Short:   "List, show, remove, export and import stored conversations",
 	}
-	var lsJSON, showJSON, replace bool
-	var output string
+	c.AddCommand(a.lsCmd(), a.showCmd(), a.rmCmd(), a.exportCmd(), a.importCmd(), a.syncCmd())
+	return c
+}
+
+func (a *app) lsCmd() *cobra.Command {
+	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List stored conversations, newest first",
@@ -39,7 +44,7 @@ func (a *app) conversationsCmd() *cobra.Command {
 			if err != nil {
 				fmt.Fprintln(a.stderr, "outpost: some conversations could not be read:", err)
 			}
-			if lsJSON {
+			if asJSON {
 				return writeJSONLines(a.stdout, list)
 			}
 			t := newTable(a.stdout, "ID", "AGENT", "TURNS", "REV", "UPDATED", "PARENT", "WORKDIR")
@@ -49,8 +54,12 @@ func (a *app) conversationsCmd() *cobra.Command {
 			return t.flush()
 		},
 	}
-	ls.Flags().BoolVar(&lsJSON, "json", false, "one JSON object per line")
+	ls.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	return ls
+}
 
+func (a *app) showCmd() *cobra.Command {
+	var asJSON bool
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a conversation's metadata (id, unique prefix or native id)",
@@ -60,41 +69,50 @@ func (a *app) conversationsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if showJSON {
+			if asJSON {
 				return writeJSONLines(a.stdout, []conversation.Meta{m})
 			}
 			t := newTable(a.stdout, "FIELD", "VALUE")
-			t.row("id", m.ID)
-			t.row("agent", m.Agent)
-			t.row("native", m.Native)
-			t.row("parent", orDefault(m.Parent, "-"))
-			t.row("workdir", m.Workdir)
-			t.row("sandbox", m.Sandbox)
-			t.row("model", orDefault(m.Model, "-"))
-			t.row("created", m.Created.Local().Format(time.RFC3339))
-			t.row("updated", m.Updated.Local().Format(time.RFC3339))
-			t.row("turns", fmt.Sprint(m.Turns))
-			t.row("revision", fmt.Sprint(m.Revision))
-			t.row("usage", usageText(m.Usage))
-			t.row("files", strings.Join(m.Files, ", "))
+			for _, f := range [][2]string{
+				{"id", m.ID}, {"agent", m.Agent}, {"native", m.Native}, {"parent", orDefault(m.Parent, "-")},
+				{"workdir", m.Workdir}, {"sandbox", m.Sandbox}, {"model", orDefault(m.Model, "-")},
+				{"created", m.Created.Local().Format(time.RFC3339)}, {"updated", m.Updated.Local().Format(time.RFC3339)},
+				{"turns", fmt.Sprint(m.Turns)}, {"revision", fmt.Sprint(m.Revision)},
+				{"usage", usageText(m.Usage)}, {"files", strings.Join(m.Files, ", ")},
+			} {
+				t.row(f[0], f[1])
+			}
 			return t.flush()
 		},
 	}
-	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return show
+}
 
-	rm := &cobra.Command{
+// resolve opens the store and resolves ref (an id, a unique prefix or a
+// native id); its errors are the conversation errors of op.
+func (a *app) resolve(c *cobra.Command, op, ref string) (conversation.Store, string, error) {
+	s, err := a.store()
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := conversation.Resolve(c.Context(), s, ref)
+	if err != nil {
+		return nil, "", outpost.Wrap(outpost.Conversation, op, fmt.Errorf("%s: %w", ref, err))
+	}
+	return s, id, nil
+}
+
+func (a *app) rmCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "rm ID...",
 		Short: "Remove stored conversations",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			s, err := a.store()
-			if err != nil {
-				return err
-			}
 			for _, ref := range args {
-				id, err := conversation.Resolve(c.Context(), s, ref)
+				s, id, err := a.resolve(c, "rm", ref)
 				if err != nil {
-					return outpost.Wrap(outpost.Conversation, "rm", fmt.Errorf("%s: %w", ref, err))
+					return err
 				}
 				if err := s.Delete(c.Context(), id); err != nil {
 					return outpost.Wrap(outpost.Conversation, "rm", err)
@@ -104,49 +122,39 @@ func (a *app) conversationsCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
 
+func (a *app) exportCmd() *cobra.Command {
+	var output string
 	export := &cobra.Command{
 		Use:   "export ID",
 		Short: "Write a conversation as one portable file (to -o FILE or stdout)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			s, err := a.store()
+			s, id, err := a.resolve(c, "export", args[0])
 			if err != nil {
 				return err
 			}
-			id, err := conversation.Resolve(c.Context(), s, args[0])
-			if err != nil {
-				return outpost.Wrap(outpost.Conversation, "export", fmt.Errorf("%s: %w", args[0], err))
-			}
-			var w io.Writer = a.stdout
-			var f *os.File
-			if output != "" && output != "-" {
-				if f, err = os.CreateTemp(dirOf(output), ".outpost-export-*"); err != nil {
+			if output == "" || output == "-" {
+				if err := conversation.Export(c.Context(), s, id, a.stdout); err != nil {
 					return outpost.Wrap(outpost.Conversation, "export", err)
 				}
-				defer os.Remove(f.Name())
-				w = f
+				return nil
 			}
-			if err := conversation.Export(c.Context(), s, id, w); err != nil {
-				if f != nil {
-					f.Close()
-				}
+			err = writeFileAtomic(output, func(w io.Writer) error { return conversation.Export(c.Context(), s, id, w) })
+			if err != nil {
 				return outpost.Wrap(outpost.Conversation, "export", err)
 			}
-			if f != nil {
-				if err := f.Close(); err != nil {
-					return outpost.Wrap(outpost.Conversation, "export", err)
-				}
-				if err := os.Rename(f.Name(), output); err != nil {
-					return outpost.Wrap(outpost.Conversation, "export", err)
-				}
-				fmt.Fprintf(a.stderr, "exported %s to %s\n", id, output)
-			}
+			fmt.Fprintf(a.stderr, "exported %s to %s\n", id, output)
 			return nil
 		},
 	}
 	export.Flags().StringVarP(&output, "output", "o", "", "file to write (default: standard output)")
+	return export
+}
 
+func (a *app) importCmd() *cobra.Command {
+	var replace bool
 	imp := &cobra.Command{
 		Use:   "import FILE",
 		Short: "Import a conversation exported on another machine (FILE - reads stdin)",
@@ -174,8 +182,11 @@ func (a *app) conversationsCmd() *cobra.Command {
 		},
 	}
 	imp.Flags().BoolVar(&replace, "replace", false, "replace a conversation with the same id")
+	return imp
+}
 
-	sync := &cobra.Command{
+func (a *app) syncCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "sync",
 		Short: "Store the turns spooled while the store could not be written",
 		Long: `Store the turns spooled while the store could not be written.
@@ -204,26 +215,30 @@ as a new conversation forked from it.`,
 			return a.push(c.Context(), s, true)
 		},
 	}
-
-	c.AddCommand(ls, show, rm, export, imp, sync)
-	return c
 }
 
-func dirOf(p string) string {
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		return p[:i+1]
+// writeFileAtomic writes name through a temporary file beside it, renamed
+// over name once write succeeded: a failure leaves nothing half-written.
+func writeFileAtomic(name string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(name), ".outpost-*")
+	if err != nil {
+		return err
 	}
-	return "."
+	defer os.Remove(f.Name())
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), name)
 }
 
 func (a *app) meta(c *cobra.Command, ref string) (conversation.Meta, error) {
-	s, err := a.store()
+	s, id, err := a.resolve(c, "locate", ref)
 	if err != nil {
 		return conversation.Meta{}, err
-	}
-	id, err := conversation.Resolve(c.Context(), s, ref)
-	if err != nil {
-		return conversation.Meta{}, outpost.Wrap(outpost.Conversation, "locate", fmt.Errorf("%s: %w", ref, err))
 	}
 	m, err := s.Meta(c.Context(), id)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/conversation/postgres"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 // storeEnv names the store when --store is not given.
@@ -101,7 +102,7 @@ func cleanPath(spec string) bool {
 // push stores the spooled turns, reporting each on stderr (verbose: on
 // stdout, for sync).
 func (a *app) push(ctx context.Context, s conversation.Store, verbose bool) error {
-	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, sandbox.ReleaseTimeout)
 	defer cancel()
 	pushed, err := a.spool.Push(pctx, s)
 	out := a.stderr
