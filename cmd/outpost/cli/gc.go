@@ -8,9 +8,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/internal/owner"
 	"github.com/outposthq/outpost/internal/plural"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/kubernetes"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // gcCmd is `outpost gc`: remove the sandboxes of outpost processes that
@@ -56,27 +58,9 @@ machine or pid namespace), are kept unless --all.`,
 			default:
 				return outpost.Errorf(outpost.Configuration, "gc", "gc knows the docker, ssh and kubernetes sandboxes, not %q", kind)
 			}
-			p, err := openProvider("docker", settings)
-			if err != nil {
-				return err
-			}
-			dp, ok := p.(*docker.Provider)
-			if !ok {
-				return outpost.Errorf(outpost.Configuration, "gc", "the docker provider is not outpost's")
-			}
-			defer dp.Close()
-			rep, gcErr := dp.GC(c.Context(), docker.GCOptions{All: all, DryRun: dryRun})
-			if asJSON {
-				if err := writeJSONLines(a.stdout, []docker.GCReport{rep}); err != nil {
-					return err
-				}
-			} else {
-				a.printGC(rep, dryRun)
-			}
-			if gcErr != nil {
-				return outpost.Wrap(outpost.Sandbox, "gc", gcErr)
-			}
-			return nil
+			return collect(a, "docker", settings, asJSON, func(p *docker.Provider) (docker.GCReport, error) {
+				return p.GC(c.Context(), docker.GCOptions{All: all, DryRun: dryRun})
+			}, func(rep docker.GCReport) { a.printGC(rep, dryRun) })
 		},
 	}
 	fl := c.Flags()
@@ -88,29 +72,76 @@ machine or pid namespace), are kept unless --all.`,
 	return c
 }
 
-func (a *app) printGC(rep docker.GCReport, dryRun bool) {
-	verb := "removed"
-	if dryRun {
-		verb = "would remove"
+// collect opens provider name (of outpost's type P), runs its garbage
+// collection and prints the report: as one JSON object, else with human.
+// A failure keeps its code, else is a sandbox error.
+func collect[P driver.Provider, R any](a *app, name string, settings map[string]string, asJSON bool, gc func(P) (R, error), human func(R)) error {
+	p, err := openProvider(name, settings)
+	if err != nil {
+		return err
 	}
+	defer p.Close()
+	pp, ok := p.(P)
+	if !ok {
+		return outpost.Errorf(outpost.Configuration, "gc", "the %s provider is not outpost's", name)
+	}
+	rep, gcErr := gc(pp)
+	if asJSON {
+		if err := writeJSONLines(a.stdout, []R{rep}); err != nil {
+			return err
+		}
+	} else {
+		human(rep)
+	}
+	if gcErr != nil {
+		return outpost.Wrap(outpost.Sandbox, "gc", gcErr)
+	}
+	return nil
+}
+
+// gcVerb is what gc did, or would do with --dry-run.
+func gcVerb(verb string, dryRun bool) string {
+	if dryRun {
+		return "would " + verb
+	}
+	return verb + "d"
+}
+
+// gcResult is a row's result: the verb, or its failure.
+func gcResult(verb, failure string) string {
+	if failure != "" {
+		return "failed: " + failure
+	}
+	return verb
+}
+
+// ownerText names a lease's owner process.
+func ownerText(o owner.Owner) string {
+	s := "pid " + strconv.Itoa(o.PID)
+	if o.Host != "" {
+		s += " on " + o.Host
+	}
+	return s
+}
+
+// localTime is t in the local time zone, "" for the zero time.
+func localTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Local().Format(time.DateTime)
+}
+
+func (a *app) printGC(rep docker.GCReport, dryRun bool) {
+	verb := gcVerb("remove", dryRun)
 	if len(rep.Containers) > 0 {
 		tw := newTable(a.stdout, "LEASE", "CONTAINER", "OWNER", "STATE", "CREATED", "RESULT")
 		for _, c := range rep.Containers {
-			res := verb
-			if c.Error != "" {
-				res = "failed: " + c.Error
-			} else if !c.Removed && !dryRun {
+			res := gcResult(verb, c.Error)
+			if c.Error == "" && !c.Removed && !dryRun {
 				res = "kept"
 			}
-			created := ""
-			if !c.Created.IsZero() {
-				created = c.Created.Local().Format(time.DateTime)
-			}
-			owner := "pid " + strconv.Itoa(c.Owner.PID)
-			if c.Owner.Host != "" {
-				owner += " on " + c.Owner.Host
-			}
-			tw.row(c.Lease, c.Container[:min(12, len(c.Container))], owner, string(c.Liveness), created, res)
+			tw.row(c.Lease, c.Container[:min(12, len(c.Container))], ownerText(c.Owner), string(c.Liveness), localTime(c.Created), res)
 		}
 		tw.flush()
 	}
@@ -119,44 +150,18 @@ func (a *app) printGC(rep docker.GCReport, dryRun bool) {
 
 // gcKubernetes is `outpost gc --sandbox kubernetes`.
 func (a *app) gcKubernetes(c *cobra.Command, settings map[string]string, all, dryRun, asJSON bool) error {
-	p, err := openProvider("kubernetes", settings)
-	if err != nil {
-		return err
-	}
-	kp, ok := p.(*kubernetes.Provider)
-	if !ok {
-		return outpost.Errorf(outpost.Configuration, "gc", "the kubernetes provider is not outpost's")
-	}
-	defer kp.Close()
-	rep, gcErr := kp.GC(c.Context(), kubernetes.GCOptions{All: all, DryRun: dryRun})
-	if asJSON {
-		if err := writeJSONLines(a.stdout, []kubernetes.GCReport{rep}); err != nil {
-			return err
-		}
-	} else {
-		verb := "deleted"
-		if dryRun {
-			verb = "would delete"
-		}
+	return collect(a, "kubernetes", settings, asJSON, func(p *kubernetes.Provider) (kubernetes.GCReport, error) {
+		return p.GC(c.Context(), kubernetes.GCOptions{All: all, DryRun: dryRun})
+	}, func(rep kubernetes.GCReport) {
+		verb := gcVerb("delete", dryRun)
 		if len(rep.Leases) > 0 {
 			tw := newTable(a.stdout, "LEASE", "HOLDER", "RENEWED", "PODS", "RESULT")
 			for _, l := range rep.Leases {
-				res := verb
-				if l.Error != "" {
-					res = "failed: " + l.Error
-				}
-				renewed := ""
-				if !l.RenewedAt.IsZero() {
-					renewed = l.RenewedAt.Local().Format(time.DateTime)
-				}
-				tw.row(l.Lease, l.Holder, renewed, strconv.Itoa(len(l.Pods)), res)
+				tw.row(l.Lease, l.Holder, localTime(l.RenewedAt), strconv.Itoa(len(l.Pods)), gcResult(verb, l.Error))
 			}
 			tw.flush()
 		}
-		fmt.Fprintf(a.stdout, "%s %d expired owner Lease(s) (their pods go with them) and %d ended pod(s) in namespace %s; kept %d renewed Lease(s)\n", verb, len(rep.Leases), len(rep.Pods), rep.Namespace, rep.Kept)
-	}
-	if gcErr != nil {
-		return outpost.Wrap(outpost.Sandbox, "gc", gcErr)
-	}
-	return nil
+		fmt.Fprintf(a.stdout, "%s %s (their pods go with them) and %s in namespace %s; kept %s\n", verb,
+			plural.N(len(rep.Leases), "expired owner Lease"), plural.N(len(rep.Pods), "ended pod"), rep.Namespace, plural.N(rep.Kept, "renewed Lease"))
+	})
 }
