@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -59,19 +58,9 @@ func (a *app) lsCmd() *cobra.Command {
 }
 
 func (a *app) showCmd() *cobra.Command {
-	var asJSON bool
-	show := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show a conversation's metadata (id, unique prefix or native id)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			m, err := a.meta(c, args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSONLines(a.stdout, []conversation.Meta{m})
-			}
+	return a.metaCmd("show ID", "Show a conversation's metadata (id, unique prefix or native id)",
+		func(m conversation.Meta) any { return m },
+		func(m conversation.Meta) error {
 			t := newTable(a.stdout, "FIELD", "VALUE")
 			for _, f := range [][2]string{
 				{"id", m.ID}, {"agent", m.Agent}, {"native", m.Native}, {"parent", orDefault(m.Parent, "-")},
@@ -83,10 +72,31 @@ func (a *app) showCmd() *cobra.Command {
 				t.row(f[0], f[1])
 			}
 			return t.flush()
+		})
+}
+
+// metaCmd is a command that shows one conversation (its one argument: an
+// id, a unique prefix or a native id): with --json the value asJSON
+// makes of its metadata, on one line, else what human writes.
+func (a *app) metaCmd(use, short string, asJSON func(conversation.Meta) any, human func(conversation.Meta) error) *cobra.Command {
+	var jsonFlag bool
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			m, err := a.meta(c, args[0])
+			if err != nil {
+				return err
+			}
+			if jsonFlag {
+				return writeJSONLines(a.stdout, []any{asJSON(m)})
+			}
+			return human(m)
 		},
 	}
-	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return show
+	c.Flags().BoolVar(&jsonFlag, "json", false, "print JSON")
+	return c
 }
 
 // resolve opens the store and resolves ref (an id, a unique prefix or a
@@ -248,25 +258,12 @@ func (a *app) meta(c *cobra.Command, ref string) (conversation.Meta, error) {
 }
 
 func (a *app) usageCmd() *cobra.Command {
-	var asJSON bool
-	c := &cobra.Command{
-		Use:   "usage ID",
-		Short: "Show a conversation's token usage over the turns outpost ran",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			m, err := a.meta(c, args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				b, _ := json.Marshal(map[string]any{"conversation": m.ID, "agent": m.Agent, "turns": m.Turns, "usage": m.Usage})
-				fmt.Fprintln(a.stdout, string(b))
-				return nil
-			}
-			fmt.Fprintf(a.stdout, "%s (%s, %s): tokens %s\n", m.ID, m.Agent, plural.N(m.Turns, "turn"), usageText(m.Usage))
-			return nil
+	return a.metaCmd("usage ID", "Show a conversation's token usage over the turns outpost ran",
+		func(m conversation.Meta) any {
+			return map[string]any{"conversation": m.ID, "agent": m.Agent, "turns": m.Turns, "usage": m.Usage}
 		},
-	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return c
+		func(m conversation.Meta) error {
+			_, err := fmt.Fprintf(a.stdout, "%s (%s, %s): tokens %s\n", m.ID, m.Agent, plural.N(m.Turns, "turn"), usageText(m.Usage))
+			return err
+		})
 }
