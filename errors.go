@@ -109,7 +109,8 @@ func Wrap(code Code, op string, err error) error {
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(string(e.Code))
-	if e.Op != "" {
+	// An Op that only repeats the code ("output: output: ...") says nothing.
+	if e.Op != "" && e.Op != string(e.Code) {
 		b.WriteString(": ")
 		b.WriteString(e.Op)
 	}

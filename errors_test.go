@@ -65,3 +65,23 @@ func TestWrapKeepsCode(t *testing.T) {
 		t.Error("UnavailableFault")
 	}
 }
+
+// An Op that only repeats the code is not printed twice: the CLI printed
+// "outpost: output: output: the answer does not match the schema".
+func TestErrorOpRepeatingCode(t *testing.T) {
+	for _, tc := range []struct {
+		err       *outpost.Error
+		want, msg string
+	}{
+		{outpost.New(outpost.Output, "output", "the answer does not match"), "output: the answer does not match", "the answer does not match"},
+		{outpost.New(outpost.Bootstrap, "bootstrap", "download failed"), "bootstrap: download failed", "download failed"},
+		{outpost.New(outpost.Output, "repair", "no repair"), "output: repair: no repair", "repair: no repair"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+		if got := tc.err.Message(); got != tc.msg {
+			t.Errorf("Message() = %q, want %q", got, tc.msg)
+		}
+	}
+}

@@ -230,26 +230,14 @@ var (
 func (c *cache) get(parent context.Context, a *Artifact, url string, want Digest, tmp string, rep func(Progress, bool)) (int64, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrDownload, err)
-	}
-	req.Header.Set("User-Agent", "outpost-bootstrap")
-	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := c.client.Do(req)
+	resp, err := c.request(ctx, a, url)
 	if err != nil {
 		if parent.Err() != nil {
 			return 0, parent.Err()
 		}
-		return 0, fmt.Errorf("%w: %s: %w", ErrDownload, a.Name(), err)
+		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%w: %s: %w", ErrDownload, a.Name(), &statusError{url: url, code: resp.StatusCode})
-	}
-	if resp.ContentLength > MaxDownload {
-		return 0, fmt.Errorf("%w: %s: %d bytes: %w", ErrDownload, a.Name(), resp.ContentLength, errTooLarge)
-	}
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", errLocal, err)
@@ -258,37 +246,15 @@ func (c *cache) get(parent context.Context, a *Artifact, url string, want Digest
 	h := sha512.New()
 	p := Progress{Phase: PhaseDownload, Artifact: a.Name(), Total: max(resp.ContentLength, 0)}
 	rep(p, true)
-	// A stalled body (no byte for c.idle) fails the attempt.
-	idle := time.AfterFunc(c.idle, func() { cancel(fmt.Errorf("no data for %s", c.idle)) })
-	defer idle.Stop()
-	buf := make([]byte, 256<<10)
-	var n int64
-	var readErr error
-	for {
-		m, err := resp.Body.Read(buf)
-		if m > 0 {
-			idle.Reset(c.idle)
-			if n+int64(m) > MaxDownload {
-				return n, fmt.Errorf("%w: %s: %w", ErrDownload, a.Name(), errTooLarge)
-			}
-			h.Write(buf[:m])
-			if _, werr := f.Write(buf[:m]); werr != nil {
-				return n, fmt.Errorf("%w: %w", errLocal, werr)
-			}
-			n += int64(m)
-			p.Bytes = n
-			rep(p, false)
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			readErr = err
-			if parent.Err() == nil && ctx.Err() != nil {
-				readErr = context.Cause(ctx) // the idle watchdog
-			}
-			break
-		}
+	n, readErr, err := c.copyBody(ctx, cancel, resp.Body, io.MultiWriter(h, f), a, func(n int64) {
+		p.Bytes = n
+		rep(p, false)
+	})
+	if err != nil {
+		return n, err
+	}
+	if parent.Err() == nil && readErr != nil && ctx.Err() != nil {
+		readErr = context.Cause(ctx) // the idle watchdog
 	}
 	rep(p, true)
 	var got Digest
@@ -297,22 +263,7 @@ func (c *cache) get(parent context.Context, a *Artifact, url string, want Digest
 		if parent.Err() != nil {
 			return n, parent.Err()
 		}
-		e := digestError(a, want, got, url)
-		e.Op = "download"
-		e.Detail("truncated", true).Detail("bytes", n)
-		if resp.ContentLength >= 0 {
-			e.Detail("expected_bytes", resp.ContentLength)
-		}
-		cause := readErr
-		if cause == nil {
-			cause = io.ErrUnexpectedEOF
-		}
-		of := ""
-		if resp.ContentLength >= 0 {
-			of = fmt.Sprintf(" of %d", resp.ContentLength)
-		}
-		e.Err = fmt.Errorf("%w: %s: the download ended after %d%s bytes (%w); nothing was installed", ErrTruncated, a.Name(), n, of, cause)
-		return n, e
+		return n, truncatedError(a, want, got, url, n, resp.ContentLength, readErr)
 	}
 	if got != want {
 		return n, digestError(a, want, got, url)
@@ -325,6 +276,79 @@ func (c *cache) get(parent context.Context, a *Artifact, url string, want Digest
 	}
 	rep(Progress{Phase: PhaseVerified, Artifact: a.Name(), Bytes: n}, true)
 	return n, nil
+}
+
+// request asks for url and returns a response worth reading: status 200,
+// no longer than MaxDownload says.
+func (c *cache) request(ctx context.Context, a *Artifact, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDownload, err)
+	}
+	req.Header.Set("User-Agent", "outpost-bootstrap")
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrDownload, a.Name(), err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: %s: %w", ErrDownload, a.Name(), &statusError{url: url, code: resp.StatusCode})
+	}
+	if resp.ContentLength > MaxDownload {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: %s: %d bytes: %w", ErrDownload, a.Name(), resp.ContentLength, errTooLarge)
+	}
+	return resp, nil
+}
+
+// copyBody copies body to w, at most MaxDownload bytes, calling progress
+// with the count after each read. A stalled body (no byte for c.idle)
+// cancels ctx with its cause. readErr is the body's read error (the
+// download is then truncated); err a local write error or a body too
+// large.
+func (c *cache) copyBody(ctx context.Context, cancel context.CancelCauseFunc, body io.Reader, w io.Writer, a *Artifact, progress func(int64)) (n int64, readErr, err error) {
+	idle := time.AfterFunc(c.idle, func() { cancel(fmt.Errorf("no data for %s", c.idle)) })
+	defer idle.Stop()
+	buf := make([]byte, 256<<10)
+	for {
+		m, err := body.Read(buf)
+		if m > 0 {
+			idle.Reset(c.idle)
+			if n+int64(m) > MaxDownload {
+				return n, nil, fmt.Errorf("%w: %s: %w", ErrDownload, a.Name(), errTooLarge)
+			}
+			if _, werr := w.Write(buf[:m]); werr != nil {
+				return n, nil, fmt.Errorf("%w: %w", errLocal, werr)
+			}
+			n += int64(m)
+			progress(n)
+		}
+		if err == io.EOF {
+			return n, nil, nil
+		}
+		if err != nil {
+			return n, err, nil
+		}
+	}
+}
+
+// truncatedError is the error of a download that ended after n of length
+// bytes (length -1: unknown) because of cause (nil: the body just ended).
+func truncatedError(a *Artifact, want, got Digest, url string, n, length int64, cause error) error {
+	e := digestError(a, want, got, url)
+	e.Op = "download"
+	e.Detail("truncated", true).Detail("bytes", n)
+	of := ""
+	if length >= 0 {
+		e.Detail("expected_bytes", length)
+		of = fmt.Sprintf(" of %d", length)
+	}
+	if cause == nil {
+		cause = io.ErrUnexpectedEOF
+	}
+	e.Err = fmt.Errorf("%w: %s: the download ended after %d%s bytes (%w); nothing was installed", ErrTruncated, a.Name(), n, of, cause)
+	return e
 }
 
 // digestError is the coded error of a download whose SHA-512 is not the

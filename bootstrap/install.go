@@ -66,26 +66,24 @@ func (i *Installer) Install(ctx context.Context, t Target, name string, opts *En
 			opts.Progress(p)
 		}
 	}, opts.ProgressInterval)
-	done := func() (*Installed, error) {
-		rep.report(Progress{Phase: PhaseDone, Artifact: res.Artifact, Path: res.Path, Source: res.Source, Bytes: res.Downloaded}, true)
-		return res, nil
+	if err := i.install(ctx, t, name, pin, res, rep); err != nil {
+		return nil, err
 	}
-	if pin.Kind == KindSelf {
-		res.Source = SourceSelf
-		if t.Isolated() {
-			res.Path, err = i.installSelf(ctx, t, pin.Program)
-		} else {
-			res.Path, err = i.self()
-		}
-		if err != nil {
-			return nil, err
-		}
-		return done()
-	}
+	rep.report(Progress{Phase: PhaseDone, Artifact: res.Artifact, Path: res.Path, Source: res.Source, Bytes: res.Downloaded}, true)
+	return res, nil
+}
 
+// install fills res: outpost's own binary for a self pin; else the copy an
+// isolated sandbox has from an earlier turn, or the cached tree (fetched
+// when missing) run in place, through the sandbox's mount of the cache,
+// or copied into the sandbox.
+func (i *Installer) install(ctx context.Context, t Target, name string, pin *Pin, res *Installed, rep *reporter) error {
+	if pin.Kind == KindSelf {
+		return i.installSelfPin(ctx, t, pin, res)
+	}
 	c, err := i.cache()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// An isolated sandbox that sees the cache through a read-only mount
 	// runs the CLI from there: nothing is copied. One without such a mount
@@ -96,64 +94,92 @@ func (i *Installer) Install(ctx context.Context, t Target, name string, opts *En
 	}
 	var dest string
 	if t.Isolated() && !mounted {
-		h, ok := t.(homer)
-		if !ok || !path.IsAbs(h.Home()) {
-			return nil, fmt.Errorf("%w: %s (the sandbox has no home to install into)", ErrMissing, pin.Program)
-		}
-		dest = path.Join(h.Home(), SandboxDir, name+"@"+pin.Version)
-		exe := path.Join(dest, "bin", pin.Program)
-		if p, err := t.LookPath(ctx, exe); err == nil {
-			res.Path, res.Source = p, SourceSandbox
-			return done()
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		var found bool
+		if dest, found, err = earlierCopy(ctx, t, name, pin, res); err != nil || found {
+			return err
 		}
 	}
+	f, art, err := i.fetch(ctx, t, c, name, pin, res, rep)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !t.Isolated():
+		res.Path = filepath.Join(f.dir, "bin", pin.Program)
+	case mounted:
+		// The provider's mount is its promise that the path is there.
+		dir, ok := hp.HostPath(f.dir)
+		if !ok {
+			return fmt.Errorf("%w: %s is in the cache, but the sandbox's mount of the cache does not show it", ErrMissing, f.dir)
+		}
+		res.Path, res.Mounted = path.Join(dir, "bin", pin.Program), true
+	default:
+		if err := copyTree(ctx, t, f.dir, dest, pin.Program, rep); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("copying %s into the sandbox: %w", art, err)
+		}
+		res.Path = path.Join(dest, "bin", pin.Program)
+	}
+	return nil
+}
 
+// installSelfPin installs outpost's own binary: copied into an isolated
+// sandbox, this executable otherwise.
+func (i *Installer) installSelfPin(ctx context.Context, t Target, pin *Pin, res *Installed) error {
+	res.Source = SourceSelf
+	var err error
+	if t.Isolated() {
+		res.Path, err = i.installSelf(ctx, t, pin.Program)
+	} else {
+		res.Path, err = i.self()
+	}
+	return err
+}
+
+// earlierCopy returns where an isolated sandbox keeps the CLI, and whether
+// a copy from an earlier turn is already there (then res says so).
+func earlierCopy(ctx context.Context, t Target, name string, pin *Pin, res *Installed) (string, bool, error) {
+	h, ok := t.(homer)
+	if !ok || !path.IsAbs(h.Home()) {
+		return "", false, fmt.Errorf("%w: %s (the sandbox has no home to install into)", ErrMissing, pin.Program)
+	}
+	dest := path.Join(h.Home(), SandboxDir, name+"@"+pin.Version)
+	if p, err := t.LookPath(ctx, path.Join(dest, "bin", pin.Program)); err == nil {
+		res.Path, res.Source = p, SourceSandbox
+		return dest, true, nil
+	}
+	return dest, false, ctx.Err()
+}
+
+// fetch resolves the pin's artifact for the sandbox's platform and
+// returns its unpacked tree in the cache, downloading it when missing,
+// with the artifact's name.
+func (i *Installer) fetch(ctx context.Context, t Target, c *cache, name string, pin *Pin, res *Installed, rep *reporter) (fetched, string, error) {
 	pl, err := detectPlatform(ctx, t)
 	if err != nil {
-		return nil, err
+		return fetched{}, "", err
 	}
 	pins, err := i.loadPins()
 	if err != nil {
-		return nil, err
+		return fetched{}, "", err
 	}
 	r, err := i.resolve(pins, name, pl)
 	if err != nil {
-		return nil, err
+		return fetched{}, "", err
 	}
 	res.Platform, res.Artifact, res.Digest = r.key, r.art.Name(), r.digest.SRI()
-
 	f, err := c.tree(ctx, &r.art, r.digest, r.strip, pin.Program, rep.report)
 	res.Downloaded = f.downloaded
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			return nil, fmt.Errorf("%w (%v)", ctx.Err(), err)
+			return fetched{}, "", fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
-		return nil, err
+		return fetched{}, "", err
 	}
 	res.Source, res.Cached = f.source, f.dir
-	if !t.Isolated() {
-		res.Path = filepath.Join(f.dir, "bin", pin.Program)
-		return done()
-	}
-	if mounted {
-		// The provider's mount is its promise that the path is there.
-		if dir, ok := hp.HostPath(f.dir); ok {
-			res.Path, res.Mounted = path.Join(dir, "bin", pin.Program), true
-			return done()
-		}
-		return nil, fmt.Errorf("%w: %s is in the cache, but the sandbox's mount of the cache does not show it", ErrMissing, f.dir)
-	}
-	if err := copyTree(ctx, t, f.dir, dest, pin.Program, rep); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("copying %s into the sandbox: %w", r.art.Name(), err)
-	}
-	res.Path = path.Join(dest, "bin", pin.Program)
-	return done()
+	return f, r.art.Name(), nil
 }
 
 // resolved is a pin's artifact for one platform, ready to fetch.
@@ -233,11 +259,40 @@ func (i *Installer) Prefetch(ctx context.Context, name string, pl Platform, opts
 // copyTree copies a cached tree into dest inside the sandbox: pkg/ first,
 // bin/<program> last, so a sandbox that has the link has everything.
 func copyTree(ctx context.Context, t Target, tree, dest, program string, rep *reporter) error {
-	type entry struct {
-		rel string
-		fi  fs.FileInfo
+	entries, total, err := treeEntries(tree, program)
+	if err != nil {
+		return err
 	}
-	var entries []entry
+	p := Progress{Phase: PhaseCopy, Total: total}
+	rep.report(p, true)
+	pr, pw := io.Pipe()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		tw := &treeWriter{tw: tar.NewWriter(pw), tree: tree, bytes: &p.Bytes, on: func() { rep.report(p, false) }}
+		pw.CloseWithError(tw.write(ctx, entries))
+	}()
+	err = t.CopyIn(ctx, dest, pr)
+	pr.CloseWithError(io.ErrClosedPipe)
+	<-written
+	if err != nil {
+		return err
+	}
+	rep.report(p, true)
+	return nil
+}
+
+// treeEntry is a file of a cached tree, by its slash path in the tree; a
+// nil fi is a directory made for the archive.
+type treeEntry struct {
+	rel string
+	fi  fs.FileInfo
+}
+
+// treeEntries lists a cached tree in copy order (pkg/, then bin/ and the
+// program's link) with the bytes of its regular files.
+func treeEntries(tree, program string) ([]treeEntry, int64, error) {
+	var entries []treeEntry
 	var total int64
 	err := filepath.WalkDir(filepath.Join(tree, "pkg"), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -254,82 +309,80 @@ func copyTree(ctx context.Context, t Target, tree, dest, program string, rep *re
 		if fi.Mode().IsRegular() {
 			total += fi.Size()
 		}
-		entries = append(entries, entry{filepath.ToSlash(rel), fi})
+		entries = append(entries, treeEntry{filepath.ToSlash(rel), fi})
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	link := filepath.Join(tree, "bin", program)
-	fi, err := os.Lstat(link)
+	fi, err := os.Lstat(filepath.Join(tree, "bin", program))
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	entries = append(entries, entry{"bin", nil}, entry{"bin/" + program, fi})
+	return append(entries, treeEntry{"bin", nil}, treeEntry{"bin/" + program, fi}), total, nil
+}
 
-	p := Progress{Phase: PhaseCopy, Total: total}
-	rep.report(p, true)
-	pr, pw := io.Pipe()
-	written := make(chan struct{})
-	go func() {
-		defer close(written)
-		tw := tar.NewWriter(pw)
-		err := func() error {
-			for _, e := range entries {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				if e.fi == nil {
-					if err := tw.WriteHeader(&tar.Header{Name: e.rel + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}); err != nil {
-						return err
-					}
-					continue
-				}
-				target := ""
-				if e.fi.Mode()&fs.ModeSymlink != 0 {
-					var err error
-					if target, err = os.Readlink(filepath.Join(tree, filepath.FromSlash(e.rel))); err != nil {
-						return err
-					}
-				} else if !e.fi.Mode().IsRegular() && !e.fi.IsDir() {
-					continue
-				}
-				h, err := tar.FileInfoHeader(e.fi, target)
-				if err != nil {
-					return err
-				}
-				h.Name = e.rel
-				if e.fi.IsDir() {
-					h.Name += "/"
-				}
-				h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
-				h.Format = tar.FormatPAX
-				if err := tw.WriteHeader(h); err != nil {
-					return err
-				}
-				if e.fi.Mode().IsRegular() {
-					f, err := os.Open(filepath.Join(tree, filepath.FromSlash(e.rel)))
-					if err != nil {
-						return err
-					}
-					n, err := io.CopyN(tw, &countReader{r: f, n: &p.Bytes, on: func() { rep.report(p, false) }}, h.Size)
-					f.Close()
-					if err != nil {
-						return fmt.Errorf("%s (%d of %d bytes): %w", e.rel, n, h.Size, err)
-					}
-				}
-			}
-			return tw.Close()
-		}()
-		pw.CloseWithError(err)
-	}()
-	err = t.CopyIn(ctx, dest, pr)
-	pr.CloseWithError(io.ErrClosedPipe)
-	<-written
+// treeWriter writes a cached tree's entries as a tar, owned by root,
+// counting the bytes of file content it copies in *bytes (on is called
+// after each read).
+type treeWriter struct {
+	tw    *tar.Writer
+	tree  string
+	bytes *int64
+	on    func()
+}
+
+func (w *treeWriter) write(ctx context.Context, entries []treeEntry) error {
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := w.entry(e); err != nil {
+			return err
+		}
+	}
+	return w.tw.Close()
+}
+
+func (w *treeWriter) entry(e treeEntry) error {
+	if e.fi == nil {
+		return w.tw.WriteHeader(&tar.Header{Name: e.rel + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX})
+	}
+	name := filepath.Join(w.tree, filepath.FromSlash(e.rel))
+	target := ""
+	if e.fi.Mode()&fs.ModeSymlink != 0 {
+		var err error
+		if target, err = os.Readlink(name); err != nil {
+			return err
+		}
+	} else if !e.fi.Mode().IsRegular() && !e.fi.IsDir() {
+		return nil
+	}
+	h, err := tar.FileInfoHeader(e.fi, target)
 	if err != nil {
 		return err
 	}
-	rep.report(p, true)
+	h.Name = e.rel
+	if e.fi.IsDir() {
+		h.Name += "/"
+	}
+	h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
+	h.Format = tar.FormatPAX
+	if err := w.tw.WriteHeader(h); err != nil {
+		return err
+	}
+	if !e.fi.Mode().IsRegular() {
+		return nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n, err := io.CopyN(w.tw, &countReader{r: f, n: w.bytes, on: w.on}, h.Size)
+	if err != nil {
+		return fmt.Errorf("%s (%d of %d bytes): %w", e.rel, n, h.Size, err)
+	}
 	return nil
 }
 

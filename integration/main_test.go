@@ -3,13 +3,11 @@ package integration
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/internal/pgtest"
+	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 )
@@ -18,7 +16,7 @@ func TestMain(m *testing.M) {
 	echo.MaybeRun()
 	code := m.Run()
 	pgtest.Stop()
-	cleanupBuilds()
+	testenv.RemoveBuilds()
 	sshtest.Cleanup()
 	if left := sshtest.Leftovers(); left != "" {
 		fmt.Fprintln(os.Stderr, "FAIL: the tests left sshd containers behind:\n"+left)
@@ -36,37 +34,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
-)
-
-// outpostBinary builds the outpost command once per test process, as a
-// static binary (CGO_ENABLED=0) so it also runs inside containers.
+// outpostBinary is the static outpost command (testenv.OutpostBinary),
+// built once per test process; it also runs inside containers.
 func outpostBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "outpost-integration-")
-		if buildErr != nil {
-			return
-		}
-		buildBin = filepath.Join(buildDir, "outpost")
-		cmd := exec.Command("go", "build", "-o", buildBin, "github.com/outposthq/outpost/cmd/outpost")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildBin
-}
-
-func cleanupBuilds() {
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	return testenv.OutpostBinary(t)
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -345,6 +346,38 @@ func TestExportImportAcrossStores(t *testing.T) {
 	}
 	if r := pgw.outpost("conversations", "show", id); r.code != 7 {
 		t.Errorf("show after rm: exit %d", r.code)
+	}
+}
+
+// TestKeyValueConnectionString: a key=value PostgreSQL connection string
+// in OUTPOST_STORE opens the PostgreSQL store (it used to be taken for a
+// directory, created with the password in its name): the turn is stored
+// in the database, and no file or directory holding '=' or the password
+// appears.
+func TestKeyValueConnectionString(t *testing.T) {
+	w := newStoreWorld(t, "postgres")
+	u, err := url.Parse(w.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	const password = "kv-secret-8d1f"
+	w.spec = fmt.Sprintf("host=%s port=%s dbname=%s user=postgres sslmode=disable password=%s",
+		q.Get("host"), q.Get("port"), strings.TrimPrefix(u.Path, "/"), password)
+	id := w.mustRun("over key=value").res.Conversation
+
+	byURL := *w
+	byURL.spec = u.String()
+	if ls := byURL.outpost("conversations", "ls"); !strings.Contains(ls.stdout, id) {
+		t.Errorf("the turn stored through the key=value string is not in the database:\n%s%s", ls.stdout, ls.stderr)
+	}
+	for _, root := range []string{w.dir, w.home} {
+		filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+			if strings.Contains(p, "=") || strings.Contains(p, password) {
+				t.Errorf("created %s", p)
+			}
+			return err
+		})
 	}
 }
 

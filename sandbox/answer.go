@@ -13,6 +13,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/plural"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/output"
 	"github.com/outposthq/outpost/sandbox/snapshot"
@@ -246,7 +247,7 @@ func (e *engine) repairLoop(ctx context.Context, lease *Lease, res *Result) (*Re
 		}
 		if e.put != nil {
 			// The repair resumes the stored conversation: store it now.
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 			perr := e.put(pctx)
 			cancel()
 			e.put = nil
@@ -257,7 +258,7 @@ func (e *engine) repairLoop(ctx context.Context, lease *Lease, res *Result) (*Re
 		if res.Conversation == "" {
 			return res, e.outputErr(res, problems, attempt, "the conversation was not captured, so it cannot be resumed")
 		}
-		e.notice("repair", fmt.Sprintf("the answer was refused (%d problems); asking again, attempt %d of %d", len(problems), attempt+1, limit+1),
+		e.notice("repair", fmt.Sprintf("the answer was refused (%s); asking again, attempt %d of %d", plural.N(len(problems), "problem"), attempt+1, limit+1),
 			map[string]any{"attempt": attempt + 1, "errors": problems})
 		msg := output.ProtocolRepairMessage(problems)
 		if !e.ans.protocol {
@@ -347,7 +348,7 @@ func (e *engine) changedFiles(ctx context.Context, lease *Lease, res *Result) {
 	if e.ans.before == nil || res == nil {
 		return
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	after, err := lease.SnapshotWorkspace(sctx, e.changedFilesLimit())
 	cancel()
 	if err != nil {

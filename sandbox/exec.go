@@ -25,8 +25,8 @@ const (
 	// DefaultExecLimit is what Exec keeps of each stream by default.
 	DefaultExecLimit = 1 << 20
 	// ReleaseTimeout bounds a provider's release of a sandbox (Close), and
-	// a turn's store write.
-	ReleaseTimeout = 60 * time.Second
+	// a turn's store write: driver.ReleaseTimeout.
+	ReleaseTimeout = driver.ReleaseTimeout
 
 	lookPathLimit = 4 << 10 // `command -v` prints one path
 )

@@ -15,7 +15,9 @@
 # Environment:
 #   OUTPOST_CACHE           cache root (default $HOME/.cache/outpost); the debian
 #                           rootfs tarball is kept in $OUTPOST_CACHE/images/
-#   OUTPOST_DEBIAN_MIRROR   debootstrap mirror (default http://deb.debian.org/debian)
+#   OUTPOST_DEBIAN_MIRROR   debootstrap mirror (default: the first deb source of this
+#                           machine's apt configuration, /etc/apt/sources.list.d/*.sources
+#                           URIs: or /etc/apt/sources.list deb lines)
 #   OUTPOST_IMAGE_BUILDER   busybox: auto (docker build, falling back to import),
 #                           build, or import                      (default auto)
 #   OUTPOST_REBUILD=1       rebuild even if the content tag exists (debian still
@@ -28,7 +30,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 readonly ROOT
 readonly IMAGES_DIR=$ROOT/images
 readonly CACHE=${OUTPOST_CACHE:-${HOME:-/root}/.cache/outpost}/images
-readonly MIRROR=${OUTPOST_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# shellcheck source=lib/debian-mirror.sh
+source "$ROOT/scripts/lib/debian-mirror.sh"
 readonly BUILDER=${OUTPOST_IMAGE_BUILDER:-auto}
 readonly REBUILD=${OUTPOST_REBUILD:-0}
 readonly DEBIAN_SUITE=bookworm
@@ -235,8 +238,10 @@ build_debian() {
 		rm -f "$tarball.part"
 		local tb
 		tb=$(now)
-		say "debian: debootstrap --variant=minbase --include=$pkgs $DEBIAN_SUITE (mirror $MIRROR; ~1 min)"
-		if ! debootstrap --variant=minbase --include="$pkgs" "$DEBIAN_SUITE" "$work/root" "$MIRROR" >"$work/debootstrap.log" 2>&1; then
+		local mirror
+		mirror=$(debian_mirror) || die "no Debian mirror: /etc/apt has no http(s) deb source; set OUTPOST_DEBIAN_MIRROR to a Debian archive URL"
+		say "debian: debootstrap --variant=minbase --include=$pkgs $DEBIAN_SUITE (mirror $mirror; ~1 min)"
+		if ! debootstrap --variant=minbase --include="$pkgs" "$DEBIAN_SUITE" "$work/root" "$mirror" >"$work/debootstrap.log" 2>&1; then
 			tail -n 30 "$work/debootstrap.log" | sed 's/^/    /' >&2
 			[[ -f $work/root/debootstrap/debootstrap.log ]] && tail -n 30 "$work/root/debootstrap/debootstrap.log" | sed 's/^/    /' >&2
 			die "debootstrap failed"

@@ -11,6 +11,7 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,17 @@ var _ conversation.Store = (*Store)(nil)
 func IsURL(s string) bool {
 	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
 }
+
+// IsConnString reports whether s is a PostgreSQL connection string as pgx
+// takes it: a URL (IsURL) or key=value pairs such as
+// "host=/run/postgresql dbname=outpost" (values may be 'quoted').
+func IsConnString(s string) bool {
+	return IsURL(s) || keyValues.MatchString(s)
+}
+
+// keyValues is the shape of a key=value connection string: one or more
+// keyword=value pairs, a value bare or in single quotes.
+var keyValues = regexp.MustCompile(`^\s*([A-Za-z_]+\s*=\s*('([^'\\]|\\.)*'|[^\s']*)\s*)+$`)
 
 // Open connects to the database at url (a postgres:// URL or key=value
 // connection string, as pgx takes), creates or upgrades its schema, and

@@ -107,25 +107,87 @@ func anyMatch(res []*regexp.Regexp, s string) bool {
 	return false
 }
 
+// compile checks a spec and builds its harness, in the order a reader
+// meets the fields: identity, command lines, fork, reserved flags,
+// variables and credentials, classifiers and output, then the harness.
 func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 	p := &preset{s: s}
-	var err error
+	if err := checkIdentity(s); err != nil {
+		return nil, err
+	}
+	session, err := p.compileArgs()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.compileFork(session); err != nil {
+		return nil, err
+	}
+	if err := p.compileReserved(); err != nil {
+		return nil, err
+	}
+	if err := checkVariables(s); err != nil {
+		return nil, err
+	}
+	if err := checkCredentials(s.Credentials); err != nil {
+		return nil, err
+	}
+	if err := p.compileClassifiers(); err != nil {
+		return nil, err
+	}
+	if err := p.compileOutput(); err != nil {
+		return nil, err
+	}
+	if s.Session == "output" && p.text != nil {
+		return nil, fe("session", `"output" needs output format "jsonl" with a session event rule`)
+	}
+	if s.Session == "output" && !p.hasSessionRule() {
+		return nil, fe("session", `"output" needs an output.events rule of event "session" with a session path`)
+	}
+	var storage *harness.Storage
+	if st := s.Storage; st != nil {
+		if storage, err = p.compileStorage(st); err != nil {
+			return nil, err
+		}
+	}
+	h, err := p.harness(storage, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.capabilities(h, storage != nil); err != nil {
+		return nil, err
+	}
+	if err := h.Validate(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// checkIdentity checks kind, name and program.
+func checkIdentity(s *Spec) error {
 	switch s.Kind {
 	case "cli":
 	case "":
-		return nil, fe("kind", `required ("cli")`)
+		return fe("kind", `required ("cli")`)
 	default:
-		return nil, fe("kind", `unknown kind %q (only "cli")`, s.Kind)
+		return fe("kind", `unknown kind %q (only "cli")`, s.Kind)
 	}
 	if !nameOK(s.Name) {
-		return nil, fe("name", "%q must match %s", s.Name, nameRE)
+		return fe("name", "%q must match %s", s.Name, nameRE)
 	}
 	if s.Program == "" {
-		return nil, fe("program", "required")
+		return fe("program", "required")
 	}
 	if strings.ContainsAny(s.Program, "\x00\n") || strings.HasPrefix(s.Program, "-") {
-		return nil, fe("program", "%q is not an executable name or path", s.Program)
+		return fe("program", "%q is not an executable name or path", s.Program)
 	}
+	return nil
+}
+
+// compileArgs parses the command lines (args, model_args, new_args,
+// resume_args) against session and prompt, and returns the placeholders
+// a new session's arguments may hold.
+func (p *preset) compileArgs() ([]string, error) {
+	s := p.s
 	session := []string{"home", "workdir"}
 	switch s.Session {
 	case "", "output":
@@ -144,6 +206,7 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 	default:
 		return nil, fe("prompt", `want "argument", "stdin" or "file", not %q`, s.Prompt)
 	}
+	var err error
 	if p.args, err = parseArgs("args", s.Args, true, argAllowed...); err != nil {
 		return nil, err
 	}
@@ -169,127 +232,161 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 	if s.Session == "generated" && !p.newArgs.has("session") {
 		return nil, fe("new_args", "a generated session needs {session} in new_args, to tell the CLI its id")
 	}
+	return session, p.compileResume()
+}
+
+func (p *preset) compileResume() error {
+	s := p.s
+	var err error
 	if p.resume, err = parseArgs("resume_args", s.ResumeArgs, false, "session", "home", "workdir"); err != nil {
-		return nil, err
+		return err
 	}
 	if len(s.ResumeArgs) > 0 {
 		if s.Session == "" {
-			return nil, fe("resume_args", `resuming needs a session ("generated" or "output")`)
+			return fe("resume_args", `resuming needs a session ("generated" or "output")`)
 		}
 		if !p.resume.has("session") {
-			return nil, fe("resume_args", "needs {session}")
+			return fe("resume_args", "needs {session}")
 		}
 	}
-	if s.Fork != nil {
-		if s.Session == "" {
-			return nil, fe("fork", `forking needs a session ("generated" or "output")`)
-		}
-		if (len(s.Fork.Args) > 0) == (len(s.Fork.Command) > 0) {
-			return nil, fe("fork", "set exactly one of args and command")
-		}
-		if len(s.Fork.Args) > 0 {
-			if p.forkArgs, err = parseArgs("fork.args", s.Fork.Args, false, append(slices.Clone(session), "parent")...); err != nil {
-				return nil, err
-			}
-			if !p.forkArgs.has("parent") {
-				return nil, fe("fork.args", "needs {parent}")
-			}
-		} else {
-			allowed := []string{"parent"}
-			if s.Session == "generated" {
-				allowed = append(allowed, "child")
-			}
-			if p.forkCmd, err = parseArgs("fork.command", s.Fork.Command, false, allowed...); err != nil {
-				return nil, err
-			}
-			if !p.forkCmd.has("parent") {
-				return nil, fe("fork.command", "needs {parent}")
-			}
-			if s.Session == "generated" && !p.forkCmd.has("child") {
-				return nil, fe("fork.command", "a generated session needs {child}")
-			}
-			if _, ok := p.forkCmd.items[0].literal(); !ok {
-				return nil, fe("fork.command[0]", "the program cannot hold a placeholder")
-			}
-		}
+	return nil
+}
+
+// compileFork parses fork: arguments of the CLI, or a command of its own.
+func (p *preset) compileFork(session []string) error {
+	s := p.s
+	if s.Fork == nil {
+		return nil
 	}
-	for i, r := range s.ReservedArgs {
+	if s.Session == "" {
+		return fe("fork", `forking needs a session ("generated" or "output")`)
+	}
+	if (len(s.Fork.Args) > 0) == (len(s.Fork.Command) > 0) {
+		return fe("fork", "set exactly one of args and command")
+	}
+	var err error
+	if len(s.Fork.Args) > 0 {
+		if p.forkArgs, err = parseArgs("fork.args", s.Fork.Args, false, append(slices.Clone(session), "parent")...); err != nil {
+			return err
+		}
+		if !p.forkArgs.has("parent") {
+			return fe("fork.args", "needs {parent}")
+		}
+		return nil
+	}
+	allowed := []string{"parent"}
+	if s.Session == "generated" {
+		allowed = append(allowed, "child")
+	}
+	if p.forkCmd, err = parseArgs("fork.command", s.Fork.Command, false, allowed...); err != nil {
+		return err
+	}
+	if !p.forkCmd.has("parent") {
+		return fe("fork.command", "needs {parent}")
+	}
+	if s.Session == "generated" && !p.forkCmd.has("child") {
+		return fe("fork.command", "a generated session needs {child}")
+	}
+	if _, ok := p.forkCmd.items[0].literal(); !ok {
+		return fe("fork.command[0]", "the program cannot hold a placeholder")
+	}
+	return nil
+}
+
+// compileReserved collects the flags outpost controls: those of the
+// command lines and reserved_args.
+func (p *preset) compileReserved() error {
+	for i, r := range p.s.ReservedArgs {
 		if !strings.HasPrefix(r, "-") || strings.ContainsAny(r, "= \x00") {
-			return nil, fe(fmt.Sprintf("reserved_args[%d]", i), "%q is not a flag name", r)
+			return fe(fmt.Sprintf("reserved_args[%d]", i), "%q is not a flag name", r)
 		}
 	}
 	p.reserved = kit.Flags{}
-	for _, f := range slices.Concat(p.args.flags(), p.model.flags(), p.newArgs.flags(), p.resume.flags(), p.forkArgs.flags(), s.ReservedArgs) {
+	for _, f := range slices.Concat(p.args.flags(), p.model.flags(), p.newArgs.flags(), p.resume.flags(), p.forkArgs.flags(), p.s.ReservedArgs) {
 		p.reserved[f] = ""
 	}
-	for k := range s.Env {
-		if !harness.ValidVariableName(k) {
-			return nil, fe("env", "%q is not a variable name", k)
-		}
-	}
-	for k := range s.Variables {
-		if !harness.ValidVariableName(k) {
-			return nil, fe("variables", "%q is not a variable name", k)
-		}
-	}
-	if c := s.Credentials; c != nil {
-		for i, v := range c.Variables {
-			if !harness.ValidVariableName(v) {
-				return nil, fe(fmt.Sprintf("credentials.variables[%d]", i), "%q is not a variable name", v)
-			}
-		}
-		if c.Required && len(c.Variables) == 0 {
-			return nil, fe("credentials.required", "needs credentials.variables")
-		}
-		if c.Required && len(c.HostFiles) > 0 {
-			return nil, fe("credentials.required", "cannot be known with host_files (outpost does not look at host files before allocation)")
-		}
-		for i, f := range c.HostFiles {
-			if !harness.RelativePath(f.Source) {
-				return nil, fe(fmt.Sprintf("credentials.host_files[%d].source", i), "%q must be a relative path under the host's home", f.Source)
-			}
-			if !harness.RelativePath(f.Target) {
-				return nil, fe(fmt.Sprintf("credentials.host_files[%d].target", i), "%q must be a relative path under the sandbox's home", f.Target)
-			}
-		}
-		for i, l := range c.Login {
-			if len(l) == 0 || l[0] == "" {
-				return nil, fe(fmt.Sprintf("credentials.login[%d]", i), "needs a program")
-			}
-			for j, a := range l {
-				if strings.ContainsRune(a, 0) {
-					return nil, fe(fmt.Sprintf("credentials.login[%d][%d]", i, j), "NUL byte")
-				}
+	return nil
+}
+
+// checkVariables checks the names of env and variables.
+func checkVariables(s *Spec) error {
+	for _, f := range []struct {
+		field string
+		m     map[string]string
+	}{{"env", s.Env}, {"variables", s.Variables}} {
+		for k := range f.m {
+			if !harness.ValidVariableName(k) {
+				return fe(f.field, "%q is not a variable name", k)
 			}
 		}
 	}
-	if p.quota, err = regexps("quota", s.Quota); err != nil {
-		return nil, err
+	return nil
+}
+
+// checkCredentials checks credentials: variable names, relative host
+// files, login commands.
+func checkCredentials(c *CredentialSpec) error {
+	if c == nil {
+		return nil
 	}
-	if p.unavail, err = regexps("unavailable", s.Unavailable); err != nil {
-		return nil, err
-	}
-	if p.misconfig, err = regexps("misconfigured", s.Misconfigured); err != nil {
-		return nil, err
-	}
-	if p.retry, err = regexps("retry", s.Retry); err != nil {
-		return nil, err
-	}
-	if err := p.compileOutput(); err != nil {
-		return nil, err
-	}
-	if s.Session == "output" && p.text != nil {
-		return nil, fe("session", `"output" needs output format "jsonl" with a session event rule`)
-	}
-	if s.Session == "output" && !p.hasSessionRule() {
-		return nil, fe("session", `"output" needs an output.events rule of event "session" with a session path`)
-	}
-	var storage *harness.Storage
-	if st := s.Storage; st != nil {
-		if storage, err = p.compileStorage(st); err != nil {
-			return nil, err
+	for i, v := range c.Variables {
+		if !harness.ValidVariableName(v) {
+			return fe(fmt.Sprintf("credentials.variables[%d]", i), "%q is not a variable name", v)
 		}
 	}
+	if c.Required && len(c.Variables) == 0 {
+		return fe("credentials.required", "needs credentials.variables")
+	}
+	if c.Required && len(c.HostFiles) > 0 {
+		return fe("credentials.required", "cannot be known with host_files (outpost does not look at host files before allocation)")
+	}
+	for i, f := range c.HostFiles {
+		if !harness.RelativePath(f.Source) {
+			return fe(fmt.Sprintf("credentials.host_files[%d].source", i), "%q must be a relative path under the host's home", f.Source)
+		}
+		if !harness.RelativePath(f.Target) {
+			return fe(fmt.Sprintf("credentials.host_files[%d].target", i), "%q must be a relative path under the sandbox's home", f.Target)
+		}
+	}
+	for i, l := range c.Login {
+		if len(l) == 0 || l[0] == "" {
+			return fe(fmt.Sprintf("credentials.login[%d]", i), "needs a program")
+		}
+		for j, a := range l {
+			if strings.ContainsRune(a, 0) {
+				return fe(fmt.Sprintf("credentials.login[%d][%d]", i, j), "NUL byte")
+			}
+		}
+	}
+	return nil
+}
+
+// compileClassifiers compiles the patterns of quota, unavailable,
+// misconfigured and retry.
+func (p *preset) compileClassifiers() error {
+	for _, c := range []struct {
+		field string
+		src   []string
+		dst   *[]*regexp.Regexp
+	}{
+		{"quota", p.s.Quota, &p.quota},
+		{"unavailable", p.s.Unavailable, &p.unavail},
+		{"misconfigured", p.s.Misconfigured, &p.misconfig},
+		{"retry", p.s.Retry, &p.retry},
+	} {
+		res, err := regexps(c.field, c.src)
+		if err != nil {
+			return err
+		}
+		*c.dst = res
+	}
+	return nil
+}
+
+// harness builds the harness of the compiled spec: its decoder, its
+// classifiers, credentials, usage, bootstrap and durations.
+func (p *preset) harness(storage *harness.Storage, opts *Options) (*harness.Harness, error) {
+	s := p.s
 	h := &harness.Harness{
 		Name:      s.Name,
 		Version:   s.Version,
@@ -304,15 +401,9 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 		h.Events = p.jsonEvents
 		h.RequiresFinishedEvent = s.Output.RequireFinished
 	}
-	if len(p.quota) > 0 {
-		h.Quota = func(t string) bool { return anyMatch(p.quota, t) && !p.retried(t) }
-	}
-	if len(p.unavail) > 0 {
-		h.Unavailable = func(t string) bool { return anyMatch(p.unavail, t) && !p.retried(t) }
-	}
-	if len(p.misconfig) > 0 {
-		h.Misconfigured = func(t string) bool { return anyMatch(p.misconfig, t) && !p.retried(t) }
-	}
+	h.Quota = p.classifier(p.quota)
+	h.Unavailable = p.classifier(p.unavail)
+	h.Misconfigured = p.classifier(p.misconfig)
 	if s.Credentials != nil {
 		h.Credentials = p.credentials
 	}
@@ -330,41 +421,61 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 		return nil, fe("bootstrap", "unknown bootstrap name %q", s.Bootstrap)
 	}
 	h.Bootstrap = s.Bootstrap
-	if s.Inactivity != "" {
-		d, err := time.ParseDuration(s.Inactivity)
+	return h, p.durations(h)
+}
+
+// classifier matches a line against res unless it is a retry; nil without
+// patterns.
+func (p *preset) classifier(res []*regexp.Regexp) func(string) bool {
+	if len(res) == 0 {
+		return nil
+	}
+	return func(t string) bool { return anyMatch(res, t) && !p.retried(t) }
+}
+
+// durations sets inactivity and retry_bound.
+func (p *preset) durations(h *harness.Harness) error {
+	if p.s.Inactivity != "" {
+		d, err := time.ParseDuration(p.s.Inactivity)
 		if err != nil || d < 0 {
-			return nil, fe("inactivity", "want a Go duration such as 15m, not %q", s.Inactivity)
+			return fe("inactivity", "want a Go duration such as 15m, not %q", p.s.Inactivity)
 		}
 		h.Inactivity = d
 	}
-	if s.RetryBound != "" {
-		d, err := time.ParseDuration(s.RetryBound)
+	if p.s.RetryBound != "" {
+		d, err := time.ParseDuration(p.s.RetryBound)
 		if err != nil || d <= 0 {
-			return nil, fe("retry_bound", "want a positive Go duration such as 3m, not %q", s.RetryBound)
+			return fe("retry_bound", "want a positive Go duration such as 3m, not %q", p.s.RetryBound)
 		}
 		setRetryBound(h, d)
 	}
-	// Absent flags keep the reference's meaning.
-	portable := storage != nil && s.Session != ""
+	return nil
+}
+
+// capabilities sets capture, resume and fork: absent flags keep the
+// reference's meaning (a stored session with resume_args resumes).
+func (p *preset) capabilities(h *harness.Harness, stored bool) error {
+	s := p.s
+	portable := stored && s.Session != ""
 	canResume := portable && len(s.ResumeArgs) > 0
 	resumable := canResume
 	if s.Resumable != nil {
 		if *s.Resumable && !canResume {
-			return nil, fe("resumable", "true needs session, storage and resume_args")
+			return fe("resumable", "true needs session, storage and resume_args")
 		}
 		resumable = *s.Resumable
 	}
 	forkable := resumable && s.Fork != nil
 	if s.Forkable != nil {
 		if *s.Forkable && s.Fork == nil {
-			return nil, fe("forkable", "true needs fork")
+			return fe("forkable", "true needs fork")
 		}
 		forkable = *s.Forkable
 	}
 	capture := portable
 	if s.Capture != nil {
 		if *s.Capture && !portable {
-			return nil, fe("capture", "true needs storage and session")
+			return fe("capture", "true needs storage and session")
 		}
 		capture = *s.Capture
 	}
@@ -372,10 +483,7 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 	if p.forkCmd.items != nil {
 		h.Fork = p.fork
 	}
-	if err := h.Validate(); err != nil {
-		return nil, err
-	}
-	return h, nil
+	return nil
 }
 
 func (p *preset) hasSessionRule() bool {
@@ -457,22 +565,8 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 	}
 	vals := map[string]string{"home": in.Home, "workdir": in.Workdir}
 	cmd := harness.Command{Path: s.Program, Env: maps.Clone(s.Env)}
-	switch s.Prompt {
-	case "", "argument":
-		if len(in.Prompt) > MaxArgPrompt {
-			return harness.Command{}, fmt.Errorf("%s: the prompt is %d bytes; at most %d go on the command line (set prompt to stdin or file)", name, len(in.Prompt), MaxArgPrompt)
-		}
-		vals["prompt"] = in.Prompt
-	case "stdin":
-		cmd.Stdin = []byte(in.Prompt)
-	case "file":
-		id, err := newID(name)
-		if err != nil {
-			return harness.Command{}, err
-		}
-		rel := PromptDir + "/" + id + ".txt"
-		vals["prompt_file"] = path.Join(in.Home, rel)
-		cmd.Files = []harness.File{{Path: rel, Content: []byte(in.Prompt), Mode: 0o600}}
+	if err := p.prompt(in, vals, &cmd); err != nil {
+		return harness.Command{}, err
 	}
 	var model []string
 	if in.Model != "" {
@@ -482,42 +576,9 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 		vals["model"] = in.Model
 		model = p.model.expand(vals, nil)
 	}
-	var session []string
-	if in.Conversation != "" && !ValidSessionID(in.Conversation) {
-		return harness.Command{}, fmt.Errorf("%s: %q is not a conversation id", name, in.Conversation)
-	}
-	switch {
-	case in.Conversation == "":
-		if s.Session == "generated" {
-			id, err := newID(name)
-			if err != nil {
-				return harness.Command{}, err
-			}
-			vals["session"], cmd.Session = id, id
-		}
-		session = p.newArgs.expand(vals, nil)
-	case in.Fork:
-		if p.forkArgs.items == nil {
-			return harness.Command{}, fmt.Errorf("%s: conversations cannot be forked through the request", name)
-		}
-		vals["parent"] = in.Conversation
-		if s.Session == "generated" {
-			id, err := newID(name)
-			if err != nil {
-				return harness.Command{}, err
-			}
-			vals["session"], cmd.Session = id, id
-		}
-		session = p.forkArgs.expand(vals, nil)
-	default:
-		if p.resume.items == nil {
-			return harness.Command{}, fmt.Errorf("%s: conversations cannot be resumed", name)
-		}
-		vals["session"] = in.Conversation
-		if s.Session == "generated" {
-			cmd.Session = in.Conversation
-		}
-		session = p.resume.expand(vals, nil)
+	session, err := p.sessionArgs(in, vals, &cmd)
+	if err != nil {
+		return harness.Command{}, err
 	}
 	if err := kit.CheckExtraArgs(name, in.ExtraArgs, p.reserved.Check); err != nil {
 		return harness.Command{}, err
@@ -530,6 +591,75 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 		}
 	}
 	return cmd, nil
+}
+
+// prompt gives the prompt to the command the way the file says: an
+// argument (bounded), standard input, or a file in the home.
+func (p *preset) prompt(in harness.Input, vals map[string]string, cmd *harness.Command) error {
+	name := p.s.Name
+	switch p.s.Prompt {
+	case "", "argument":
+		if len(in.Prompt) > MaxArgPrompt {
+			return fmt.Errorf("%s: the prompt is %d bytes; at most %d go on the command line (set prompt to stdin or file)", name, len(in.Prompt), MaxArgPrompt)
+		}
+		vals["prompt"] = in.Prompt
+	case "stdin":
+		cmd.Stdin = []byte(in.Prompt)
+	case "file":
+		id, err := newID(name)
+		if err != nil {
+			return err
+		}
+		rel := PromptDir + "/" + id + ".txt"
+		vals["prompt_file"] = path.Join(in.Home, rel)
+		cmd.Files = []harness.File{{Path: rel, Content: []byte(in.Prompt), Mode: 0o600}}
+	}
+	return nil
+}
+
+// sessionArgs are the arguments of a new, forked or resumed session.
+func (p *preset) sessionArgs(in harness.Input, vals map[string]string, cmd *harness.Command) ([]string, error) {
+	name := p.s.Name
+	if in.Conversation != "" && !ValidSessionID(in.Conversation) {
+		return nil, fmt.Errorf("%s: %q is not a conversation id", name, in.Conversation)
+	}
+	switch {
+	case in.Conversation == "":
+		if err := p.generate(vals, cmd); err != nil {
+			return nil, err
+		}
+		return p.newArgs.expand(vals, nil), nil
+	case in.Fork:
+		if p.forkArgs.items == nil {
+			return nil, fmt.Errorf("%s: conversations cannot be forked through the request", name)
+		}
+		vals["parent"] = in.Conversation
+		if err := p.generate(vals, cmd); err != nil {
+			return nil, err
+		}
+		return p.forkArgs.expand(vals, nil), nil
+	}
+	if p.resume.items == nil {
+		return nil, fmt.Errorf("%s: conversations cannot be resumed", name)
+	}
+	vals["session"] = in.Conversation
+	if p.s.Session == "generated" {
+		cmd.Session = in.Conversation
+	}
+	return p.resume.expand(vals, nil), nil
+}
+
+// generate makes the id of a new generated session.
+func (p *preset) generate(vals map[string]string, cmd *harness.Command) error {
+	if p.s.Session != "generated" {
+		return nil
+	}
+	id, err := newID(p.s.Name)
+	if err != nil {
+		return err
+	}
+	vals["session"], cmd.Session = id, id
+	return nil
 }
 
 func (p *preset) credentials(vars harness.Vars) (harness.Plan, error) {

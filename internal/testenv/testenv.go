@@ -8,13 +8,11 @@ package testenv
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -68,30 +66,14 @@ func pins() (map[string]cliPin, error) {
 	return pinsMap, pinsErr
 }
 
-// pinFile finds bootstrap/pins.json: beside this source file's package,
-// else in the first directory up from the working directory that has it.
+// pinFile is bootstrap/pins.json of the module (moduleRoot): beside this
+// source file, else above the working directory.
 func pinFile() (string, error) {
-	if _, src, _, ok := runtime.Caller(0); ok {
-		f := filepath.Join(filepath.Dir(src), "..", "..", "bootstrap", "pins.json")
-		if _, err := os.Stat(f); err == nil {
-			return f, nil
-		}
-	}
-	dir, err := os.Getwd()
+	root, err := moduleRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("testenv: bootstrap/pins.json: %w", err)
 	}
-	for {
-		f := filepath.Join(dir, "bootstrap", "pins.json")
-		if _, err := os.Stat(f); err == nil {
-			return f, nil
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", errors.New("testenv: bootstrap/pins.json not found above the working directory")
-		}
-		dir = up
-	}
+	return filepath.Join(root, "bootstrap", "pins.json"), nil
 }
 
 // pin returns a CLI's pin; the zero value when it has none.

@@ -49,11 +49,6 @@ const (
 	runDir = StateDir + "/run"
 )
 
-// closeTimeout bounds Close's work (copying the workspace back, removing
-// the container) when the context given to Close has no deadline or has
-// already ended.
-const closeTimeout = 2 * time.Minute
-
 // Sandbox is one lease: one container.
 type Sandbox struct {
 	p       *Provider
@@ -155,7 +150,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if err != nil {
 		if ctx.Err() != nil {
 			// The engine may have made it before the request was dropped.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+			rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 			defer cancel()
 			if rerr := eng.cli.ContainerRemove(rctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
 				return nil, errors.Join(ctx.Err(), fmt.Errorf("docker: removing %s after a cancelled create: %w", s.id, rerr))
@@ -166,7 +161,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	}
 	s.cid = created.ID
 	if err := s.prepare(ctx); err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 		defer cancel()
 		s.closing.Store(true)
 		rerr := s.remove(rctx)
@@ -394,7 +389,7 @@ func (s *Sandbox) writeState(tw *tar.Writer, prefix string) error {
 // processes (when one still runs) and copies the workspace's changes back
 // to the host (see SyncWorkspace), then it removes the container and its
 // volumes, whatever happened before. It works with an ended ctx (bounded
-// by closeTimeout): a cancelled turn still releases its sandbox. Errors: ErrVanished (copy
+// by driver.ReleaseTimeout): a cancelled turn still releases its sandbox. Errors: ErrVanished (copy
 // mode: the container is gone, its changes with it), ErrConflict and
 // tarsafe.ErrUnsafe from the copy back, the engine's.
 func (s *Sandbox) Close(ctx context.Context) error {
@@ -403,7 +398,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	}
 	// A spare is no process of the lease: it ends first, whatever the mode.
 	s.dropSpare()
-	cctx, cancel := driver.ReleaseContext(ctx, closeTimeout)
+	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 	defer cancel()
 	var errs []error
 	if s.mode == Copy {

@@ -19,6 +19,10 @@ const ImageBinary = "/usr/local/bin/outpost"
 // OutpostImageRepo is the repository of the default outpost image.
 const OutpostImageRepo = "outpost/outpost"
 
+// ImageHint follows the error of a pod whose nodes cannot get the outpost
+// image (%s: the image): the command that makes it.
+const ImageHint = "the nodes do not have the outpost image %s: write it with `outpost kubernetes image --arch ARCH -o outpost-image.tar` and import it on each node (`ctr -n k8s.io images import outpost-image.tar`, or --import on the node), or load it with --docker and push it to a registry the cluster pulls from, then set outpost_image (docs/sandboxes/kubernetes.md)"
+
 // OutpostImageRef is the default outpost image's reference for a static
 // binary: OutpostImageRepo tagged with the first 12 hex digits of the
 // binary's SHA-256, so that a cluster never runs a stale binary under a

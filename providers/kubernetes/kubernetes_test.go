@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -244,5 +246,36 @@ func TestOutpostImage(t *testing.T) {
 	}
 	if len(names) != 3 || names[0] != "manifest.json" || names[2] != "layer.tar" {
 		t.Errorf("archive %v", names)
+	}
+}
+
+// TestImagePullHint: a pod whose nodes cannot pull the outpost image fails
+// naming the command that makes that image; other pull failures do not.
+func TestImagePullHint(t *testing.T) {
+	p, err := New(&Options{Kubeconfig: kubeconfig(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		container, reason string
+		hint              bool
+	}{
+		{initName, "ImagePullBackOff", true},
+		{initName, "ErrImagePull", true},
+		{initName, "ErrImageNeverPull", true},
+		{containerName, "ImagePullBackOff", false}, // the agent's own image (--image)
+		{initName, "CreateContainerError", false},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "outpost-x"}}
+		st := []corev1.ContainerStatus{{Name: tc.container, Image: "outpost/outpost:0123456789ab", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: tc.reason, Message: "not found"}}}}
+		if tc.container == initName {
+			pod.Status.InitContainerStatuses = st
+		} else {
+			pod.Status.ContainerStatuses = st
+		}
+		msg := p.startErr(context.Background(), pod, "").Error()
+		if got := strings.Contains(msg, "outpost kubernetes image --arch ARCH -o outpost-image.tar") && strings.Contains(msg, "outpost/outpost:0123456789ab"); got != tc.hint {
+			t.Errorf("%s %s: hint %v, want %v: %s", tc.container, tc.reason, got, tc.hint, msg)
+		}
 	}
 }

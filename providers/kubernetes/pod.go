@@ -245,6 +245,9 @@ var hopeless = map[string]bool{
 	"CrashLoopBackOff":           true,
 }
 
+// pullFailures are the waiting reasons of an image the node cannot get.
+var pullFailures = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true}
+
 // waitRunning waits until the pod's sandbox container runs, at most
 // StartTimeout. Errors wrap ErrStart with the cause from the pod's status
 // and events, or are ctx's.
@@ -338,6 +341,9 @@ func (p *Provider) startErr(ctx context.Context, pod *corev1.Pod, what string) e
 		switch {
 		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "" && cs.State.Waiting.Reason != "PodInitializing":
 			causes = append(causes, fmt.Sprintf("container %s: %s: %s (image %s)", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message, cs.Image))
+			if cs.Name == initName && pullFailures[cs.State.Waiting.Reason] {
+				causes = append(causes, fmt.Sprintf(ImageHint, cs.Image))
+			}
 		case cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0:
 			causes = append(causes, fmt.Sprintf("container %s exited %d: %s %s", cs.Name, cs.State.Terminated.ExitCode, cs.State.Terminated.Reason, strings.TrimSpace(cs.State.Terminated.Message)))
 		}

@@ -21,9 +21,6 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// closeTimeout bounds Close's work when its context has no deadline.
-const closeTimeout = 2 * time.Minute
-
 // Sandbox is one lease: one pod.
 type Sandbox struct {
 	p       *Provider
@@ -119,7 +116,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	p.mu.Unlock()
 	fail := func(err error) (driver.Sandbox, error) {
 		s.closing.Store(true)
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		dctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 		defer cancel()
 		derr := s.deletePod(dctx)
 		s.released()
@@ -165,20 +162,14 @@ func (s *Sandbox) released() {
 // Close releases the lease: it stops the processes that still run,
 // copies the workspace's changes back (SyncWorkspace) and deletes the
 // pod, whatever happened before. It works with an ended ctx (bounded by
-// closeTimeout). Errors: ErrVanished (the pod is gone, its changes with
+// driver.ReleaseTimeout). Errors: ErrVanished (the pod is gone, its changes with
 // it), ErrConflict and tarsafe.ErrUnsafe from the copy back, the API's.
 func (s *Sandbox) Close(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
 	}
 	defer s.released()
-	cctx := context.WithoutCancel(ctx)
-	var cancel context.CancelFunc
-	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && time.Until(d) > 0 {
-		cctx, cancel = context.WithDeadline(cctx, d)
-	} else {
-		cctx, cancel = context.WithTimeout(cctx, closeTimeout)
-	}
+	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 	defer cancel()
 	var errs []error
 	s.procsMu.Lock()

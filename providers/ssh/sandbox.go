@@ -24,10 +24,6 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// closeTimeout bounds Close's work when its context has no deadline or
-// has ended.
-const closeTimeout = 2 * time.Minute
-
 // leasePrefix starts the name of every lease directory.
 const leasePrefix = "ssh-"
 
@@ -180,7 +176,9 @@ func (s *Sandbox) make(ctx context.Context, labels map[string]string) error {
 		if ctx.Err() == nil || errors.Is(err, ErrDisconnected) {
 			return fmt.Errorf("ssh: making the lease on %s: %w", s.p.Address(), err)
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		// A cancelled open may have made the directory before the session
+		// closed: remove it.
+		rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 		defer cancel()
 		_, _ = run(rctx, s.c, "rm -rf "+shq(s.dir), nil)
 		return ctx.Err()
@@ -256,12 +254,12 @@ func (s *Sandbox) liveConn(ctx context.Context) (*conn, error) {
 // the workspace's changes back (copy mode; see SyncWorkspace) and removes
 // the lease's directory, whatever happened before. When the connection
 // dropped it reconnects to do so. It works with an ended ctx (bounded by
-// closeTimeout).
+// driver.ReleaseTimeout).
 func (s *Sandbox) Close(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	cctx, cancel := driver.ReleaseContext(ctx, closeTimeout)
+	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 	defer cancel()
 	c, err := s.liveConn(cctx)
 	if err != nil {

@@ -279,6 +279,11 @@ var ErrClosed = errors.New("sandbox: lease released")
 // code sandbox with details.vanished and details.disconnected.
 var ErrDisconnected = errors.New("sandbox: connection to the sandbox's host lost")
 
+// ReleaseTimeout bounds a release of a sandbox (Close, and the clean-up of
+// an Open that failed) whose context has no deadline or has already ended;
+// the portable layer also bounds a turn's store write with it.
+const ReleaseTimeout = 60 * time.Second
+
 // ReleaseContext is the context a Sandbox.Close works under: ctx's values
 // without its cancellation, bounded by ctx's deadline while that is still
 // ahead, else by fallback. A release must finish even when the turn that

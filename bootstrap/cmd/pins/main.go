@@ -73,6 +73,26 @@ func regenerate(ctx context.Context, file, registry string, check bool, verify s
 	if registry == "" {
 		registry = pins.Registry
 	}
+	changed, err := resolvePins(ctx, pins, file, registry, targets, stderr)
+	if err != nil {
+		return err
+	}
+	if explicit {
+		pins.Registry = registry
+	}
+	if err := writePins(pins, file, old, check, changed, stdout); err != nil {
+		return err
+	}
+	if verify == "" {
+		return nil
+	}
+	return verifyPins(ctx, pins, registry, verify, changed, stdout, stderr)
+}
+
+// resolvePins resolves each target (AGENT or AGENT@VERSION; none: every
+// npm pin at its version) from the registry into pins, and returns their
+// names.
+func resolvePins(ctx context.Context, pins *bootstrap.Pins, file, registry string, targets []string, stderr io.Writer) ([]string, error) {
 	if len(targets) == 0 {
 		for _, name := range pins.Names() {
 			if pin, _ := pins.Lookup(name); pin.Kind == bootstrap.KindNPM {
@@ -83,31 +103,33 @@ func regenerate(ctx context.Context, file, registry string, check bool, verify s
 	var changed []string
 	for _, t := range targets {
 		name, version, _ := strings.Cut(t, "@")
+		from, ok := pins.Lookup(name)
 		if version == "" {
-			cur, ok := pins.Lookup(name)
 			if !ok {
-				return fmt.Errorf("%s has no pin yet: name a version (%s@VERSION)", name, name)
+				return nil, fmt.Errorf("%s has no pin yet: name a version (%s@VERSION)", name, name)
 			}
-			version = cur.Version
+			version = from.Version
 		}
 		fmt.Fprintf(stderr, "pins: resolving %s@%s from %s\n", name, version, registry)
-		from, ok := pins.Lookup(name)
 		if !ok {
-			return fmt.Errorf("%s has no pin in %s: write one first (kind npm, its package and program, and for each platform its package and bin; see docs/bootstrap.md)", name, file)
+			return nil, fmt.Errorf("%s has no pin in %s: write one first (kind npm, its package and program, and for each platform its package and bin; see docs/bootstrap.md)", name, file)
 		}
 		pin, err := bootstrap.ResolvePin(ctx, nil, registry, from, version)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if prev, ok := pins.Lookup(name); ok && prev.Note != "" {
-			pin.Note = prev.Note
+		if from.Note != "" {
+			pin.Note = from.Note
 		}
 		pins.Agents[name] = pin
 		changed = append(changed, name)
 	}
-	if explicit {
-		pins.Registry = registry
-	}
+	return changed, nil
+}
+
+// writePins writes pins over file when they differ from old (check: only
+// says whether they do, errDiffers).
+func writePins(pins *bootstrap.Pins, file string, old []byte, check bool, changed []string, stdout io.Writer) error {
 	out, err := pins.Marshal()
 	if err != nil {
 		return err
@@ -115,12 +137,14 @@ func regenerate(ctx context.Context, file, registry string, check bool, verify s
 	if _, err := bootstrap.ParsePins(out); err != nil {
 		return fmt.Errorf("the regenerated file does not parse: %w", err)
 	}
-	if check {
-		if !bytes.Equal(old, out) {
-			return errDiffers
-		}
+	switch {
+	case check && !bytes.Equal(old, out):
+		return errDiffers
+	case check:
 		fmt.Fprintln(stdout, "pins: up to date")
-	} else if !bytes.Equal(old, out) {
+	case bytes.Equal(old, out):
+		fmt.Fprintf(stdout, "pins: %s unchanged\n", file)
+	default:
 		tmp := file + ".tmp"
 		if err := os.WriteFile(tmp, out, 0o644); err != nil {
 			return err
@@ -129,12 +153,13 @@ func regenerate(ctx context.Context, file, registry string, check bool, verify s
 			return err
 		}
 		fmt.Fprintf(stdout, "pins: wrote %s (%s); review the diff\n", file, strings.Join(changed, ", "))
-	} else {
-		fmt.Fprintf(stdout, "pins: %s unchanged\n", file)
 	}
-	if verify == "" {
-		return nil
-	}
+	return nil
+}
+
+// verifyPins downloads, verifies and unpacks each changed pin's artifact
+// for the platform key verify into the bootstrap cache.
+func verifyPins(ctx context.Context, pins *bootstrap.Pins, registry, verify string, changed []string, stdout, stderr io.Writer) error {
 	pl, err := bootstrap.ParsePlatformKey(verify)
 	if err != nil {
 		return err

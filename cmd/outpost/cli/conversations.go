@@ -1,10 +1,10 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -12,6 +12,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/internal/plural"
 )
 
 func (a *app) conversationsCmd() *cobra.Command {
@@ -20,8 +21,12 @@ func (a *app) conversationsCmd() *cobra.Command {
 		Aliases: []string{"conv", "c"},
 		Short:   "List, show, remove, export and import stored conversations",
 	}
-	var lsJSON, showJSON, replace bool
-	var output string
+	c.AddCommand(a.lsCmd(), a.showCmd(), a.rmCmd(), a.exportCmd(), a.importCmd(), a.syncCmd())
+	return c
+}
+
+func (a *app) lsCmd() *cobra.Command {
+	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List stored conversations, newest first",
@@ -38,7 +43,7 @@ func (a *app) conversationsCmd() *cobra.Command {
 			if err != nil {
 				fmt.Fprintln(a.stderr, "outpost: some conversations could not be read:", err)
 			}
-			if lsJSON {
+			if asJSON {
 				return writeJSONLines(a.stdout, list)
 			}
 			t := newTable(a.stdout, "ID", "AGENT", "TURNS", "REV", "UPDATED", "PARENT", "WORKDIR")
@@ -48,52 +53,76 @@ func (a *app) conversationsCmd() *cobra.Command {
 			return t.flush()
 		},
 	}
-	ls.Flags().BoolVar(&lsJSON, "json", false, "one JSON object per line")
+	ls.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	return ls
+}
 
-	show := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show a conversation's metadata (id, unique prefix or native id)",
+func (a *app) showCmd() *cobra.Command {
+	return a.metaCmd("show ID", "Show a conversation's metadata (id, unique prefix or native id)",
+		func(m conversation.Meta) any { return m },
+		func(m conversation.Meta) error {
+			t := newTable(a.stdout, "FIELD", "VALUE")
+			for _, f := range [][2]string{
+				{"id", m.ID}, {"agent", m.Agent}, {"native", m.Native}, {"parent", orDefault(m.Parent, "-")},
+				{"workdir", m.Workdir}, {"sandbox", m.Sandbox}, {"model", orDefault(m.Model, "-")},
+				{"created", m.Created.Local().Format(time.RFC3339)}, {"updated", m.Updated.Local().Format(time.RFC3339)},
+				{"turns", fmt.Sprint(m.Turns)}, {"revision", fmt.Sprint(m.Revision)},
+				{"usage", usageText(m.Usage)}, {"files", strings.Join(m.Files, ", ")},
+			} {
+				t.row(f[0], f[1])
+			}
+			return t.flush()
+		})
+}
+
+// metaCmd is a command that shows one conversation (its one argument: an
+// id, a unique prefix or a native id): with --json the value asJSON
+// makes of its metadata, on one line, else what human writes.
+func (a *app) metaCmd(use, short string, asJSON func(conversation.Meta) any, human func(conversation.Meta) error) *cobra.Command {
+	var jsonFlag bool
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			m, err := a.meta(c, args[0])
 			if err != nil {
 				return err
 			}
-			if showJSON {
-				return writeJSONLines(a.stdout, []conversation.Meta{m})
+			if jsonFlag {
+				return writeJSONLines(a.stdout, []any{asJSON(m)})
 			}
-			t := newTable(a.stdout, "FIELD", "VALUE")
-			t.row("id", m.ID)
-			t.row("agent", m.Agent)
-			t.row("native", m.Native)
-			t.row("parent", orDefault(m.Parent, "-"))
-			t.row("workdir", m.Workdir)
-			t.row("sandbox", m.Sandbox)
-			t.row("model", orDefault(m.Model, "-"))
-			t.row("created", m.Created.Local().Format(time.RFC3339))
-			t.row("updated", m.Updated.Local().Format(time.RFC3339))
-			t.row("turns", fmt.Sprint(m.Turns))
-			t.row("revision", fmt.Sprint(m.Revision))
-			t.row("usage", usageText(m))
-			t.row("files", strings.Join(m.Files, ", "))
-			return t.flush()
+			return human(m)
 		},
 	}
-	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+	c.Flags().BoolVar(&jsonFlag, "json", false, "print JSON")
+	return c
+}
 
-	rm := &cobra.Command{
+// resolve opens the store and resolves ref (an id, a unique prefix or a
+// native id); its errors are the conversation errors of op.
+func (a *app) resolve(c *cobra.Command, op, ref string) (conversation.Store, string, error) {
+	s, err := a.store()
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := conversation.Resolve(c.Context(), s, ref)
+	if err != nil {
+		return nil, "", outpost.Wrap(outpost.Conversation, op, fmt.Errorf("%s: %w", ref, err))
+	}
+	return s, id, nil
+}
+
+func (a *app) rmCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "rm ID...",
 		Short: "Remove stored conversations",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			s, err := a.store()
-			if err != nil {
-				return err
-			}
 			for _, ref := range args {
-				id, err := conversation.Resolve(c.Context(), s, ref)
+				s, id, err := a.resolve(c, "rm", ref)
 				if err != nil {
-					return outpost.Wrap(outpost.Conversation, "rm", fmt.Errorf("%s: %w", ref, err))
+					return err
 				}
 				if err := s.Delete(c.Context(), id); err != nil {
 					return outpost.Wrap(outpost.Conversation, "rm", err)
@@ -103,49 +132,39 @@ func (a *app) conversationsCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
 
+func (a *app) exportCmd() *cobra.Command {
+	var output string
 	export := &cobra.Command{
 		Use:   "export ID",
 		Short: "Write a conversation as one portable file (to -o FILE or stdout)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			s, err := a.store()
+			s, id, err := a.resolve(c, "export", args[0])
 			if err != nil {
 				return err
 			}
-			id, err := conversation.Resolve(c.Context(), s, args[0])
-			if err != nil {
-				return outpost.Wrap(outpost.Conversation, "export", fmt.Errorf("%s: %w", args[0], err))
-			}
-			var w io.Writer = a.stdout
-			var f *os.File
-			if output != "" && output != "-" {
-				if f, err = os.CreateTemp(dirOf(output), ".outpost-export-*"); err != nil {
+			if output == "" || output == "-" {
+				if err := conversation.Export(c.Context(), s, id, a.stdout); err != nil {
 					return outpost.Wrap(outpost.Conversation, "export", err)
 				}
-				defer os.Remove(f.Name())
-				w = f
+				return nil
 			}
-			if err := conversation.Export(c.Context(), s, id, w); err != nil {
-				if f != nil {
-					f.Close()
-				}
+			err = writeFileAtomic(output, func(w io.Writer) error { return conversation.Export(c.Context(), s, id, w) })
+			if err != nil {
 				return outpost.Wrap(outpost.Conversation, "export", err)
 			}
-			if f != nil {
-				if err := f.Close(); err != nil {
-					return outpost.Wrap(outpost.Conversation, "export", err)
-				}
-				if err := os.Rename(f.Name(), output); err != nil {
-					return outpost.Wrap(outpost.Conversation, "export", err)
-				}
-				fmt.Fprintf(a.stderr, "exported %s to %s\n", id, output)
-			}
+			fmt.Fprintf(a.stderr, "exported %s to %s\n", id, output)
 			return nil
 		},
 	}
 	export.Flags().StringVarP(&output, "output", "o", "", "file to write (default: standard output)")
+	return export
+}
 
+func (a *app) importCmd() *cobra.Command {
+	var replace bool
 	imp := &cobra.Command{
 		Use:   "import FILE",
 		Short: "Import a conversation exported on another machine (FILE - reads stdin)",
@@ -173,8 +192,11 @@ func (a *app) conversationsCmd() *cobra.Command {
 		},
 	}
 	imp.Flags().BoolVar(&replace, "replace", false, "replace a conversation with the same id")
+	return imp
+}
 
-	sync := &cobra.Command{
+func (a *app) syncCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "sync",
 		Short: "Store the turns spooled while the store could not be written",
 		Long: `Store the turns spooled while the store could not be written.
@@ -203,26 +225,30 @@ as a new conversation forked from it.`,
 			return a.push(c.Context(), s, true)
 		},
 	}
-
-	c.AddCommand(ls, show, rm, export, imp, sync)
-	return c
 }
 
-func dirOf(p string) string {
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		return p[:i+1]
+// writeFileAtomic writes name through a temporary file beside it, renamed
+// over name once write succeeded: a failure leaves nothing half-written.
+func writeFileAtomic(name string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(name), ".outpost-*")
+	if err != nil {
+		return err
 	}
-	return "."
+	defer os.Remove(f.Name())
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), name)
 }
 
 func (a *app) meta(c *cobra.Command, ref string) (conversation.Meta, error) {
-	s, err := a.store()
+	s, id, err := a.resolve(c, "locate", ref)
 	if err != nil {
 		return conversation.Meta{}, err
-	}
-	id, err := conversation.Resolve(c.Context(), s, ref)
-	if err != nil {
-		return conversation.Meta{}, outpost.Wrap(outpost.Conversation, "locate", fmt.Errorf("%s: %w", ref, err))
 	}
 	m, err := s.Meta(c.Context(), id)
 	if err != nil {
@@ -231,35 +257,13 @@ func (a *app) meta(c *cobra.Command, ref string) (conversation.Meta, error) {
 	return m, nil
 }
 
-func usageText(m conversation.Meta) string {
-	u := m.Usage
-	s := fmt.Sprintf("in %d, out %d, cache read %d, cache write %d", u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
-	if !u.Complete {
-		s += " (incomplete)"
-	}
-	return s
-}
-
 func (a *app) usageCmd() *cobra.Command {
-	var asJSON bool
-	c := &cobra.Command{
-		Use:   "usage ID",
-		Short: "Show a conversation's token usage over the turns outpost ran",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			m, err := a.meta(c, args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				b, _ := json.Marshal(map[string]any{"conversation": m.ID, "agent": m.Agent, "turns": m.Turns, "usage": m.Usage})
-				fmt.Fprintln(a.stdout, string(b))
-				return nil
-			}
-			fmt.Fprintf(a.stdout, "%s (%s, %d turns): %s\n", m.ID, m.Agent, m.Turns, usageText(m))
-			return nil
+	return a.metaCmd("usage ID", "Show a conversation's token usage over the turns outpost ran",
+		func(m conversation.Meta) any {
+			return map[string]any{"conversation": m.ID, "agent": m.Agent, "turns": m.Turns, "usage": m.Usage}
 		},
-	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return c
+		func(m conversation.Meta) error {
+			_, err := fmt.Fprintf(a.stdout, "%s (%s, %s): tokens %s\n", m.ID, m.Agent, plural.N(m.Turns, "turn"), usageText(m.Usage))
+			return err
+		})
 }

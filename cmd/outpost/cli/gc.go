@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outposthq/outpost/internal/plural"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -104,6 +105,6 @@ func (a *app) printGC(col driver.Collection, dryRun, asJSON bool) error {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(a.stdout, "%s %d orphan(s) on %s; kept %d of live or unknown owners\n", verb, len(col.Orphans), col.Where, col.Kept)
+	_, err := fmt.Fprintf(a.stdout, "%s %s on %s; kept %d of live or unknown owners\n", verb, plural.N(len(col.Orphans), "orphan"), col.Where, col.Kept)
 	return err
 }

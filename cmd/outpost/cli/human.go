@@ -12,6 +12,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/output"
 	"github.com/outposthq/outpost/sandbox"
 )
 
@@ -106,7 +107,7 @@ func (h *humanWriter) result(res *sandbox.Result, err error) {
 				if k == "stderr" {
 					continue
 				}
-				fmt.Fprintf(h.err, "  %s: %v\n", k, oe.Details[k])
+				fmt.Fprintf(h.err, "  %s: %s\n", k, detailText(oe.Details[k]))
 			}
 		} else {
 			fmt.Fprintf(h.err, "outpost: %v\n", err)
@@ -142,15 +143,7 @@ func (h *humanWriter) result(res *sandbox.Result, err error) {
 		if res.Parent != "" {
 			parts = append(parts, "forked from "+res.Parent)
 		}
-		u := res.Usage
-		usage := fmt.Sprintf("tokens in %d, out %d", u.InputTokens, u.OutputTokens)
-		if u.CacheReadTokens > 0 || u.CacheWriteTokens > 0 {
-			usage += fmt.Sprintf(", cache read %d, write %d", u.CacheReadTokens, u.CacheWriteTokens)
-		}
-		if !u.Complete {
-			usage += " (incomplete)"
-		}
-		parts = append(parts, usage)
+		parts = append(parts, "tokens "+usageText(res.Usage))
 		fmt.Fprintf(h.err, "· %s\n", strings.Join(parts, " · "))
 		if res.Conversation != "" && err == nil {
 			fmt.Fprintf(h.err, "· continue with: outpost run --resume %s PROMPT\n", res.Conversation)
@@ -173,4 +166,47 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// usageText is token usage for a person: "in 23, out 29", the cache
+// counts when there are any, and "(incomplete)" when the agent did not
+// report all of it.
+func usageText(u harness.Usage) string {
+	s := fmt.Sprintf("in %d, out %d", u.InputTokens, u.OutputTokens)
+	if u.CacheReadTokens > 0 || u.CacheWriteTokens > 0 {
+		s += fmt.Sprintf(", cache read %d, write %d", u.CacheReadTokens, u.CacheWriteTokens)
+	}
+	if !u.Complete {
+		s += " (incomplete)"
+	}
+	return s
+}
+
+// detailText is an error detail's value for a person: usage as the
+// summary line shows it, problems one after the other, other structured
+// values as JSON (never a Go struct).
+func detailText(v any) string {
+	switch v := v.(type) {
+	case harness.Usage:
+		return usageText(v)
+	case []harness.Usage:
+		parts := make([]string, len(v))
+		for i, u := range v {
+			parts[i] = fmt.Sprintf("attempt %d: %s", i+1, usageText(u))
+		}
+		return strings.Join(parts, "; ")
+	case []output.Problem:
+		parts := make([]string, len(v))
+		for i, p := range v {
+			parts[i] = p.String()
+		}
+		return strings.Join(parts, "; ")
+	case string, bool, int, int64, float64, error, fmt.Stringer:
+		return fmt.Sprint(v)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }

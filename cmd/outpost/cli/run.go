@@ -144,48 +144,14 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	if _, err := lookupAgent(f.agent); err != nil {
 		return a.fail(f, nil, err)
 	}
-	if prompt == "-" && f.schema == "-" {
-		return usageError{errors.New("the prompt and --schema cannot both come from standard input")}
-	}
-	var schema []byte
-	if f.schema != "" {
-		if f.schema == "-" && f.steerStdin {
-			return usageError{errors.New("--steer-stdin reads standard input: --schema cannot come from it too")}
-		}
-		b, err := readSchema(a.stdin, f.schema)
-		if err != nil {
-			return a.fail(f, nil, err)
-		}
-		schema = b
-	}
-	if prompt == "-" {
-		if f.steerStdin {
-			return usageError{errors.New("--steer-stdin reads standard input: the prompt cannot come from it too")}
-		}
-		b, err := io.ReadAll(io.LimitReader(a.stdin, 64<<20))
-		if err != nil {
-			return a.fail(f, nil, outpost.Wrap(outpost.Configuration, "prompt", err))
-		}
-		prompt = string(b)
+	prompt, schema, err := a.runInputs(f, prompt)
+	if err != nil {
+		return a.failInput(f, err)
 	}
 	if f.wait < 0 || (f.wait > 0 && f.resume == "") {
 		return usageError{errors.New("--wait takes a positive duration and applies to --resume (a fork never waits)")}
 	}
-	env, err := parsePairs(f.env, "--env", lookupEnv)
-	if err != nil {
-		return err
-	}
-	settings, err := parsePairs(f.set, "--set", nil)
-	if err != nil {
-		return err
-	}
-	if f.image != "" {
-		if settings == nil {
-			settings = map[string]string{}
-		}
-		settings["image"] = f.image
-	}
-	options, err := parsePairs(f.options, "--option", nil)
+	turn, settings, err := runTurn(f, prompt, schema)
 	if err != nil {
 		return err
 	}
@@ -198,48 +164,10 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	if err != nil {
 		return a.fail(f, nil, err)
 	}
-	resume, fork := f.resume, f.fork
-	for _, ref := range []*string{&resume, &fork} {
-		if *ref != "" {
-			if id, err := conversation.Resolve(ctx, store, *ref); err == nil {
-				*ref = id
-				// Continuing a conversation: its agent, unless --agent says.
-				if m, err := store.Meta(ctx, id); err == nil && !f.agentSet {
-					if _, err := lookupAgent(m.Agent); err == nil {
-						f.agent = m.Agent
-					}
-				}
-			}
-		}
-	}
-	h, err := lookupAgent(f.agent)
-	if err != nil {
+	if err := a.continued(ctx, store, &f, &turn); err != nil {
 		return a.fail(f, nil, err)
 	}
-	turn := sandbox.Turn{
-		Agent:      harness.Agent{Kind: harness.KindCLI, Harness: h, Model: f.model},
-		Prompt:     prompt,
-		Workdir:    f.workdir, // "": the current directory
-		Resume:     resume,
-		Fork:       fork,
-		Wait:       f.wait,
-		Env:        env,
-		Timeout:    f.timeout,
-		Inactivity: f.inactivity,
-		Options:    options,
-		ExtraArgs:  f.extra,
-		Command:    f.command,
-		RetryBound: f.retryBound,
-		Output:     schema,
-		Repairs:    &f.repairs,
-		Protocol:   f.protocol,
-	}
-	var out eventWriter
-	if f.json {
-		out = newJSONWriter(a.stdout)
-	} else {
-		out = newHumanWriter(a.stdout, a.stderr)
-	}
+	out := a.eventWriter(f)
 	opts := &sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json}
 	if f.trace != "" {
 		tf, err := openTrace(f.trace)
@@ -253,24 +181,147 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		opts.Stderr = a.stderr
 	}
 	if f.steerStdin {
-		ch := make(chan string)
-		opts.Steer = ch
-		go func() {
-			sc := bufio.NewScanner(a.stdin)
-			sc.Buffer(make([]byte, 64<<10), 16<<20)
-			for sc.Scan() {
-				if t := strings.TrimSpace(sc.Text()); t != "" {
-					select {
-					case ch <- t:
-					case <-ctx.Done():
-						return
-					}
-				}
-			}
-		}()
+		opts.Steer = a.steer(ctx)
 	}
 	res, err := sandbox.Run(ctx, turn, opts)
 	return a.finish(out, f, res, err)
+}
+
+// failInput reports an error of the command's inputs: the command line's
+// own as a usage error, the others as the turn's.
+func (a *app) failInput(f runFlags, err error) error {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	return a.fail(f, nil, err)
+}
+
+// runInputs reads what may come from standard input or a file: the
+// prompt ("-") and the --schema document. Only one may read stdin.
+func (a *app) runInputs(f runFlags, prompt string) (string, []byte, error) {
+	if prompt == "-" && f.schema == "-" {
+		return "", nil, usageError{errors.New("the prompt and --schema cannot both come from standard input")}
+	}
+	if (prompt == "-" || f.schema == "-") && f.steerStdin {
+		what := "the prompt"
+		if f.schema == "-" {
+			what = "--schema"
+		}
+		return "", nil, usageError{fmt.Errorf("--steer-stdin reads standard input: %s cannot come from it too", what)}
+	}
+	var schema []byte
+	if f.schema != "" {
+		b, err := readSchema(a.stdin, f.schema)
+		if err != nil {
+			return "", nil, err
+		}
+		schema = b
+	}
+	if prompt == "-" {
+		b, err := io.ReadAll(io.LimitReader(a.stdin, 64<<20))
+		if err != nil {
+			return "", nil, outpost.Wrap(outpost.Configuration, "prompt", err)
+		}
+		prompt = string(b)
+	}
+	return prompt, schema, nil
+}
+
+// runTurn is the turn the flags describe (its agent resolved later, by
+// continued), with the provider's settings.
+func runTurn(f runFlags, prompt string, schema []byte) (sandbox.Turn, map[string]string, error) {
+	env, err := parsePairs(f.env, "--env", lookupEnv)
+	if err != nil {
+		return sandbox.Turn{}, nil, err
+	}
+	settings, err := parsePairs(f.set, "--set", nil)
+	if err != nil {
+		return sandbox.Turn{}, nil, err
+	}
+	if f.image != "" {
+		if settings == nil {
+			settings = map[string]string{}
+		}
+		settings["image"] = f.image
+	}
+	options, err := parsePairs(f.options, "--option", nil)
+	if err != nil {
+		return sandbox.Turn{}, nil, err
+	}
+	turn := sandbox.Turn{
+		Agent:      harness.Agent{Kind: harness.KindCLI, Model: f.model},
+		Prompt:     prompt,
+		Workdir:    f.workdir, // "": the current directory
+		Resume:     f.resume,
+		Fork:       f.fork,
+		Wait:       f.wait,
+		Env:        env,
+		Timeout:    f.timeout,
+		Inactivity: f.inactivity,
+		Options:    options,
+		ExtraArgs:  f.extra,
+		Command:    f.command,
+		RetryBound: f.retryBound,
+		Output:     schema,
+		Repairs:    &f.repairs,
+		Protocol:   f.protocol,
+	}
+	return turn, settings, nil
+}
+
+// continued resolves the conversation the turn continues (--resume or
+// --fork: an id, a unique prefix or a native id) and its agent: the
+// conversation's, unless --agent says.
+func (a *app) continued(ctx context.Context, store conversation.Store, f *runFlags, turn *sandbox.Turn) error {
+	for _, ref := range []*string{&turn.Resume, &turn.Fork} {
+		if *ref == "" {
+			continue
+		}
+		id, err := conversation.Resolve(ctx, store, *ref)
+		if err != nil {
+			continue // the engine reports it
+		}
+		*ref = id
+		if m, err := store.Meta(ctx, id); err == nil && !f.agentSet {
+			if _, err := lookupAgent(m.Agent); err == nil {
+				f.agent = m.Agent
+			}
+		}
+	}
+	h, err := lookupAgent(f.agent)
+	if err != nil {
+		return err
+	}
+	turn.Agent.Harness = h
+	return nil
+}
+
+func (a *app) eventWriter(f runFlags) eventWriter {
+	if f.json {
+		return newJSONWriter(a.stdout)
+	}
+	return newHumanWriter(a.stdout, a.stderr)
+}
+
+// steer reads messages for the running turn from standard input, one a
+// line, until it ends or ctx does.
+func (a *app) steer(ctx context.Context) <-chan string {
+	ch := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(a.stdin)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			if t := strings.TrimSpace(sc.Text()); t != "" {
+				select {
+				case ch <- t:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return ch
 }
 
 func (a *app) fail(f runFlags, res *sandbox.Result, err error) error {

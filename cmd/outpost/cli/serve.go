@@ -116,50 +116,17 @@ func tokensPath(flag string) (string, error) {
 }
 
 func (a *app) serve(ctx context.Context, f serveFlags) error {
-	level := slog.LevelInfo
-	if f.verbose {
-		level = slog.LevelDebug
+	log, err := a.serveLogger(f)
+	if err != nil {
+		return err
 	}
-	var handler slog.Handler
-	switch f.logFormat {
-	case "json":
-		handler = slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: level})
-	case "text":
-		handler = slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level})
-	default:
-		return usageError{fmt.Errorf("--log-format %q: want json or text", f.logFormat)}
+	settings, err := serveSettings(f)
+	if err != nil {
+		return err
 	}
-	log := slog.New(handler)
-	settings := map[string]map[string]string{}
-	for _, kv := range f.set {
-		k, v, ok := strings.Cut(kv, "=")
-		prov, key, ok2 := strings.Cut(k, ".")
-		if !ok || !ok2 || prov == "" || key == "" {
-			return usageError{fmt.Errorf("--set %q: want PROVIDER.KEY=VALUE", kv)}
-		}
-		if settings[prov] == nil {
-			settings[prov] = map[string]string{}
-		}
-		settings[prov][key] = v
-	}
-	if f.image != "" {
-		if settings["docker"] == nil {
-			settings["docker"] = map[string]string{}
-		}
-		settings["docker"]["image"] = f.image
-	}
-	var warm []server.WarmKey
-	for _, w := range f.warm {
-		prov, rest, _ := strings.Cut(w, ":")
-		wk := server.WarmKey{Sandbox: prov}
-		if rest != "" {
-			m, err := parsePairs(strings.Split(rest, ","), "--warm", nil)
-			if err != nil {
-				return err
-			}
-			wk.Settings = m
-		}
-		warm = append(warm, wk)
+	warm, err := warmKeys(f.warm)
+	if err != nil {
+		return err
 	}
 	store, err := a.store()
 	if err != nil {
@@ -171,36 +138,9 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 		MaxBody: f.maxBody, Retention: f.retention, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
 		Warm: warm, Logger: log, Version: version(), Installer: &bootstrap.Installer{},
 	}
-	var ln net.Listener
-	where := ""
-	if f.listen != "" {
-		path, err := tokensPath(f.tokens)
-		if err != nil {
-			return err
-		}
-		tokens, err := server.LoadTokens(path)
-		if err == nil && tokens.Len() == 0 {
-			err = errors.New("it holds no token")
-		}
-		if err != nil {
-			return outpost.Errorf(outpost.Configuration, "serve", "--listen needs bearer tokens: %v (create one with `outpost serve token add NAME`)", err)
-		}
-		opts.Tokens = tokens
-		if ln, err = net.Listen("tcp", f.listen); err != nil {
-			return outpost.Wrap(outpost.Configuration, "serve", err)
-		}
-		where = "http://" + ln.Addr().String()
-	} else {
-		path := f.socket
-		if path == "" {
-			if path, err = defaultSocket(); err != nil {
-				return err
-			}
-		}
-		if ln, err = listenUnix(path); err != nil {
-			return err
-		}
-		where = "unix:" + path
+	ln, where, err := serveListener(f, opts)
+	if err != nil {
+		return err
 	}
 	srv, err := server.New(opts)
 	if err != nil {
@@ -209,15 +149,115 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 	}
 	log.Info("outpost serve: listening", "address", where, "sandboxes", opts.Sandboxes, "version", version())
 	fmt.Fprintln(a.stdout, "outpost serve: listening on", where)
+	return serveUntilDone(ctx, srv, ln, f.grace, log)
+}
+
+// serveLogger is the server's log on stderr, in --log-format.
+func (a *app) serveLogger(f serveFlags) (*slog.Logger, error) {
+	level := slog.LevelInfo
+	if f.verbose {
+		level = slog.LevelDebug
+	}
+	ho := &slog.HandlerOptions{Level: level}
+	switch f.logFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(a.stderr, ho)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(a.stderr, ho)), nil
+	}
+	return nil, usageError{fmt.Errorf("--log-format %q: want json or text", f.logFormat)}
+}
+
+// serveSettings are the providers' settings of --set PROVIDER.KEY=VALUE,
+// and --image as docker's image.
+func serveSettings(f serveFlags) (map[string]map[string]string, error) {
+	settings := map[string]map[string]string{}
+	set := func(prov, key, v string) {
+		if settings[prov] == nil {
+			settings[prov] = map[string]string{}
+		}
+		settings[prov][key] = v
+	}
+	for _, kv := range f.set {
+		k, v, ok := strings.Cut(kv, "=")
+		prov, key, ok2 := strings.Cut(k, ".")
+		if !ok || !ok2 || prov == "" || key == "" {
+			return nil, usageError{fmt.Errorf("--set %q: want PROVIDER.KEY=VALUE", kv)}
+		}
+		set(prov, key, v)
+	}
+	if f.image != "" {
+		set("docker", "image", f.image)
+	}
+	return settings, nil
+}
+
+// warmKeys parses --warm PROVIDER[:KEY=VALUE,...].
+func warmKeys(list []string) ([]server.WarmKey, error) {
+	var warm []server.WarmKey
+	for _, w := range list {
+		prov, rest, _ := strings.Cut(w, ":")
+		wk := server.WarmKey{Sandbox: prov}
+		if rest != "" {
+			m, err := parsePairs(strings.Split(rest, ","), "--warm", nil)
+			if err != nil {
+				return nil, err
+			}
+			wk.Settings = m
+		}
+		warm = append(warm, wk)
+	}
+	return warm, nil
+}
+
+// serveListener listens on TCP (--listen, with the bearer tokens it
+// needs, set in opts) or on the Unix socket, and says where.
+func serveListener(f serveFlags, opts *server.Options) (net.Listener, string, error) {
+	if f.listen == "" {
+		path := f.socket
+		if path == "" {
+			var err error
+			if path, err = defaultSocket(); err != nil {
+				return nil, "", err
+			}
+		}
+		ln, err := listenUnix(path)
+		if err != nil {
+			return nil, "", err
+		}
+		return ln, "unix:" + path, nil
+	}
+	path, err := tokensPath(f.tokens)
+	if err != nil {
+		return nil, "", err
+	}
+	tokens, err := server.LoadTokens(path)
+	if err == nil && tokens.Len() == 0 {
+		err = errors.New("it holds no token")
+	}
+	if err != nil {
+		return nil, "", outpost.Errorf(outpost.Configuration, "serve", "--listen needs bearer tokens: %v (create one with `outpost serve token add NAME`)", err)
+	}
+	opts.Tokens = tokens
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return nil, "", outpost.Wrap(outpost.Configuration, "serve", err)
+	}
+	return ln, "http://" + ln.Addr().String(), nil
+}
+
+// serveUntilDone serves until the server fails or ctx ends (SIGTERM),
+// then shuts down: the grace, then time for cancelled turns to capture
+// their conversations.
+func serveUntilDone(ctx context.Context, srv *server.Server, ln net.Listener, grace time.Duration, log *slog.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln, nil) }()
+	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
 	}
-	// The grace, then time for cancelled turns to capture their
-	// conversations.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.grace+2*time.Minute)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+2*time.Minute)
 	defer cancel()
 	if serr := srv.Shutdown(sctx); serr != nil {
 		log.Error("outpost serve: shutdown", "err", serr)

@@ -10,12 +10,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,69 +30,11 @@ const (
 	Debian  = "outpost/debian:test"  // debootstrap bookworm + node 18
 )
 
-var (
-	dir     string
-	dirOnce sync.Once
-	dirErr  error
-
-	binOnce sync.Once
-	bin     string
-	binErr  error
-)
-
-func tempDir() (string, error) {
-	dirOnce.Do(func() { dir, dirErr = os.MkdirTemp("", "outpost-dockertest-") })
-	return dir, dirErr
-}
-
-// Binary returns a static outpost binary (CGO_ENABLED=0 go build of
-// ./cmd/outpost), built once per test process. It fails the test when the
-// build fails.
+// Binary returns a static outpost binary (testenv.OutpostBinary), built
+// once per test process. It fails the test when the build fails.
 func Binary(tb testing.TB) string {
 	tb.Helper()
-	binOnce.Do(func() {
-		d, err := tempDir()
-		if err != nil {
-			binErr = err
-			return
-		}
-		bin = filepath.Join(d, "outpost")
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		root, err := moduleRoot()
-		if err != nil {
-			binErr = err
-			return
-		}
-		cmd := exec.Command(goTool, "build", "-o", bin, "./cmd/outpost")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./cmd/outpost: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		tb.Fatalf("dockertest: %v", binErr)
-	}
-	return bin
-}
-
-// moduleRoot finds the directory of go.mod above the working directory.
-func moduleRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no go.mod above %s", wd)
-		}
-	}
+	return testenv.OutpostBinary(tb)
 }
 
 // Require fails or skips the test when no Docker Engine answers or image
@@ -141,9 +79,7 @@ func Client(tb testing.TB) *dockerclient.Client {
 // built binary. TestMain functions call it after their own setup.
 func Main(m *testing.M) {
 	code := m.Run()
-	if d, _ := tempDir(); d != "" {
-		os.RemoveAll(d)
-	}
+	testenv.RemoveBuilds()
 	if left := Leftovers(); left != "" {
 		fmt.Fprintln(os.Stderr, "FAIL: the tests left Docker objects behind:\n"+left)
 		if code == 0 {

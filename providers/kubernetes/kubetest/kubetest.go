@@ -140,33 +140,22 @@ func setup(env map[string]string) (func(), error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "outpost-kubetest-")
+	bin, err := testenv.Build(testenv.OutpostPackage)
 	if err != nil {
 		return nil, err
-	}
-	bin := filepath.Join(dir, "outpost")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/outpost")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	var img bytes.Buffer
 	ref, err := kubernetes.WriteOutpostImage(&img, bin, runtime.GOARCH)
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	imp := exec.CommandContext(ctx, "ctr", "-a", env["CONTAINERD_ADDRESS"], "-n", env["CONTAINERD_NAMESPACE"], "images", "import", "-")
 	imp.Stdin = &img
 	if out, err := imp.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("ctr images import: %v\n%s", err, out)
 	}
 	ns := fmt.Sprintf("outpost-test-%d", os.Getpid())
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{kubernetes.LabelManaged: "outpost-tests"}}}, metav1.CreateOptions{}); err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(kubernetes.RoleYAML, nil, nil)
@@ -190,7 +179,7 @@ func setup(env map[string]string) (func(), error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		_ = admin.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-		os.RemoveAll(dir)
+		testenv.RemoveBuilds()
 	}, nil
 }
 

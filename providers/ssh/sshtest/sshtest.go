@@ -27,7 +27,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -310,9 +309,7 @@ func Cleanup() {
 	if shared != nil {
 		shared.Terminate()
 	}
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	testenv.RemoveBuilds()
 }
 
 // Options are the provider options for s: its address, key and
@@ -343,58 +340,11 @@ func Provider(tb testing.TB, s *Server, mod ...func(*sshp.Options)) *sshp.Provid
 	return p
 }
 
-var (
-	binOnce sync.Once
-	binDir  string
-	bin     string
-	binErr  error
-)
-
-// Binary returns a static outpost binary (CGO_ENABLED=0 go build of
-// ./cmd/outpost), built once per test process.
+// Binary returns a static outpost binary (testenv.OutpostBinary), built
+// once per test process.
 func Binary(tb testing.TB) string {
 	tb.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "outpost-sshtest-bin-")
-		if binErr != nil {
-			return
-		}
-		bin = filepath.Join(binDir, "outpost")
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		root, err := moduleRoot()
-		if err != nil {
-			binErr = err
-			return
-		}
-		cmd := exec.Command(goTool, "build", "-o", bin, "./cmd/outpost")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./cmd/outpost: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		tb.Fatalf("sshtest: %v", binErr)
-	}
-	return bin
-}
-
-func moduleRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no go.mod above %s", wd)
-		}
-	}
+	return testenv.OutpostBinary(tb)
 }
 
 // Relay listens on the server's Gateway (this machine's address on the

@@ -1,0 +1,131 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// OutpostPackage is the import path of the outpost command.
+const OutpostPackage = "github.com/outposthq/outpost/cmd/outpost"
+
+// OutpostBinary returns a static outpost binary (CGO_ENABLED=0 go build
+// of cmd/outpost, so it also runs inside containers and pods), built once
+// per test process. It fails the test when the build fails. TestMain
+// functions call RemoveBuilds when the tests are done.
+func OutpostBinary(tb testing.TB) string {
+	tb.Helper()
+	return GoBuild(tb, OutpostPackage)
+}
+
+var (
+	buildMu  sync.Mutex
+	buildDir string
+	builds   = map[string]*built{}
+)
+
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// GoBuild returns a static build of the Go command pkg (an import path of
+// this module, or any package the module's go.mod reaches), built once per
+// test process into a directory RemoveBuilds removes.
+func GoBuild(tb testing.TB, pkg string) string {
+	tb.Helper()
+	p, err := Build(pkg)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	return p
+}
+
+// Build is GoBuild for setup code without a test at hand.
+func Build(pkg string) (string, error) {
+	buildMu.Lock()
+	b := builds[pkg]
+	if b == nil {
+		b = &built{}
+		builds[pkg] = b
+	}
+	buildMu.Unlock()
+	b.once.Do(func() { b.path, b.err = goBuild(pkg) })
+	return b.path, b.err
+}
+
+func goBuild(pkg string) (string, error) {
+	buildMu.Lock()
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "outpost-testbuild-")
+		if err != nil {
+			buildMu.Unlock()
+			return "", err
+		}
+		buildDir = d
+	}
+	dir := buildDir
+	buildMu.Unlock()
+	out, err := os.MkdirTemp(dir, "")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(out, path.Base(pkg))
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return bin, nil
+}
+
+// RemoveBuilds removes what GoBuild built.
+func RemoveBuilds() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+// goTool is the go command: on PATH, else the running toolchain's.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// moduleRoot is the directory of outpost's go.mod: beside this source
+// file, else above the working directory.
+func moduleRoot() (string, error) {
+	if _, src, _, ok := runtime.Caller(0); ok {
+		d := filepath.Join(filepath.Dir(src), "..", "..")
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod above %s", wd)
+		}
+	}
+}
