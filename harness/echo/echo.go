@@ -18,7 +18,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -97,6 +99,9 @@ func Fork(program string) func(ctx context.Context, parent string, run harness.R
 func request(in harness.Input) (harness.Command, error) {
 	if err := (kit.Opening{Preset: "echo"}).Check(in); err != nil {
 		return harness.Command{}, err
+	}
+	if len(in.Options) > 0 {
+		return harness.Command{}, fmt.Errorf("echo: unknown option %q (echo takes no options)", slices.Sorted(maps.Keys(in.Options))[0])
 	}
 	args := []string{Subcommand}
 	if in.Model != "" {

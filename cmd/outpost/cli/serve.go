@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,7 +24,8 @@ type serveFlags struct {
 	socket, listen, tokens, workdir, agent, image, logFormat string
 	sandboxes, set, allow, poolAgents, warm                  []string
 	maxConcurrent, maxQueue, poolSize                        int
-	maxTimeout, grace, retention                             time.Duration
+	maxTurnEvents, maxRetained, maxStreams, maxTurnStreams   int
+	maxTimeout, grace, retention, spoolPush                  time.Duration
 	maxBody                                                  int64
 	verbose                                                  bool
 }
@@ -67,6 +67,11 @@ conversations are captured either way.`,
 	fl.DurationVar(&f.maxTimeout, "max-timeout", time.Hour, "per-turn timeout ceiling (and default)")
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running turns may finish before they are cancelled")
 	fl.DurationVar(&f.retention, "retention", 15*time.Minute, "how long a finished turn's events stay replayable")
+	fl.IntVar(&f.maxTurnEvents, "max-turn-events", 8<<20, "bytes of one turn's events kept for replay (the oldest dropped beyond)")
+	fl.IntVar(&f.maxRetained, "max-retained-events", 128<<20, "bytes of all turns' events kept for replay (the oldest finished turns forgotten beyond)")
+	fl.IntVar(&f.maxStreams, "max-streams", 64, "open event streams (429 beyond)")
+	fl.IntVar(&f.maxTurnStreams, "max-turn-streams", 8, "open event streams per turn (429 beyond)")
+	fl.DurationVar(&f.spoolPush, "spool-push", 30*time.Second, "how often turns spooled while the store was down are pushed into it (negative: only at start)")
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "request body limit in bytes (413 beyond)")
 	fl.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept per sandbox kind (-1: no pool)")
 	fl.StringArrayVar(&f.poolAgents, "pool-agent", nil, "agent whose pinned CLI pooled sandboxes get in advance; repeatable (default: the default agent)")
@@ -130,77 +135,24 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 		return usageError{fmt.Errorf("--log-format %q: want json or text", f.logFormat)}
 	}
 	log := slog.New(handler)
-	settings := map[string]map[string]string{}
-	for _, kv := range f.set {
-		k, v, ok := strings.Cut(kv, "=")
-		prov, key, ok2 := strings.Cut(k, ".")
-		if !ok || !ok2 || prov == "" || key == "" {
-			return usageError{fmt.Errorf("--set %q: want PROVIDER.KEY=VALUE", kv)}
-		}
-		if settings[prov] == nil {
-			settings[prov] = map[string]string{}
-		}
-		settings[prov][key] = v
-	}
-	if f.image != "" {
-		if settings["docker"] == nil {
-			settings["docker"] = map[string]string{}
-		}
-		settings["docker"]["image"] = f.image
-	}
-	var warm []server.WarmKey
-	for _, w := range f.warm {
-		prov, rest, _ := strings.Cut(w, ":")
-		wk := server.WarmKey{Sandbox: prov}
-		if rest != "" {
-			m, err := parsePairs(strings.Split(rest, ","), "--warm", nil)
-			if err != nil {
-				return err
-			}
-			wk.Settings = m
-		}
-		warm = append(warm, wk)
+	settings, warm, err := serveSettings(f)
+	if err != nil {
+		return err
 	}
 	store, err := a.store()
 	if err != nil {
 		return err
 	}
 	opts := &server.Options{
-		Store: store, Workdir: f.workdir, DefaultAgent: f.agent, Sandboxes: f.sandboxes, Settings: settings,
+		Store: store, Spool: a.spool, SpoolPush: f.spoolPush, Workdir: f.workdir, DefaultAgent: f.agent, Sandboxes: f.sandboxes, Settings: settings,
 		AllowSettings: f.allow, MaxConcurrent: f.maxConcurrent, MaxQueue: f.maxQueue, MaxTimeout: f.maxTimeout,
-		MaxBody: f.maxBody, Retention: f.retention, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
+		MaxBody: f.maxBody, Retention: f.retention, MaxTurnEvents: f.maxTurnEvents, MaxRetained: f.maxRetained,
+		MaxStreams: f.maxStreams, MaxTurnStreams: f.maxTurnStreams, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
 		Warm: warm, Logger: log, Version: version(), Installer: &bootstrap.Installer{},
 	}
-	var ln net.Listener
-	where := ""
-	if f.listen != "" {
-		path, err := tokensPath(f.tokens)
-		if err != nil {
-			return err
-		}
-		tokens, err := server.LoadTokens(path)
-		if err == nil && tokens.Len() == 0 {
-			err = errors.New("it holds no token")
-		}
-		if err != nil {
-			return outpost.Errorf(outpost.Configuration, "serve", "--listen needs bearer tokens: %v (create one with `outpost serve token add NAME`)", err)
-		}
-		opts.Tokens = tokens
-		if ln, err = net.Listen("tcp", f.listen); err != nil {
-			return outpost.Wrap(outpost.Configuration, "serve", err)
-		}
-		where = "http://" + ln.Addr().String()
-	} else {
-		path := f.socket
-		if path == "" {
-			if path, err = defaultSocket(); err != nil {
-				return err
-			}
-		}
-		if ln, err = listenUnix(path); err != nil {
-			return err
-		}
-		where = "unix:" + path
+	ln, where, err := serveListener(f, opts)
+	if err != nil {
+		return err
 	}
 	srv, err := server.New(opts)
 	if err != nil {
@@ -230,6 +182,80 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 	return nil
 }
 
+// serveListener opens the Unix socket, or with --listen the TCP listener
+// and the tokens it requires (set on opts).
+func serveListener(f serveFlags, opts *server.Options) (net.Listener, string, error) {
+	var ln net.Listener
+	var err error
+	where := ""
+	if f.listen != "" {
+		path, err := tokensPath(f.tokens)
+		if err != nil {
+			return nil, "", err
+		}
+		tokens, err := server.LoadTokens(path)
+		if err == nil && tokens.Len() == 0 {
+			err = errors.New("it holds no token")
+		}
+		if err != nil {
+			return nil, "", outpost.Errorf(outpost.Configuration, "serve", "--listen needs bearer tokens: %v (create one with `outpost serve token add NAME`)", err)
+		}
+		opts.Tokens = tokens
+		if ln, err = net.Listen("tcp", f.listen); err != nil {
+			return nil, "", outpost.Wrap(outpost.Configuration, "serve", err)
+		}
+		where = "http://" + ln.Addr().String()
+	} else {
+		path := f.socket
+		if path == "" {
+			if path, err = defaultSocket(); err != nil {
+				return nil, "", err
+			}
+		}
+		if ln, err = listenUnix(path); err != nil {
+			return nil, "", err
+		}
+		where = "unix:" + path
+	}
+	return ln, where, nil
+}
+
+// serveSettings parses --set, --image and --warm.
+func serveSettings(f serveFlags) (map[string]map[string]string, []server.WarmKey, error) {
+	settings := map[string]map[string]string{}
+	for _, kv := range f.set {
+		k, v, ok := strings.Cut(kv, "=")
+		prov, key, ok2 := strings.Cut(k, ".")
+		if !ok || !ok2 || prov == "" || key == "" {
+			return nil, nil, usageError{fmt.Errorf("--set %q: want PROVIDER.KEY=VALUE", kv)}
+		}
+		if settings[prov] == nil {
+			settings[prov] = map[string]string{}
+		}
+		settings[prov][key] = v
+	}
+	if f.image != "" {
+		if settings["docker"] == nil {
+			settings["docker"] = map[string]string{}
+		}
+		settings["docker"]["image"] = f.image
+	}
+	var warm []server.WarmKey
+	for _, w := range f.warm {
+		prov, rest, _ := strings.Cut(w, ":")
+		wk := server.WarmKey{Sandbox: prov}
+		if rest != "" {
+			m, err := parsePairs(strings.Split(rest, ","), "--warm", nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			wk.Settings = m
+		}
+		warm = append(warm, wk)
+	}
+	return settings, warm, nil
+}
+
 // defaultSocket is $XDG_RUNTIME_DIR/outpost/serve.sock, or a directory of
 // the user's own under the temporary directory.
 func defaultSocket() (string, error) {
@@ -247,12 +273,8 @@ func listenUnix(path string) (net.Listener, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
 	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) || fi.Mode().Perm()&0o077 != 0 {
-		return nil, outpost.Errorf(outpost.Configuration, "serve", "socket directory %s must be a directory of this user's, mode 0700", dir)
+	if err := server.CheckPrivate(dir, 0o077, true); err != nil {
+		return nil, outpost.Errorf(outpost.Configuration, "serve", "socket directory: %v (mode 0700)", err)
 	}
 	if _, err := os.Lstat(path); err == nil {
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
