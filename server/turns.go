@@ -410,6 +410,7 @@ func (s *Server) run(t *turn, st sandbox.Turn, raw bool) {
 func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, error) {
 	opts := &sandbox.RunOptions{
 		Store:     s.o.Store,
+		Spool:     s.o.Spool,
 		OnEvent:   func(ev harness.Event) { t.append(ev); s.trimRetained() },
 		Steer:     t.steer,
 		Environ:   s.o.Environ,
