@@ -156,3 +156,16 @@ func AwaitHolder(ctx context.Context, read func() (Holder, bool)) Holder {
 		delay = min(2*delay, 20*time.Millisecond)
 	}
 }
+
+// DeleteUnheld deletes conversation id unless a turn holds it, in this
+// process or any other: it takes the hold itself, without waiting (a held
+// conversation gets Hold's *BusyError, errors.Is ErrBusy), deletes while
+// holding it, then frees it.
+func DeleteUnheld(ctx context.Context, s Store, id string, o Owner) error {
+	h, err := s.Hold(ctx, id, o)
+	if err != nil {
+		return err
+	}
+	defer h.Release()
+	return s.Delete(ctx, id)
+}

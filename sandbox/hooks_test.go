@@ -20,6 +20,8 @@ import (
 func TestLimitStopsTheTurn(t *testing.T) {
 	f := newFixture(t)
 	h := echo.Harness()
+	request := h.Request // echo takes no options: this test's decoder reads one
+	h.Request = func(in harness.Input) (harness.Command, error) { in.Options = nil; return request(in) }
 	var sawOption atomic.Bool
 	h.NewTurnDecoder = func(in harness.Input) func([]byte) []harness.Event {
 		sawOption.Store(in.Options["budget"] == "1")

@@ -290,6 +290,7 @@ func TestRefusalsBeforeAllocation(t *testing.T) {
 		})}, outpost.Configuration},
 		{"unknown conversation", sandbox.Turn{Resume: "c-does-not-exist"}, outpost.Conversation},
 		{"invalid preset", sandbox.Turn{Agent: mod(func(h *harness.Harness) { h.Request = nil })}, outpost.Configuration},
+		{"unknown echo option", sandbox.Turn{Options: map[string]string{"nope": "1"}}, outpost.Configuration},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

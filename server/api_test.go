@@ -260,6 +260,8 @@ func TestAbuse(t *testing.T) {
 		{"invalid UTF-8", "POST", "/v1/turns", []byte("{\"prompt\":\"\xff\xfe\",\"agent\":\"\xff\"}"), nil, 400, "bad_request"},
 		{"unknown conversation", "GET", "/v1/conversations/c0000000000000000000000", nil, nil, 404, "not_found"},
 		{"bad Last-Event-ID", "GET", "/v1/turns/t000000000000000000000000/events", nil, nil, 404, "not_found"},
+		{"negative inactivity", "POST", "/v1/turns", map[string]any{"prompt": "x", "inactivity_ms": -1}, nil, 400, "bad_request"},
+		{"unknown echo option", "POST", "/v1/turns", map[string]any{"prompt": "x", "options": map[string]string{"budget": "1"}}, nil, 400, "bad_request"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,12 +11,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -64,7 +66,16 @@ func (t *Tokens) Len() int {
 	return len(t.entries)
 }
 
+// reload reads the file again when it changed. A file (or directory)
+// that another user could write is refused, at start and on every reload:
+// the last good list stays in force.
 func (t *Tokens) reload() error {
+	if err := CheckPrivate(filepath.Dir(t.path), 0o022, true); err != nil {
+		return fmt.Errorf("%w: %w", ErrTokens, err)
+	}
+	if err := CheckPrivate(t.path, 0o022, false); err != nil {
+		return fmt.Errorf("%w: %w", ErrTokens, err)
+	}
 	fi, err := os.Stat(t.path)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrTokens, err)
@@ -186,6 +197,32 @@ func AddToken(path, name string) (string, error) {
 		return "", fmt.Errorf("%w: %w", ErrTokens, err)
 	}
 	return token, nil
+}
+
+// CheckPrivate refuses path unless it belongs to the server's user, is a
+// directory (dir) or a regular file (not a symbolic link), and has none of
+// the permission bits in deny: 0o077 for the socket's directory (only its
+// owner may enter), 0o022 for the tokens file and its directory (no one
+// else may write them).
+func CheckPrivate(path string, deny fs.FileMode, dir bool) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	what := "a regular file"
+	if dir {
+		what = "a directory"
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case dir && !fi.IsDir(), !dir && !fi.Mode().IsRegular():
+		return fmt.Errorf("%s must be %s of this user's", path, what)
+	case !ok || int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s must belong to this user (uid %d)", path, os.Geteuid())
+	case fi.Mode().Perm()&deny != 0:
+		return fmt.Errorf("%s has mode %04o: it must have none of %04o (chmod go-rwx)", path, fi.Mode().Perm(), deny)
+	}
+	return nil
 }
 
 // connInfo is what the server knows of a connection's peer.

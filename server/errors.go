@@ -19,7 +19,6 @@ const (
 	ReasonNotFound     = "not_found"      // no such turn, conversation or route (404)
 	ReasonMethod       = "method"         // method not allowed (405)
 	ReasonConflict     = "conflict"       // a finished turn, a conversation in use (409)
-	ReasonGone         = "gone"           // events no longer retained (410)
 	ReasonTooLarge     = "too_large"      // body over the limit (413)
 	ReasonBusy         = "busy"           // concurrency and queue full (429, Retry-After)
 	ReasonDraining     = "draining"       // the server is shutting down (503)
@@ -34,7 +33,6 @@ var reasonStatus = map[string]int{
 	ReasonNotFound:     http.StatusNotFound,
 	ReasonMethod:       http.StatusMethodNotAllowed,
 	ReasonConflict:     http.StatusConflict,
-	ReasonGone:         http.StatusGone,
 	ReasonTooLarge:     http.StatusRequestEntityTooLarge,
 	ReasonBusy:         http.StatusTooManyRequests,
 	ReasonDraining:     http.StatusServiceUnavailable,

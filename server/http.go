@@ -16,6 +16,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 )
 
@@ -39,14 +40,14 @@ func Routes() []string {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/turns", s.postTurn)
-	mux.HandleFunc("GET /v1/turns/{id}", s.getTurn)
-	mux.HandleFunc("GET /v1/turns/{id}/events", s.events)
-	mux.HandleFunc("POST /v1/turns/{id}/messages", s.steerTurn)
-	mux.HandleFunc("POST /v1/turns/{id}/cancel", s.cancelTurn)
+	mux.HandleFunc("GET /v1/turns/{id}", s.turnRoute(s.getTurn))
+	mux.HandleFunc("GET /v1/turns/{id}/events", s.turnRoute(s.events))
+	mux.HandleFunc("POST /v1/turns/{id}/messages", s.turnRoute(s.steerTurn))
+	mux.HandleFunc("POST /v1/turns/{id}/cancel", s.turnRoute(s.cancelTurn))
 	mux.HandleFunc("GET /v1/conversations", s.listConversations)
-	mux.HandleFunc("GET /v1/conversations/{id}", s.getConversation)
-	mux.HandleFunc("GET /v1/conversations/{id}/usage", s.conversationUsage)
-	mux.HandleFunc("DELETE /v1/conversations/{id}", s.deleteConversation)
+	mux.HandleFunc("GET /v1/conversations/{id}", s.conversationRoute(s.getConversation))
+	mux.HandleFunc("GET /v1/conversations/{id}/usage", s.conversationRoute(s.conversationUsage))
+	mux.HandleFunc("DELETE /v1/conversations/{id}", s.conversationRoute(s.deleteConversation))
 	mux.HandleFunc("GET /v1/agents", s.agents)
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -55,6 +56,32 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", s.health)
 	mux.Handle("GET /metrics", s.metrics.handler())
 	return s.middleware(mux)
+}
+
+// turnRoute is the handler of a turn's route: the turn is looked up
+// first (404 when unknown).
+func (s *Server) turnRoute(h func(http.ResponseWriter, *http.Request, *turn)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t, err := s.lookup(r.PathValue("id"))
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		h(w, r, t)
+	}
+}
+
+// conversationRoute is the handler of a conversation's route: the
+// reference is resolved first (400, 404).
+func (s *Server) conversationRoute(h func(http.ResponseWriter, *http.Request, string, conversation.Meta)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, m, err := s.resolve(r.Context(), r.PathValue("id"))
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		h(w, r, id, m)
+	}
 }
 
 // statusWriter records the status for logs and metrics, and passes
@@ -172,16 +199,14 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := encodeLine(v)
+	if err != nil {
 		http.Error(w, `{"error":{"code":"process","message":"encoding the response"}}`, http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	w.Write(append(b, '\n'))
 }
 
 func writeErr(w http.ResponseWriter, err error) { fromError(err).write(w) }
@@ -232,21 +257,11 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, t.status())
 }
 
-func (s *Server) getTurn(w http.ResponseWriter, r *http.Request) {
-	t, err := s.lookup(r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
+func (s *Server) getTurn(w http.ResponseWriter, r *http.Request, t *turn) {
 	writeJSON(w, http.StatusOK, t.status())
 }
 
-func (s *Server) steerTurn(w http.ResponseWriter, r *http.Request) {
-	t, err := s.lookup(r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
+func (s *Server) steerTurn(w http.ResponseWriter, r *http.Request, t *turn) {
 	var req SteerRequest
 	if err := s.readJSON(w, r, &req); err != nil {
 		writeErr(w, err)
@@ -270,12 +285,7 @@ func (s *Server) steerTurn(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) cancelTurn(w http.ResponseWriter, r *http.Request) {
-	t, err := s.lookup(r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
+func (s *Server) cancelTurn(w http.ResponseWriter, r *http.Request, t *turn) {
 	if t.isFinished() {
 		writeJSON(w, http.StatusOK, t.status())
 		return
@@ -287,29 +297,20 @@ func (s *Server) cancelTurn(w http.ResponseWriter, r *http.Request) {
 // events streams a turn's events as Server-Sent Events: "id: SEQ" and
 // "data: EVENT" per event, the result line last, then the stream ends.
 // Last-Event-ID (or ?after=SEQ) resumes after that sequence number.
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	t, err := s.lookup(r.PathValue("id"))
+// Events no longer retained are replaced by one notice of kind
+// "truncated" (with the id of the last of them), so a client knows.
+func (s *Server) events(w http.ResponseWriter, r *http.Request, t *turn) {
+	after, err := lastEventID(r)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	after := int64(0)
-	from := r.Header.Get("Last-Event-ID")
-	if from == "" {
-		from = r.URL.Query().Get("after")
-	}
-	if from != "" {
-		n, err := strconv.ParseInt(from, 10, 64)
-		if err != nil || n < 0 {
-			writeErr(w, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("Last-Event-ID %q is not a sequence number", from)))
-			return
-		}
-		after = n
-	}
-	if _, _, _, _, gone := t.since(after); gone {
-		writeErr(w, fail(outpost.Configuration, ReasonGone, fmt.Sprintf("events after %d are no longer retained", after)))
+	closeStream, err := s.openStream(t)
+	if err != nil {
+		writeErr(w, err)
 		return
 	}
+	defer closeStream()
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -330,26 +331,26 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	defer ping.Stop()
 	var buf bytes.Buffer
 	for {
-		entries, seq, finished, notify, gone := t.since(after)
-		if gone {
-			return // fell behind the retention: the client reconnects and gets 410
-		}
-		if len(entries) > 0 {
+		rp := t.since(after)
+		if rp.missed > 0 || len(rp.entries) > 0 {
 			buf.Reset()
-			for i, e := range entries {
-				fmt.Fprintf(&buf, "id: %d\ndata: %s\n\n", seq+int64(i), e)
+			if rp.missed > 0 {
+				fmt.Fprintf(&buf, "id: %d\ndata: %s\n\n", rp.seq-1, truncated(t.agent, rp))
+			}
+			for i, e := range rp.entries {
+				fmt.Fprintf(&buf, "id: %d\ndata: %s\n\n", rp.seq+int64(i), e)
 			}
 			if !write(buf.Bytes()) {
 				return
 			}
-			after = seq + int64(len(entries)) - 1
+			after = rp.seq + int64(len(rp.entries)) - 1
 			continue
 		}
-		if finished {
+		if rp.finished {
 			return
 		}
 		select {
-		case <-notify:
+		case <-rp.notify:
 		case <-ping.C:
 			if !write([]byte(": ping\n\n")) {
 				return
@@ -360,6 +361,56 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// lastEventID is the sequence number a stream resumes after:
+// Last-Event-ID, else ?after, else 0.
+func lastEventID(r *http.Request) (int64, error) {
+	from := r.Header.Get("Last-Event-ID")
+	if from == "" {
+		from = r.URL.Query().Get("after")
+	}
+	if from == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(from, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("Last-Event-ID %q is not a sequence number", from))
+	}
+	return n, nil
+}
+
+// truncated is the notice that stands for the events a replay misses.
+func truncated(agent string, rp replay) []byte {
+	b, _ := encodeLine(harness.Event{
+		Type: harness.EventNotice, Kind: "truncated", Agent: agent, Time: time.Now().UTC(),
+		Text:    fmt.Sprintf("%d earlier events are no longer retained (the server keeps a bounded replay)", rp.missed),
+		Details: map[string]any{"dropped_events": rp.missed, "dropped_bytes": rp.dropped, "first_retained": rp.seq},
+	})
+	return b
+}
+
+// openStream counts an event stream against Options.MaxStreams and
+// MaxTurnStreams, or refuses it (429); the function returned closes it.
+func (s *Server) openStream(t *turn) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams >= s.o.MaxStreams || t.streams >= s.o.MaxTurnStreams {
+		s.metrics.rejected.WithLabelValues(ReasonBusy).Inc()
+		e := fail(outpost.Refused, ReasonBusy, fmt.Sprintf("%d event streams open (%d on this turn): the limit", s.streams, t.streams))
+		e.retryAfter = 1
+		return nil, e
+	}
+	s.streams++
+	t.streams++
+	s.metrics.streams.Set(float64(s.streams))
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.streams--
+		t.streams--
+		s.metrics.streams.Set(float64(s.streams))
+	}, nil
 }
 
 func (s *Server) store() (conversation.Store, error) {
@@ -386,30 +437,15 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"conversations": list})
 }
 
-func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
-	_, m, err := s.resolve(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
+func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, id string, m conversation.Meta) {
 	writeJSON(w, http.StatusOK, m)
 }
 
-func (s *Server) conversationUsage(w http.ResponseWriter, r *http.Request) {
-	_, m, err := s.resolve(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
+func (s *Server) conversationUsage(w http.ResponseWriter, r *http.Request, id string, m conversation.Meta) {
 	writeJSON(w, http.StatusOK, Usage{Conversation: m.ID, Agent: m.Agent, Turns: m.Turns, Usage: m.Usage})
 }
 
-func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request) {
-	id, _, err := s.resolve(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
+func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, id string, m conversation.Meta) {
 	s.mu.Lock()
 	inUse := s.convInUse[id] > 0
 	s.mu.Unlock()
@@ -417,11 +453,20 @@ func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, fail(outpost.Refused, ReasonConflict, fmt.Sprintf("conversation %s is being continued by a turn", id)))
 		return
 	}
-	if err := s.o.Store.Delete(r.Context(), id); err != nil {
+	var busy *conversation.BusyError
+	err := conversation.DeleteUnheld(r.Context(), s.o.Store, id, conversation.Self("outpost serve: DELETE"))
+	switch {
+	case errors.As(err, &busy):
+		e := fail(outpost.Refused, ReasonConflict, fmt.Sprintf("conversation %s is being continued by a turn (%v)", id, busy))
+		if !busy.Holder.Since.IsZero() {
+			e.err.Detail("holder", map[string]any{"host": busy.Holder.Host, "pid": busy.Holder.PID})
+		}
+		e.write(w)
+	case err != nil:
 		writeErr(w, outpost.Wrap(outpost.Conversation, "delete", err))
-		return
+	default:
+		w.WriteHeader(http.StatusNoContent)
 	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) agents(w http.ResponseWriter, r *http.Request) {

@@ -3,11 +3,13 @@ package server
 import (
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/sandbox"
 )
 
@@ -25,9 +27,12 @@ type metrics struct {
 	pool     *prometheus.GaugeVec
 	requests *prometheus.CounterVec
 	rejected *prometheus.CounterVec
+	streams  prometheus.Gauge
 }
 
-func newMetrics() *metrics {
+// newMetrics makes the series; retained is the bytes of the retained
+// events; with a spool, also its size, read when scraped.
+func newMetrics(retained *atomic.Int64, spool *conversation.Spool) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -55,9 +60,27 @@ func newMetrics() *metrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_http_rejected_total", Help: "Requests refused before any work, by reason (unauthorized, forbidden, busy, too_large, ...).",
 		}, []string{"reason"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outpost_event_streams", Help: "Open event streams (GET /v1/turns/{id}/events)."}),
 	}
-	m.reg.MustRegister(m.turns, m.duration, m.wait, m.tokens, m.running, m.queued, m.pool, m.requests, m.rejected,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.turns, m.duration, m.wait, m.tokens, m.running, m.queued, m.pool, m.requests, m.rejected, m.streams,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_events_retained_bytes", Help: "Bytes of the turns' events kept for replay."},
+			func() float64 { return float64(retained.Load()) }))
+	if spool != nil {
+		size := func(bytes bool) func() float64 {
+			return func() float64 {
+				files, _ := spool.Files()
+				n, b := spoolSize(files)
+				if bytes {
+					return b
+				}
+				return n
+			}
+		}
+		m.reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_spool_files", Help: "Turns spooled because the store could not take them, not yet stored."}, size(false)),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_spool_bytes", Help: "Bytes of the spooled turns not yet stored."}, size(true)))
+	}
 	return m
 }
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outposthq/outpost"
@@ -29,6 +30,12 @@ type Options struct {
 	// Store keeps conversations (required for resume, fork and the
 	// conversation routes; nil: nothing is captured and those are 404).
 	Store conversation.Store
+	// Spool keeps the conversations of turns the store could not take
+	// (as `outpost run` does: the result's details.spooled names the
+	// file). The server pushes it into the store at start and then every
+	// SpoolPush (default 30s; negative: only at start). nil: no spool.
+	Spool     *conversation.Spool
+	SpoolPush time.Duration
 	// Workdir is the host directory turns run in (its .outpost/.env is
 	// read); default the current directory. Clients cannot choose it.
 	Workdir string
@@ -64,12 +71,22 @@ type Options struct {
 	MaxSchema int
 	// Retention is how long a finished turn's events stay replayable
 	// (default 15m); MaxFinished bounds how many finished turns are kept
-	// (default 1000, oldest dropped first); MaxTurnEvents bounds one
-	// turn's retained events in bytes (default 32 MiB, oldest dropped:
-	// replaying from before them gives 410).
+	// (default 1000, oldest dropped first). MaxTurnEvents bounds one
+	// turn's retained events in bytes (default 8 MiB, and at most
+	// MaxRetained / MaxConcurrent): its oldest are dropped, and a replay
+	// from before them starts with a notice of kind "truncated".
+	// MaxRetained bounds the retained events of all turns in bytes
+	// (default 128 MiB): beyond it, the oldest finished turns are
+	// forgotten.
 	Retention     time.Duration
 	MaxFinished   int
 	MaxTurnEvents int
+	MaxRetained   int
+	// MaxStreams bounds the open event streams (default 64), and
+	// MaxTurnStreams those of one turn (default 8); beyond, 429 with
+	// Retry-After.
+	MaxStreams     int
+	MaxTurnStreams int
 	// Grace is how long Shutdown lets running turns finish before it
 	// cancels them (default 30s).
 	Grace time.Duration
@@ -124,6 +141,9 @@ type Server struct {
 	draining  bool
 	convInUse map[string]int // conversations that live turns continue
 	servers   []*http.Server
+	streams   int // open event streams
+
+	retained atomic.Int64 // bytes of every turn's retained events
 }
 
 var (
@@ -138,11 +158,38 @@ func New(opts *Options) (*Server, error) {
 	if opts != nil {
 		s.o = *opts
 	}
-	o := &s.o
+	if err := s.o.defaults(); err != nil {
+		return nil, err
+	}
+	s.o.limits()
+	s.log = s.o.Logger
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s.metrics = newMetrics(&s.retained, s.o.Spool)
+	s.metrics.streams.Set(0)
+	if err := s.newPool(); err != nil {
+		return nil, err
+	}
+	s.base, s.baseStop = context.WithCancelCause(context.Background())
+	s.sem = make(chan struct{}, s.o.MaxConcurrent)
+	s.handler = s.routes()
+	if err := s.warm(); err != nil {
+		return nil, err
+	}
+	if s.o.Spool != nil && s.o.Store != nil {
+		go s.pushSpool()
+	}
+	return s, nil
+}
+
+// defaults fills in the options that name things: the directory, the
+// environment, the agent, the providers.
+func (o *Options) defaults() error {
 	if o.Workdir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			return nil, outpost.Wrap(outpost.Configuration, "serve", err)
+			return outpost.Wrap(outpost.Configuration, "serve", err)
 		}
 		o.Workdir = wd
 	}
@@ -156,48 +203,18 @@ func New(opts *Options) (*Server, error) {
 		o.DefaultAgent = "echo"
 	}
 	if _, ok := presets.Lookup(o.DefaultAgent); !ok {
-		return nil, outpost.Errorf(outpost.Configuration, "serve", "unknown default agent %q", o.DefaultAgent)
+		return outpost.Errorf(outpost.Configuration, "serve", "unknown default agent %q", o.DefaultAgent)
 	}
 	if len(o.Sandboxes) == 0 {
 		o.Sandboxes = []string{"local"}
 	}
 	for _, name := range o.Sandboxes {
 		if !slices.Contains(sandbox.Providers(), name) {
-			return nil, outpost.Errorf(outpost.Configuration, "serve", "unknown sandbox provider %q (known: %v)", name, sandbox.Providers())
+			return outpost.Errorf(outpost.Configuration, "serve", "unknown sandbox provider %q (known: %v)", name, sandbox.Providers())
 		}
 	}
 	if o.AllowSettings == nil {
 		o.AllowSettings = []string{"image"}
-	}
-	if o.MaxConcurrent <= 0 {
-		o.MaxConcurrent = 8
-	}
-	if o.MaxQueue <= 0 {
-		o.MaxQueue = 4 * o.MaxConcurrent
-	}
-	if o.MaxTimeout <= 0 {
-		o.MaxTimeout = time.Hour
-	}
-	if o.MaxBody <= 0 {
-		o.MaxBody = 1 << 20
-	}
-	if o.MaxSchema <= 0 {
-		o.MaxSchema = 64 << 10
-	}
-	if o.Retention <= 0 {
-		o.Retention = 15 * time.Minute
-	}
-	if o.MaxFinished <= 0 {
-		o.MaxFinished = 1000
-	}
-	if o.MaxTurnEvents <= 0 {
-		o.MaxTurnEvents = 32 << 20
-	}
-	if o.Grace <= 0 {
-		o.Grace = 30 * time.Second
-	}
-	if o.PoolSize == 0 {
-		o.PoolSize = 2
 	}
 	if o.PoolAgents == nil {
 		o.PoolAgents = []string{o.DefaultAgent}
@@ -205,48 +222,79 @@ func New(opts *Options) (*Server, error) {
 	if o.AllowUIDs == nil {
 		o.AllowUIDs = []int{os.Geteuid()}
 	}
-	if o.Keepalive <= 0 {
-		o.Keepalive = 15 * time.Second
+	return nil
+}
+
+// limits fills in the bounds and durations left at zero.
+func (o *Options) limits() {
+	orDefault(&o.MaxConcurrent, 8)
+	orDefault(&o.MaxQueue, 4*o.MaxConcurrent)
+	orDefault(&o.MaxTimeout, time.Hour)
+	orDefault(&o.MaxBody, 1<<20)
+	orDefault(&o.MaxSchema, 64<<10)
+	orDefault(&o.Retention, 15*time.Minute)
+	orDefault(&o.MaxFinished, 1000)
+	orDefault(&o.MaxRetained, 128<<20)
+	orDefault(&o.MaxTurnEvents, 8<<20)
+	// Running turns alone never exceed MaxRetained.
+	o.MaxTurnEvents = max(min(o.MaxTurnEvents, o.MaxRetained/o.MaxConcurrent), 1)
+	orDefault(&o.MaxStreams, 64)
+	orDefault(&o.MaxTurnStreams, 8)
+	orDefault(&o.Grace, 30*time.Second)
+	orDefault(&o.Keepalive, 15*time.Second)
+	if o.SpoolPush == 0 {
+		o.SpoolPush = 30 * time.Second
 	}
-	s.log = o.Logger
-	if s.log == nil {
-		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if o.PoolSize == 0 {
+		o.PoolSize = 2
 	}
+}
+
+// orDefault sets *v to def when it is zero or negative.
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// newPool makes the sandbox pool, with the pool agents' CLIs.
+func (s *Server) newPool() error {
 	var warmAgents []*harness.Harness
-	for _, name := range o.PoolAgents {
+	for _, name := range s.o.PoolAgents {
 		h, ok := presets.Lookup(name)
 		if !ok {
-			return nil, outpost.Errorf(outpost.Configuration, "serve", "unknown pool agent %q", name)
+			return outpost.Errorf(outpost.Configuration, "serve", "unknown pool agent %q", name)
 		}
 		warmAgents = append(warmAgents, h)
 	}
-	s.metrics = newMetrics()
-	size := max(o.PoolSize, 1)
 	s.pool = sandbox.NewPool(&sandbox.PoolOptions{
-		Size:      size,
+		Size:      max(s.o.PoolSize, 1),
 		Bootstrap: warmAgents,
-		Installer: o.Installer,
+		Installer: s.o.Installer,
 		Logger:    s.log,
 		OnChange:  func(sandbox.PoolStats) { s.metrics.poolStats(s.pool.Stats()) },
 		Open: func(name string, settings map[string]string) (driver.Provider, error) {
 			return sandbox.Open(name, settings)
 		},
 	})
-	s.base, s.baseStop = context.WithCancelCause(context.Background())
-	s.sem = make(chan struct{}, o.MaxConcurrent)
-	s.handler = s.routes()
-	if o.PoolSize > 0 {
-		for _, w := range o.Warm {
-			key, err := s.poolKey(w.Sandbox, w.Settings, true)
-			if err != nil {
-				return nil, err
-			}
-			if err := s.pool.Warm(key); err != nil {
-				return nil, err
-			}
+	return nil
+}
+
+// warm starts filling the sandbox kinds of Options.Warm.
+func (s *Server) warm() error {
+	if s.o.PoolSize <= 0 {
+		return nil
+	}
+	for _, w := range s.o.Warm {
+		key, err := s.poolKey(w.Sandbox, w.Settings, true)
+		if err != nil {
+			return err
+		}
+		if err := s.pool.Warm(key); err != nil {
+			return err
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // Handler is the API's handler, for mounting in a server of the caller's.

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outposthq/outpost"
@@ -40,26 +42,41 @@ type turn struct {
 	finished time.Time
 	first    int64    // sequence number of log[0]
 	log      [][]byte // encoded events, then the result line
-	bytes    int
-	maxBytes int
+	bytes    int64
+	maxBytes int64
+	dropped  int64         // bytes of events dropped from the log so far
+	total    *atomic.Int64 // the server's retained bytes, all turns
 	result   *sandbox.ResultLine
 	notify   chan struct{} // closed and replaced on every append
+
+	streams int // open event streams (Server.mu)
 }
 
-// since returns the entries after sequence number after, whether the turn
-// is finished, a channel closed on the next change, and whether entries
-// after `after` were already dropped (gone).
-func (t *turn) since(after int64) (entries [][]byte, firstSeq int64, finished bool, notify chan struct{}, gone bool) {
+// replay is what a turn's log holds after a sequence number.
+type replay struct {
+	entries  [][]byte
+	seq      int64 // sequence number of entries[0]
+	finished bool
+	notify   chan struct{} // closed on the next change
+	// missed is how many events after the one asked for are no longer
+	// retained (the log's oldest were dropped); dropped is how many bytes
+	// of the turn's events were dropped in all.
+	missed, dropped int64
+}
+
+// since returns the entries after sequence number after.
+func (t *turn) since(after int64) replay {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	r := replay{finished: t.state == StateFinished, notify: t.notify, dropped: t.dropped}
 	if after < t.first-1 {
-		return nil, 0, false, nil, true
+		r.missed, after = t.first-1-after, t.first-1
 	}
-	i := after - t.first + 1
-	if i < int64(len(t.log)) {
-		entries = t.log[i:]
+	if i := after - t.first + 1; i < int64(len(t.log)) {
+		r.entries = t.log[i:]
 	}
-	return entries, after + 1, t.state == StateFinished, t.notify, false
+	r.seq = after + 1
+	return r
 }
 
 func (t *turn) last() int64 {
@@ -68,26 +85,65 @@ func (t *turn) last() int64 {
 	return t.first + int64(len(t.log)) - 1
 }
 
+// append adds an event (or the result line) to the log, dropping the
+// oldest entries beyond the turn's bound.
 func (t *turn) append(v any) {
+	b, err := encodeLine(v)
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.log = append(t.log, b)
+	t.grow(int64(len(b)))
+	for t.bytes > t.maxBytes && len(t.log) > 1 {
+		t.drop(1)
+	}
+	t.changed()
+}
+
+// drop removes the log's n oldest entries. Call with t.mu.
+func (t *turn) drop(n int) {
+	for _, e := range t.log[:n] {
+		t.grow(-int64(len(e)))
+		t.dropped += int64(len(e))
+	}
+	clear(t.log[:n])
+	t.log = t.log[n:]
+	t.first += int64(n)
+}
+
+func (t *turn) grow(n int64) {
+	t.bytes += n
+	if t.total != nil {
+		t.total.Add(n)
+	}
+}
+
+// changed wakes the turn's streams. Call with t.mu.
+func (t *turn) changed() {
+	close(t.notify)
+	t.notify = make(chan struct{})
+}
+
+// release drops the whole log of a turn the server forgets.
+func (t *turn) release() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.drop(len(t.log))
+	t.changed()
+}
+
+// encodeLine is v as one JSON line without its newline, HTML characters
+// kept as they are.
+func encodeLine(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return
+		return nil, err
 	}
-	b := bytes.TrimRight(buf.Bytes(), "\n")
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.log = append(t.log, b)
-	t.bytes += len(b)
-	for t.bytes > t.maxBytes && len(t.log) > 1 {
-		t.bytes -= len(t.log[0])
-		t.log[0] = nil
-		t.log = t.log[1:]
-		t.first++
-	}
-	close(t.notify)
-	t.notify = make(chan struct{})
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 func (t *turn) status() TurnStatus {
@@ -117,36 +173,64 @@ func (t *turn) isFinished() bool {
 
 // admit validates a request and starts its turn, or refuses it.
 func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
+	timeout, err := s.checkRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	st, key, conv, err := s.plan(ctx, req, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return s.enqueue(st, key, conv, req.Raw)
+}
+
+// checkRequest refuses what is wrong in the request itself, and returns
+// the turn's timeout.
+func (s *Server) checkRequest(req *TurnRequest) (time.Duration, error) {
 	if strings.TrimSpace(req.Prompt) == "" {
-		return nil, fail(outpost.Configuration, ReasonBadRequest, "empty prompt")
+		return 0, fail(outpost.Configuration, ReasonBadRequest, "empty prompt")
 	}
 	if req.Resume != "" && req.Fork != "" {
-		return nil, fail(outpost.Configuration, ReasonBadRequest, "resume and fork are exclusive")
+		return 0, fail(outpost.Configuration, ReasonBadRequest, "resume and fork are exclusive")
 	}
 	if len(req.Schema) > s.o.MaxSchema {
-		return nil, fail(outpost.Configuration, ReasonTooLarge, fmt.Sprintf("schema of %d bytes is over the limit of %d", len(req.Schema), s.o.MaxSchema))
+		return 0, fail(outpost.Configuration, ReasonTooLarge, fmt.Sprintf("schema of %d bytes is over the limit of %d", len(req.Schema), s.o.MaxSchema))
 	}
-	if req.TimeoutMS < 0 {
-		return nil, fail(outpost.Configuration, ReasonBadRequest, "timeout_ms is negative")
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"timeout_ms", req.TimeoutMS}, {"inactivity_ms", req.InactivityMS}} {
+		if f.v < 0 {
+			// A negative inactivity would turn the watchdog off: a
+			// client of a shared server may not.
+			return 0, fail(outpost.Configuration, ReasonBadRequest, f.name+" is negative")
+		}
 	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
 	if timeout > s.o.MaxTimeout || req.TimeoutMS > int64(s.o.MaxTimeout/time.Millisecond) {
-		return nil, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("timeout_ms %d is over this server's ceiling of %d", req.TimeoutMS, s.o.MaxTimeout.Milliseconds()))
+		return 0, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("timeout_ms %d is over this server's ceiling of %d", req.TimeoutMS, s.o.MaxTimeout.Milliseconds()))
 	}
 	if timeout == 0 {
 		timeout = s.o.MaxTimeout
 	}
 	for k := range req.Env {
 		if !harness.ValidVariableName(k) {
-			return nil, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("invalid variable name %q", k))
+			return 0, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("invalid variable name %q", k))
 		}
 	}
+	return timeout, nil
+}
+
+// plan resolves the request's conversation, agent and sandbox into the
+// engine's turn, refusing (400) what the preset would refuse: its
+// options, model or prompt (the engine checks the same, after a 202).
+func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Duration) (sandbox.Turn, sandbox.PoolKey, string, error) {
 	agent := req.Agent
 	var conv string
 	if ref := req.Resume + req.Fork; ref != "" {
 		id, m, err := s.resolve(ctx, ref)
 		if err != nil {
-			return nil, err
+			return sandbox.Turn{}, sandbox.PoolKey{}, "", err
 		}
 		conv = id
 		if agent == "" {
@@ -163,11 +247,14 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	}
 	h, ok := presets.Lookup(agent)
 	if !ok {
-		return nil, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("unknown agent %q (known: %s)", agent, strings.Join(presets.Names(), ", ")))
+		return sandbox.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("unknown agent %q (known: %s)", agent, strings.Join(presets.Names(), ", ")))
 	}
 	key, err := s.poolKey(req.Sandbox, req.Settings, false)
 	if err != nil {
-		return nil, err
+		return sandbox.Turn{}, key, "", err
+	}
+	if _, err := h.Request(harness.Input{Prompt: req.Prompt, Model: req.Model, Workdir: s.o.Workdir, Options: req.Options}); err != nil {
+		return sandbox.Turn{}, key, "", fail(outpost.Configuration, ReasonBadRequest, err.Error())
 	}
 	st := sandbox.Turn{
 		Agent:      harness.Agent{Kind: "cli", Harness: h, Model: req.Model},
@@ -181,9 +268,13 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 		Options:    req.Options,
 	}
 	if err := req.structured(&st); err != nil {
-		return nil, err
+		return sandbox.Turn{}, key, "", err
 	}
+	return st, key, conv, nil
+}
 
+// enqueue starts an admitted turn, unless the server is draining or full.
+func (s *Server) enqueue(st sandbox.Turn, key sandbox.PoolKey, conv string, raw bool) (*turn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -198,9 +289,9 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	}
 	tctx, cancel := context.WithCancelCause(s.base)
 	t := &turn{
-		id: newTurnID(), agent: h.Name, sandbox: key.Provider, key: key, created: time.Now().UTC(), conv: conv,
+		id: newTurnID(), agent: st.Agent.Harness.Name, sandbox: key.Provider, key: key, created: time.Now().UTC(), conv: conv,
 		steer: make(chan string, steerBuffer), ctx: tctx, cancel: cancel, done: make(chan struct{}),
-		state: StateQueued, first: 1, maxBytes: s.o.MaxTurnEvents, notify: make(chan struct{}),
+		state: StateQueued, first: 1, maxBytes: int64(s.o.MaxTurnEvents), total: &s.retained, notify: make(chan struct{}),
 	}
 	s.turns[t.id] = t
 	s.queued++
@@ -209,7 +300,7 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 		s.convInUse[conv]++
 	}
 	s.wg.Add(1)
-	go s.run(t, st, req.Raw)
+	go s.run(t, st, raw)
 	return t, nil
 }
 
@@ -319,7 +410,8 @@ func (s *Server) run(t *turn, st sandbox.Turn, raw bool) {
 func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, error) {
 	opts := &sandbox.RunOptions{
 		Store:     s.o.Store,
-		OnEvent:   func(ev harness.Event) { t.append(ev) },
+		Spool:     s.o.Spool,
+		OnEvent:   func(ev harness.Event) { t.append(ev); s.trimRetained() },
 		Steer:     t.steer,
 		Environ:   s.o.Environ,
 		Installer: s.o.Installer,
@@ -377,8 +469,7 @@ func (s *Server) finish(t *turn, res *sandbox.Result, err error) {
 	t.append(line)
 	t.mu.Lock()
 	t.state, t.finished, t.result = StateFinished, time.Now().UTC(), &line
-	close(t.notify)
-	t.notify = make(chan struct{})
+	t.changed()
 	t.mu.Unlock()
 	close(t.done)
 	t.cancel(nil)
@@ -391,24 +482,41 @@ func (s *Server) finish(t *turn, res *sandbox.Result, err error) {
 	}
 	s.finished = append(s.finished, t)
 	for len(s.finished) > s.o.MaxFinished {
-		delete(s.turns, s.finished[0].id)
-		s.finished = s.finished[1:]
+		s.forgetLocked(s.finished[0])
 	}
 	s.mu.Unlock()
+	s.trimRetained()
 	time.AfterFunc(s.o.Retention, func() { s.forget(t) })
 }
 
 func (s *Server) forget(t *turn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.forgetLocked(t)
+}
+
+// forgetLocked removes a finished turn and its events. Call with s.mu.
+func (s *Server) forgetLocked(t *turn) {
 	if s.turns[t.id] == t {
 		delete(s.turns, t.id)
 	}
-	for i, f := range s.finished {
-		if f == t {
-			s.finished = append(s.finished[:i], s.finished[i+1:]...)
-			break
-		}
+	if i := slices.Index(s.finished, t); i >= 0 {
+		s.finished = slices.Delete(s.finished, i, i+1)
+	}
+	t.release()
+}
+
+// trimRetained forgets the oldest finished turns while the events of all
+// turns are over Options.MaxRetained. (Live turns alone stay under it:
+// New bounds MaxTurnEvents by MaxRetained / MaxConcurrent.)
+func (s *Server) trimRetained() {
+	if s.retained.Load() <= int64(s.o.MaxRetained) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.retained.Load() > int64(s.o.MaxRetained) && len(s.finished) > 0 {
+		s.forgetLocked(s.finished[0])
 	}
 }
 

@@ -19,7 +19,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,6 +100,9 @@ func Fork(program string) func(ctx context.Context, parent string, run harness.R
 func request(in harness.Input) (harness.Command, error) {
 	if err := (kit.Opening{Preset: "echo"}).Check(in); err != nil {
 		return harness.Command{}, err
+	}
+	if len(in.Options) > 0 {
+		return harness.Command{}, fmt.Errorf("echo: unknown option %q (echo takes no options)", slices.Sorted(maps.Keys(in.Options))[0])
 	}
 	args := []string{Subcommand}
 	if in.Model != "" {

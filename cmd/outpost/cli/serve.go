@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,7 +24,8 @@ type serveFlags struct {
 	socket, listen, tokens, workdir, agent, image, logFormat string
 	sandboxes, set, allow, poolAgents, warm                  []string
 	maxConcurrent, maxQueue, poolSize                        int
-	maxTimeout, grace, retention                             time.Duration
+	maxTurnEvents, maxRetained, maxStreams, maxTurnStreams   int
+	maxTimeout, grace, retention, spoolPush                  time.Duration
 	maxBody                                                  int64
 	verbose                                                  bool
 }
@@ -67,6 +67,11 @@ conversations are captured either way.`,
 	fl.DurationVar(&f.maxTimeout, "max-timeout", time.Hour, "per-turn timeout ceiling (and default)")
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running turns may finish before they are cancelled")
 	fl.DurationVar(&f.retention, "retention", 15*time.Minute, "how long a finished turn's events stay replayable")
+	fl.IntVar(&f.maxTurnEvents, "max-turn-events", 8<<20, "bytes of one turn's events kept for replay (the oldest dropped beyond)")
+	fl.IntVar(&f.maxRetained, "max-retained-events", 128<<20, "bytes of all turns' events kept for replay (the oldest finished turns forgotten beyond)")
+	fl.IntVar(&f.maxStreams, "max-streams", 64, "open event streams (429 beyond)")
+	fl.IntVar(&f.maxTurnStreams, "max-turn-streams", 8, "open event streams per turn (429 beyond)")
+	fl.DurationVar(&f.spoolPush, "spool-push", 30*time.Second, "how often turns spooled while the store was down are pushed into it (negative: only at start)")
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "request body limit in bytes (413 beyond)")
 	fl.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept per sandbox kind (-1: no pool)")
 	fl.StringArrayVar(&f.poolAgents, "pool-agent", nil, "agent whose pinned CLI pooled sandboxes get in advance; repeatable (default: the default agent)")
@@ -133,9 +138,10 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 		return err
 	}
 	opts := &server.Options{
-		Store: store, Workdir: f.workdir, DefaultAgent: f.agent, Sandboxes: f.sandboxes, Settings: settings,
+		Store: store, Spool: a.spool, SpoolPush: f.spoolPush, Workdir: f.workdir, DefaultAgent: f.agent, Sandboxes: f.sandboxes, Settings: settings,
 		AllowSettings: f.allow, MaxConcurrent: f.maxConcurrent, MaxQueue: f.maxQueue, MaxTimeout: f.maxTimeout,
-		MaxBody: f.maxBody, Retention: f.retention, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
+		MaxBody: f.maxBody, Retention: f.retention, MaxTurnEvents: f.maxTurnEvents, MaxRetained: f.maxRetained,
+		MaxStreams: f.maxStreams, MaxTurnStreams: f.maxTurnStreams, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
 		Warm: warm, Logger: log, Version: version(), Installer: &bootstrap.Installer{},
 	}
 	ln, where, err := serveListener(f, opts)
@@ -287,12 +293,8 @@ func listenUnix(path string) (net.Listener, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
 	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) || fi.Mode().Perm()&0o077 != 0 {
-		return nil, outpost.Errorf(outpost.Configuration, "serve", "socket directory %s must be a directory of this user's, mode 0700", dir)
+	if err := server.CheckPrivate(dir, 0o077, true); err != nil {
+		return nil, outpost.Errorf(outpost.Configuration, "serve", "socket directory: %v (mode 0700)", err)
 	}
 	if _, err := os.Lstat(path); err == nil {
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
