@@ -295,4 +295,3 @@ func clip(s string, n int) string {
 	}
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
-

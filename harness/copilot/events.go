@@ -375,4 +375,3 @@ func (d *Decoder) finished(o obj) harness.Event {
 	}
 	return ev
 }
-
