@@ -167,6 +167,21 @@ func LookPathArgs(binary, name string) []string {
 	return []string{binary, Subcommand, "lookpath", name}
 }
 
+// LookPathResult reads the answer of the command LookPathArgs built, by
+// its exit code: the path on 0, *exec.Error wrapping exec.ErrNotFound on
+// 1, else an error naming the provider (what) and the shim's stderr.
+func LookPathResult(what, name string, code int, stdout, stderr []byte) (string, error) {
+	switch code {
+	case 0:
+		if p := strings.TrimSpace(string(stdout)); p != "" {
+			return p, nil
+		}
+	case 1:
+		return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
+	}
+	return "", fmt.Errorf("%s: looking up %s: exit %d: %s", what, name, code, strings.TrimSpace(string(stderr)))
+}
+
 func execMain(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("exec", flag.ContinueOnError)
 	fl.SetOutput(stderr)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
 	"path"
 	"sort"
 	"strings"
@@ -312,15 +311,7 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 	if err != nil {
 		return "", err
 	}
-	switch res.code {
-	case 0:
-		if p := strings.TrimSpace(string(res.stdout)); p != "" {
-			return p, nil
-		}
-	case 1:
-		return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
-	}
-	return "", fmt.Errorf("docker: looking up %s: exit %d: %s", name, res.code, strings.TrimSpace(string(res.stderr)))
+	return shim.LookPathResult("docker", name, res.code, res.stdout, res.stderr)
 }
 
 // SnapshotWorkspace describes the workspace's files, inside the container

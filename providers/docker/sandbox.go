@@ -176,14 +176,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 // environment is the provider's environment for an image's variables.
 func environment(imageEnv []string) driver.Environment {
 	env := driver.Environment{
-		Fixed: map[string]string{
-			"HOME":            HomeDir,
-			"XDG_CONFIG_HOME": HomeDir + "/.config",
-			"XDG_DATA_HOME":   HomeDir + "/.local/share",
-			"XDG_STATE_HOME":  HomeDir + "/.local/state",
-			"XDG_CACHE_HOME":  HomeDir + "/.cache",
-			"TMPDIR":          TmpDir,
-		},
+		Fixed:    driver.HomeEnv(HomeDir, TmpDir),
 		Defaults: splitEnv(imageEnv),
 	}
 	for k := range env.Fixed {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os/exec"
 	"strings"
 	"syscall"
 
@@ -244,13 +243,5 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 	if i := bytes.IndexByte(out, '\n'); i >= 0 {
 		out = out[i+1:] // the shim's handshake
 	}
-	switch res.code {
-	case 0:
-		if p := strings.TrimSpace(string(out)); p != "" {
-			return p, nil
-		}
-	case 1:
-		return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
-	}
-	return "", fmt.Errorf("kubernetes: looking up %s: exit %d: %s", name, res.code, strings.TrimSpace(string(res.stderr)))
+	return shim.LookPathResult("kubernetes", name, res.code, out, res.stderr)
 }

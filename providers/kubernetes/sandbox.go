@@ -69,14 +69,7 @@ func (s *Sandbox) HostPath(p string) (string, bool) { return driver.MapMount(s.s
 
 func environment() driver.Environment {
 	return driver.Environment{
-		Fixed: map[string]string{
-			"HOME":            HomeDir,
-			"XDG_CONFIG_HOME": HomeDir + "/.config",
-			"XDG_DATA_HOME":   HomeDir + "/.local/share",
-			"XDG_STATE_HOME":  HomeDir + "/.local/state",
-			"XDG_CACHE_HOME":  HomeDir + "/.cache",
-			"TMPDIR":          TmpDir,
-		},
+		Fixed:    driver.HomeEnv(HomeDir, TmpDir),
 		Defaults: map[string]string{"PATH": path.Dir(BinaryPath) + ":" + DefaultPath, "LANG": "C.UTF-8"},
 	}
 }

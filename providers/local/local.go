@@ -148,14 +148,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		}
 	}
 	env := driver.Environment{
-		Fixed: map[string]string{
-			"HOME":            home,
-			"XDG_CONFIG_HOME": filepath.Join(home, ".config"),
-			"XDG_DATA_HOME":   filepath.Join(home, ".local", "share"),
-			"XDG_STATE_HOME":  filepath.Join(home, ".local", "state"),
-			"XDG_CACHE_HOME":  filepath.Join(home, ".cache"),
-			"TMPDIR":          filepath.Join(home, "tmp"),
-		},
+		Fixed:    driver.HomeEnv(home, filepath.Join(home, "tmp")),
 		Defaults: map[string]string{},
 	}
 	for _, kv := range p.environ {

@@ -1,12 +1,10 @@
 package ssh
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -197,13 +195,5 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 	if err != nil {
 		return "", err
 	}
-	switch res.code {
-	case 0:
-		if p := strings.TrimSpace(string(res.stdout)); p != "" {
-			return p, nil
-		}
-	case 1:
-		return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
-	}
-	return "", fmt.Errorf("ssh: looking up %s: exit %d: %s", name, res.code, strings.TrimSpace(string(bytes.TrimSpace(res.stderr))))
+	return shim.LookPathResult("ssh", name, res.code, res.stdout, res.stderr)
 }

@@ -218,14 +218,7 @@ func (s *Sandbox) feedWorkspace(ctx context.Context) (*io.PipeReader, chan error
 // environment is a lease's environment.
 func environment(r remote, home, tmp string) driver.Environment {
 	env := driver.Environment{
-		Fixed: map[string]string{
-			"HOME":            home,
-			"XDG_CONFIG_HOME": home + "/.config",
-			"XDG_DATA_HOME":   home + "/.local/share",
-			"XDG_STATE_HOME":  home + "/.local/state",
-			"XDG_CACHE_HOME":  home + "/.cache",
-			"TMPDIR":          tmp,
-		},
+		Fixed:    driver.HomeEnv(home, tmp),
 		Defaults: map[string]string{},
 	}
 	for _, k := range Allowlist {

@@ -295,3 +295,17 @@ func ReleaseContext(ctx context.Context, fallback time.Duration) (context.Contex
 	}
 	return context.WithTimeout(cctx, fallback)
 }
+
+// HomeEnv is the fixed environment of a lease's private home: HOME, the
+// XDG base directories under it, and TMPDIR (tmp), each an absolute path
+// with forward slashes.
+func HomeEnv(home, tmp string) map[string]string {
+	return map[string]string{
+		"HOME":            home,
+		"XDG_CONFIG_HOME": home + "/.config",
+		"XDG_DATA_HOME":   home + "/.local/share",
+		"XDG_STATE_HOME":  home + "/.local/state",
+		"XDG_CACHE_HOME":  home + "/.cache",
+		"TMPDIR":          tmp,
+	}
+}
