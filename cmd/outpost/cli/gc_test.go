@@ -41,7 +41,7 @@ func TestGCThroughCollector(t *testing.T) {
 		t.Errorf("gc --json (-want +got):\n%s", diff)
 	}
 	exit, out, _ = run(t, home, wd, "gc", "--sandbox", "memory", "--dry-run")
-	if exit != 0 || !strings.Contains(out, "would remove 0 orphan(s) on memory; kept 0") {
+	if exit != 0 || !strings.Contains(out, "would remove 0 orphans on memory; kept 0") {
 		t.Errorf("gc --dry-run: exit %d, stdout %q", exit, out)
 	}
 	exit, out, errOut = run(t, home, wd, "gc", "--sandbox", "nocollect")
