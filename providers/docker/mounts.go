@@ -2,9 +2,6 @@ package docker
 
 import (
 	"os"
-	"path"
-	"path/filepath"
-	"strings"
 
 	"github.com/outposthq/outpost/sandbox/driver"
 
@@ -22,10 +19,7 @@ func sharedMounts(eng *engine, req []driver.Mount) []driver.Mount {
 	}
 	var out []driver.Mount
 	for _, m := range req {
-		if !filepath.IsAbs(m.Source) || !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target || m.Target == "/" {
-			continue
-		}
-		if within(m.Target, StateDir) || within(m.Target, Workspace) || within(StateDir, m.Target) || within(Workspace, m.Target) {
+		if !driver.Shareable(m, StateDir, Workspace) {
 			continue
 		}
 		if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {
@@ -37,7 +31,6 @@ func sharedMounts(eng *engine, req []driver.Mount) []driver.Mount {
 }
 
 // within reports whether p is dir or below it.
-func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 
 // bindMounts are the engine mounts of the lease's shared host directories:
 // read-only binds.

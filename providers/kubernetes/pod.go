@@ -217,16 +217,7 @@ func sharedMounts(o *Options, req []driver.Mount) []driver.Mount {
 	}
 	var out []driver.Mount
 	for _, m := range req {
-		if !filepath.IsAbs(m.Source) || !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target || m.Target == "/" {
-			continue
-		}
-		clash := false
-		for _, own := range []string{StateDir, Workspace, "/tmp"} {
-			if m.Target == own || strings.HasPrefix(m.Target, own+"/") || strings.HasPrefix(own, m.Target+"/") {
-				clash = true
-			}
-		}
-		if !clash {
+		if driver.Shareable(m, StateDir, Workspace, "/tmp") {
 			out = append(out, driver.Mount{Source: filepath.Clean(m.Source), Target: m.Target})
 		}
 	}

@@ -251,6 +251,24 @@ type HostPather interface {
 	HostPath(p string) (string, bool)
 }
 
+// Shareable reports whether the requested mount m can be honored in a
+// sandbox whose own directories are own: an absolute source, a clean
+// absolute target other than "/", neither inside nor holding any of own.
+func Shareable(m Mount, own ...string) bool {
+	if !filepath.IsAbs(m.Source) || !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target || m.Target == "/" {
+		return false
+	}
+	for _, o := range own {
+		if within(m.Target, o) || within(o, m.Target) {
+			return false
+		}
+	}
+	return true
+}
+
+// within reports whether the slash path p is dir or under it.
+func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
 // MapMount maps host path p through mounts: its place under the Target of
 // the mount whose Source contains it. Providers implementing HostPather
 // use it.

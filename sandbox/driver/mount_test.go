@@ -21,3 +21,29 @@ func TestMapMount(t *testing.T) {
 		}
 	}
 }
+
+func TestShareable(t *testing.T) {
+	own := []string{"/outpost", "/workspace"}
+	for _, c := range []struct {
+		m    Mount
+		want bool
+	}{
+		{Mount{Source: "/host/cache", Target: "/cache"}, true},
+		{Mount{Source: "/host/cache", Target: "/outposts"}, true},
+		{Mount{Source: "rel", Target: "/cache"}, false},
+		{Mount{Source: "/host", Target: "cache"}, false},
+		{Mount{Source: "/host", Target: "/cache/"}, false},
+		{Mount{Source: "/host", Target: "/a/../cache"}, false},
+		{Mount{Source: "/host", Target: "/"}, false},
+		{Mount{Source: "/host", Target: "/outpost"}, false},
+		{Mount{Source: "/host", Target: "/workspace/sub"}, false},
+		{Mount{Source: "/host", Target: "/work"}, true},
+	} {
+		if got := Shareable(c.m, own...); got != c.want {
+			t.Errorf("Shareable(%+v) = %v, want %v", c.m, got, c.want)
+		}
+	}
+	if Shareable(Mount{Source: "/host", Target: "/x"}, "/x/y") {
+		t.Error("a target holding one of the sandbox's own directories is shareable")
+	}
+}
