@@ -210,6 +210,16 @@ func (a *app) runInputs(f runFlags, prompt string) (string, []byte, error) {
 		}
 		return "", nil, usageError{fmt.Errorf("--steer-stdin reads standard input: %s cannot come from it too", what)}
 	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--timeout", f.timeout}, {"--inactivity", f.inactivity}} {
+		if d.v < 0 {
+			// The library's negative Inactivity turns the watchdog off; a
+			// person asking for a negative bound has mistyped one.
+			return "", nil, outpost.Errorf(outpost.Configuration, "run", "%s %s: want a duration above zero (0: the default)", d.flag, d.v)
+		}
+	}
 	var schema []byte
 	if f.schema != "" {
 		b, err := readSchema(a.stdin, f.schema)
