@@ -35,16 +35,10 @@ func holdConversation(ctx context.Context, s conversation.Store, id string, wait
 		ev.Details["wait_ms"] = wait.Milliseconds()
 		emit(ev)
 	})
-	var busy *conversation.BusyError
-	switch {
+	switch e, busy := BusyError("hold", err); {
 	case err == nil:
 		return h, nil
-	case errors.As(err, &busy):
-		e := outpost.Errorf(outpost.Conversation, "hold", "%s", busyText(busy))
-		e.Err = err
-		for k, v := range busyDetails(busy) {
-			e.Detail(k, v)
-		}
+	case busy:
 		if wait > 0 {
 			e.Detail("waited_ms", wait.Milliseconds())
 		}
@@ -53,6 +47,23 @@ func holdConversation(ctx context.Context, s conversation.Store, id string, wait
 		return nil, ctxError(ctx, "hold", err)
 	}
 	return nil, outpost.Wrap(outpost.Conversation, "hold", err)
+}
+
+// BusyError codes err as the engine codes a busy conversation: when err
+// is a *conversation.BusyError, code conversation at op with the details
+// busy, conversation, holder and since (exit status outpost.ExitBusy),
+// and true.
+func BusyError(op string, err error) (*outpost.Error, bool) {
+	var busy *conversation.BusyError
+	if !errors.As(err, &busy) {
+		return nil, false
+	}
+	e := outpost.Errorf(outpost.Conversation, op, "%s", busyText(busy))
+	e.Err = err
+	for k, v := range busyDetails(busy) {
+		e.Detail(k, v)
+	}
+	return e, true
 }
 
 func busyText(b *conversation.BusyError) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/internal/plural"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 func (a *app) conversationsCmd() *cobra.Command {
@@ -124,7 +125,12 @@ func (a *app) rmCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := s.Delete(c.Context(), id); err != nil {
+				// A conversation a turn holds (in any process, on any machine
+				// sharing the store) is not removed under it: busy, exit 75.
+				if err := conversation.DeleteUnheld(c.Context(), s, id, conversation.Self("outpost conversations rm")); err != nil {
+					if e, busy := sandbox.BusyError("rm", err); busy {
+						return e
+					}
 					return outpost.Wrap(outpost.Conversation, "rm", err)
 				}
 				fmt.Fprintln(a.stdout, "removed", id)
