@@ -88,7 +88,7 @@ func TestServeSIGKILLLocal(t *testing.T) {
 	for trial := range 20 {
 		t.Run(fmt.Sprint(trial), func(t *testing.T) {
 			base := t.TempDir()
-			args := []string{"--set", "local.base=" + base}
+			args := []string{"--set", "local.root=" + base}
 			s := startServe(t, "", "", args...)
 			id, err := s.start(map[string]any{"prompt": "#hang"})
 			if err != nil {
@@ -159,7 +159,7 @@ func TestRunSIGKILLLocal(t *testing.T) {
 			if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(outpostBinary(t), "run", "--json", "--set", "base="+base, "--command", script, "#hang")
+			cmd := exec.Command(outpostBinary(t), "run", "--json", "--set", "root="+base, "--command", script, "#hang")
 			cmd.Dir = work
 			cmd.Env = append(os.Environ(), "OUTPOST_HOME="+home)
 			stdout, err := cmd.StdoutPipe()
@@ -194,7 +194,7 @@ func TestRunSIGKILLLocal(t *testing.T) {
 			if zombie(child) {
 				t.Fatalf("the agent's child %d ended with outpost: the test does not test the sweep", child)
 			}
-			if code, out, errb := runOutpost(t, home, work, "run", "--set", "base="+base, "after the kill"); code != 0 {
+			if code, out, errb := runOutpost(t, home, work, "run", "--set", "root="+base, "after the kill"); code != 0 {
 				t.Fatalf("the next outpost run: exit %d\n%s\n%s", code, out, errb)
 			}
 			if left, ok := pollProcs(base, func(m map[int]string) bool { return len(m) == 0 }); !ok {

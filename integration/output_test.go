@@ -160,7 +160,9 @@ func TestClaudeProtocol(t *testing.T) {
 	)
 	o := e.run(sandbox.Turn{Prompt: "check", Protocol: "handoff"}, turnOpts{})
 	e.mustSucceed(o)
-	if d := cmp.Diff(&output.Outcome{Kind: "result", Summary: "nothing to change", ChangedFiles: []string{}}, o.res.Protocol); d != "" {
+	// The block's own changedFiles is kept as the claim, beside the files
+	// outpost saw change (none).
+	if d := cmp.Diff(&output.Outcome{Kind: "result", Summary: "nothing to change", ChangedFiles: []string{}, ClaimedChangedFiles: []string{"made-up.go"}}, o.res.Protocol); d != "" {
 		t.Errorf("result (-want +got):\n%s", d)
 	}
 	if reqs := e.messages(); !strings.Contains(reqs[0].LastUserText, `{"handoff": {"to": "<agent>"`) {
