@@ -129,3 +129,18 @@ func moduleRoot() (string, error) {
 		}
 	}
 }
+
+// Main runs the tests of m, then cleanup (shared servers, builds), then
+// leftovers, which removes and lists what the tests left behind: a run
+// that left something fails, saying what. It exits with the run's status.
+func Main(m *testing.M, what string, cleanup func(), leftovers func() string) {
+	code := m.Run()
+	cleanup()
+	if left := leftovers(); left != "" {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests left %s behind (removed now):\n%s\n", what, left)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

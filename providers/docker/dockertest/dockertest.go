@@ -77,17 +77,7 @@ func Client(tb testing.TB) *dockerclient.Client {
 // Main runs the tests, then fails the run if this process left a
 // container or a volume of its own behind (removing them), and removes the
 // built binary. TestMain functions call it after their own setup.
-func Main(m *testing.M) {
-	code := m.Run()
-	testenv.RemoveBuilds()
-	if left := Leftovers(); left != "" {
-		fmt.Fprintln(os.Stderr, "FAIL: the tests left Docker objects behind:\n"+left)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { testenv.Main(m, "Docker objects", testenv.RemoveBuilds, Leftovers) }
 
 // Leftovers lists (and removes) the containers and volumes owned by this
 // process. It returns "" when there are none or no engine answers.

@@ -274,17 +274,7 @@ func Shared(tb testing.TB) *Server {
 
 // Main runs the tests, then terminates the shared server and removes the
 // built binary. TestMain functions call it after their own setup.
-func Main(m *testing.M) {
-	code := m.Run()
-	Cleanup()
-	if left := Leftovers(); left != "" {
-		fmt.Fprintln(os.Stderr, "FAIL: the tests left sshd containers behind (removed now):\n"+left)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { testenv.Main(m, "sshd containers", Cleanup, Leftovers) }
 
 // Leftovers removes the sshd containers this process started and did not
 // terminate, and lists them ("" when there were none).
