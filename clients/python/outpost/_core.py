@@ -1,0 +1,291 @@
+"""What the sync and async clients share: where the server is, the
+requests of every route, the decoding of answers and errors, and the
+event stream's parsing and reconnection bookkeeping. No I/O here."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from urllib.parse import quote
+
+import httpx
+
+from . import models
+from .errors import OutpostError, TransportError, error_from
+from .models import (Agent, Conversation, ConversationUsage, Event, Health,
+                     Result, SteerResponse, TurnRequest, TurnStatus)
+
+# The host name of requests over the Unix socket (any name would do).
+SOCKET_BASE = "http://outpost"
+
+
+def default_socket() -> str:
+    """The socket ``outpost serve`` listens on by default:
+    $XDG_RUNTIME_DIR/outpost/serve.sock, else
+    $TMPDIR/outpost-UID/serve.sock (TMPDIR defaulting to /tmp)."""
+    d = os.environ.get("XDG_RUNTIME_DIR")
+    if d:
+        return os.path.join(d, "outpost", "serve.sock")
+    tmp = os.environ.get("TMPDIR") or "/tmp"
+    return os.path.join(tmp, f"outpost-{os.getuid()}", "serve.sock")
+
+
+@dataclass
+class Target:
+    """Where and how to reach the server."""
+    base_url: str
+    socket: Optional[str]
+    headers: Dict[str, str]
+
+
+def target(url: Optional[str], token: Optional[str], socket: Optional[str]) -> Target:
+    """target resolves the constructor's arguments: a URL (``http://...``
+    or ``unix:/path``), else a socket path, else the default socket."""
+    if url and socket:
+        raise ValueError("outpost: give url or socket, not both")
+    if url and url.startswith("unix:"):
+        socket, url = url[len("unix:"):], None
+    if not url and not socket:
+        socket = default_socket()
+    headers = {"Accept": "application/json", "User-Agent": "outpost-client-python"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return Target(base_url=url.rstrip("/") if url else SOCKET_BASE, socket=socket, headers=headers)
+
+
+def path(*parts: str) -> str:
+    return "/" + "/".join(quote(p, safe="") if i > 0 else p for i, p in enumerate(parts))
+
+
+def turn_path(turn_id: str, *rest: str) -> str:
+    return path("v1/turns", turn_id, *rest)
+
+
+def conversation_path(conv: str, *rest: str) -> str:
+    return path("v1/conversations", conv, *rest)
+
+
+def retry_after(r: httpx.Response) -> Optional[float]:
+    v = r.headers.get("retry-after")
+    try:
+        return float(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def response_error(r: httpx.Response) -> OutpostError:
+    """response_error is the exception of an HTTP error response; its
+    body must have been read."""
+    try:
+        body = r.json().get("error")
+    except (ValueError, AttributeError):
+        body = None
+    return error_from(body, status=r.status_code, retry_after=retry_after(r))
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request and how to read its answer: ``decode`` turns the JSON
+    body into the value returned (None: the raw bytes; ``NO_BODY``:
+    nothing), ``ok`` adds statuses that are answers, not errors."""
+    method: str
+    path: str
+    json: Any = None
+    content: Optional[bytes] = None
+    headers: Optional[Dict[str, str]] = None
+    decode: Optional[Callable[[Any], Any]] = None
+    ok: Tuple[int, ...] = ()
+
+    def kwargs(self) -> Dict[str, Any]:
+        kw: Dict[str, Any] = {"headers": self.headers}
+        if self.json is not None:
+            kw["json"] = self.json
+        if self.content is not None:
+            kw["content"] = self.content
+        return kw
+
+    def answer(self, r: httpx.Response) -> Any:
+        if r.status_code >= 400 and r.status_code not in self.ok:
+            raise response_error(r)
+        if self.decode is NO_BODY:
+            return None
+        if self.decode is None:
+            return r.content
+        return self.decode(r.json())
+
+
+def NO_BODY(_: Any) -> None:  # noqa: N802 - a marker
+    return None
+
+
+def _of(cls: type) -> Callable[[Any], Any]:
+    return lambda data: models.decode(cls, data)
+
+
+def checked(result: Optional[Result], check: bool, turn_id: str) -> Result:
+    """checked returns the result, or raises its error when check is set."""
+    if result is None:
+        raise TransportError(f"outpost: the stream of {turn_id} ended without a result")
+    if check and result.error is not None:
+        raise error_from(models.encode(result.error), result=result)
+    return result
+
+
+class Api:
+    """The routes. Each method returns what the client's ``_call`` returns
+    for it: the value (Client) or an awaitable of it (AsyncClient)."""
+
+    conversations: "Conversations"
+
+    def _call(self, call: Call) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def start(self, prompt: str, **request: Any) -> TurnStatus:
+        """Start a turn; returns at once with its ``id`` and state. Keyword
+        arguments are those of ``TurnRequest``: agent, sandbox, model,
+        schema, resume, fork, settings, env, options, timeout_ms,
+        inactivity_ms, raw, repairs, protocol."""
+        body = models.encode(TurnRequest(prompt=prompt, **request))
+        return self._call(Call("POST", "/v1/turns", json=body, decode=_of(TurnStatus)))
+
+    def turn(self, turn_id: str) -> TurnStatus:
+        """A turn's state, and its result once finished."""
+        return self._call(Call("GET", turn_path(turn_id), decode=_of(TurnStatus)))
+
+    def steer(self, turn_id: str, text: str) -> SteerResponse:
+        """Send a message to a running turn (RefusedError, status 409, once
+        it is finished)."""
+        return self._call(Call("POST", turn_path(turn_id, "messages"), json={"text": text},
+                               decode=_of(SteerResponse)))
+
+    def cancel(self, turn_id: str) -> TurnStatus:
+        """Cancel a turn: its result gets code cancelled."""
+        return self._call(Call("POST", turn_path(turn_id, "cancel"), decode=_of(TurnStatus)))
+
+    def agents(self) -> list:
+        """The agent presets."""
+        return self._call(Call("GET", "/v1/agents",
+                               decode=lambda d: [models.decode(Agent, a) for a in d["agents"]]))
+
+    def health(self) -> Health:
+        """Liveness; ``status`` is "draining" while the server shuts down."""
+        return self._call(Call("GET", "/healthz", decode=_of(Health), ok=(503,)))
+
+
+class Conversations:
+    """``client.conversations``: stored conversations. Ids may be a unique
+    prefix or the agent's native id."""
+
+    def __init__(self, api: Api):
+        self._api = api
+
+    def list(self) -> list:
+        """Stored conversations, newest first."""
+        return self._api._call(Call("GET", "/v1/conversations",
+                                    decode=lambda d: [models.decode(Conversation, c) for c in d["conversations"]]))
+
+    def show(self, conv: str) -> Conversation:
+        """One conversation's metadata."""
+        return self._api._call(Call("GET", conversation_path(conv), decode=_of(Conversation)))
+
+    def usage(self, conv: str) -> ConversationUsage:
+        """Its token usage over the turns outpost ran."""
+        return self._api._call(Call("GET", conversation_path(conv, "usage"), decode=_of(ConversationUsage)))
+
+    def delete(self, conv: str) -> None:
+        """Delete it (RefusedError, status 409, while a turn continues it)."""
+        return self._api._call(Call("DELETE", conversation_path(conv), decode=NO_BODY))
+
+    def export(self, conv: str) -> bytes:
+        """Its portable archive (what ``outpost conversations export``
+        writes): bytes to keep or to import elsewhere."""
+        return self._api._call(Call("GET", conversation_path(conv, "export"),
+                                    headers={"Accept": "application/gzip"}))
+
+    def import_(self, archive: bytes) -> Conversation:
+        """Store an exported archive; returns the imported conversation."""
+        return self._api._call(Call("POST", "/v1/conversations/import", content=bytes(archive),
+                                    headers={"Content-Type": "application/gzip"},
+                                    decode=_of(Conversation)))
+
+
+class SSE:
+    """Parses a text/event-stream line by line into (id, data) messages."""
+
+    def __init__(self) -> None:
+        self.id: Optional[int] = None
+        self.data: list = []
+        self.buf = ""
+
+    def feed(self, chunk: str) -> List[Tuple[int, Dict[str, Any]]]:
+        """feed takes a decoded chunk of the body; it returns the messages
+        it completes."""
+        self.buf += chunk
+        *done, self.buf = self.buf.split("\n")
+        return [m for m in map(self._line, done) if m is not None]
+
+    def _line(self, line: str) -> Optional[Tuple[int, Dict[str, Any]]]:
+        line = line.rstrip("\r")
+        if line == "":
+            data, self.data = self.data, []
+            if not data or self.id is None:
+                return None
+            return self.id, json.loads("\n".join(data))
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "id" and value.isdigit():
+            self.id = int(value)
+        elif name == "data":
+            self.data.append(value)
+        return None
+
+
+class Follow:
+    """The bookkeeping of following one turn's events across connections:
+    the last sequence number delivered (sent as Last-Event-ID on every
+    reconnection, so nothing is lost), the items to skip (none is
+    delivered twice), and the attempts without progress."""
+
+    def __init__(self, turn_id: str, last_event_id: Optional[int], max_reconnects: int):
+        self.path = turn_path(turn_id, "events")
+        self.turn_id = turn_id
+        self.last = int(last_event_id or 0)
+        self.max = max_reconnects
+        self.failures = 0
+        self.done = False
+
+    def headers(self) -> Dict[str, str]:
+        h = {"Accept": "text/event-stream"}
+        if self.last > 0:
+            h["Last-Event-ID"] = str(self.last)
+        return h
+
+    def take(self, msg: Optional[Tuple[int, Dict[str, Any]]]) -> Union[Event, Result, None]:
+        """take is the item to deliver for a parsed message, or None."""
+        if msg is None or msg[0] <= self.last:
+            return None
+        seq, data = msg
+        self.last, self.failures = seq, 0
+        item = models.stream_item(seq, data)
+        self.done = isinstance(item, Result)
+        return item
+
+    def refused(self, r: httpx.Response) -> None:
+        """refused raises the error of a stream the server refused, unless
+        it is worth retrying (503: draining, a restart may follow)."""
+        if r.status_code != 503:
+            raise response_error(r)
+
+    def backoff(self) -> float:
+        """backoff is the delay before the next connection; it raises
+        TransportError after max_reconnects attempts without progress."""
+        self.failures += 1
+        if self.failures > self.max:
+            raise TransportError(
+                f"outpost: the event stream of {self.turn_id} dropped {self.failures} times without progress")
+        return min(0.1 * 2 ** (self.failures - 1), 2.0)

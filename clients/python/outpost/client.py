@@ -1,0 +1,106 @@
+"""The synchronous client."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator, Optional, Union
+
+import httpx
+
+from . import _core
+from .errors import TransportError
+from .models import Event, Result, TurnStatus
+
+__all__ = ["Client"]
+
+
+class Client(_core.Api):
+    """A client of ``outpost serve``.
+
+    ``Client()`` reaches the server's default Unix socket;
+    ``Client(url="http://127.0.0.1:7070", token="opt_...")`` a TCP
+    listener; ``Client(socket=path)`` or ``Client(url="unix:" + path)``
+    another socket. ``timeout`` bounds each request (seconds);
+    ``stream_timeout`` the silence of an event stream (the server pings
+    every 15 s); ``max_reconnects`` the attempts of a dropped stream
+    without progress. Use it as a context manager, or call ``close``.
+    """
+
+    def __init__(self, url: Optional[str] = None, *, token: Optional[str] = None,
+                 socket: Optional[str] = None, timeout: float = 30.0,
+                 stream_timeout: float = 60.0, max_reconnects: int = 10,
+                 transport: Optional[httpx.BaseTransport] = None):
+        t = _core.target(url, token, socket)
+        if transport is None and t.socket:
+            transport = httpx.HTTPTransport(uds=t.socket)
+        self._http = httpx.Client(base_url=t.base_url, headers=t.headers, timeout=timeout,
+                                  transport=transport)
+        self._stream_timeout = httpx.Timeout(timeout, read=stream_timeout)
+        self._max_reconnects = max_reconnects
+        self.conversations = _core.Conversations(self)
+
+    def _call(self, call: _core.Call) -> Any:
+        try:
+            r = self._http.request(call.method, call.path, **call.kwargs())
+        except httpx.TransportError as e:
+            raise TransportError(f"outpost: {call.method} {call.path}: {e!r}") from e
+        return call.answer(r)
+
+    def events(self, turn_id: str, last_event_id: Optional[int] = None) -> Iterator[Union[Event, Result]]:
+        """The turn's events in order, the ``Result`` last (each with its
+        ``seq``), starting after ``last_event_id``. A dropped connection
+        is resumed from the last event delivered: none is lost or
+        repeated."""
+        f = _core.Follow(turn_id, last_event_id, self._max_reconnects)
+        while True:
+            try:
+                with self._http.stream("GET", f.path, headers=f.headers(), timeout=self._stream_timeout) as r:
+                    if r.status_code != 200:
+                        r.read()
+                        f.refused(r)
+                    else:
+                        sse = _core.SSE()
+                        for chunk in r.iter_text():
+                            for msg in sse.feed(chunk):
+                                item = f.take(msg)
+                                if item is not None:
+                                    yield item
+                                if f.done:
+                                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(f.backoff())
+
+    def result(self, turn_id: str, *, check: bool = True) -> Result:
+        """Wait for the turn's result. With ``check`` (the default) a
+        failed turn raises its error (``QuotaError``, ``CancelledError``,
+        ...) with ``.result`` set."""
+        st: TurnStatus = self.turn(turn_id)
+        res = st.result
+        if res is None:
+            for item in self.events(turn_id, last_event_id=st.events):
+                if isinstance(item, Result):
+                    res = item
+        return _core.checked(res, check, turn_id)
+
+    def run(self, prompt: str, *, on_event: Optional[Callable[[Event], Any]] = None,
+            check: bool = True, **request: Any) -> Result:
+        """Start a turn and wait for its result; ``on_event`` sees each
+        event. Takes the keyword arguments of ``start``."""
+        t = self.start(prompt, **request)
+        res = None
+        for item in self.events(t.id):
+            if isinstance(item, Result):
+                res = item
+            elif on_event is not None:
+                on_event(item)
+        return _core.checked(res, check, t.id)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

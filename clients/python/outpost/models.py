@@ -1,0 +1,300 @@
+"""The shapes of the outpost serve API, as typed dataclasses.
+
+Each class mirrors one schema of the server's OpenAPI document
+(``server/openapi.json``, served at ``/v1/openapi.json``): its fields are
+the schema's properties, the required ones without a default. The tests
+check every class against the document, so the client cannot drift from
+the server. Times are timezone-aware ``datetime`` values; fields the
+document leaves open (``input``, ``output``, ``raw``, ``schema``) are
+plain JSON values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Dict, List, Optional, Union
+
+__all__ = [
+    "Usage", "ErrorInfo", "Tool", "Event", "ChangedFile", "ChangedFiles",
+    "Attempt", "Result", "TurnRequest", "TurnStatus", "Turn", "SteerRequest",
+    "SteerResponse", "Conversation", "ConversationUsage", "Agent", "Health",
+    "MODELS", "decode", "encode", "stream_item",
+]
+
+# MODELS maps each OpenAPI schema name to its class.
+MODELS: Dict[str, type] = {}
+
+# LOCAL marks a field that is the client's own, not on the wire.
+LOCAL = {"local": True}
+
+_model = dataclass(kw_only=True)
+
+
+def _schema(name: str):
+    def register(cls):
+        cls = _model(cls)
+        cls.__schema__ = name
+        MODELS[name] = cls
+        return cls
+    return register
+
+
+@_schema("Usage")
+class Usage:
+    """Token usage; ``complete`` is false when a counter was not reported."""
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    complete: bool
+
+
+@_schema("Error")
+class ErrorInfo:
+    """An outpost error as the API carries it (docs/errors.md)."""
+    code: str
+    message: str
+    details: Optional[Dict[str, Any]] = None
+
+
+@_schema("Tool")
+class Tool:
+    id: Optional[str] = None
+    name: Optional[str] = None
+    input: Any = None
+    output: Optional[str] = None
+    error: Optional[bool] = None
+
+
+@_schema("Event")
+class Event:
+    """A normalized event of a turn (docs/events.md); ``seq`` is its
+    sequence number in the turn's stream, from 1."""
+    type: str
+    time: datetime
+    agent: Optional[str] = None
+    conversation: Optional[str] = None
+    session: Optional[str] = None
+    text: Optional[str] = None
+    delta: Optional[bool] = None
+    id: Optional[str] = None
+    tool: Optional[Tool] = None
+    usage: Optional[Usage] = None
+    stop: Optional[str] = None
+    kind: Optional[str] = None
+    details: Optional[Dict[str, Any]] = None
+    raw: Any = None
+    seq: int = field(default=0, metadata=LOCAL)
+
+
+@_model
+class ChangedFile:
+    path: str
+    operation: str
+
+
+@_model
+class ChangedFiles:
+    files: List[ChangedFile]
+    complete: bool
+
+
+@_model
+class Attempt:
+    attempt: int
+    usage: Usage
+    errors: Optional[List[Dict[str, Any]]] = None
+
+
+@_schema("Result")
+class Result:
+    """The result line: the last item of a turn's stream. ``output`` is
+    the validated answer of a turn started with a ``schema``."""
+    type: str
+    conversation: str
+    agent: str
+    usage: Usage
+    started_at: datetime
+    completed_at: datetime
+    duration_ms: int
+    exit_code: int
+    error: Optional[ErrorInfo]
+    parent: Optional[str] = None
+    session: Optional[str] = None
+    model: Optional[str] = None
+    sandbox: Optional[str] = None
+    text: Optional[str] = None
+    thread_usage: Optional[Usage] = None
+    output: Any = None
+    protocol: Optional[Dict[str, Any]] = None
+    changed_files: Optional[ChangedFiles] = None
+    attempts: Optional[List[Attempt]] = None
+    seq: int = field(default=0, metadata=LOCAL)
+
+
+@_schema("TurnRequest")
+class TurnRequest:
+    """What ``POST /v1/turns`` takes; ``Client.start`` builds it from its
+    keyword arguments."""
+    prompt: str
+    agent: Optional[str] = None
+    model: Optional[str] = None
+    sandbox: Optional[str] = None
+    settings: Optional[Dict[str, str]] = None
+    resume: Optional[str] = None
+    fork: Optional[str] = None
+    env: Optional[Dict[str, str]] = None
+    options: Optional[Dict[str, str]] = None
+    timeout_ms: Optional[int] = None
+    inactivity_ms: Optional[int] = None
+    raw: Optional[bool] = None
+    schema: Any = None
+    repairs: Optional[int] = None
+    protocol: Optional[str] = None
+
+
+@_schema("TurnStatus")
+class TurnStatus:
+    """A turn: its id, state (queued, running, finished) and, once
+    finished, its result."""
+    id: str
+    state: str
+    agent: str
+    sandbox: str
+    events: int
+    created: datetime
+    started: Optional[datetime] = None
+    finished: Optional[datetime] = None
+    result: Optional[Result] = None
+
+
+Turn = TurnStatus
+
+
+@_schema("SteerRequest")
+class SteerRequest:
+    text: str
+
+
+@_schema("SteerResponse")
+class SteerResponse:
+    accepted: bool
+
+
+@_schema("Conversation")
+class Conversation:
+    id: str
+    agent: str
+    native: str
+    workdir: str
+    sandbox: str
+    created: datetime
+    updated: datetime
+    turns: int
+    usage: Usage
+    files: Optional[List[str]]
+    parent: Optional[str] = None
+    model: Optional[str] = None
+
+
+@_schema("ConversationUsage")
+class ConversationUsage:
+    conversation: str
+    agent: str
+    turns: int
+    usage: Usage
+
+
+@_schema("Agent")
+class Agent:
+    name: str
+    version: str
+    resumable: bool
+    forkable: bool
+    live_input: bool
+    bootstrap: Optional[str] = None
+
+
+@_schema("Health")
+class Health:
+    status: str
+    running: int
+    queued: int
+    version: Optional[str] = None
+
+
+# Go writes up to nine fractional digits; datetime takes six.
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def _parse_time(s: str) -> datetime:
+    s = _FRACTION.sub(r"\1", s)
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    return datetime.fromisoformat(s)
+
+
+def _hints(cls: type) -> Dict[str, Any]:
+    return typing.get_type_hints(cls, vars(sys.modules[__name__]))
+
+
+def _convert(tp: Any, v: Any) -> Any:
+    if v is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin is Union:
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(inner[0], v) if len(inner) == 1 else v
+    if origin in (list, List):
+        (item,) = typing.get_args(tp)
+        return [_convert(item, x) for x in v]
+    if tp is datetime:
+        return _parse_time(v)
+    if dataclasses.is_dataclass(tp):
+        return decode(tp, v)
+    return v
+
+
+def decode(cls: type, data: Dict[str, Any]):
+    """decode builds a model from its JSON object; fields a newer server
+    adds are ignored."""
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data and not f.metadata.get("local"):
+            kwargs[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def _plain(v: Any) -> Any:
+    if dataclasses.is_dataclass(v):
+        return encode(v)
+    if isinstance(v, datetime):
+        return v.isoformat()
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def encode(obj: Any) -> Dict[str, Any]:
+    """encode is a model's JSON object, without unset optional fields."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if f.metadata.get("local") or (v is None and f.default is None):
+            continue
+        out[f.name] = _plain(v)
+    return out
+
+
+def stream_item(seq: int, data: Dict[str, Any]) -> Union[Event, Result]:
+    """stream_item decodes one item of a turn's stream: the result line
+    (type "result") or an event."""
+    item = decode(Result if data.get("type") == "result" else Event, data)
+    item.seq = seq
+    return item

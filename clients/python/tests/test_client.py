@@ -1,0 +1,290 @@
+"""The client against a real ``outpost serve`` (echo agent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import outpost
+from outpost import (CancelledError, Client, ConfigurationError,
+                     ConversationError, Event, OutputError, QuotaError,
+                     RefusedError, Result, UnavailableError)
+
+from conftest import missing
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def client(shared):
+    with Client(socket=shared.socket) as c:
+        yield c
+
+
+def contiguous(items):
+    assert [i.seq for i in items] == list(range(1, len(items) + 1))
+
+
+def test_turn_events_result(client):
+    t = client.start("hello #tool")
+    assert t.id.startswith("t") and len(t.id) == 25
+    items = list(client.events(t.id))
+    contiguous(items)
+    assert [i.type for i in items] == ["session", "tool_call", "tool_result", "message", "finished", "result"]
+    assert all(isinstance(i, Event) for i in items[:-1])
+    assert items[1].tool.name == "shell"
+    res = items[-1]
+    assert isinstance(res, Result)
+    assert res.error is None and res.exit_code == 0
+    assert res.text == "echo: hello #tool (turn 1)"
+    assert res.usage.output_tokens > 0
+    assert res.completed_at >= res.started_at
+    assert client.result(t.id) == outpost.models.decode(Result, outpost.models.encode(res))
+    st = client.turn(t.id)
+    assert st.state == "finished" and st.events == len(items)
+
+
+def test_default_socket(serve, tmp_path, monkeypatch):
+    run = tmp_path / "xdg"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    s = serve(default_socket=True)
+    assert s.socket == outpost.default_socket() == str(run / "outpost" / "serve.sock")
+    with Client() as c:
+        assert c.run("hi").text == "echo: hi (turn 1)"
+        assert c.health().status == "ok"
+        assert any(a.name == "echo" for a in c.agents())
+
+
+def test_reconnection_mid_turn(shared, proxy):
+    """Connections cut in the middle of a turn: the iterator resumes from
+    Last-Event-ID, and delivers every event exactly once."""
+    p = proxy(shared.socket)
+    with Client(socket=p.path) as c:
+        t = c.start("#slow=30")
+        items = []
+        for item in c.events(t.id):
+            items.append(item)
+            if item.seq % 5 == 0 and item.type != "result":
+                p.cut()
+        assert p.cuts >= 5
+        contiguous(items)
+        assert items[-1].type == "result" and items[-1].error is None
+        again = list(c.events(t.id))
+        assert again == items
+        assert list(c.events(t.id, last_event_id=len(items) - 2)) == items[-2:]
+
+
+def test_steer(client):
+    t = client.start("#slow=2000")
+    steered = False
+    for item in client.events(t.id):
+        if not steered and item.type == "message":
+            assert client.steer(t.id, "wrap up").accepted
+            steered = True
+    res = client.result(t.id)
+    assert "steered: wrap up" in res.text
+    with pytest.raises(RefusedError) as e:
+        client.steer(t.id, "too late")
+    assert e.value.status == 409 and e.value.reason == "conflict"
+
+
+def test_cancelled_turn(client):
+    t = client.start("#slow=2000")
+    next(iter(client.events(t.id)))  # it runs
+    st = client.cancel(t.id)
+    assert st.id == t.id
+    with pytest.raises(CancelledError) as e:
+        client.result(t.id)
+    assert e.value.code == "cancelled"
+    assert e.value.details["cancelled_by"] == "client"
+    assert e.value.result.conversation
+    res = client.result(t.id, check=False)
+    assert res.error.code == "cancelled"
+    assert client.cancel(t.id).state == "finished"
+
+
+def test_conversations(client):
+    first = client.run("remember me")
+    conv = first.conversation
+    seen = []
+    second = client.run("again", resume=conv[:12], on_event=lambda ev: seen.append(ev.type))
+    assert second.conversation == conv and "(turn 2)" in second.text
+    assert "finished" in seen
+    forked = client.run("elsewhere", fork=conv)
+    assert forked.conversation != conv and forked.parent == conv and "(turn 3)" in forked.text
+    assert conv in [c.id for c in client.conversations.list()]
+    got = client.conversations.show(conv[:12])
+    assert got.id == conv and got.turns == 2 and got.agent == "echo"
+    u = client.conversations.usage(conv)
+    assert u.turns == 2 and u.usage.output_tokens > 0
+
+    archive = client.conversations.export(conv)
+    assert archive[:2] == b"\x1f\x8b"  # gzip
+    client.conversations.delete(conv)
+    with pytest.raises(ConversationError) as e:
+        client.conversations.show(conv)
+    assert e.value.status == 404 and e.value.reason == "not_found"
+    imported = client.conversations.import_(archive)
+    assert imported.id == conv and imported.turns == 2
+    third = client.run("back", resume=conv)
+    assert "(turn 3)" in third.text
+    with pytest.raises(RefusedError) as e:
+        client.conversations.import_(archive)
+    assert e.value.status == 409
+    with pytest.raises(ConfigurationError) as e:
+        client.conversations.import_(b"not an archive")
+    assert e.value.status == 400
+
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}},
+          "required": ["ok", "n"], "additionalProperties": False}
+
+
+def test_structured_answer(client):
+    res = client.run('answer #json={"ok": true, "n": 7}', schema=SCHEMA)
+    assert res.output == {"ok": True, "n": 7}
+    with pytest.raises(OutputError) as e:
+        client.run("answer #badjson", schema=SCHEMA, repairs=0)
+    assert e.value.code == "output" and e.value.result.output is None
+
+
+def test_turn_failures_raise_their_codes(client):
+    with pytest.raises(QuotaError) as e:
+        client.run("#quota")
+    assert e.value.resets_at
+    with pytest.raises(UnavailableError) as e:
+        client.run("#outage")
+    assert e.value.code == "process" and e.value.details["unavailable"] is True
+    assert isinstance(e.value, outpost.ProcessError)
+
+
+def test_api_errors(client):
+    with pytest.raises(ConfigurationError) as e:
+        client.start("x", agent="nope")
+    assert (e.value.status, e.value.reason) == (400, "bad_request")
+    with pytest.raises(TypeError):
+        client.start("x", no_such_option=1)
+    with pytest.raises(outpost.OutpostError) as e:
+        client.turn("t000000000000000000000000")
+    assert e.value.status == 404
+    with pytest.raises(outpost.OutpostError) as e:
+        list(client.events("t000000000000000000000000"))
+    assert e.value.status == 404
+
+
+def test_tcp_token_and_401(serve, tmp_path):
+    s = serve("--listen", "127.0.0.1:0", token="py-test")
+    assert s.where.startswith("http://127.0.0.1:")
+    with Client(url=s.where, token=s.tokens[0]) as c:
+        assert c.run("over tcp").error is None
+    for token in ("opt_wrong", None):
+        with Client(url=s.where, token=token) as c:
+            with pytest.raises(RefusedError) as e:
+                c.agents()
+            assert (e.value.status, e.value.reason) == (401, "unauthorized")
+            assert c.health().status == "ok"  # needs no token
+
+
+def test_403_another_user(shared, tmp_path):
+    if os.getuid() != 0:
+        missing("root", "the 403 test connects as another user (nobody)")
+    # Loosen the file permissions: the peer's uid is still checked.
+    sock = Path(shared.socket)
+    os.chmod(sock.parent, 0o755)
+    os.chmod(sock, 0o666)
+    try:
+        code = (f"import sys; sys.path.insert(0, {str(PACKAGE)!r}); import outpost\n"
+                f"c = outpost.Client(socket={str(sock)!r})\n"
+                "try:\n    c.agents()\nexcept outpost.RefusedError as e:\n"
+                "    print(e.status, e.reason)\n")
+        out = subprocess.run([sys.executable, "-c", code], user=65534, group=65534, cwd="/",
+                             capture_output=True, text=True, check=True)
+        assert out.stdout.split() == ["403", "forbidden"], out.stderr
+    finally:
+        os.chmod(sock.parent, 0o700)
+        os.chmod(sock, 0o600)
+
+
+def test_413_too_large(serve):
+    s = serve("--max-body", "1024")
+    with Client(socket=s.socket) as c:
+        with pytest.raises(ConfigurationError) as e:
+            c.start("x" * 2048)
+        assert (e.value.status, e.value.reason) == (413, "too_large")
+        assert c.run("small").error is None
+
+
+def test_429_busy(serve):
+    s = serve("--max-concurrent", "1", "--max-queue", "1")
+    with Client(socket=s.socket) as c:
+        running = c.start("#slow=2000")
+        queued = c.start("#slow=2000")
+        with pytest.raises(RefusedError) as e:
+            c.start("one too many")
+        assert (e.value.status, e.value.reason) == (429, "busy")
+        assert e.value.retry_after and e.value.retry_after > 0
+        for t in (queued, running):
+            c.cancel(t.id)
+            assert c.result(t.id, check=False).error.code == "cancelled"
+
+
+def test_server_restart(serve):
+    """A turn followed across a graceful restart ends with its result;
+    the client then goes on with the new server, where the old turn id is
+    unknown and its conversation is not."""
+    s = serve("--grace", "60s")
+    with Client(socket=s.socket) as c:
+        t = c.start("#slow=20")
+        it = c.events(t.id)
+        items = [next(it)]
+        s.proc.send_signal(signal.SIGTERM)  # draining: the turn finishes
+        items += list(it)
+        contiguous(items)
+        assert items[-1].type == "result" and items[-1].error is None
+        assert s.proc.wait(timeout=120) == 0
+        with pytest.raises(outpost.TransportError):
+            c.agents()
+        s.start()
+        again = c.run("after the restart", resume=items[-1].conversation)
+        assert "(turn 2)" in again.text
+        with pytest.raises(outpost.OutpostError) as e:
+            c.turn(t.id)
+        assert e.value.status == 404
+
+
+def test_stream_survives_a_killed_server(serve):
+    """A server killed outright: the iterator retries the connection,
+    and raises the new server's 404 for the turn it does not know."""
+    s = serve()
+    with Client(socket=s.socket, max_reconnects=50) as c:
+        t = c.start("#slow=200")
+        it = c.events(t.id)
+        next(it)
+        s.stop(signal.SIGKILL)
+        s.start()
+        with pytest.raises(outpost.OutpostError) as e:
+            list(it)
+        assert e.value.status == 404 and e.value.reason == "not_found"
+
+
+def test_docker_sandbox(serve):
+    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        missing("a running Docker Engine", "scripts/docker-up.sh")
+    if subprocess.run(["docker", "image", "inspect", "outpost/debian:test"], capture_output=True).returncode != 0:
+        missing("the image outpost/debian:test", "scripts/build-images.sh")
+    s = serve("--sandbox", "docker", "--sandbox", "local", "--image", "outpost/debian:test", "--pool-size", "1")
+    with Client(socket=s.socket) as c:
+        res = c.run("in a container #tool #write note.txt", sandbox="docker")
+        assert res.sandbox == "docker" and res.error is None
+        assert res.text.startswith("echo: in a container")
+        again = c.run("and again", resume=res.conversation, sandbox="docker")
+        assert "(turn 2)" in again.text
+        assert json.loads(json.dumps(outpost.models.encode(again)))["conversation"] == res.conversation
