@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,6 +119,10 @@ func TestAPI(t *testing.T) {
 	if code != 200 || !strings.Contains(string(b), `"turns":2`) {
 		t.Errorf("usage: %d %s", code, b)
 	}
+	code, archive, h := ts.do("GET", "/v1/conversations/"+conv[:12]+"/export", nil)
+	if code != 200 || h.Get("Content-Type") != "application/gzip" || !bytes.HasPrefix(archive, []byte{0x1f, 0x8b}) {
+		t.Fatalf("export: %d %q", code, h.Get("Content-Type"))
+	}
 	if code, _, _ := ts.do("DELETE", "/v1/conversations/"+conv, nil); code != 204 {
 		t.Errorf("delete: %d", code)
 	}
@@ -131,6 +136,23 @@ func TestAPI(t *testing.T) {
 	}
 	if code, _, _ := ts.do("POST", "/v1/turns", map[string]any{"prompt": "x", "resume": conv}); code != 404 {
 		t.Errorf("resume a deleted conversation: %d, want 404", code)
+	}
+	// Import what was exported: the conversation is back, once.
+	gz := []string{"Content-Type", "application/gzip"}
+	if code, b, h := ts.do("POST", "/v1/conversations/import", archive, gz...); code != 201 || !strings.Contains(string(b), `"turns":2`) || h.Get("Location") != "/v1/conversations/"+conv {
+		t.Errorf("import: %d %s %q", code, b, h.Get("Location"))
+	}
+	if code, b, _ := ts.do("POST", "/v1/conversations/import", archive, gz...); code != 409 || !strings.Contains(string(b), `"conflict"`) {
+		t.Errorf("import again: %d %s, want 409 conflict", code, b)
+	}
+	if code, b, _ := ts.do("POST", "/v1/conversations/import", []byte("not an archive"), gz...); code != 400 || !strings.Contains(string(b), `"bad_request"`) {
+		t.Errorf("import garbage: %d %s, want 400", code, b)
+	}
+	if code, _, _ := ts.do("GET", "/v1/conversations/"+conv+"/export", nil); code != 200 {
+		t.Errorf("export of the imported conversation: %d", code)
+	}
+	if code, _, _ := ts.do("DELETE", "/v1/conversations/"+conv, nil); code != 204 {
+		t.Errorf("delete the imported conversation: %d", code)
 	}
 
 	// Unknown routes and methods, unknown turns.

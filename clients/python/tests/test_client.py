@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -139,9 +140,9 @@ def test_conversations(client):
     with pytest.raises(RefusedError) as e:
         client.conversations.import_(archive)
     assert e.value.status == 409
-    with pytest.raises(ConfigurationError) as e:
+    with pytest.raises(ConversationError) as e:
         client.conversations.import_(b"not an archive")
-    assert e.value.status == 400
+    assert (e.value.status, e.value.reason) == (400, "bad_request")
 
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}},
@@ -193,24 +194,28 @@ def test_tcp_token_and_401(serve, tmp_path):
             assert c.health().status == "ok"  # needs no token
 
 
-def test_403_another_user(shared, tmp_path):
+def test_403_another_user(serve):
     if os.getuid() != 0:
         missing("root", "the 403 test connects as another user (nobody)")
-    # Loosen the file permissions: the peer's uid is still checked.
-    sock = Path(shared.socket)
-    os.chmod(sock.parent, 0o755)
-    os.chmod(sock, 0o666)
+    # A socket another user can reach (the test's own directories are
+    # 0700): the server still checks the peer's uid.
+    top = Path(tempfile.mkdtemp(prefix="outpost-py-"))
     try:
+        run = top / "run"
+        run.mkdir(mode=0o700)
+        s = serve("--socket", str(run / "serve.sock"), default_socket=True)
+        for d in (top, run):
+            os.chmod(d, 0o755)
+        os.chmod(s.socket, 0o666)
         code = (f"import sys; sys.path.insert(0, {str(PACKAGE)!r}); import outpost\n"
-                f"c = outpost.Client(socket={str(sock)!r})\n"
+                f"c = outpost.Client(socket={s.socket!r})\n"
                 "try:\n    c.agents()\nexcept outpost.RefusedError as e:\n"
                 "    print(e.status, e.reason)\n")
         out = subprocess.run([sys.executable, "-c", code], user=65534, group=65534, cwd="/",
-                             capture_output=True, text=True, check=True)
+                             capture_output=True, text=True)
         assert out.stdout.split() == ["403", "forbidden"], out.stderr
     finally:
-        os.chmod(sock.parent, 0o700)
-        os.chmod(sock, 0o600)
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def test_413_too_large(serve):
