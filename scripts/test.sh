@@ -4,18 +4,22 @@
 # Installs what the suite needs, idempotently (fast when already there):
 # the Docker Engine (Debian's docker.io, started if no daemon answers),
 # PostgreSQL's server binaries (scripts/postgres-up.sh), the
-# pinned agent CLIs from npm, the test images built locally, and the
-# Kubernetes test cluster's packages and binaries (scripts/kube-up.sh
-# --prepare: built from source, cached; integration/kubernetes starts the
-# cluster and stops it). Then runs go vet, the gofmt check and every test
-# with the race detector.
+# pinned agent CLIs from npm, the test images built locally, Debian's
+# python3 packages of the Python client's tests (httpx, pytest, setuptools,
+# wheel, venv), and the Kubernetes test cluster's packages and binaries
+# (scripts/kube-up.sh --prepare: built from source, cached;
+# integration/kubernetes starts the cluster and stops it). Then runs go
+# vet, the gofmt check, every test with the race detector and the Python
+# client's pytest suite (clients/python).
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh ./sandbox/...   # only these packages (still installs)
+#   scripts/test.sh ./clients/python  # only the Python client's pytest suite
 #
 # Environment: OUTPOST_CACHE (install cache, default ~/.cache/outpost),
 # OUTPOST_TEST_SKIP_SETUP=1 (run the tests with whatever is installed),
-# GOTESTFLAGS (extra go test flags).
+# GOTESTFLAGS (extra go test flags), OUTPOST_PYTHON (the Python of the
+# client's tests, default Debian's /usr/bin/python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +45,16 @@ if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 		echo "test.sh: not root: skipping the Docker Engine install; docker tests need a running engine" >&2
 	fi
 	if [[ $(id -u) == 0 ]]; then step "PostgreSQL"; scripts/postgres-up.sh; fi
+	if [[ $(id -u) == 0 ]]; then
+		# The Python client's tests use only what Debian ships (Python's
+		# package index is not reachable from every machine).
+		step "Python client: Debian's python3 packages"
+		py_pkgs=(python3 python3-httpx python3-pytest python3-setuptools python3-wheel python3-venv)
+		if [[ $(dpkg-query -W -f='${db:Status-Abbrev}\n' "${py_pkgs[@]}" 2>/dev/null | grep -c '^ii') != "${#py_pkgs[@]}" ]]; then
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${py_pkgs[@]}" >/dev/null
+		fi
+	fi
 	step "pinned agent CLIs"
 	scripts/install-clis.sh >/dev/null
 	step "TypeScript client dependencies"
@@ -72,8 +86,20 @@ if [[ -n "$unformatted" ]]; then
 	exit 1
 fi
 
-step "go test"
-pkgs=("$@")
-[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./...)
-# shellcheck disable=SC2086
-go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} "${pkgs[@]}"
+# ./clients/python in the list (or no list) runs the Python client's tests.
+pkgs=() python_tests=$(($# == 0))
+for p in "$@"; do
+	if [[ ${p%/} == ./clients/python || ${p%/} == clients/python ]]; then python_tests=1; else pkgs+=("$p"); fi
+done
+[[ $# -gt 0 ]] || pkgs=(./...)
+if [[ ${#pkgs[@]} -gt 0 ]]; then
+	step "go test"
+	# shellcheck disable=SC2086
+	go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} "${pkgs[@]}"
+fi
+if [[ $python_tests == 1 ]]; then
+	# Debian's Python, whose packages the set-up installed (the tests
+	# build the outpost binary, or take $OUTPOST_BIN).
+	step "Python client: pytest"
+	"${OUTPOST_PYTHON:-/usr/bin/python3}" -m pytest -q -p no:cacheprovider clients/python
+fi
