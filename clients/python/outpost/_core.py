@@ -124,6 +124,16 @@ def _of(cls: type) -> Callable[[Any], Any]:
     return lambda data: models.decode(cls, data)
 
 
+def deliver(item: Union[Event, Result], on_event: Optional[Callable[[Event], Any]]) -> Optional[Result]:
+    """deliver hands an event to on_event and returns None; a result it
+    returns (it comes last, so a loop's last value is the result)."""
+    if isinstance(item, Result):
+        return item
+    if on_event is not None:
+        on_event(item)
+    return None
+
+
 def checked(result: Optional[Result], check: bool, turn_id: str) -> Result:
     """checked returns the result, or raises its error when check is set."""
     if result is None:
@@ -138,6 +148,23 @@ class Api:
     for it: the value (Client) or an awaitable of it (AsyncClient)."""
 
     conversations: "Conversations"
+
+    # The httpx client and transport classes of the subclass.
+    _http_client: Any = None
+    _http_transport: Any = None
+
+    def __init__(self, url: Optional[str] = None, *, token: Optional[str] = None,
+                 socket: Optional[str] = None, timeout: float = 30.0,
+                 stream_timeout: float = 60.0, max_reconnects: int = 10,
+                 transport: Any = None):
+        t = target(url, token, socket)
+        if transport is None and t.socket:
+            transport = self._http_transport(uds=t.socket)
+        self._http = self._http_client(base_url=t.base_url, headers=t.headers, timeout=timeout,
+                                       transport=transport)
+        self._stream_timeout = httpx.Timeout(timeout, read=stream_timeout)
+        self._max_reconnects = max_reconnects
+        self.conversations = Conversations(self)
 
     def _call(self, call: Call) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -258,6 +285,7 @@ class Follow:
         self.max = max_reconnects
         self.failures = 0
         self.done = False
+        self.sse = SSE()
 
     def headers(self) -> Dict[str, str]:
         h = {"Accept": "text/event-stream"}
@@ -275,11 +303,25 @@ class Follow:
         self.done = isinstance(item, Result)
         return item
 
-    def refused(self, r: httpx.Response) -> None:
-        """refused raises the error of a stream the server refused, unless
-        it is worth retrying (503: draining, a restart may follow)."""
+    def opened(self, r: httpx.Response) -> bool:
+        """opened starts a connection's parsing: true when the server
+        streams; false for a refusal worth retrying (503: draining, a
+        restart may follow); any other refusal (its body read) raises."""
+        self.sse = SSE()
+        if r.status_code == 200:
+            return True
         if r.status_code != 503:
             raise response_error(r)
+        return False
+
+    def feed(self, chunk: str) -> List[Union[Event, Result]]:
+        """feed is the items to deliver of a chunk of the stream."""
+        items = []
+        for msg in self.sse.feed(chunk):
+            item = None if self.done else self.take(msg)
+            if item is not None:
+                items.append(item)
+        return items
 
     def backoff(self) -> float:
         """backoff is the delay before the next connection; it raises

@@ -19,18 +19,8 @@ class AsyncClient(_core.Api):
     ``async for ev in client.events(id)``, ``await client.result(id)``,
     ``await client.conversations.list()``; ``async with`` closes it."""
 
-    def __init__(self, url: Optional[str] = None, *, token: Optional[str] = None,
-                 socket: Optional[str] = None, timeout: float = 30.0,
-                 stream_timeout: float = 60.0, max_reconnects: int = 10,
-                 transport: Optional[httpx.AsyncBaseTransport] = None):
-        t = _core.target(url, token, socket)
-        if transport is None and t.socket:
-            transport = httpx.AsyncHTTPTransport(uds=t.socket)
-        self._http = httpx.AsyncClient(base_url=t.base_url, headers=t.headers, timeout=timeout,
-                                       transport=transport)
-        self._stream_timeout = httpx.Timeout(timeout, read=stream_timeout)
-        self._max_reconnects = max_reconnects
-        self.conversations = _core.Conversations(self)
+    _http_client = httpx.AsyncClient
+    _http_transport = httpx.AsyncHTTPTransport
 
     async def _call(self, call: _core.Call) -> Any:
         try:
@@ -44,20 +34,15 @@ class AsyncClient(_core.Api):
         f = _core.Follow(turn_id, last_event_id, self._max_reconnects)
         while True:
             try:
-                async with self._http.stream("GET", f.path, headers=f.headers(),
-                                             timeout=self._stream_timeout) as r:
+                async with self._http.stream("GET", f.path, headers=f.headers(), timeout=self._stream_timeout) as r:
                     if r.status_code != 200:
                         await r.aread()
-                        f.refused(r)
-                    else:
-                        sse = _core.SSE()
+                    if f.opened(r):
                         async for chunk in r.aiter_text():
-                            for msg in sse.feed(chunk):
-                                item = f.take(msg)
-                                if item is not None:
-                                    yield item
-                                if f.done:
-                                    return
+                            for item in f.feed(chunk):
+                                yield item
+                            if f.done:
+                                return
             except httpx.TransportError:
                 pass
             await asyncio.sleep(f.backoff())
@@ -68,8 +53,7 @@ class AsyncClient(_core.Api):
         res = st.result
         if res is None:
             async for item in self.events(turn_id, last_event_id=st.events):
-                if isinstance(item, Result):
-                    res = item
+                res = _core.deliver(item, None)
         return _core.checked(res, check, turn_id)
 
     async def run(self, prompt: str, *, on_event: Optional[Callable[[Event], Any]] = None,
@@ -78,10 +62,7 @@ class AsyncClient(_core.Api):
         t = await self.start(prompt, **request)
         res = None
         async for item in self.events(t.id):
-            if isinstance(item, Result):
-                res = item
-            elif on_event is not None:
-                on_event(item)
+            res = _core.deliver(item, on_event)
         return _core.checked(res, check, t.id)
 
     async def aclose(self) -> None:

@@ -26,18 +26,8 @@ class Client(_core.Api):
     without progress. Use it as a context manager, or call ``close``.
     """
 
-    def __init__(self, url: Optional[str] = None, *, token: Optional[str] = None,
-                 socket: Optional[str] = None, timeout: float = 30.0,
-                 stream_timeout: float = 60.0, max_reconnects: int = 10,
-                 transport: Optional[httpx.BaseTransport] = None):
-        t = _core.target(url, token, socket)
-        if transport is None and t.socket:
-            transport = httpx.HTTPTransport(uds=t.socket)
-        self._http = httpx.Client(base_url=t.base_url, headers=t.headers, timeout=timeout,
-                                  transport=transport)
-        self._stream_timeout = httpx.Timeout(timeout, read=stream_timeout)
-        self._max_reconnects = max_reconnects
-        self.conversations = _core.Conversations(self)
+    _http_client = httpx.Client
+    _http_transport = httpx.HTTPTransport
 
     def _call(self, call: _core.Call) -> Any:
         try:
@@ -57,18 +47,13 @@ class Client(_core.Api):
                 with self._http.stream("GET", f.path, headers=f.headers(), timeout=self._stream_timeout) as r:
                     if r.status_code != 200:
                         r.read()
-                        f.refused(r)
-                    else:
-                        sse = _core.SSE()
+                    if f.opened(r):
                         for chunk in r.iter_text():
-                            for msg in sse.feed(chunk):
-                                item = f.take(msg)
-                                if item is not None:
-                                    yield item
-                                if f.done:
-                                    return
+                            yield from f.feed(chunk)
+                            if f.done:
+                                return
             except httpx.TransportError:
-                pass
+                pass  # reconnect
             time.sleep(f.backoff())
 
     def result(self, turn_id: str, *, check: bool = True) -> Result:
@@ -79,8 +64,7 @@ class Client(_core.Api):
         res = st.result
         if res is None:
             for item in self.events(turn_id, last_event_id=st.events):
-                if isinstance(item, Result):
-                    res = item
+                res = _core.deliver(item, None)
         return _core.checked(res, check, turn_id)
 
     def run(self, prompt: str, *, on_event: Optional[Callable[[Event], Any]] = None,
@@ -90,10 +74,7 @@ class Client(_core.Api):
         t = self.start(prompt, **request)
         res = None
         for item in self.events(t.id):
-            if isinstance(item, Result):
-                res = item
-            elif on_event is not None:
-                on_event(item)
+            res = _core.deliver(item, on_event)
         return _core.checked(res, check, t.id)
 
     def close(self) -> None:
