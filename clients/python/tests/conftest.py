@@ -137,6 +137,7 @@ class Proxy:
         self.lock = threading.Lock()
         self.conns: List[socket.socket] = []
         self.cuts = 0
+        self.sent: List[bytes] = []
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen()
@@ -157,12 +158,19 @@ class Proxy:
             with self.lock:
                 self.conns += [down, up]
             for a, b in ((down, up), (up, down)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(a, b, a is down), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def requests(self) -> bytes:
+        """requests is every byte the clients sent, in order."""
+        with self.lock:
+            return b"".join(self.sent)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, upstream: bool) -> None:
         try:
             while data := src.recv(65536):
+                if upstream:
+                    with self.lock:
+                        self.sent.append(data)
                 dst.sendall(data)
         except OSError:
             pass

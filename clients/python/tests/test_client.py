@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -77,6 +78,9 @@ def test_reconnection_mid_turn(shared, proxy):
                 p.cut()
         assert p.cuts >= 5
         contiguous(items)
+        # Each reconnection asked for the events after the last delivered.
+        asked = re.findall(rb"(?i)last-event-id: (\d+)", p.requests())
+        assert [int(n) for n in asked] == [5 * k for k in range(1, p.cuts + 1)]
         assert items[-1].type == "result" and items[-1].error is None
         again = list(c.events(t.id))
         assert again == items
