@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -33,9 +35,12 @@ func TestMCPClaudeCode(t *testing.T) {
 		},
 	})
 	work, home := t.TempDir(), t.TempDir()
+	// The server's log (its standard error) goes to a file, to read what
+	// run_turn did.
+	logFile := filepath.Join(t.TempDir(), "mcp.log")
 	config, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"outpost": map[string]any{
-		"command": outpostBinary(t),
-		"args":    []string{"mcp", "--workdir", work, "--log-format", "text"},
+		"command": "/bin/sh",
+		"args":    []string{"-c", `exec "$0" mcp --workdir "$1" --log-format text 2>>"$2"`, outpostBinary(t), work, logFile},
 		"env":     map[string]string{"OUTPOST_HOME": filepath.Join(home, ".outpost-home")},
 	}}})
 	cmd := exec.Command(bin, "-p", "--output-format", "stream-json", "--verbose",
@@ -101,6 +106,16 @@ func TestMCPClaudeCode(t *testing.T) {
 	// The fake model echoes the tool result it was given: the answer came back.
 	if !strings.Contains(final, "last_user=[tool_result] ") || !strings.Contains(final, "echo: hello from claude (turn 1)") {
 		t.Errorf("final answer %q", final)
+	}
+	logs, _ := os.ReadFile(logFile)
+	m := regexp.MustCompile(`msg="outpost mcp: run_turn" turn=\S+ progress_token=(\w+) notified=(\d+) cancelled=false`).FindSubmatch(logs)
+	switch {
+	case m == nil:
+		t.Errorf("outpost mcp logged no run_turn:\n%s", logs)
+	case string(m[1]) != "true" || string(m[2]) == "0":
+		// The pinned CLI sends a progress token: the turn's events
+		// (session, message, finished) stream to it.
+		t.Errorf("progress token %s, %s notifications sent, want a token and the events:\n%s", m[1], m[2], logs)
 	}
 	var called bool
 	for _, r := range fake.MessageRequests() {

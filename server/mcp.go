@@ -141,8 +141,9 @@ func (s *Server) runTurnTool(ctx context.Context, call *mcp.CallToolRequest, arg
 	if err != nil {
 		return toolError(err)
 	}
-	s.follow(ctx, call, t)
+	sent := s.follow(ctx, call, t)
 	line := t.status().Result
+	s.log.Info("outpost mcp: run_turn", "turn", t.id, "progress_token", call.Params.GetProgressToken() != nil, "notified", sent, "cancelled", ctx.Err() != nil)
 	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: answerText(line)}}}
 	if line.Error != nil {
 		res.IsError = true
@@ -154,8 +155,9 @@ func (s *Server) runTurnTool(ctx context.Context, call *mcp.CallToolRequest, arg
 // has a progress token) until it finishes. When ctx ends (the client
 // cancelled the call, or went away), the turn is cancelled, and follow
 // still waits for its end: the sandbox is released and the conversation
-// captured before the call returns.
-func (s *Server) follow(ctx context.Context, call *mcp.CallToolRequest, t *turn) {
+// captured before the call returns. It returns how many notifications it
+// sent.
+func (s *Server) follow(ctx context.Context, call *mcp.CallToolRequest, t *turn) (sent int) {
 	token := call.Params.GetProgressToken()
 	var after int64
 	for {
@@ -165,19 +167,21 @@ func (s *Server) follow(ctx context.Context, call *mcp.CallToolRequest, t *turn)
 			if token != nil && ctx.Err() == nil && !isResultLine(e) {
 				// The notification is best effort: a client that stopped
 				// reading loses progress, not the turn.
-				_ = call.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(seq), Message: string(e)})
+				if call.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(seq), Message: string(e)}) == nil {
+					sent++
+				}
 			}
 		}
 		after = rp.seq + int64(len(rp.entries)) - 1
 		if rp.finished {
-			return
+			return sent
 		}
 		select {
 		case <-rp.notify:
 		case <-ctx.Done():
 			t.cancel(errClientCancel)
 			<-t.done
-			return
+			return sent
 		}
 	}
 }
