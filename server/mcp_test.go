@@ -180,7 +180,9 @@ func TestMCPTools(t *testing.T) {
 		args       map[string]any
 		code       string
 	}{
+		{"blank prompt", "run_turn", map[string]any{"prompt": " "}, "configuration"},
 		{"unknown agent", "run_turn", map[string]any{"prompt": "x", "agent": "nope"}, "configuration"},
+		{"sandbox not served", "run_turn", map[string]any{"prompt": "x", "sandbox": "docker"}, "configuration"},
 		{"bad timeout", "run_turn", map[string]any{"prompt": "x", "timeout": "soon"}, "configuration"},
 		{"resume and fork", "run_turn", map[string]any{"prompt": "x", "resume": conv, "fork": conv}, "configuration"},
 		{"unknown conversation", "run_turn", map[string]any{"prompt": "x", "resume": "c0000000000"}, "conversation"},
