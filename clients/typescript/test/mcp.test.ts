@@ -62,7 +62,7 @@ function text(res: Awaited<ReturnType<Client["callTool"]>>): string {
   return (res.content as { type: string; text?: string }[]).map((c) => c.text ?? "").join("");
 }
 
-async function exercise(client: Client) {
+async function exercise(client: Client, cancelled?: () => Promise<void>) {
   const tools = await client.listTools();
   assert.deepEqual(tools.tools.map((t) => t.name).sort(), ["get_conversation", "list_agents", "list_conversations", "run_turn"]);
 
@@ -87,6 +87,7 @@ async function exercise(client: Client) {
   // Cancelling the call cancels the turn: the server then runs the next.
   const abort = new AbortController();
   await assert.rejects(runTurn(client, { prompt: "#slow=100000" }, abort.signal, (e) => { if (e.type === "message") abort.abort(); }));
+  await cancelled?.();
   const next = await runTurn(client, { prompt: "after the cancel" });
   assert.match(text(next.res), /after the cancel/);
 }
@@ -115,9 +116,20 @@ test("streamable HTTP: /mcp of outpost serve, with a bearer token", async () => 
     child.on("exit", (code) => reject(new Error(`outpost serve exited with ${code}`)));
   });
   await assert.rejects(connect(new StreamableHTTPClientTransport(new URL(where + "/mcp"))), /401|nauthorized/);
-  const client = await connect(new StreamableHTTPClientTransport(new URL(where + "/mcp"), { requestInit: { headers: { Authorization: "Bearer " + token } } }));
+  const headers = { Authorization: "Bearer " + token };
+  const client = await connect(new StreamableHTTPClientTransport(new URL(where + "/mcp"), { requestInit: { headers } }));
+  // The server counts the cancelled turn once it has ended (its sandbox
+  // destroyed): wait for it.
+  const cancelled = async () => {
+    for (let i = 0; i < 600; i++) {
+      const metrics = await (await fetch(where + "/metrics", { headers })).text();
+      if (metrics.includes('outpost_turns_total{agent="echo",code="cancelled",sandbox="local"} 1') && metrics.includes("outpost_turns_running 0")) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.fail("the cancelled call's turn did not end cancelled");
+  };
   try {
-    await exercise(client);
+    await exercise(client, cancelled);
   } finally {
     await client.close();
   }
