@@ -20,4 +20,8 @@
 // exposes Prometheus metrics and logs with log/slog. Authentication is
 // the listener's: peer credentials on a Unix socket (PeerCredListener),
 // bearer tokens on TCP (Tokens).
+//
+// The same turns are offered to MCP clients (Server.MCP, on the official
+// Go SDK): at /mcp over streamable HTTP, behind the same authentication,
+// and over stdio by `outpost mcp` (docs/mcp.md).
 package server

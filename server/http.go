@@ -26,7 +26,8 @@ import (
 var OpenAPI []byte
 
 // Routes lists the API's routes as "METHOD PATH" (ServeMux patterns), for
-// tests that hold them against the OpenAPI document.
+// tests that hold them against the OpenAPI document. /mcp, the MCP
+// endpoint (streamable HTTP), speaks MCP's protocol and is not among them.
 func Routes() []string {
 	return []string{
 		"POST /v1/turns", "GET /v1/turns/{id}", "GET /v1/turns/{id}/events", "POST /v1/turns/{id}/messages",
@@ -57,6 +58,7 @@ func (s *Server) routes() http.Handler {
 		w.Write(OpenAPI)
 	})
 	mux.HandleFunc("GET /healthz", s.health)
+	mux.Handle("/mcp", s.mcpHandler()) // MCP's own protocol, not in the OpenAPI document (docs/mcp.md)
 	mux.Handle("GET /metrics", s.metrics.handler())
 	return s.middleware(mux)
 }
@@ -473,12 +475,18 @@ func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, id s
 }
 
 func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"agents": agentList()})
+}
+
+// agentList is the registered presets, for GET /v1/agents and MCP's
+// list_agents.
+func agentList() []Agent {
 	out := []Agent{}
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
 		out = append(out, Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"agents": out})
+	return out
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
@@ -127,6 +129,7 @@ type Server struct {
 	pool    *sandbox.Pool
 	metrics *metrics
 	handler http.Handler
+	mcp     *mcp.Server
 
 	base     context.Context // ends at the end of Shutdown: cancels every turn
 	baseStop context.CancelCauseFunc
@@ -173,6 +176,7 @@ func New(opts *Options) (*Server, error) {
 	}
 	s.base, s.baseStop = context.WithCancelCause(context.Background())
 	s.sem = make(chan struct{}, s.o.MaxConcurrent)
+	s.mcp = s.newMCP()
 	s.handler = s.routes()
 	if err := s.warm(); err != nil {
 		return nil, err

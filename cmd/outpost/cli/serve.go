@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
@@ -56,15 +57,8 @@ conversations are captured either way.`,
 	fl.StringVar(&f.socket, "socket", "", "Unix socket path (default $XDG_RUNTIME_DIR/outpost/serve.sock)")
 	fl.StringVar(&f.listen, "listen", "", "listen on TCP HOST:PORT instead (requires tokens)")
 	fl.StringVar(&f.tokens, "tokens", "", "tokens file (default $XDG_CONFIG_HOME/outpost/serve-tokens)")
-	fl.StringVar(&f.workdir, "workdir", "", "directory turns run in; its .outpost/.env is read (default: the current one)")
-	fl.StringVar(&f.agent, "agent", "echo", "default agent ("+strings.Join(presets.Names(), ", ")+")")
-	fl.StringArrayVar(&f.sandboxes, "sandbox", nil, "sandbox provider clients may use, the first the default ("+strings.Join(sandbox.Providers(), ", ")+"); repeatable (default local)")
-	fl.StringArrayVar(&f.set, "set", nil, "provider setting PROVIDER.KEY=VALUE, e.g. docker.host=...; repeatable")
-	fl.StringVar(&f.image, "image", "", "docker image (same as --set docker.image=...)")
-	fl.StringArrayVar(&f.allow, "allow-setting", []string{"image"}, "provider setting name clients may set; repeatable")
-	fl.IntVar(&f.maxConcurrent, "max-concurrent", 8, "turns running at once")
+	serverFlags(fl, &f, 2)
 	fl.IntVar(&f.maxQueue, "max-queue", 0, "turns waiting for a slot before 429 (default 4 × --max-concurrent)")
-	fl.DurationVar(&f.maxTimeout, "max-timeout", time.Hour, "per-turn timeout ceiling (and default)")
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running turns may finish before they are cancelled")
 	fl.DurationVar(&f.retention, "retention", 15*time.Minute, "how long a finished turn's events stay replayable")
 	fl.IntVar(&f.maxTurnEvents, "max-turn-events", 8<<20, "bytes of one turn's events kept for replay (the oldest dropped beyond)")
@@ -73,14 +67,27 @@ conversations are captured either way.`,
 	fl.IntVar(&f.maxTurnStreams, "max-turn-streams", 8, "open event streams per turn (429 beyond)")
 	fl.DurationVar(&f.spoolPush, "spool-push", 30*time.Second, "how often turns spooled while the store was down are pushed into it (negative: only at start)")
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "request body limit in bytes (413 beyond)")
-	fl.IntVar(&f.poolSize, "pool-size", 2, "warm sandboxes kept per sandbox kind (-1: no pool)")
+	c.MarkFlagsMutuallyExclusive("socket", "listen")
+	c.AddCommand(a.serveTokenCmd())
+	return c
+}
+
+// serverFlags are the flags of the server's options that `outpost serve`
+// and `outpost mcp` share; poolSize is --pool-size's default.
+func serverFlags(fl *pflag.FlagSet, f *serveFlags, poolSize int) {
+	fl.StringVar(&f.workdir, "workdir", "", "directory turns run in; its .outpost/.env is read (default: the current one)")
+	fl.StringVar(&f.agent, "agent", "echo", "default agent ("+strings.Join(presets.Names(), ", ")+")")
+	fl.StringArrayVar(&f.sandboxes, "sandbox", nil, "sandbox provider clients may use, the first the default ("+strings.Join(sandbox.Providers(), ", ")+"); repeatable (default local)")
+	fl.StringArrayVar(&f.set, "set", nil, "provider setting PROVIDER.KEY=VALUE, e.g. docker.host=...; repeatable")
+	fl.StringVar(&f.image, "image", "", "docker image (same as --set docker.image=...)")
+	fl.StringArrayVar(&f.allow, "allow-setting", []string{"image"}, "provider setting name clients may set; repeatable")
+	fl.IntVar(&f.maxConcurrent, "max-concurrent", 8, "turns running at once")
+	fl.DurationVar(&f.maxTimeout, "max-timeout", time.Hour, "per-turn timeout ceiling (and default)")
+	fl.IntVar(&f.poolSize, "pool-size", poolSize, "warm sandboxes kept per sandbox kind (-1: no pool)")
 	fl.StringArrayVar(&f.poolAgents, "pool-agent", nil, "agent whose pinned CLI pooled sandboxes get in advance; repeatable (default: the default agent)")
 	fl.StringArrayVar(&f.warm, "warm", nil, "sandbox kind to fill at start: PROVIDER or PROVIDER:image=IMG; repeatable")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format on standard error: json or text")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log debug records too")
-	c.MarkFlagsMutuallyExclusive("socket", "listen")
-	c.AddCommand(a.serveTokenCmd())
-	return c
 }
 
 func (a *app) serveTokenCmd() *cobra.Command {
@@ -121,29 +128,11 @@ func tokensPath(flag string) (string, error) {
 }
 
 func (a *app) serve(ctx context.Context, f serveFlags) error {
-	log, err := a.serveLogger(f)
+	opts, err := a.serverOptions(f)
 	if err != nil {
 		return err
 	}
-	settings, err := serveSettings(f)
-	if err != nil {
-		return err
-	}
-	warm, err := warmKeys(f.warm)
-	if err != nil {
-		return err
-	}
-	store, err := a.store()
-	if err != nil {
-		return err
-	}
-	opts := &server.Options{
-		Store: store, Spool: a.spool, SpoolPush: f.spoolPush, Workdir: f.workdir, DefaultAgent: f.agent, Sandboxes: f.sandboxes, Settings: settings,
-		AllowSettings: f.allow, MaxConcurrent: f.maxConcurrent, MaxQueue: f.maxQueue, MaxTimeout: f.maxTimeout,
-		MaxBody: f.maxBody, Retention: f.retention, MaxTurnEvents: f.maxTurnEvents, MaxRetained: f.maxRetained,
-		MaxStreams: f.maxStreams, MaxTurnStreams: f.maxTurnStreams, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
-		Warm: warm, Logger: log, Version: version(), Installer: &bootstrap.Installer{},
-	}
+	log := opts.Logger
 	ln, where, err := serveListener(f, opts)
 	if err != nil {
 		return err
@@ -156,6 +145,33 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 	log.Info("outpost serve: listening", "address", where, "sandboxes", opts.Sandboxes, "version", version())
 	fmt.Fprintln(a.stdout, "outpost serve: listening on", where)
 	return serveUntilDone(ctx, srv, ln, f.grace, log)
+}
+
+// serverOptions are the server's options of the flags, with the store.
+func (a *app) serverOptions(f serveFlags) (*server.Options, error) {
+	log, err := a.serveLogger(f)
+	if err != nil {
+		return nil, err
+	}
+	settings, err := serveSettings(f)
+	if err != nil {
+		return nil, err
+	}
+	warm, err := warmKeys(f.warm)
+	if err != nil {
+		return nil, err
+	}
+	store, err := a.store()
+	if err != nil {
+		return nil, err
+	}
+	return &server.Options{
+		Store: store, Spool: a.spool, SpoolPush: f.spoolPush, Workdir: f.workdir, DefaultAgent: f.agent, Sandboxes: f.sandboxes, Settings: settings,
+		AllowSettings: f.allow, MaxConcurrent: f.maxConcurrent, MaxQueue: f.maxQueue, MaxTimeout: f.maxTimeout,
+		MaxBody: f.maxBody, Retention: f.retention, MaxTurnEvents: f.maxTurnEvents, MaxRetained: f.maxRetained,
+		MaxStreams: f.maxStreams, MaxTurnStreams: f.maxTurnStreams, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
+		Warm: warm, Logger: log, Version: version(), Installer: &bootstrap.Installer{},
+	}, nil
 }
 
 // serveLogger is the server's log on stderr, in --log-format.
