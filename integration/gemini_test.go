@@ -2,9 +2,13 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,8 +19,11 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/gemini"
+	"github.com/outposthq/outpost/harness/kit"
 	fakegemini "github.com/outposthq/outpost/internal/fakeapi/gemini"
 	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/providers/docker"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -224,4 +231,167 @@ func TestGeminiRepair(t *testing.T) {
 		!strings.Contains(reqs[1].LastUserText, "does not match the required JSON Schema") || reqs[1].NumContents <= reqs[0].NumContents {
 		t.Errorf("requests %+v", reqs)
 	}
+}
+
+// TestGeminiDocker: a conversation begun on the local provider resumes in
+// a container and forks in another, each installing the pinned CLI with
+// the bootstrap step (the Debian test image has no gemini; its node 18 is
+// too old, so the image gets the host's node). The turns reach the fake
+// on the host's loopback (host network).
+func TestGeminiDocker(t *testing.T) {
+	e := newGeminiEnv(t, "")
+	dockertest.Require(t, dockertest.Debian)
+	prov := dockertest.Provider(t, geminiNodeImage(t), func(o *docker.Options) {
+		o.Network = "host"
+		o.Binary = outpostBinary(t)
+	})
+	first := e.run(sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}})
+	if first.err != nil {
+		t.Fatalf("local turn: %v", first.err)
+	}
+	docker := func(turn sandbox.Turn) geminiTurn {
+		t.Helper()
+		e.fake.Reset()
+		turn.Agent.Model = geminiModel
+		return runGemini(t, turn, &sandbox.RunOptions{Provider: prov, Store: e.store, Environ: e.environ})
+	}
+	resumed := docker(sandbox.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation})
+	if resumed.err != nil {
+		t.Fatalf("resumed turn: %v", resumed.err)
+	}
+	if resumed.res.Sandbox != "docker" || resumed.res.Session != first.res.Session ||
+		!strings.HasPrefix(resumed.res.Text, "ECHO ncontents=5 ") || resumed.res.Usage != geminiCall {
+		t.Errorf("resumed turn %+v", resumed.res)
+	}
+	tool := docker(sandbox.Turn{Prompt: "fork FAKE_TOOL", Fork: first.res.Conversation})
+	if tool.err != nil {
+		t.Fatalf("forked turn: %v", tool.err)
+	}
+	if tool.res.Session == first.res.Session || len(tool.of(harness.EventToolCall)) != 1 ||
+		!strings.Contains(tool.res.Text, "tool-ran") || tool.res.Usage != times(geminiCall, 2) {
+		t.Errorf("forked turn %+v", tool.res)
+	}
+	if reqs := e.fake.Turns(); len(reqs) != 2 || reqs[0].NumContents < 5 {
+		t.Errorf("the fork did not carry the parent's history: %d requests", len(reqs))
+	}
+}
+
+// geminiNodeImage is outpost/debian:test with the host's node at
+// /usr/local/bin/node (Gemini CLI needs node >= 20; Debian 12 has 18).
+// The image name is derived from the base image and the node binary, so
+// the image is built once.
+func geminiNodeImage(t testing.TB) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err == nil {
+		node, err = filepath.EvalSymlinks(node)
+	}
+	if err != nil {
+		testenv.Missing(t, "node", "install node >= 20 on the host")
+	}
+	fi, err := os.Stat(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", dockertest.Debian).Output()
+	if err != nil {
+		t.Fatalf("inspecting %s: %v", dockertest.Debian, err)
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s %d %d", strings.TrimSpace(string(base)), fi.Size(), fi.ModTime().UnixNano()))
+	name := "outpost/node-test:" + hex.EncodeToString(sum[:6])
+	if exec.Command("docker", "image", "inspect", name).Run() == nil {
+		return name
+	}
+	dir := t.TempDir()
+	if err := copyFile(node, filepath.Join(dir, "node")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+dockertest.Debian+"\nCOPY node /usr/local/bin/node\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("docker", "build", "-q", "-t", name, dir)
+	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker build %s: %v\n%s", name, err, out)
+	}
+	return name
+}
+
+// TestGeminiBootstrapCommand: `outpost bootstrap gemini` installs the
+// pinned package, its SHA-512 verified, into a fresh container and runs
+// its --version.
+func TestGeminiBootstrapCommand(t *testing.T) {
+	testenv.RequireCLI(t, "gemini") // the same pin; its download is the bootstrap's
+	dockertest.Require(t, dockertest.Debian)
+	image := geminiNodeImage(t)
+	code, out, errOut := runOutpost(t, t.TempDir(), t.TempDir(), "bootstrap", "gemini", "--sandbox", "docker", "--image", image, "--json")
+	if code != 0 {
+		t.Fatalf("outpost bootstrap: exit %d\n%s\n%s", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var line struct {
+		Type, Check, Version string
+		Error                any
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &line); err != nil || line.Type != "result" || line.Error != nil ||
+		line.Version != testenv.CLIVersion("gemini") || !strings.Contains(line.Check, testenv.CLIVersion("gemini")) {
+		t.Fatalf("result line %s (%v)", lines[len(lines)-1], err)
+	}
+}
+
+// BenchmarkGeminiTurn is one "Say hello" turn of the pinned Gemini CLI
+// against the fake Gemini API, run directly (a fresh home with the
+// preset's settings) and through outpost (docs/benchmarks.md, "Gemini"):
+//
+//	COUNT=6 BENCHTIME=3x PKGS=./integration scripts/bench.sh BenchmarkGeminiTurn
+func BenchmarkGeminiTurn(b *testing.B) {
+	bin := filepath.Dir(testenv.RequireCLI(b, "gemini"))
+	fake := fakegemini.Start(b, fakegemini.Config{})
+	env := []string{"GEMINI_API_KEY=" + geminiKey, "GOOGLE_GEMINI_BASE_URL=" + fake.URL()}
+	path := bin + ":" + os.Getenv("PATH")
+	b.Run("direct", func(b *testing.B) {
+		conf, err := gemini.Configuration(harness.Vars{"GEMINI_API_KEY": geminiKey})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wd := b.TempDir()
+		for b.Loop() {
+			home := b.TempDir()
+			if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(home, gemini.SettingsFile), conf.Files[0].Content, 0o600); err != nil {
+				b.Fatal(err)
+			}
+			cmd := exec.Command(filepath.Join(bin, "gemini"), "--prompt=Say hello", "--output-format", "stream-json", "--skip-trust",
+				"--session-id", uuidFor(b), "--model", geminiModel, "--approval-mode", "yolo")
+			cmd.Dir = wd
+			cmd.Env = append([]string{"PATH=" + path, "HOME=" + home, "TMPDIR=" + home, "GEMINI_CLI_TRUST_WORKSPACE=true"}, env...)
+			out, err := cmd.Output()
+			if err != nil || !strings.Contains(string(out), `"status":"success"`) {
+				b.Fatalf("gemini: %v\n%s", err, out)
+			}
+		}
+	})
+	b.Run("outpost", func(b *testing.B) {
+		p := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + path}})
+		o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: env}
+		h := gemini.Harness()
+		wd := b.TempDir()
+		for b.Loop() {
+			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h, Model: geminiModel},
+				Prompt: "Say hello", Workdir: wd}, o)
+			if err != nil || res.Text != fakegemini.DefaultText || res.Usage != geminiCall {
+				b.Fatalf("turn: %v %+v", err, res)
+			}
+		}
+	})
+}
+
+func uuidFor(b *testing.B) string {
+	id, err := kit.NewUUID()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return id
 }
