@@ -111,10 +111,17 @@ func (s *Server) reply(w http.ResponseWriter, r *Request, sc Scenario) {
 	}
 	chunks := s.parts(r, sc)
 	if !r.Stream {
+		// One response: the text in one part, then the call.
 		var parts []any
+		var text strings.Builder
 		for _, c := range chunks {
+			if t, ok := c["text"].(string); ok {
+				text.WriteString(t)
+				continue
+			}
 			parts = append(parts, c)
 		}
+		parts = append([]any{map[string]any{"text": text.String()}}, parts...)
 		writeJSON(w, http.StatusOK, response(r, parts, &usage))
 		return
 	}
