@@ -312,3 +312,18 @@ func TestCredentialsAndConfiguration(t *testing.T) {
 		t.Error("a base URL without scheme was accepted")
 	}
 }
+
+// TestDecodeRoutedTurn: without --model the CLI's router call counts in
+// the turn's stats beside the answer's call (two models, one call each).
+func TestDecodeRoutedTurn(t *testing.T) {
+	var usage *harness.Usage
+	for _, ev := range decodeFile(t, "routed.stdout.jsonl") {
+		if ev.Type == harness.EventUsage {
+			usage = ev.Usage
+		}
+	}
+	want := &harness.Usage{InputTokens: 400, OutputTokens: 60, CacheReadTokens: 2000, Complete: true}
+	if diff := cmp.Diff(want, usage); diff != "" {
+		t.Errorf("usage (-want +got):\n%s", diff)
+	}
+}
