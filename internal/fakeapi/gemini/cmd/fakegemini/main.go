@@ -2,8 +2,8 @@
 // internal/fakeapi/gemini on a loopback port, for driving Gemini CLI by
 // hand (docs/presets/gemini.md):
 //
-//	go run ./internal/fakeapi/gemini/cmd/fakegemini -url-file /tmp/fake.url -log /tmp/requests.jsonl &
-//	GOOGLE_GEMINI_BASE_URL=$(cat /tmp/fake.url) GEMINI_API_KEY=fake outpost run --agent gemini "Say hello"
+//	go run ./internal/fakeapi/gemini/cmd/fakegemini -url-file fake.url -log requests.jsonl &
+//	GOOGLE_GEMINI_BASE_URL=$(cat fake.url) GEMINI_API_KEY=fake outpost run --agent gemini "Say hello"
 //
 // FAKE_TOOL, FAKE_QUOTA, FAKE_429, FAKE_503, FAKE_ECHO and FAKE_HANG in
 // the last user text select their scenario; the router's classification
