@@ -215,7 +215,7 @@ func TestStorage(t *testing.T) {
 	if s.Match("work/chats/session-2026-12-02T01-33-c0a661e0.jsonl", "c0a661e0") {
 		t.Error("Match took a non-UUID id")
 	}
-	for dir, want := range map[string]string{"/work": "work", "/tmp/My Project_2/": "my-project-2", "/": "project", "/x/--": "project"} {
+	for dir, want := range map[string]string{"/work": "work", "/srv/My Project_2/": "my-project-2", "/": "project", "/x/--": "project"} {
 		if got := gemini.Slug(dir); got != want {
 			t.Errorf("Slug(%q) = %q, want %q", dir, got, want)
 		}
