@@ -28,6 +28,7 @@ import (
 	"github.com/outposthq/outpost/harness/copilot"
 	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/harness/gemini"
 )
 
 var (
@@ -44,6 +45,7 @@ func init() {
 		codex.Harness,
 		copilot.Harness,
 		echo.Harness,
+		gemini.Harness,
 	} {
 		if err := Register(f); err != nil {
 			panic(err)

@@ -1,0 +1,397 @@
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/gemini"
+	"github.com/outposthq/outpost/harness/kit"
+	fakegemini "github.com/outposthq/outpost/internal/fakeapi/gemini"
+	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/providers/docker"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
+	"github.com/outposthq/outpost/providers/local"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// geminiKey is the API key the tests give Gemini CLI; it must never show
+// in what outpost hands the caller.
+const geminiKey = "gemini-test-key-8d2e61"
+
+// geminiModel skips the CLI's model router (one model call per step).
+const geminiModel = "gemini-2.5-flash"
+
+// geminiCall is the usage of one model call of the fake's default reply
+// (1200 prompt tokens, 1000 of them cached, 9 candidates, 21 thoughts).
+var geminiCall = harness.Usage{InputTokens: 200, OutputTokens: 30, CacheReadTokens: 1000, Complete: true}
+
+// geminiEnv is the real Gemini CLI run by outpost on the local provider
+// against the fake Gemini API.
+type geminiEnv struct {
+	t       *testing.T
+	fake    *fakegemini.Server
+	prov    driver.Provider
+	store   *conversation.FS
+	path    string
+	environ []string
+}
+
+func newGeminiEnv(t *testing.T, baseURL string) *geminiEnv {
+	t.Helper()
+	bin := filepath.Dir(testenv.RequireCLI(t, "gemini"))
+	e := &geminiEnv{t: t, store: conversation.NewFS(t.TempDir())}
+	e.fake = fakegemini.Start(t, fakegemini.Config{})
+	if baseURL == "" {
+		baseURL = e.fake.URL()
+	}
+	e.path = bin + string(os.PathListSeparator) + os.Getenv("PATH")
+	e.environ = []string{"GEMINI_API_KEY=" + geminiKey, "GOOGLE_GEMINI_BASE_URL=" + baseURL}
+	e.fresh()
+	return e
+}
+
+// fresh makes the next turns run on a new provider sharing only the store.
+func (e *geminiEnv) fresh() {
+	e.prov = local.New(&local.Options{BaseDir: e.t.TempDir(), Environ: []string{"PATH=" + e.path, "LANG=C.UTF-8"}})
+}
+
+type geminiTurn struct {
+	res    *sandbox.Result
+	err    error
+	events []harness.Event
+	stderr string
+}
+
+func (tr geminiTurn) of(typ harness.EventType) []harness.Event {
+	var out []harness.Event
+	for _, ev := range tr.events {
+		if ev.Type == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func (e *geminiEnv) run(turn sandbox.Turn) geminiTurn {
+	e.t.Helper()
+	return runGemini(e.t, turn, &sandbox.RunOptions{Provider: e.prov, Store: e.store, Environ: e.environ})
+}
+
+func runGemini(t *testing.T, turn sandbox.Turn, o *sandbox.RunOptions) geminiTurn {
+	t.Helper()
+	turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: gemini.Harness(), Model: turn.Agent.Model}
+	if turn.Workdir == "" {
+		turn.Workdir = t.TempDir()
+	}
+	if turn.Timeout == 0 {
+		turn.Timeout = 3 * time.Minute
+	}
+	var out geminiTurn
+	var mu sync.Mutex
+	var stderr lockedBuffer
+	o.Stderr, o.Raw, o.Grace = &stderr, true, 2*time.Second
+	o.OnEvent = func(ev harness.Event) { mu.Lock(); out.events = append(out.events, ev); mu.Unlock() }
+	out.res, out.err = sandbox.Run(context.Background(), turn, o)
+	out.stderr = stderr.String()
+	b, _ := json.Marshal(struct {
+		E []harness.Event
+		R *sandbox.Result
+		S string
+	}{out.events, out.res, out.stderr})
+	if strings.Contains(string(b), geminiKey) || (out.err != nil && strings.Contains(out.err.Error(), geminiKey)) {
+		t.Errorf("the API key appears in what outpost returned")
+	}
+	if t.Failed() {
+		t.Logf("gemini stderr:\n%s", out.stderr)
+	}
+	return out
+}
+
+// TestGemini: a turn with a shell call and text, its usage equal to the
+// fake's counts, then its resume and its fork each on a fresh sandbox (a
+// new private home) in another working directory.
+func TestGemini(t *testing.T) {
+	e := newGeminiEnv(t, "")
+	first := e.run(sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}})
+	if first.err != nil {
+		t.Fatalf("first turn: %v", first.err)
+	}
+	calls, results := first.of(harness.EventToolCall), first.of(harness.EventToolResult)
+	if len(calls) != 1 || calls[0].Tool.Name != "run_shell_command" || len(results) != 1 || results[0].Tool.Output != "tool-ran" {
+		t.Errorf("tool events %+v %+v", calls, results)
+	}
+	if !strings.HasPrefix(first.res.Text, "Tool output was:") || !strings.Contains(first.res.Text, "tool-ran") {
+		t.Errorf("text %q", first.res.Text)
+	}
+	if n := len(e.fake.Turns()); n != 2 || first.res.Usage != times(geminiCall, 2) {
+		t.Errorf("%d model calls, usage %+v, want 2 and %+v", n, first.res.Usage, times(geminiCall, 2))
+	}
+	if first.res.Session == "" || first.res.Conversation == "" {
+		t.Fatalf("result %+v", first.res)
+	}
+
+	t.Run("ResumeOnAFreshSandbox", func(t *testing.T) {
+		e.fresh()
+		e.fake.Reset()
+		tr := e.run(sandbox.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation, Agent: harness.Agent{Model: geminiModel}})
+		if tr.err != nil {
+			t.Fatalf("resumed turn: %v", tr.err)
+		}
+		// The history came along: the first turn's prompt and answer,
+		// the call and its result, and the new prompt.
+		if tr.res.Session != first.res.Session || !strings.HasPrefix(tr.res.Text, "ECHO ncontents=5 ") || tr.res.Usage != geminiCall {
+			t.Errorf("resumed turn %+v", tr.res)
+		}
+	})
+
+	t.Run("ForkOnAFreshSandbox", func(t *testing.T) {
+		e.fresh()
+		e.fake.Reset()
+		tr := e.run(sandbox.Turn{Prompt: "fork FAKE_ECHO", Fork: first.res.Conversation, Agent: harness.Agent{Model: geminiModel}})
+		if tr.err != nil {
+			t.Fatalf("forked turn: %v", tr.err)
+		}
+		if tr.res.Session == first.res.Session || tr.res.Conversation == first.res.Conversation || !strings.HasPrefix(tr.res.Text, "ECHO ncontents=") {
+			t.Errorf("forked turn %+v (parent session %s)", tr.res, first.res.Session)
+		}
+		if reqs := e.fake.Turns(); len(reqs) != 1 || reqs[0].NumContents < 5 {
+			t.Errorf("the fork did not carry the parent's history: %+v", reqs)
+		}
+	})
+}
+
+// TestGeminiFailures: a spent daily quota is quota; an overloaded model
+// and an unreachable API are process with details.unavailable, once the
+// CLI's three attempts (the configuration's general.maxAttempts) are over.
+func TestGeminiFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name, prompt string
+		unreachable  bool
+		code         outpost.Code
+		outage       bool
+	}{
+		{"DailyQuotaIsQuota", "x FAKE_QUOTA", false, outpost.Quota, false},
+		{"OverloadedIsUnavailable", "x FAKE_503", false, outpost.Process, true},
+		{"UnreachableIsUnavailable", "x", true, outpost.Process, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			base := ""
+			if tc.unreachable {
+				base = "http://127.0.0.1:1"
+			}
+			e := newGeminiEnv(t, base)
+			tr := e.run(sandbox.Turn{Prompt: tc.prompt, Agent: harness.Agent{Model: geminiModel}, RetryBound: 2 * time.Minute})
+			var oe *outpost.Error
+			if !errors.As(tr.err, &oe) || oe.Code != tc.code {
+				t.Fatalf("err %v, want code %s", tr.err, tc.code)
+			}
+			if got := outpost.UnavailableFault(tr.err); got != tc.outage {
+				t.Errorf("unavailable = %v, want %v (%v)", got, tc.outage, oe.Details)
+			}
+			if _, retrying := oe.Details["retrying"]; retrying {
+				t.Errorf("the turn was stopped by the retry bound, not ended by the CLI: %v", oe.Details)
+			}
+			if !tc.unreachable && tc.outage && len(e.fake.Turns()) != gemini.MaxAttempts {
+				t.Errorf("%d model calls, want %d", len(e.fake.Turns()), gemini.MaxAttempts)
+			}
+		})
+	}
+}
+
+// TestGeminiRepair: Gemini CLI has no schema flag, so the turn asks with
+// an instruction; a prose answer is repaired by resuming the conversation.
+func TestGeminiRepair(t *testing.T) {
+	e := newGeminiEnv(t, "")
+	e.fake.Enqueue(fakegemini.Text("I would rather not."), fakegemini.Text("```json\n{\"name\": \"Barbara\", \"age\": 88}\n```"))
+	tr := e.run(sandbox.Turn{Prompt: "name a pioneer", Output: json.RawMessage(personSchema), Agent: harness.Agent{Model: geminiModel}})
+	if tr.err != nil {
+		t.Fatalf("turn: %v", tr.err)
+	}
+	if string(tr.res.Output) != `{"name":"Barbara","age":88}` || len(tr.res.Attempts) != 2 {
+		t.Fatalf("output %s, %d attempts", tr.res.Output, len(tr.res.Attempts))
+	}
+	reqs := e.fake.Turns()
+	if len(reqs) != 2 || !strings.Contains(reqs[0].LastUserText, "JSON Schema") ||
+		!strings.Contains(reqs[1].LastUserText, "does not match the required JSON Schema") || reqs[1].NumContents <= reqs[0].NumContents {
+		t.Errorf("requests %+v", reqs)
+	}
+}
+
+// TestGeminiDocker: a conversation begun on the local provider resumes in
+// a container and forks in another, each installing the pinned CLI with
+// the bootstrap step (the Debian test image has no gemini; its node 18 is
+// too old, so the image gets the host's node). The turns reach the fake
+// on the host's loopback (host network).
+func TestGeminiDocker(t *testing.T) {
+	e := newGeminiEnv(t, "")
+	dockertest.Require(t, dockertest.Debian)
+	prov := dockertest.Provider(t, geminiNodeImage(t), func(o *docker.Options) {
+		o.Network = "host"
+		o.Binary = outpostBinary(t)
+	})
+	first := e.run(sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}})
+	if first.err != nil {
+		t.Fatalf("local turn: %v", first.err)
+	}
+	docker := func(turn sandbox.Turn) geminiTurn {
+		t.Helper()
+		e.fake.Reset()
+		turn.Agent.Model = geminiModel
+		return runGemini(t, turn, &sandbox.RunOptions{Provider: prov, Store: e.store, Environ: e.environ})
+	}
+	resumed := docker(sandbox.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation})
+	if resumed.err != nil {
+		t.Fatalf("resumed turn: %v", resumed.err)
+	}
+	if resumed.res.Sandbox != "docker" || resumed.res.Session != first.res.Session ||
+		!strings.HasPrefix(resumed.res.Text, "ECHO ncontents=5 ") || resumed.res.Usage != geminiCall {
+		t.Errorf("resumed turn %+v", resumed.res)
+	}
+	tool := docker(sandbox.Turn{Prompt: "fork FAKE_TOOL", Fork: first.res.Conversation})
+	if tool.err != nil {
+		t.Fatalf("forked turn: %v", tool.err)
+	}
+	if tool.res.Session == first.res.Session || len(tool.of(harness.EventToolCall)) != 1 ||
+		!strings.Contains(tool.res.Text, "tool-ran") || tool.res.Usage != times(geminiCall, 2) {
+		t.Errorf("forked turn %+v", tool.res)
+	}
+	if reqs := e.fake.Turns(); len(reqs) != 2 || reqs[0].NumContents < 5 {
+		t.Errorf("the fork did not carry the parent's history: %d requests", len(reqs))
+	}
+}
+
+// geminiNodeImage is outpost/debian:test with the host's node at
+// /usr/local/bin/node (Gemini CLI needs node >= 20; Debian 12 has 18).
+// The image name is derived from the base image and the node binary, so
+// the image is built once.
+func geminiNodeImage(t testing.TB) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err == nil {
+		node, err = filepath.EvalSymlinks(node)
+	}
+	if err != nil {
+		testenv.Missing(t, "node", "install node >= 20 on the host")
+	}
+	fi, err := os.Stat(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", dockertest.Debian).Output()
+	if err != nil {
+		t.Fatalf("inspecting %s: %v", dockertest.Debian, err)
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s %d %d", strings.TrimSpace(string(base)), fi.Size(), fi.ModTime().UnixNano()))
+	name := "outpost/node-test:" + hex.EncodeToString(sum[:6])
+	if exec.Command("docker", "image", "inspect", name).Run() == nil {
+		return name
+	}
+	dir := t.TempDir()
+	if err := copyFile(node, filepath.Join(dir, "node")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+dockertest.Debian+"\nCOPY node /usr/local/bin/node\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("docker", "build", "-q", "-t", name, dir)
+	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker build %s: %v\n%s", name, err, out)
+	}
+	return name
+}
+
+// TestGeminiBootstrapCommand: `outpost bootstrap gemini` installs the
+// pinned package, its SHA-512 verified, into a fresh container and runs
+// its --version.
+func TestGeminiBootstrapCommand(t *testing.T) {
+	testenv.RequireCLI(t, "gemini") // the same pin; its download is the bootstrap's
+	dockertest.Require(t, dockertest.Debian)
+	image := geminiNodeImage(t)
+	code, out, errOut := runOutpost(t, t.TempDir(), t.TempDir(), "bootstrap", "gemini", "--sandbox", "docker", "--image", image, "--json")
+	if code != 0 {
+		t.Fatalf("outpost bootstrap: exit %d\n%s\n%s", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var line struct {
+		Type, Check, Version string
+		Error                any
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &line); err != nil || line.Type != "result" || line.Error != nil ||
+		line.Version != testenv.CLIVersion("gemini") || !strings.Contains(line.Check, testenv.CLIVersion("gemini")) {
+		t.Fatalf("result line %s (%v)", lines[len(lines)-1], err)
+	}
+}
+
+// BenchmarkGeminiTurn is one "Say hello" turn of the pinned Gemini CLI
+// against the fake Gemini API, run directly (a fresh home with the
+// preset's settings) and through outpost (docs/benchmarks.md, "Gemini"):
+//
+//	COUNT=6 BENCHTIME=3x PKGS=./integration scripts/bench.sh BenchmarkGeminiTurn
+func BenchmarkGeminiTurn(b *testing.B) {
+	bin := filepath.Dir(testenv.RequireCLI(b, "gemini"))
+	fake := fakegemini.Start(b, fakegemini.Config{})
+	env := []string{"GEMINI_API_KEY=" + geminiKey, "GOOGLE_GEMINI_BASE_URL=" + fake.URL()}
+	path := bin + ":" + os.Getenv("PATH")
+	b.Run("direct", func(b *testing.B) {
+		conf, err := gemini.Configuration(harness.Vars{"GEMINI_API_KEY": geminiKey})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wd := b.TempDir()
+		for b.Loop() {
+			home := b.TempDir()
+			if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(home, gemini.SettingsFile), conf.Files[0].Content, 0o600); err != nil {
+				b.Fatal(err)
+			}
+			cmd := exec.Command(filepath.Join(bin, "gemini"), "--prompt=Say hello", "--output-format", "stream-json", "--skip-trust",
+				"--session-id", uuidFor(b), "--model", geminiModel, "--approval-mode", "yolo")
+			cmd.Dir = wd
+			cmd.Env = append([]string{"PATH=" + path, "HOME=" + home, "TMPDIR=" + home, "GEMINI_CLI_TRUST_WORKSPACE=true"}, env...)
+			out, err := cmd.Output()
+			if err != nil || !strings.Contains(string(out), `"status":"success"`) {
+				b.Fatalf("gemini: %v\n%s", err, out)
+			}
+		}
+	})
+	b.Run("outpost", func(b *testing.B) {
+		p := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + path}})
+		o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: env}
+		h := gemini.Harness()
+		wd := b.TempDir()
+		for b.Loop() {
+			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h, Model: geminiModel},
+				Prompt: "Say hello", Workdir: wd}, o)
+			if err != nil || res.Text != fakegemini.DefaultText || res.Usage != geminiCall {
+				b.Fatalf("turn: %v %+v", err, res)
+			}
+		}
+	})
+}
+
+func uuidFor(b *testing.B) string {
+	id, err := kit.NewUUID()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return id
+}

@@ -1,0 +1,274 @@
+// Package gemini is a fake Gemini API (generativelanguage v1beta) for
+// tests. It listens on loopback and serves what Gemini CLI calls with an
+// API key: POST /v1beta/models/<model>:generateContent (the model router's
+// JSON classification, and any non-streaming call),
+// :streamGenerateContent?alt=sse (the turn itself, server-sent events)
+// and :countTokens, with usageMetadata, function calls and the API's error
+// bodies (429 RESOURCE_EXHAUSTED, 503 UNAVAILABLE). Every request is
+// recorded; the reply to each is a Scenario taken from a queue, from a
+// chooser, or from a marker such as FAKE_TOOL in the last user text.
+package gemini
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config sets the server's defaults. The zero value is usable.
+type Config struct {
+	Text  string // default reply (DefaultText)
+	Usage *Usage // default usage (DefaultUsage)
+	// Choose, when set, picks the scenario of a request the queue did not
+	// answer; a zero Scenario falls through to the built-in choice.
+	Choose func(*Request) Scenario
+}
+
+// DefaultText is the default reply.
+const DefaultText = "Hello from the fake Gemini."
+
+// Request is one recorded request.
+type Request struct {
+	Seq    int
+	Time   time.Time
+	Method string // HTTP method
+	Path   string
+	Query  string
+	Header http.Header
+	// Model and RPC come from the path /v1beta/models/<Model>:<RPC>.
+	Model, RPC string
+	Stream     bool // RPC is streamGenerateContent
+	RawBody    []byte
+	Body       map[string]any
+	// NumContents is len(body.contents); UserTexts the text of every user
+	// content, in order; LastUserText the last of them.
+	NumContents  int
+	UserTexts    []string
+	LastUserText string
+	// FunctionResponse is the output of the last content when it is a
+	// functionResponse (the follow-up after a tool call), with its name.
+	FunctionResponse     string
+	FunctionResponseName string
+	HasFunctionResponse  bool
+	// ToolNames are the function declarations offered.
+	ToolNames []string
+	// ResponseSchema is generationConfig.responseJsonSchema (or
+	// responseSchema), re-encoded; nil when the request asked for none.
+	ResponseSchema []byte
+	// Served is the scenario the server answered with.
+	Served string
+}
+
+// APIKey is the key the request carried: the x-goog-api-key header, or
+// the key query parameter.
+func (r *Request) APIKey() string {
+	if k := r.Header.Get("x-goog-api-key"); k != "" {
+		return k
+	}
+	if i := strings.Index(r.Query, "key="); i >= 0 {
+		k := r.Query[i+4:]
+		if j := strings.IndexByte(k, '&'); j >= 0 {
+			k = k[:j]
+		}
+		return k
+	}
+	return ""
+}
+
+// Router reports whether the request is the CLI's model-router
+// classification (with the default model "auto"): a JSON answer scoring
+// the prompt's complexity (complexity_score) or choosing a model
+// (model_choice).
+func (r *Request) Router() bool {
+	if r.Stream || r.RPC != "generateContent" {
+		return false
+	}
+	s := string(r.ResponseSchema)
+	return strings.Contains(s, "complexity_score") || strings.Contains(s, "model_choice")
+}
+
+// Server is a running fake.
+type Server struct {
+	cfg  Config
+	ln   net.Listener
+	srv  *http.Server
+	base string
+
+	done      chan struct{}
+	closeOnce sync.Once
+	handlers  sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	reqs   []*Request
+	queue  []Scenario
+}
+
+// New starts a fake on 127.0.0.1 with a free port.
+func New(cfg Config) (*Server, error) {
+	if cfg.Text == "" {
+		cfg.Text = DefaultText
+	}
+	if cfg.Usage == nil {
+		u := DefaultUsage
+		cfg.Usage = &u
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, ln: ln, base: "http://" + ln.Addr().String(), done: make(chan struct{})}
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 30 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// TB is the part of testing.TB that Start uses.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
+// Start is New for tests: it fails the test on error and closes the
+// server at cleanup.
+func Start(t TB, cfg Config) *Server {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("fakeapi/gemini: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// URL is the base URL to give the CLI (GOOGLE_GEMINI_BASE_URL):
+// http://127.0.0.1:PORT, without the API version.
+func (s *Server) URL() string { return s.base }
+
+// Close stops the server, unblocking hung handlers. Safe to call twice.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.done)
+		_ = s.srv.Close()
+		s.handlers.Wait()
+	})
+}
+
+// Enqueue appends scenarios; each request that is not the router's takes
+// the next one before any chooser or marker is consulted.
+func (s *Server) Enqueue(sc ...Scenario) {
+	s.mu.Lock()
+	s.queue = append(s.queue, sc...)
+	s.mu.Unlock()
+}
+
+// Requests returns copies of the recorded requests, in arrival order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Request, len(s.reqs))
+	for i, r := range s.reqs {
+		out[i] = *r
+	}
+	return out
+}
+
+// Turns returns the recorded requests that are not the router's.
+func (s *Server) Turns() []Request {
+	var out []Request
+	for _, r := range s.Requests() {
+		if r.RPC != "" && !r.Router() && r.RPC != "countTokens" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Reset forgets the recorded requests and the queue.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	s.reqs, s.queue = nil, nil
+	s.mu.Unlock()
+}
+
+func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		http.Error(w, "closed", http.StatusServiceUnavailable)
+		return
+	}
+	s.handlers.Add(1)
+	s.mu.Unlock()
+	defer s.handlers.Done()
+
+	body, _ := io.ReadAll(io.LimitReader(hr.Body, 64<<20))
+	r := parseRequest(hr, body)
+	s.mu.Lock()
+	r.Seq = len(s.reqs) + 1
+	s.reqs = append(s.reqs, r)
+	s.mu.Unlock()
+
+	switch {
+	case hr.Method == http.MethodGet && strings.HasPrefix(r.Path, "/v1beta/models"):
+		writeJSON(w, http.StatusOK, map[string]any{"models": []any{map[string]any{"name": "models/gemini-fake"}}})
+		s.served(r, "models")
+	case hr.Method != http.MethodPost || r.RPC == "":
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"code": 404, "message": "fake: unknown path " + r.Path, "status": "NOT_FOUND"}})
+		s.served(r, "not_found")
+	case r.RPC == "countTokens":
+		writeJSON(w, http.StatusOK, map[string]any{"totalTokens": s.cfg.Usage.Prompt})
+		s.served(r, "count_tokens")
+	case r.Router():
+		s.reply(w, r, Scenario{Kind: KindRouter})
+	default:
+		s.reply(w, r, s.pick(r))
+	}
+}
+
+func (s *Server) served(r *Request, name string) {
+	s.mu.Lock()
+	r.Served = name
+	s.mu.Unlock()
+}
+
+// pick chooses the reply to a request: the queue, the chooser, a tool
+// follow-up, a marker, the default text.
+func (s *Server) pick(r *Request) Scenario {
+	s.mu.Lock()
+	if len(s.queue) > 0 {
+		sc := s.queue[0]
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+		return sc
+	}
+	s.mu.Unlock()
+	if s.cfg.Choose != nil {
+		if sc := s.cfg.Choose(r); sc.Kind != "" {
+			return sc
+		}
+	}
+	if r.HasFunctionResponse {
+		return Text("Tool output was: " + strings.TrimSpace(r.FunctionResponse))
+	}
+	for _, m := range []string{"FAKE_QUOTA", "FAKE_429", "FAKE_503", "FAKE_TOOL", "FAKE_ECHO", "FAKE_HANG"} {
+		if strings.Contains(r.LastUserText, m) {
+			return Markers[m]
+		}
+	}
+	return Text("")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
