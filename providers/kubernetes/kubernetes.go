@@ -186,7 +186,9 @@ func init() {
 }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
-func ParseSettings(m map[string]string) (*Options, error) { return settings.Decode(Settings, m, options) }
+func ParseSettings(m map[string]string) (*Options, error) {
+	return settings.Decode(Settings, m, options)
+}
 
 // options builds Options from parsed settings.
 func options(v settings.Values) (*Options, error) {
