@@ -186,9 +186,7 @@ func init() {
 }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
-func ParseSettings(m map[string]string) (*Options, error) {
-	return settings.Decode(Settings, m, options)
-}
+var ParseSettings = settings.Decoder(Settings, options)
 
 // options builds Options from parsed settings.
 func options(v settings.Values) (*Options, error) {

@@ -127,9 +127,7 @@ var Settings = settings.Set{Provider: "ssh", Keys: []settings.Key{
 func init() { driver.Register("ssh", driver.NewFactory(ParseSettings, New)) }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
-func ParseSettings(m map[string]string) (*Options, error) {
-	return settings.Decode(Settings, m, options)
-}
+var ParseSettings = settings.Decoder(Settings, options)
 
 // options builds Options from parsed settings.
 func options(v settings.Values) (*Options, error) {

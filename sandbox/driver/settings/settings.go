@@ -89,17 +89,19 @@ func (s Set) Names() []string {
 	return names
 }
 
-// Decode parses settings with s and builds a provider's options from the
-// values with build: the one body of every provider's ParseSettings. An
-// error from build (a value the keys' kinds cannot judge) is returned as
-// it is; make it with s.Invalid.
-func Decode[O any](s Set, settings map[string]string, build func(Values) (O, error)) (O, error) {
-	v, err := s.Parse(settings)
-	if err != nil {
-		var zero O
-		return zero, err
+// Decoder returns a provider's ParseSettings: it parses settings with s
+// and builds the provider's options from the values with build. An error
+// from build (a value the keys' kinds cannot judge) is returned as it is;
+// make it with s.Invalid.
+func Decoder[O any](s Set, build func(Values) (O, error)) func(settings map[string]string) (O, error) {
+	return func(settings map[string]string) (O, error) {
+		v, err := s.Parse(settings)
+		if err != nil {
+			var zero O
+			return zero, err
+		}
+		return build(v)
 	}
-	return build(v)
 }
 
 // Values are parsed settings. A getter returns the zero value for a key
