@@ -26,6 +26,7 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
@@ -192,7 +193,7 @@ func newClaudeEnv(t *testing.T, kind string, opts anthropic.Options) *claudeEnv 
 // env's sandboxes.
 func (e *claudeEnv) inside(dir string) string {
 	if e.kind == "docker" {
-		return docker.Workspace
+		return layout.Workspace
 	}
 	return dir
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost/conversation"
@@ -36,7 +37,7 @@ func benchProvider(b *testing.B) *docker.Provider {
 // static binary bind-mounted as outpost mounts it.
 func rawRun(b *testing.B) *exec.Cmd {
 	return exec.Command("docker", "run", "--rm", "--user", "1000:1000", "-e", "HOME=/tmp",
-		"-v", outpostBinary(b)+":"+docker.BinaryPath+":ro", dockertest.Busybox, docker.BinaryPath, echo.Subcommand, "--", "hello")
+		"-v", outpostBinary(b)+":"+layout.BinaryPath+":ro", dockertest.Busybox, layout.BinaryPath, echo.Subcommand, "--", "hello")
 }
 
 // BenchmarkDockerFirstByte measures a new lease (a container made,
@@ -76,7 +77,7 @@ func BenchmarkDockerFirstByte(b *testing.B) {
 				b.Fatal(err)
 			}
 			env := l.Environment()
-			pr, err := l.Start(ctx, driver.ExecRequest{Path: docker.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
+			pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
 			if err != nil {
 				b.Fatal(err)
 			}

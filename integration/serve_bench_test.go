@@ -15,7 +15,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
-	"github.com/outposthq/outpost/providers/docker"
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -78,7 +78,7 @@ func BenchmarkServeFirstByte(b *testing.B) {
 				b.Fatal(err)
 			}
 			env := l.Environment()
-			pr, err := l.Start(ctx, driver.ExecRequest{Path: docker.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
+			pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
 			if err != nil {
 				b.Fatal(err)
 			}

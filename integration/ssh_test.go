@@ -282,7 +282,7 @@ func TestSSHHostGoneMidTurn(t *testing.T) {
 	if oe.Details["vanished"] != true || oe.Details["disconnected"] != true {
 		t.Errorf("details %v, want vanished and disconnected", oe.Details)
 	}
-	if !errors.Is(err, sshp.ErrDisconnected) {
+	if !errors.Is(err, driver.ErrDisconnected) {
 		t.Errorf("the error does not wrap ErrDisconnected: %v", err)
 	}
 	t.Logf("error: %v", err)

@@ -26,8 +26,9 @@ func ctxError(ctx context.Context, op string, cause error) error {
 // wrap codes a driver's error, once: an error that already has a code
 // keeps it; one caused by the end of ctx is cancelled or timeout; a tar
 // stream CopyIn refused is configuration; any other is sandbox, with
-// details.vanished when the provider (driver.Vanisher) says the sandbox is
-// gone. Answers rather than failures (a missing file or executable, an
+// details.vanished when the error wraps driver.ErrVanished or
+// driver.ErrDisconnected, or the provider (driver.Vanisher) says the
+// sandbox is gone. Answers rather than failures (a missing file or executable, an
 // unsupported listing, a released lease) are not worth the question.
 func (l *Lease) wrap(ctx context.Context, op string, err error) error {
 	if err == nil {
@@ -43,7 +44,8 @@ func (l *Lease) wrap(ctx context.Context, op string, err error) error {
 		return &outpost.Error{Code: outpost.Configuration, Op: op, Err: err}
 	}
 	e := &outpost.Error{Code: outpost.Sandbox, Op: op, Err: err}
-	if !isAnswer(err) && l.Vanished(context.WithoutCancel(ctx)) {
+	if errors.Is(err, driver.ErrVanished) || errors.Is(err, driver.ErrDisconnected) ||
+		!isAnswer(err) && l.Vanished(context.WithoutCancel(ctx)) {
 		markVanished(e, "the sandbox vanished")
 	}
 	return e

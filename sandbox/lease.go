@@ -158,12 +158,16 @@ func (p *trackedProcess) Wait() (st harness.ExitStatus, err error) {
 // CopyIn extracts a tar stream into dir inside the sandbox. Entries that
 // are absolute, contain "..", link outside dir, or are devices are refused
 // with an error wrapping tarsafe.ErrUnsafe (code configuration); setuid
-// bits are dropped.
+// bits are dropped. A dir that driver.CheckPath refuses (relative,
+// unclean, in a kernel filesystem) is refused before the driver sees it.
 func (l *Lease) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	if err := l.enter("copy-in"); err != nil {
 		return err
 	}
 	defer l.active.Done()
+	if err := driver.CheckPath(dir); err != nil {
+		return l.wrap(ctx, "copy-in", err)
+	}
 	f := tarsafe.Filter(r)
 	defer f.Close()
 	return l.wrap(ctx, "copy-in", l.sb.CopyIn(ctx, dir, f))
@@ -173,9 +177,15 @@ func (l *Lease) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // checked like CopyIn's, except that symbolic and hard links pointing
 // outside the stream are dropped rather than failing it: a home often
 // holds such links, and nothing outpost copies out follows them. A missing
-// path gives an error satisfying errors.Is(err, fs.ErrNotExist).
+// path gives an error satisfying errors.Is(err, fs.ErrNotExist); a path
+// that driver.CheckPath refuses, one wrapping driver.ErrPath.
 func (l *Lease) CopyOut(ctx context.Context, path string) (io.ReadCloser, error) {
-	rc, err := hold(ctx, l, "copy-out", func() (io.ReadCloser, error) { return l.sb.CopyOut(ctx, path) })
+	rc, err := hold(ctx, l, "copy-out", func() (io.ReadCloser, error) {
+		if err := driver.CheckPath(path); err != nil {
+			return nil, err
+		}
+		return l.sb.CopyOut(ctx, path)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,12 @@ func TestLeaseErrorsAreCoded(t *testing.T) {
 	check("List of a missing directory", err, outpost.Sandbox, fs.ErrNotExist, false)
 	_, err = l.LookPath(t.Context(), "no-such-program")
 	check("LookPath of a missing program", err, outpost.Sandbox, exec.ErrNotFound, false)
+	for _, bad := range []string{"relative", l.Home() + "/../x", "/proc/1", "/dev/null"} {
+		err = l.CopyIn(t.Context(), bad, bytes.NewReader(okTar.Bytes()))
+		check("CopyIn into "+bad, err, outpost.Sandbox, driver.ErrPath, false)
+		_, err = l.CopyOut(t.Context(), bad)
+		check("CopyOut of "+bad, err, outpost.Sandbox, driver.ErrPath, false)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, err = l.Exec(ctx, driver.ExecRequest{Path: "echo", Env: env}, 0)
@@ -69,13 +75,13 @@ func TestLeaseErrorsAreCoded(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = l.Exec(t.Context(), driver.ExecRequest{Path: "echo", Env: env}, 0)
-	check("Exec in a vanished sandbox", err, outpost.Sandbox, memsandbox.ErrVanished, true)
+	check("Exec in a vanished sandbox", err, outpost.Sandbox, driver.ErrVanished, true)
 	err = l.CopyIn(t.Context(), l.Home(), bytes.NewReader(okTar.Bytes()))
-	check("CopyIn in a vanished sandbox", err, outpost.Sandbox, memsandbox.ErrVanished, true)
+	check("CopyIn in a vanished sandbox", err, outpost.Sandbox, driver.ErrVanished, true)
 	_, err = l.SnapshotWorkspace(t.Context(), 10)
-	check("SnapshotWorkspace of a vanished sandbox", err, outpost.Sandbox, memsandbox.ErrVanished, true)
+	check("SnapshotWorkspace of a vanished sandbox", err, outpost.Sandbox, driver.ErrVanished, true)
 	_, err = l.CopyOut(t.Context(), l.Home())
-	check("CopyOut in a vanished sandbox", err, outpost.Sandbox, memsandbox.ErrVanished, true)
+	check("CopyOut in a vanished sandbox", err, outpost.Sandbox, driver.ErrVanished, true)
 
 	l.Close(context.Background())
 	_, err = l.Exec(t.Context(), driver.ExecRequest{Path: "echo", Env: env}, 0)

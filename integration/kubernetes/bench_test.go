@@ -12,6 +12,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/providers/kubernetes"
 	"github.com/outposthq/outpost/providers/kubernetes/kubetest"
 	"github.com/outposthq/outpost/sandbox"
@@ -68,7 +69,7 @@ func BenchmarkKubernetesFirstByte(b *testing.B) {
 				b.Fatal(err)
 			}
 			env := l.Environment()
-			pr, err := l.Start(ctx, driver.ExecRequest{Path: kubernetes.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
+			pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -116,7 +117,7 @@ func BenchmarkKubernetesFirstByte(b *testing.B) {
 				b.Fatal(err)
 			}
 			env := l.Environment()
-			pr, err := l.Start(ctx, driver.ExecRequest{Path: kubernetes.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
+			pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -237,7 +237,7 @@ func TestPodDeletedMidTurn(t *testing.T) {
 	if !errors.As(err, &oe) || oe.Details["vanished"] != true {
 		t.Errorf("details lack vanished: %v", err)
 	}
-	if !errors.Is(err, kubernetes.ErrVanished) || !strings.Contains(err.Error(), l.ID()) {
+	if !errors.Is(err, driver.ErrVanished) || !strings.Contains(err.Error(), l.ID()) {
 		t.Errorf("the error does not say which pod vanished and why: %v", err)
 	}
 }

@@ -144,3 +144,20 @@ func Main(m *testing.M, what string, cleanup func(), leftovers func() string) {
 	}
 	os.Exit(code)
 }
+
+// Provider makes a provider of the test's from o with mod applied to it,
+// through newProvider (a provider's New), and closes it when the test
+// ends: the one body of the providers' test helpers (dockertest.Provider,
+// sshtest.Provider).
+func Provider[O any, P interface{ Close() error }](tb testing.TB, o *O, mod []func(*O), newProvider func(*O) (P, error)) P {
+	tb.Helper()
+	for _, m := range mod {
+		m(o)
+	}
+	p, err := newProvider(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
+}

@@ -532,22 +532,6 @@ func (s *Spool) Close() error {
 	return nil
 }
 
-// CheckPath refuses a path given to a container's CopyIn or CopyOut that
-// is not absolute and clean (or holds a NUL), or that lies in a kernel
-// filesystem (/proc, /sys, /dev). The error wraps errPath, the provider's
-// sentinel.
-func CheckPath(p string, errPath error) error {
-	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
-		return fmt.Errorf("%w: %q is not an absolute clean path", errPath, p)
-	}
-	for _, k := range []string{"/proc", "/sys", "/dev"} {
-		if p == k || strings.HasPrefix(p, k+"/") {
-			return fmt.Errorf("%w: %s is a kernel filesystem", errPath, p)
-		}
-	}
-	return nil
-}
-
 // CheckEntry refuses an entry of an archive about to be extracted by a
 // tool that follows symbolic links: what tarsafe.Check refuses, and an
 // entry (or a hard link's target) that passes through a symbolic link an

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,25 +15,17 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/outposthq/outpost/internal/workspace"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
-
-// ErrPath is wrapped when a path given to CopyIn or CopyOut is not an
-// absolute, clean path inside the container's own filesystem.
-var ErrPath = errors.New("docker: invalid sandbox path")
-
-func checkPath(p string) error { return workspace.CheckPath(p, ErrPath) }
 
 // CopyIn extracts a tar stream into dir, creating dir and its missing
 // parents (mode 0700). Files belong to the sandbox's user. The archive is
 // read whole before anything is written, so an archive that fails (an
 // unsafe entry the Lease refused, a read error) writes nothing. Errors:
-// ErrPath, ErrVanished, the archive's error, the engine's (a read-only
+// driver.ErrVanished, the archive's error, the engine's (a read-only
 // root filesystem refuses directories outside the home, the workspace and
 // /outpost).
 func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
-	if err := checkPath(dir); err != nil {
-		return err
-	}
 	base, missing, err := s.existingParent(ctx, dir)
 	if err != nil {
 		return err
@@ -76,7 +67,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 			return ctx.Err()
 		}
 		if errdefs.IsNotFound(err) && s.Vanished(context.WithoutCancel(ctx)) {
-			return fmt.Errorf("%w: copying into %s: %w", ErrVanished, dir, err)
+			return fmt.Errorf("docker: %w: copying into %s: %w", driver.ErrVanished, dir, err)
 		}
 		return fmt.Errorf("docker: copying into %s: %w", dir, err)
 	}
@@ -164,7 +155,7 @@ func (s *Sandbox) existingParent(ctx context.Context, dir string) (string, []str
 		}
 		if p == "/" {
 			// Even / is "missing": the container is gone.
-			return "", nil, fmt.Errorf("%w: copying into %s: %w", ErrVanished, dir, err)
+			return "", nil, fmt.Errorf("docker: %w: copying into %s: %w", driver.ErrVanished, dir, err)
 		}
 		below = append(below, p)
 	}
@@ -178,9 +169,6 @@ func (s *Sandbox) existingParent(ctx context.Context, dir string) (string, []str
 // filesystem, where mounts that only the container sees (the private /tmp
 // of a read-only sandbox) are not visible.
 func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) {
-	if err := checkPath(p); err != nil {
-		return nil, err
-	}
 	if rc, ok, err := s.spareTar(ctx, p); ok {
 		return rc, err
 	}
@@ -191,7 +179,7 @@ func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) 
 		}
 		if errdefs.IsNotFound(err) {
 			if s.Vanished(context.WithoutCancel(ctx)) {
-				return nil, fmt.Errorf("%w: copying %s out: %w", ErrVanished, p, err)
+				return nil, fmt.Errorf("docker: %w: copying %s out: %w", driver.ErrVanished, p, err)
 			}
 			return nil, &fs.PathError{Op: "copy out", Path: p, Err: fs.ErrNotExist}
 		}

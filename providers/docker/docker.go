@@ -25,13 +25,6 @@ var (
 	ErrNoEngine = errors.New("docker: no Docker Engine answers")
 	// ErrImage: the image is missing and could not be pulled or built.
 	ErrImage = errors.New("docker: image not available")
-	// ErrVanished: the lease's container was removed or stopped behind
-	// outpost's back.
-	ErrVanished = errors.New("docker: the sandbox's container vanished")
-	// ErrConflict: copying the workspace back found files changed both on
-	// the host and in the sandbox; the host's versions were kept and the
-	// sandbox's written beside them (see SyncWorkspace).
-	ErrConflict = errors.New("docker: workspace changed on both sides")
 )
 
 // Fix is what the "no engine" error suggests.
@@ -158,11 +151,10 @@ var Settings = settings.Set{Provider: "docker", Keys: []settings.Key{
 func init() { driver.Register("docker", driver.NewFactory(ParseSettings, New)) }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
-func ParseSettings(m map[string]string) (*Options, error) {
-	v, err := Settings.Parse(m)
-	if err != nil {
-		return nil, err
-	}
+var ParseSettings = settings.Decoder(Settings, options)
+
+// options builds Options from parsed settings.
+func options(v settings.Values) (*Options, error) {
 	return &Options{
 		Image: v.String("image"), Pull: PullPolicy(v.String("pull")), Network: v.String("network"), User: v.String("user"),
 		Memory: v.Int("memory"), CPU: v.Quantity("cpu"), Pids: v.Int("pids"), Spares: int(v.Int("spares")),

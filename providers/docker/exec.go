@@ -23,6 +23,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/shim"
 )
 
@@ -31,9 +32,9 @@ import (
 // program's first byte. A program that is not found (or not executable)
 // gives an *exec.Error wrapping exec.ErrNotFound, a missing working
 // directory an error wrapping shim.ErrNoDir, a container that is gone or
-// stopped one wrapping ErrVanished. ctx bounds only the start.
+// stopped one wrapping driver.ErrVanished. ctx bounds only the start.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	dir, err := shim.CheckStart(ctx, "docker", s.id, s.closing.Load(), req.Env, req.Dir, Workspace)
+	dir, err := shim.CheckStart(ctx, "docker", s.id, s.closing.Load(), req.Env, req.Dir, layout.Workspace)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +68,7 @@ func (s *Sandbox) startExec(ctx context.Context, req driver.ExecRequest, dir str
 		AttachStdout: true,
 		AttachStderr: true,
 		Env:          env,
-		Cmd:          shim.ExecArgs(BinaryPath, token, runDir, dir, req.Stdin, req.Path, req.Args),
+		Cmd:          shim.ExecArgs(layout.BinaryPath, token, layout.RunDir, dir, req.Stdin, req.Path, req.Args),
 	})
 	if err != nil {
 		return nil, s.execErr(ctx, "starting "+req.Path, err)
@@ -99,7 +100,7 @@ func (s *Sandbox) execErr(ctx context.Context, what string, err error) error {
 		return ctx.Err()
 	}
 	if errdefs.IsNotFound(err) || errdefs.IsConflict(err) || (!s.closing.Load() && s.Vanished(context.WithoutCancel(ctx))) {
-		return fmt.Errorf("%w: %s: %w", ErrVanished, what, err)
+		return fmt.Errorf("docker: %w: %s: %w", driver.ErrVanished, what, err)
 	}
 	return fmt.Errorf("docker: %s: %w", what, err)
 }
@@ -121,7 +122,7 @@ func (p *process) Signal(sig driver.Signal) error { return p.Kill(sig == driver.
 // its first output, or the end of the stream.
 func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedResponse, withStdin bool, up func()) *process {
 	p := &process{}
-	x := shim.Exec{Name: "docker", ID: s.id, Binary: BinaryPath, RunDir: runDir, Token: token, Path: path, Gone: ErrVanished, Up: up}
+	x := shim.Exec{Name: "docker", ID: s.id, Binary: layout.BinaryPath, RunDir: layout.RunDir, Token: token, Path: path, Gone: driver.ErrVanished, Up: up}
 	x.Exited = func() {
 		if p.counted.Load() {
 			s.active.Add(-1)
@@ -152,7 +153,7 @@ func (e *execStream) Stream(stdout, stderr io.Writer) error {
 // have gone with its container.
 func (e *execStream) StartFailed(err, streamErr error) error {
 	if streamErr == nil && e.s.Vanished(context.Background()) {
-		return fmt.Errorf("%w: %s: starting %s: %w", ErrVanished, e.s.id, e.path, err)
+		return fmt.Errorf("docker: %w: %s: starting %s: %w", driver.ErrVanished, e.s.id, e.path, err)
 	}
 	return err
 }
@@ -176,7 +177,7 @@ func (e *execStream) Releasing() bool { return e.s.closing.Load() }
 func (e *execStream) Close() { e.conn.Close() }
 
 // Exit inspects the exec once its stream has ended. The error is
-// ErrVanished when the container went away behind outpost's back.
+// driver.ErrVanished when the container went away behind outpost's back.
 func (e *execStream) Exit() (harness.ExitStatus, error) {
 	ctx := context.Background()
 	delay := time.Millisecond
@@ -188,7 +189,7 @@ func (e *execStream) Exit() (harness.ExitStatus, error) {
 				return shim.Killed, nil
 			}
 			if errdefs.IsNotFound(err) {
-				return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: %s (process %s)", ErrVanished, e.s.id, shortID(e.execID))
+				return harness.ExitStatus{Code: -1}, fmt.Errorf("docker: %w: %s (process %s)", driver.ErrVanished, e.s.id, shortID(e.execID))
 			}
 			return harness.ExitStatus{Code: -1}, fmt.Errorf("docker: waiting for a process of %s: %w", e.s.id, err)
 		}
@@ -202,7 +203,7 @@ func (e *execStream) Exit() (harness.ExitStatus, error) {
 			if e.s.closing.Load() {
 				return shim.Killed, nil
 			}
-			return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: %s", ErrVanished, e.s.id)
+			return harness.ExitStatus{Code: -1}, fmt.Errorf("docker: %w: %s", driver.ErrVanished, e.s.id)
 		}
 		time.Sleep(delay)
 		polled += delay
@@ -304,10 +305,10 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 		pathEnv = s.env.Defaults["PATH"]
 	}
 	// outpost's own binary leads the default PATH: no need to ask.
-	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == path.Dir(BinaryPath) && name == path.Base(BinaryPath) {
-		return BinaryPath, nil
+	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == path.Dir(layout.BinaryPath) && name == path.Base(layout.BinaryPath) {
+		return layout.BinaryPath, nil
 	}
-	res, err := s.run(ctx, shim.LookPathArgs(BinaryPath, name), []string{"PATH=" + pathEnv})
+	res, err := s.run(ctx, shim.LookPathArgs(layout.BinaryPath, name), []string{"PATH=" + pathEnv})
 	if err != nil {
 		return "", err
 	}
@@ -318,7 +319,7 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 // (the shim walks it: no content is copied), skipping .git directories and
 // .outpost. It implements driver.Snapshotter, in both workspace modes.
 func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Snapshot, error) {
-	cmd := shim.SnapshotArgs(BinaryPath, Workspace, limit)
+	cmd := shim.SnapshotArgs(layout.BinaryPath, layout.Workspace, limit)
 	if p, err := s.spareHelper(ctx, cmd[1:]); err != nil {
 		return snapshot.Snapshot{}, err
 	} else if p != nil {

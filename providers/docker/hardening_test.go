@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/docker/docker/api/types/mount"
@@ -88,21 +89,21 @@ func TestHardeningDefaults(t *testing.T) {
 	if hc.LogConfig.Type != "none" {
 		t.Errorf("log driver %q", hc.LogConfig.Type)
 	}
-	if len(cfg.Entrypoint) < 3 || cfg.Entrypoint[0] != docker.BinaryPath || cfg.Entrypoint[2] != "init" {
+	if len(cfg.Entrypoint) < 3 || cfg.Entrypoint[0] != layout.BinaryPath || cfg.Entrypoint[2] != "init" {
 		t.Errorf("entrypoint %v", cfg.Entrypoint)
 	}
 	mounts := map[string]mount.Mount{}
 	for _, m := range hc.Mounts {
 		mounts[m.Target] = m
 	}
-	if m := mounts[docker.StateDir]; m.Type != mount.TypeVolume {
-		t.Errorf("%s is %+v, want a volume", docker.StateDir, m)
+	if m := mounts[layout.StateDir]; m.Type != mount.TypeVolume {
+		t.Errorf("%s is %+v, want a volume", layout.StateDir, m)
 	}
-	if m := mounts[docker.BinaryPath]; m.Type != mount.TypeBind || !m.ReadOnly {
-		t.Errorf("%s is %+v, want a read-only bind mount", docker.BinaryPath, m)
+	if m := mounts[layout.BinaryPath]; m.Type != mount.TypeBind || !m.ReadOnly {
+		t.Errorf("%s is %+v, want a read-only bind mount", layout.BinaryPath, m)
 	}
-	if m := mounts[docker.Workspace]; m.Type != mount.TypeVolume {
-		t.Errorf("%s is %+v, want a volume (copy mode)", docker.Workspace, m)
+	if m := mounts[layout.Workspace]; m.Type != mount.TypeVolume {
+		t.Errorf("%s is %+v, want a volume (copy mode)", layout.Workspace, m)
 	}
 	lb := cfg.Labels
 	want := map[string]string{

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/snapshot"
@@ -30,7 +31,7 @@ func (s *Sandbox) spareHelper(ctx context.Context, args []string) (driver.Proces
 	if sp == nil {
 		return nil, nil
 	}
-	p, err := s.startSpare(ctx, sp, driver.ExecRequest{Path: BinaryPath, Args: args, Env: map[string]string{}}, "/", true)
+	p, err := s.startSpare(ctx, sp, driver.ExecRequest{Path: layout.BinaryPath, Args: args, Env: map[string]string{}}, "/", true)
 	if errors.Is(err, errSpareDead) {
 		return nil, nil
 	}
@@ -111,7 +112,7 @@ func spareSnapshot(ctx context.Context, p driver.Process) (snapshot.Snapshot, er
 // spareTar is CopyOut through the shim's tar mode on a spare: ok is false
 // when there was no spare, and nothing ran.
 func (s *Sandbox) spareTar(ctx context.Context, p string) (rc io.ReadCloser, ok bool, err error) {
-	pr, err := s.spareHelper(ctx, shim.TarArgs(BinaryPath, p)[1:])
+	pr, err := s.spareHelper(ctx, shim.TarArgs(layout.BinaryPath, p)[1:])
 	if err != nil {
 		return nil, true, err
 	}

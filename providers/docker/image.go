@@ -15,10 +15,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/outposthq/outpost/internal/layout"
 )
-
-// DefaultPath is the PATH of a container whose image sets none.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // MinimalImage is the default image: a root filesystem of a few files
 // (/etc/passwd and /etc/group with root, agent 1000:1000 and nobody; /tmp;
@@ -139,7 +137,7 @@ func importMinimal(ctx context.Context, eng *engine) error {
 	}
 	rc, err := eng.cli.ImageImport(ctx, image.ImportSource{Source: bytes.NewReader(minimalTar), SourceName: "-"}, MinimalImage, image.ImportOptions{
 		Message: "outpost minimal sandbox image",
-		Changes: []string{"ENV PATH=" + DefaultPath, "WORKDIR /", "LABEL " + LabelImage + "=minimal"},
+		Changes: []string{"ENV PATH=" + layout.DefaultPath, "WORKDIR /", "LABEL " + LabelImage + "=minimal"},
 	})
 	if err == nil {
 		err = jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil)

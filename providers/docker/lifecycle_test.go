@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/containerd/errdefs"
@@ -70,7 +71,7 @@ func TestMinimalImage(t *testing.T) {
 		t.Errorf("result %+v", res)
 	}
 	l := lease(t, p, driver.Options{Workdir: wd})
-	if got, err := l.LookPath(t.Context(), "outpost"); err != nil || got != docker.BinaryPath {
+	if got, err := l.LookPath(t.Context(), "outpost"); err != nil || got != layout.BinaryPath {
 		t.Errorf("LookPath(outpost) = %q, %v", got, err)
 	}
 	if _, err := l.LookPath(t.Context(), "sh"); !errors.Is(err, exec.ErrNotFound) {
@@ -119,7 +120,7 @@ func TestVanishedDuringTurn(t *testing.T) {
 	if !errors.As(err, &oe) || oe.Code != outpost.Sandbox || oe.Details["vanished"] != true {
 		t.Errorf("a turn on a vanished lease: %v (details %v)", err, oe.Details)
 	}
-	if err := l.Close(context.Background()); !errors.Is(err, docker.ErrVanished) {
+	if err := l.Close(context.Background()); !errors.Is(err, driver.ErrVanished) {
 		t.Errorf("Close: %v, want ErrVanished", err)
 	}
 }

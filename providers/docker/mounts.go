@@ -3,6 +3,7 @@ package docker
 import (
 	"os"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/docker/docker/api/types/mount"
@@ -19,7 +20,7 @@ func sharedMounts(eng *engine, req []driver.Mount) []driver.Mount {
 	}
 	var out []driver.Mount
 	for _, m := range req {
-		if !driver.Shareable(m, StateDir, Workspace) {
+		if !driver.Shareable(m, layout.StateDir, layout.Workspace) {
 			continue
 		}
 		if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {

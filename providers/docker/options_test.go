@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/docker/docker/api/types/mount"
@@ -33,7 +34,7 @@ func TestBinaryCopy(t *testing.T) {
 			t.Errorf("bind mount %+v with binary_mode=copy", m)
 		}
 	}
-	if got := sh(t, l, "stat -c '%u %a' "+docker.BinaryPath+"; "+docker.BinaryPath+" echo-agent -- copied | grep -q 'copied (turn 1)' && echo ran"); got != "0 555\nran" {
+	if got := sh(t, l, "stat -c '%u %a' "+layout.BinaryPath+"; "+layout.BinaryPath+" echo-agent -- copied | grep -q 'copied (turn 1)' && echo ran"); got != "0 555\nran" {
 		t.Errorf("copied binary: %q", got)
 	}
 }

@@ -25,28 +25,10 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/versions"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/workspace"
-)
-
-// Paths inside every container.
-const (
-	// StateDir holds the home, the temporary directory, the shim's run
-	// directory and outpost's binary: a volume of the container.
-	StateDir = "/outpost"
-	// HomeDir is the private home.
-	HomeDir = StateDir + "/home"
-	// TmpDir is TMPDIR.
-	TmpDir = StateDir + "/tmp"
-	// BinaryPath is outpost's static binary (the init, the shim, the echo
-	// agent); its directory leads the default PATH.
-	BinaryPath = StateDir + "/bin/outpost"
-	// Workspace is the working directory: the caller's directory, copied
-	// or bind-mounted.
-	Workspace = "/workspace"
-
-	runDir = StateDir + "/run"
 )
 
 // Sandbox is one lease: one container.
@@ -86,10 +68,10 @@ func (s *Sandbox) ID() string { return s.id }
 func (s *Sandbox) ContainerID() string { return s.cid }
 
 // Home is /outpost/home.
-func (s *Sandbox) Home() string { return HomeDir }
+func (s *Sandbox) Home() string { return layout.HomeDir }
 
 // Workdir is /workspace.
-func (s *Sandbox) Workdir() string { return Workspace }
+func (s *Sandbox) Workdir() string { return layout.Workspace }
 
 // HostWorkdir is the caller's directory the workspace comes from.
 func (s *Sandbox) HostWorkdir() string { return s.hostDir }
@@ -176,7 +158,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 // environment is the provider's environment for an image's variables.
 func environment(imageEnv []string) driver.Environment {
 	env := driver.Environment{
-		Fixed:    driver.HomeEnv(HomeDir, TmpDir),
+		Fixed:    driver.HomeEnv(layout.HomeDir, layout.TmpDir),
 		Defaults: splitEnv(imageEnv),
 	}
 	for k := range env.Fixed {
@@ -184,9 +166,9 @@ func environment(imageEnv []string) driver.Environment {
 	}
 	p := env.Defaults["PATH"]
 	if p == "" {
-		p = DefaultPath
+		p = layout.DefaultPath
 	}
-	env.Defaults["PATH"] = path.Dir(BinaryPath) + ":" + p
+	env.Defaults["PATH"] = path.Dir(layout.BinaryPath) + ":" + p
 	return env
 }
 
@@ -203,9 +185,9 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	cfg := &container.Config{
 		Image:      img.ref,
 		User:       s.user,
-		Entrypoint: []string{BinaryPath, shim.Subcommand, "init"},
+		Entrypoint: []string{layout.BinaryPath, shim.Subcommand, "init"},
 		Cmd:        []string{},
-		WorkingDir: Workspace,
+		WorkingDir: layout.Workspace,
 		Labels:     labels,
 		StopSignal: "SIGTERM",
 	}
@@ -234,19 +216,19 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 func containerMounts(eng *engine, s *Sandbox) []mount.Mount {
 	volLabels := ownerLabels(self())
 	volLabels[LabelLease] = s.id
-	mounts := []mount.Mount{{Type: mount.TypeVolume, Target: StateDir, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}}}
+	mounts := []mount.Mount{{Type: mount.TypeVolume, Target: layout.StateDir, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}}}
 	if !eng.copyBinary {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: eng.binary, Target: BinaryPath, ReadOnly: true})
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: eng.binary, Target: layout.BinaryPath, ReadOnly: true})
 	}
 	mounts = append(mounts, s.bindMounts()...)
 	if s.mode != Bind {
-		return append(mounts, mount.Mount{Type: mount.TypeVolume, Target: Workspace, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}})
+		return append(mounts, mount.Mount{Type: mount.TypeVolume, Target: layout.Workspace, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}})
 	}
-	mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: s.hostDir, Target: Workspace})
+	mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: s.hostDir, Target: layout.Workspace})
 	// The directory's .outpost (its .env holds secrets the agent gets
 	// only by name) is hidden behind an empty read-only tmpfs.
 	if fi, err := os.Stat(filepath.Join(s.hostDir, ".outpost")); err == nil && fi.IsDir() {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: Workspace + "/.outpost", ReadOnly: true})
+		mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: layout.Workspace + "/.outpost", ReadOnly: true})
 	}
 	return mounts
 }
@@ -292,25 +274,25 @@ func (s *Sandbox) prepare(ctx context.Context) error {
 	}
 	var m *workspace.Manifest
 	if s.p.opts.ReadOnly {
-		if err := s.put(ctx, StateDir, func(tw *tar.Writer) error { return s.writeState(tw, "") }); err != nil {
-			return fmt.Errorf("docker: preparing %s: %w", StateDir, err)
+		if err := s.put(ctx, layout.StateDir, func(tw *tar.Writer) error { return s.writeState(tw, "") }); err != nil {
+			return fmt.Errorf("docker: preparing %s: %w", layout.StateDir, err)
 		}
 		if s.mode == Copy {
 			m = workspace.NewManifest()
-			if err := s.put(ctx, Workspace, func(tw *tar.Writer) error { return s.writeWorkspace(ctx, tw, "/", "", m) }); err != nil {
+			if err := s.put(ctx, layout.Workspace, func(tw *tar.Writer) error { return s.writeWorkspace(ctx, tw, "/", "", m) }); err != nil {
 				return s.copyInErr(ctx, err)
 			}
 		}
 	} else {
 		err := s.put(ctx, "/", func(tw *tar.Writer) error {
-			if err := s.writeState(tw, StateDir[1:]+"/"); err != nil {
+			if err := s.writeState(tw, layout.StateDir[1:]+"/"); err != nil {
 				return err
 			}
 			if s.mode != Copy {
 				return nil
 			}
 			m = workspace.NewManifest()
-			return s.writeWorkspace(ctx, tw, Workspace[1:]+"/", Workspace[1:]+"/", m)
+			return s.writeWorkspace(ctx, tw, layout.Workspace[1:]+"/", layout.Workspace[1:]+"/", m)
 		})
 		if err != nil {
 			return s.copyInErr(ctx, err)
@@ -382,8 +364,8 @@ func (s *Sandbox) writeState(tw *tar.Writer, prefix string) error {
 // processes (when one still runs) and copies the workspace's changes back
 // to the host (see SyncWorkspace), then it removes the container and its
 // volumes, whatever happened before. It works with an ended ctx (bounded
-// by driver.ReleaseTimeout): a cancelled turn still releases its sandbox. Errors: ErrVanished (copy
-// mode: the container is gone, its changes with it), ErrConflict and
+// by driver.ReleaseTimeout): a cancelled turn still releases its sandbox. Errors: driver.ErrVanished (copy
+// mode: the container is gone, its changes with it), driver.ErrConflict and
 // tarsafe.ErrUnsafe from the copy back, the engine's.
 func (s *Sandbox) Close(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
@@ -419,7 +401,7 @@ func (s *Sandbox) stop(ctx context.Context) error {
 	err := s.eng.cli.ContainerKill(ctx, s.cid, "KILL")
 	switch {
 	case errdefs.IsNotFound(err):
-		return fmt.Errorf("%w: %s was removed before its workspace was copied back; its changes are lost", ErrVanished, s.id)
+		return fmt.Errorf("docker: %w: %s was removed before its workspace was copied back; its changes are lost", driver.ErrVanished, s.id)
 	case err != nil && !errdefs.IsConflict(err): // Conflict: not running
 		return fmt.Errorf("docker: stopping %s: %w", s.id, err)
 	}
@@ -429,7 +411,7 @@ func (s *Sandbox) stop(ctx context.Context) error {
 		return nil
 	case err := <-errc:
 		if errdefs.IsNotFound(err) {
-			return fmt.Errorf("%w: %s was removed before its workspace was copied back; its changes are lost", ErrVanished, s.id)
+			return fmt.Errorf("docker: %w: %s was removed before its workspace was copied back; its changes are lost", driver.ErrVanished, s.id)
 		}
 		return fmt.Errorf("docker: waiting for %s to stop: %w", s.id, err)
 	}

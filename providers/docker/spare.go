@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -119,7 +120,7 @@ func (s *Sandbox) makeSpareLocked() *spare {
 			AttachStdin:  true,
 			AttachStdout: true,
 			AttachStderr: true,
-			Cmd:          shim.SpareExecArgs(BinaryPath, sp.token, runDir),
+			Cmd:          shim.SpareExecArgs(layout.BinaryPath, sp.token, layout.RunDir),
 		})
 		if err != nil {
 			sp.err = s.execErr(ctx, "making a spare process", err)
@@ -288,7 +289,7 @@ func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequ
 	p := newProcess(s, sp.execID, sp.token, req.Path, sp.conn, req.Stdin, up)
 	p.helper = helper
 	pr, err := s.await(ctx, p)
-	if err != nil && p.NoShim() && !errors.Is(err, ErrVanished) {
+	if err != nil && p.NoShim() && !errors.Is(err, driver.ErrVanished) {
 		// The shim never answered: it was gone before it read the request
 		// (killed), or never ran (the runtime could not start it). Nothing
 		// ran: an exec of its own does what the spare could not.

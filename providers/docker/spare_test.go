@@ -20,6 +20,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/sandbox"
@@ -249,7 +250,7 @@ func TestSpareVanished(t *testing.T) {
 			for i := range 2 { // the spare, then the one made after it
 				_, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/true", Env: fullEnv(l)})
 				var oe *outpost.Error
-				if !errors.Is(err, docker.ErrVanished) || !errors.As(err, &oe) || oe.Code != outpost.Sandbox || oe.Details["vanished"] != true {
+				if !errors.Is(err, driver.ErrVanished) || !errors.As(err, &oe) || oe.Code != outpost.Sandbox || oe.Details["vanished"] != true {
 					t.Errorf("Start %d on a %s container: %v, want ErrVanished with code sandbox and details.vanished", i+1, how, err)
 				}
 			}
@@ -316,7 +317,7 @@ func TestSpareClose(t *testing.T) {
 		if err := l.Warm(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if got := shStatus(t, l, "echo written > "+docker.Workspace+"/by-spare").Status; !got.Success() {
+		if got := shStatus(t, l, "echo written > "+layout.Workspace+"/by-spare").Status; !got.Success() {
 			t.Fatalf("status %+v", got)
 		}
 		if err := l.Warm(t.Context()); err != nil { // tops the spares up again
@@ -370,7 +371,7 @@ func TestSpareHelpers(t *testing.T) {
 	if shims := spareShims(t, sb, docker.DefaultSpares); len(shims) != docker.DefaultSpares {
 		t.Fatalf("spare shims %q after Warm, want %d", shims, docker.DefaultSpares)
 	}
-	if got := shStatus(t, l, "mkdir -p "+docker.Workspace+"/d && echo one > "+docker.Workspace+"/d/a && echo two > "+docker.Workspace+"/d/b").Status; !got.Success() {
+	if got := shStatus(t, l, "mkdir -p "+layout.Workspace+"/d && echo one > "+layout.Workspace+"/d/a && echo two > "+layout.Workspace+"/d/b").Status; !got.Success() {
 		t.Fatalf("status %+v", got)
 	}
 	runs := docker.SpareRuns(sb)
@@ -383,7 +384,7 @@ func TestSpareHelpers(t *testing.T) {
 		if _, ok := snap.Files["d/a"]; !ok || len(snap.Files) != 2 {
 			t.Errorf("snapshot %+v, want d/a and d/b", snap.Files)
 		}
-		rc, err := sb.CopyOut(t.Context(), docker.Workspace+"/d/a")
+		rc, err := sb.CopyOut(t.Context(), layout.Workspace+"/d/a")
 		if err != nil {
 			t.Fatalf("CopyOut of a file: %v", err)
 		}
@@ -401,11 +402,11 @@ func TestSpareHelpers(t *testing.T) {
 		if err := rc.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		if _, err := sb.CopyOut(t.Context(), docker.Workspace+"/missing"); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := sb.CopyOut(t.Context(), layout.Workspace+"/missing"); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("CopyOut of a missing path: %v, want fs.ErrNotExist", err)
 		}
 		// Closed after its first entry: the rest is not read.
-		rc, err = sb.CopyOut(t.Context(), docker.Workspace+"/d")
+		rc, err = sb.CopyOut(t.Context(), layout.Workspace+"/d")
 		if err != nil {
 			t.Fatalf("CopyOut of a directory: %v", err)
 		}

@@ -8,7 +8,9 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/workspace"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // PrivateDir is the directory of the caller's working directory that never
@@ -40,7 +42,7 @@ func (s *Sandbox) writeWorkspace(ctx context.Context, tw *tar.Writer, rootName, 
 // Paths the sandbox deleted are deleted on the host when the host's copy
 // is still the one copied in. A path changed on both sides keeps the
 // host's version; the sandbox's is written beside it with ConflictSuffix
-// and the error wraps ErrConflict. Entries that would escape the
+// and the error wraps driver.ErrConflict. Entries that would escape the
 // directory (absolute or climbing symbolic links) and anything under
 // PrivateDir are not written, and the error wraps tarsafe.ErrUnsafe. The
 // rest is written in any case. Writes go through an os.Root of the host
@@ -51,20 +53,20 @@ func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
 	}
 	s.wsMu.Lock()
 	defer s.wsMu.Unlock()
-	rc, _, err := s.eng.cli.CopyFromContainer(ctx, s.cid, Workspace)
+	rc, _, err := s.eng.cli.CopyFromContainer(ctx, s.cid, layout.Workspace)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			return fmt.Errorf("%w: %s is gone; its workspace changes are lost", ErrVanished, s.id)
+			return fmt.Errorf("docker: %w: %s is gone; its workspace changes are lost", driver.ErrVanished, s.id)
 		}
 		return fmt.Errorf("docker: copying the workspace of %s back: %w", s.id, err)
 	}
 	defer rc.Close()
-	res, err := workspace.Sync(ctx, s.hostDir, path.Base(Workspace), s.manifest, tar.NewReader(rc))
+	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(rc))
 	if err != nil {
 		return fmt.Errorf("docker: copying the workspace of %s back: %w", s.id, err)
 	}
 	s.manifest = res.Manifest
-	if err := res.Err(ErrConflict); err != nil {
+	if err := res.Err(driver.ErrConflict); err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
 	return nil

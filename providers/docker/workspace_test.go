@@ -82,7 +82,7 @@ mkdir -p .outpost && echo SECRET=stolen > .outpost/.env`)
 	}
 
 	err = l.Close(context.Background())
-	if !errors.Is(err, docker.ErrConflict) || !errors.Is(err, tarsafe.ErrUnsafe) {
+	if !errors.Is(err, driver.ErrConflict) || !errors.Is(err, tarsafe.ErrUnsafe) {
 		t.Errorf("Close: %v, want ErrConflict and tarsafe.ErrUnsafe", err)
 	}
 	for name, want := range map[string]string{

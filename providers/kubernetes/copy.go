@@ -4,33 +4,24 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"strings"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/internal/workspace"
 )
-
-// ErrPath is wrapped when a path given to CopyIn or CopyOut is not an
-// absolute, clean path inside the pod's own filesystem.
-var ErrPath = errors.New("kubernetes: invalid sandbox path")
-
-func checkPath(p string) error { return workspace.CheckPath(p, ErrPath) }
 
 // CopyIn extracts a tar stream into dir (made with its parents, mode
 // 0700), through the shim's untar mode: files belong to the sandbox's
 // user, setuid/setgid/sticky bits are dropped, and no entry or link met
 // on the way writes outside dir. The archive is read and checked whole
 // before anything is sent, so an archive that fails writes nothing.
-// Errors: ErrPath, tarsafe.ErrUnsafe, ErrVanished, the archive's.
+// Errors: tarsafe.ErrUnsafe, driver.ErrVanished, the archive's.
 func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
-	if err := checkPath(dir); err != nil {
-		return err
-	}
 	sp := &workspace.Spool{}
 	defer sp.Close()
 	if err := checkArchive(r, sp); err != nil {
@@ -59,7 +50,7 @@ func (s *Sandbox) untar(ctx context.Context, dir string, fill func(*tar.Writer) 
 }
 
 func (s *Sandbox) untarFrom(ctx context.Context, dir string, r io.Reader) error {
-	res, err := s.run(ctx, shim.UntarArgs(BinaryPath, dir), r)
+	res, err := s.run(ctx, shim.UntarArgs(layout.BinaryPath, dir), r)
 	if err != nil {
 		return err
 	}
@@ -76,9 +67,6 @@ func (s *Sandbox) untarFrom(ctx context.Context, dir string, r io.Reader) error 
 // relative to p's parent. A missing p gives an error satisfying
 // errors.Is(err, fs.ErrNotExist).
 func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) {
-	if err := checkPath(p); err != nil {
-		return nil, err
-	}
 	return s.tarOut(ctx, p)
 }
 
@@ -89,7 +77,7 @@ func (s *Sandbox) tarOut(ctx context.Context, p string) (io.ReadCloser, error) {
 	pr, pw := io.Pipe()
 	errb := &shim.Limited{N: 64 << 10}
 	go func() {
-		code, err := exitCode(s.stream(sctx, shim.TarArgs(BinaryPath, p), nil, pw, errb))
+		code, err := exitCode(s.stream(sctx, shim.TarArgs(layout.BinaryPath, p), nil, pw, errb))
 		switch {
 		case err != nil:
 			err = s.execErr(sctx, "copying "+p+" out", err)

@@ -17,6 +17,7 @@ import (
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -85,7 +86,7 @@ func (s *Sandbox) execErr(ctx context.Context, what string, err error) error {
 		return ctx.Err()
 	}
 	if !s.closing.Load() && s.Vanished(context.WithoutCancel(ctx)) {
-		return fmt.Errorf("%w: %s: %s", ErrVanished, what, s.reason())
+		return fmt.Errorf("kubernetes: %w: %s: %s", driver.ErrVanished, what, s.reason())
 	}
 	return s.p.apiErr(ctx, what+" in pod "+s.id, err)
 }
@@ -95,18 +96,18 @@ func (s *Sandbox) execErr(ctx context.Context, what string, err error) error {
 // exec's stdin, ahead of the program's own input. A program that is not
 // found gives an *exec.Error wrapping exec.ErrNotFound, a missing working
 // directory an error wrapping shim.ErrNoDir and fs.ErrNotExist, a pod
-// that is gone one wrapping ErrVanished. ctx bounds only the start.
+// that is gone one wrapping driver.ErrVanished. ctx bounds only the start.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	dir, err := shim.CheckStart(ctx, "kubernetes", s.id, s.closing.Load(), req.Env, req.Dir, Workspace)
+	dir, err := shim.CheckStart(ctx, "kubernetes", s.id, s.closing.Load(), req.Env, req.Dir, layout.Workspace)
 	if err != nil {
 		return nil, err
 	}
 	block := shim.EnvLine(req.Env)
 	token := shim.Token()
 	t := &podExec{s: s, path: req.Path, done: make(chan struct{}), stdin: bytes.NewReader(block)}
-	t.cmd = shim.RemoteExecArgs(BinaryPath, token, runDir, dir, req.Stdin, req.Path, req.Args)
+	t.cmd = shim.RemoteExecArgs(layout.BinaryPath, token, layout.RunDir, dir, req.Stdin, req.Path, req.Args)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	x := shim.Exec{Name: "kubernetes", ID: s.id, Binary: BinaryPath, RunDir: runDir, Token: token, Path: req.Path, Gone: ErrVanished}
+	x := shim.Exec{Name: "kubernetes", ID: s.id, Binary: layout.BinaryPath, RunDir: layout.RunDir, Token: token, Path: req.Path, Gone: driver.ErrVanished}
 	if req.Stdin {
 		pr, pw := io.Pipe()
 		x.Stdin, t.stdinR = pw, pr
@@ -173,7 +174,7 @@ func (t *podExec) StartFailed(err, streamErr error) error {
 }
 
 // Exit returns the shim's exit status from the stream's end. The error is
-// ErrVanished with the pod's reason when it went away.
+// driver.ErrVanished with the pod's reason when it went away.
 func (t *podExec) Exit() (harness.ExitStatus, error) {
 	s := t.s
 	code, err := exitCode(t.err)
@@ -182,7 +183,7 @@ func (t *podExec) Exit() (harness.ExitStatus, error) {
 			if s.closing.Load() {
 				return shim.Killed, nil
 			}
-			return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: %s", ErrVanished, s.reason())
+			return harness.ExitStatus{Code: -1}, fmt.Errorf("kubernetes: %w: %s", driver.ErrVanished, s.reason())
 		}
 	}
 	if err != nil {
@@ -228,13 +229,13 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 		pathEnv = s.env.Defaults["PATH"]
 	}
 	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == "/outpost/bin" && name == "outpost" {
-		return BinaryPath, nil
+		return layout.BinaryPath, nil
 	}
 	if _, err := shim.CheckStart(ctx, "kubernetes", s.id, false, map[string]string{"PATH": pathEnv}, "/", "/"); err != nil {
 		return "", err
 	}
 	block := shim.EnvLine(map[string]string{"PATH": pathEnv})
-	cmd := shim.RemoteExecArgs(BinaryPath, shim.Token(), runDir, "/", false, BinaryPath, shim.LookPathArgs(BinaryPath, name)[1:])
+	cmd := shim.RemoteExecArgs(layout.BinaryPath, shim.Token(), layout.RunDir, "/", false, layout.BinaryPath, shim.LookPathArgs(layout.BinaryPath, name)[1:])
 	res, err := s.run(ctx, cmd, bytes.NewReader(block))
 	if err != nil {
 		return "", err

@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/outposthq/outpost/internal/layout"
 )
 
 // ImageBinary is where the outpost image holds outpost's static binary
@@ -99,7 +101,7 @@ func WriteOutpostImage(w io.Writer, binary, arch string) (string, error) {
 		"config": map[string]any{
 			"Entrypoint": []string{ImageBinary},
 			"User":       "1000:1000",
-			"Env":        []string{"PATH=" + DefaultPath},
+			"Env":        []string{"PATH=" + layout.DefaultPath},
 		},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diff[:])}},
 	})

@@ -43,12 +43,6 @@ var (
 	// ErrStart: the lease's pod could not start (image missing,
 	// unschedulable, quota exceeded...); the error names the cause.
 	ErrStart = errors.New("kubernetes: the sandbox's pod did not start")
-	// ErrVanished: the lease's pod was deleted, evicted or lost behind
-	// outpost's back; the error carries the pod's reason.
-	ErrVanished = errors.New("kubernetes: the sandbox's pod vanished")
-	// ErrConflict: copying the workspace back found files changed both on
-	// the host and in the sandbox (see Sandbox.SyncWorkspace).
-	ErrConflict = errors.New("kubernetes: workspace changed on both sides")
 )
 
 // Defaults of Options.
@@ -192,11 +186,10 @@ func init() {
 }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
-func ParseSettings(m map[string]string) (*Options, error) {
-	v, err := Settings.Parse(m)
-	if err != nil {
-		return nil, err
-	}
+var ParseSettings = settings.Decoder(Settings, options)
+
+// options builds Options from parsed settings.
+func options(v settings.Values) (*Options, error) {
 	o := &Options{
 		Kubeconfig: v.String("kubeconfig"), Context: v.String("context"), Namespace: v.String("namespace"),
 		Image: v.String("image"), OutpostImage: v.String("outpost_image"), Pull: PullPolicy(v.String("pull")),
@@ -208,6 +201,7 @@ func ParseSettings(m map[string]string) (*Options, error) {
 		MaxLifetime: v.Duration("max_lifetime"), Binary: v.String("binary"), Arch: v.String("arch"),
 	}
 	if user := v.String("user"); user != "" {
+		var err error
 		if o.UID, o.GID, err = parseUser(user); err != nil {
 			return nil, Settings.Invalid("user", user, err)
 		}

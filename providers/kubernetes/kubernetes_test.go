@@ -20,6 +20,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -133,7 +134,7 @@ func TestPodHardening(t *testing.T) {
 			}
 		}
 	}
-	if got := spec.Containers[0].Command; !cmp.Equal(got, []string{BinaryPath, "sandbox-shim", "init"}) {
+	if got := spec.Containers[0].Command; !cmp.Equal(got, []string{layout.BinaryPath, "sandbox-shim", "init"}) {
 		t.Errorf("command %v", got)
 	}
 	vols := map[string]corev1.VolumeSource{}

@@ -17,27 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// Paths inside every pod.
 const (
-	// StateDir holds the home, TMPDIR, the shim's run directory and
-	// outpost's binary: an emptyDir.
-	StateDir = "/outpost"
-	// HomeDir is the private home.
-	HomeDir = StateDir + "/home"
-	// TmpDir is TMPDIR.
-	TmpDir = StateDir + "/tmp"
-	// BinaryPath is outpost's static binary; its directory leads PATH.
-	BinaryPath = StateDir + "/bin/outpost"
-	// Workspace is the working directory, an emptyDir the caller's
-	// directory is copied into and back from.
-	Workspace = "/workspace"
-	// DefaultPath follows outpost's binary directory in PATH.
-	DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-	runDir = StateDir + "/run"
 	// Container names.
 	containerName = "sandbox"
 	initName      = "outpost"
@@ -119,9 +103,9 @@ func (p *Provider) sandboxContainer(outpostImage string, mounts []corev1.VolumeM
 		Name:            containerName,
 		Image:           image,
 		ImagePullPolicy: p.pullPolicy(),
-		Command:         []string{BinaryPath, "sandbox-shim", "init"},
-		WorkingDir:      Workspace,
-		Env:             []corev1.EnvVar{{Name: "PATH", Value: path.Dir(BinaryPath) + ":" + DefaultPath}},
+		Command:         []string{layout.BinaryPath, "sandbox-shim", "init"},
+		WorkingDir:      layout.Workspace,
+		Env:             []corev1.EnvVar{{Name: "PATH", Value: path.Dir(layout.BinaryPath) + ":" + layout.DefaultPath}},
 		SecurityContext: p.securityContext(),
 		Resources:       corev1.ResourceRequirements{Limits: p.res.limits, Requests: p.res.requests},
 		VolumeMounts:    mounts,
@@ -177,7 +161,7 @@ func podLabels(s *Sandbox, o *owner, labels map[string]string) map[string]string
 // the node's shared directories (node_cache).
 func podVolumes(s *Sandbox, readOnly bool) ([]corev1.VolumeMount, []corev1.Volume) {
 	emptyDir := func() corev1.VolumeSource { return corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}} }
-	mounts := []corev1.VolumeMount{{Name: "state", MountPath: StateDir}, {Name: "workspace", MountPath: Workspace}}
+	mounts := []corev1.VolumeMount{{Name: "state", MountPath: layout.StateDir}, {Name: "workspace", MountPath: layout.Workspace}}
 	volumes := []corev1.Volume{{Name: "state", VolumeSource: emptyDir()}, {Name: "workspace", VolumeSource: emptyDir()}}
 	if readOnly {
 		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
@@ -217,7 +201,7 @@ func sharedMounts(o *Options, req []driver.Mount) []driver.Mount {
 	}
 	var out []driver.Mount
 	for _, m := range req {
-		if driver.Shareable(m, StateDir, Workspace, "/tmp") {
+		if driver.Shareable(m, layout.StateDir, layout.Workspace, "/tmp") {
 			out = append(out, driver.Mount{Source: filepath.Clean(m.Source), Target: m.Target})
 		}
 	}

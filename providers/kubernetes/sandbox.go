@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/workspace"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -53,10 +54,10 @@ func (s *Sandbox) Pod() string { return s.id }
 func (s *Sandbox) Namespace() string { return s.p.ns }
 
 // Home is /outpost/home.
-func (s *Sandbox) Home() string { return HomeDir }
+func (s *Sandbox) Home() string { return layout.HomeDir }
 
 // Workdir is /workspace.
-func (s *Sandbox) Workdir() string { return Workspace }
+func (s *Sandbox) Workdir() string { return layout.Workspace }
 
 // Environment: HOME, XDG_* and TMPDIR are fixed; PATH starts with
 // outpost's binary directory.
@@ -69,8 +70,8 @@ func (s *Sandbox) HostPath(p string) (string, bool) { return driver.MapMount(s.s
 
 func environment() driver.Environment {
 	return driver.Environment{
-		Fixed:    driver.HomeEnv(HomeDir, TmpDir),
-		Defaults: map[string]string{"PATH": path.Dir(BinaryPath) + ":" + DefaultPath, "LANG": "C.UTF-8"},
+		Fixed:    driver.HomeEnv(layout.HomeDir, layout.TmpDir),
+		Defaults: map[string]string{"PATH": path.Dir(layout.BinaryPath) + ":" + layout.DefaultPath, "LANG": "C.UTF-8"},
 	}
 }
 
@@ -129,7 +130,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		return fail(err)
 	}
 	m := workspace.NewManifest()
-	if err := s.untar(ctx, Workspace, func(tw *tar.Writer) error {
+	if err := s.untar(ctx, layout.Workspace, func(tw *tar.Writer) error {
 		return workspace.Write(ctx, tw, s.hostDir, ".", "", s.uid, s.gid, m)
 	}); err != nil {
 		return fail(fmt.Errorf("kubernetes: copying %s in: %w", s.hostDir, err))
@@ -155,8 +156,8 @@ func (s *Sandbox) released() {
 // Close releases the lease: it stops the processes that still run,
 // copies the workspace's changes back (SyncWorkspace) and deletes the
 // pod, whatever happened before. It works with an ended ctx (bounded by
-// driver.ReleaseTimeout). Errors: ErrVanished (the pod is gone, its changes with
-// it), ErrConflict and tarsafe.ErrUnsafe from the copy back, the API's.
+// driver.ReleaseTimeout). Errors: driver.ErrVanished (the pod is gone, its changes with
+// it), driver.ErrConflict and tarsafe.ErrUnsafe from the copy back, the API's.
 func (s *Sandbox) Close(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
@@ -205,28 +206,28 @@ func (s *Sandbox) deletePod(ctx context.Context) error {
 // may call it between turns). Only what changed in the sandbox since the
 // last copy is written; a path changed on both sides keeps the host's
 // version, the sandbox's is written beside it with workspace.ConflictSuffix
-// and the error wraps ErrConflict. Unsafe entries and .outpost/ are not
+// and the error wraps driver.ErrConflict. Unsafe entries and .outpost/ are not
 // written (tarsafe.ErrUnsafe). See workspace.Sync.
 func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
 	s.wsMu.Lock()
 	defer s.wsMu.Unlock()
-	rc, err := s.tarOut(ctx, Workspace)
+	rc, err := s.tarOut(ctx, layout.Workspace)
 	if err != nil {
 		if s.Vanished(context.WithoutCancel(ctx)) {
-			return fmt.Errorf("%w: %s; its workspace changes are lost", ErrVanished, s.reason())
+			return fmt.Errorf("kubernetes: %w: %s; its workspace changes are lost", driver.ErrVanished, s.reason())
 		}
 		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.id, err)
 	}
 	defer rc.Close()
-	res, err := workspace.Sync(ctx, s.hostDir, path.Base(Workspace), s.manifest, tar.NewReader(rc))
+	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(rc))
 	if err != nil {
 		if s.Vanished(context.WithoutCancel(ctx)) {
-			return fmt.Errorf("%w: %s; its workspace changes are lost", ErrVanished, s.reason())
+			return fmt.Errorf("kubernetes: %w: %s; its workspace changes are lost", driver.ErrVanished, s.reason())
 		}
 		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.id, err)
 	}
 	s.manifest = res.Manifest
-	return res.Err(ErrConflict)
+	return res.Err(driver.ErrConflict)
 }
 
 // Vanished reports whether the pod was deleted, evicted, ended or lost

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // target is where the provider connects, after ssh config resolution.
@@ -369,12 +370,12 @@ func (c *conn) sendKeepAlive() error {
 // newSession opens a session, telling a dropped connection apart.
 func (c *conn) newSession() (*ssh.Session, error) {
 	if c.dead() {
-		return nil, ErrDisconnected
+		return nil, fmt.Errorf("ssh: %w", driver.ErrDisconnected)
 	}
 	s, err := c.client.NewSession()
 	if err != nil {
 		if c.dead() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-			return nil, fmt.Errorf("%w: %v", ErrDisconnected, err)
+			return nil, fmt.Errorf("ssh: %w: %v", driver.ErrDisconnected, err)
 		}
 		return nil, fmt.Errorf("ssh: opening a session: %w (the server's MaxSessions may be too low for this many concurrent processes)", err)
 	}

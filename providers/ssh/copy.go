@@ -16,12 +16,13 @@ import (
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/internal/workspace"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // checkPath refuses relative and unclean paths.
 func checkPath(p string) error {
 	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsAny(p, "\x00\n") {
-		return fmt.Errorf("%w: %q is not an absolute clean path", ErrPath, p)
+		return fmt.Errorf("ssh: %w: %q is not an absolute clean path", driver.ErrPath, p)
 	}
 	return nil
 }
@@ -170,7 +171,7 @@ func (o *outStream) Close() error {
 // provider does (internal/workspace): only what the sandbox changed since
 // the last copy; a path changed on both sides keeps the host's version
 // and the sandbox's is written beside it with workspace.ConflictSuffix,
-// the error wrapping ErrConflict; escaping entries and .outpost are not
+// the error wrapping driver.ErrConflict; escaping entries and .outpost are not
 // written (tarsafe.ErrUnsafe). Close calls it after stopping the lease's
 // processes; a library user may call it between turns.
 func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
@@ -212,12 +213,12 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string) error 
 	}
 	if err != nil {
 		if c.dead() {
-			err = fmt.Errorf("%w: %v", ErrDisconnected, err)
+			err = fmt.Errorf("ssh: %w: %v", driver.ErrDisconnected, err)
 		}
 		return fmt.Errorf("ssh: copying the workspace of %s back: %w", s.id, err)
 	}
 	s.wsMan = res.Manifest
-	if err := res.Err(ErrConflict); err != nil {
+	if err := res.Err(driver.ErrConflict); err != nil {
 		return fmt.Errorf("ssh: %w", err)
 	}
 	return nil

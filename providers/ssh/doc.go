@@ -17,7 +17,7 @@
 // Options.StartTimeout) and shared by every lease: each process, copy and
 // signal is a session multiplexed over it. Keepalives find a dead peer;
 // when the connection drops, the leases' processes fail with
-// ErrDisconnected (their sandboxes report Vanished) and the next lease
+// driver.ErrDisconnected (their sandboxes report Vanished) and the next lease
 // reconnects.
 //
 // On the host, under the provider's root (default ~/.outpost, mode

@@ -21,7 +21,7 @@ import (
 // The environment travels on the session's standard input, never on a
 // command line. A program that is not found gives an *exec.Error wrapping
 // exec.ErrNotFound, a missing working directory an error wrapping
-// fs.ErrNotExist, a dropped connection ErrDisconnected.
+// fs.ErrNotExist, a dropped connection driver.ErrDisconnected.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
 	dir, err := shim.CheckStart(ctx, "ssh", s.id, s.closing.Load(), req.Env, req.Dir, s.workdir)
 	if err != nil {
@@ -39,7 +39,7 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	token := shim.Token()
 	t := &session{s: s, sess: sess, stdin: stdin, path: req.Path, env: shim.EnvLine(req.Env), keep: req.Stdin}
 	t.cmd = "exec " + command(shim.RemoteExecArgs(s.c.remote.binary, token, s.runDir, dir, req.Stdin, req.Path, req.Args)...)
-	x := shim.Exec{Name: "ssh", ID: s.id, Binary: s.c.remote.binary, RunDir: s.runDir, Token: token, Path: req.Path, Gone: ErrDisconnected}
+	x := shim.Exec{Name: "ssh", ID: s.id, Binary: s.c.remote.binary, RunDir: s.runDir, Token: token, Path: req.Path, Gone: driver.ErrDisconnected}
 	if req.Stdin {
 		x.Stdin = stdin
 	}
@@ -56,7 +56,7 @@ func (s *Sandbox) connErr(what string, err error) error {
 		s.c.checkAlive()
 	}
 	if s.c.dead() {
-		return fmt.Errorf("%w: %s: %v", ErrDisconnected, what, err)
+		return fmt.Errorf("ssh: %w: %s: %v", driver.ErrDisconnected, what, err)
 	}
 	return fmt.Errorf("ssh: %s: %w", what, err)
 }
@@ -111,13 +111,13 @@ func (t *session) Stream(stdout, stderr io.Writer) error {
 // StartFailed: the session ended before the shim spoke: the connection,
 // or a host that cannot run it.
 func (t *session) StartFailed(err, streamErr error) error {
-	if t.s.c.dead() || errors.Is(streamErr, ErrDisconnected) {
-		return fmt.Errorf("%w: starting %s: %v", ErrDisconnected, t.path, err)
+	if t.s.c.dead() || errors.Is(streamErr, driver.ErrDisconnected) {
+		return fmt.Errorf("ssh: %w: starting %s: %v", driver.ErrDisconnected, t.path, err)
 	}
 	return err
 }
 
-// Exit returns the session's exit status. The error is ErrDisconnected
+// Exit returns the session's exit status. The error is driver.ErrDisconnected
 // when the connection dropped.
 func (t *session) Exit() (harness.ExitStatus, error) {
 	s, err := t.s, t.err
@@ -139,7 +139,7 @@ func (t *session) Exit() (harness.ExitStatus, error) {
 		s.c.checkAlive()
 	}
 	if s.c.dead() {
-		return harness.ExitStatus{Code: -1}, fmt.Errorf("%w: the process of %s was lost with it", ErrDisconnected, s.id)
+		return harness.ExitStatus{Code: -1}, fmt.Errorf("ssh: %w: the process of %s was lost with it", driver.ErrDisconnected, s.id)
 	}
 	if t.closed.Load() {
 		return shim.Killed, nil

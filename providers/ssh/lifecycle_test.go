@@ -77,7 +77,7 @@ func TestDisconnect(t *testing.T) {
 	pr := startSleeper(t, sb, "disconnect-mark")
 	srv.MustExec(t, "pkill", "-KILL", "-f", "^sshd: agent")
 	st, err := pr.Wait()
-	if !errors.Is(err, sshp.ErrDisconnected) {
+	if !errors.Is(err, driver.ErrDisconnected) {
 		t.Errorf("Wait after the connection dropped: %+v, %v; want ErrDisconnected", st, err)
 	}
 	if !sb.(driver.Vanisher).Vanished(t.Context()) {

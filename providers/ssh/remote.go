@@ -16,6 +16,7 @@ import (
 
 	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // remote is what the provider learned of the host when it connected.
@@ -47,7 +48,7 @@ type result struct {
 }
 
 // run runs a shell command on c to completion, feeding it stdin (nil:
-// none). A dropped connection gives ErrDisconnected; ctx's end closes the
+// none). A dropped connection gives driver.ErrDisconnected; ctx's end closes the
 // session.
 func run(ctx context.Context, c *conn, cmd string, stdin io.Reader) (result, error) {
 	if err := ctx.Err(); err != nil {
@@ -79,13 +80,13 @@ func run(ctx context.Context, c *conn, cmd string, stdin io.Reader) (result, err
 			res.code = -1
 		}
 	case c.dead():
-		return res, fmt.Errorf("%w: %v", ErrDisconnected, err)
+		return res, fmt.Errorf("ssh: %w: %v", driver.ErrDisconnected, err)
 	default:
 		var em *ssh.ExitMissingError
 		if errors.As(err, &em) {
 			c.checkAlive()
 			if c.dead() {
-				return res, fmt.Errorf("%w: %v", ErrDisconnected, err)
+				return res, fmt.Errorf("ssh: %w: %v", driver.ErrDisconnected, err)
 			}
 		}
 		return res, fmt.Errorf("ssh: %w", err)

@@ -173,7 +173,7 @@ func (s *Sandbox) make(ctx context.Context, labels map[string]string) error {
 		}
 	}
 	if err != nil {
-		if ctx.Err() == nil || errors.Is(err, ErrDisconnected) {
+		if ctx.Err() == nil || errors.Is(err, driver.ErrDisconnected) {
 			return fmt.Errorf("ssh: making the lease on %s: %w", s.p.Address(), err)
 		}
 		// A cancelled open may have made the directory before the session
@@ -299,7 +299,7 @@ func (s *Sandbox) Vanished(ctx context.Context) bool {
 	}
 	res, err := run(ctx, s.c, "test -d "+shq(s.dir), nil)
 	if err != nil {
-		return errors.Is(err, ErrDisconnected)
+		return errors.Is(err, driver.ErrDisconnected)
 	}
 	return res.code != 0
 }

@@ -2,7 +2,6 @@ package ssh
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,15 +30,6 @@ var (
 	// ErrRemote: the remote host lacks something outpost needs (sh, tar,
 	// a writable root directory, a supported architecture).
 	ErrRemote = errors.New("ssh: the remote host cannot run sandboxes")
-	// ErrDisconnected: the connection to the host dropped; the lease's
-	// processes are lost to it. The next lease reconnects.
-	ErrDisconnected = fmt.Errorf("ssh: %w", driver.ErrDisconnected)
-	// ErrConflict: copying the workspace back found files changed both on
-	// the host and in the sandbox (see Sandbox.SyncWorkspace).
-	ErrConflict = errors.New("ssh: workspace changed on both sides")
-	// ErrPath is wrapped when a path given to CopyIn or CopyOut is not
-	// absolute and clean.
-	ErrPath = errors.New("ssh: invalid sandbox path")
 )
 
 // Defaults of Options.
@@ -104,7 +94,7 @@ type Options struct {
 	// authentication. Default DefaultStartTimeout.
 	StartTimeout time.Duration
 	// KeepAlive is the interval of keepalive requests; after 3 unanswered
-	// the connection is closed and its leases fail with ErrDisconnected.
+	// the connection is closed and its leases fail with driver.ErrDisconnected.
 	// Default DefaultKeepAlive; negative: none.
 	KeepAlive time.Duration
 	// Binary is a static outpost binary for the remote host's
@@ -137,11 +127,10 @@ var Settings = settings.Set{Provider: "ssh", Keys: []settings.Key{
 func init() { driver.Register("ssh", driver.NewFactory(ParseSettings, New)) }
 
 // ParseSettings turns sandbox.Open's string settings into Options.
-func ParseSettings(m map[string]string) (*Options, error) {
-	v, err := Settings.Parse(m)
-	if err != nil {
-		return nil, err
-	}
+var ParseSettings = settings.Decoder(Settings, options)
+
+// options builds Options from parsed settings.
+func options(v settings.Values) (*Options, error) {
 	return &Options{
 		Host: v.String("host"), User: v.String("user"), Port: int(v.Int("port")), Identity: v.String("identity"),
 		Agent: v.Bool("agent"), KnownHosts: v.String("known_hosts"), Config: v.String("config"), Root: v.String("root"),

@@ -94,7 +94,7 @@ mkdir -p .outpost && echo SECRET=stolen > .outpost/.env`)
 		t.Errorf("host changed before release: a.txt = %q", got)
 	}
 	err = l.Close(context.Background())
-	if !errors.Is(err, sshp.ErrConflict) || !errors.Is(err, tarsafe.ErrUnsafe) {
+	if !errors.Is(err, driver.ErrConflict) || !errors.Is(err, tarsafe.ErrUnsafe) {
 		t.Errorf("Close: %v, want ErrConflict and tarsafe.ErrUnsafe", err)
 	}
 	for name, want := range map[string]string{

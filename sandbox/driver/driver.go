@@ -297,6 +297,37 @@ var ErrClosed = errors.New("sandbox: lease released")
 // code sandbox with details.vanished and details.disconnected.
 var ErrDisconnected = errors.New("sandbox: connection to the sandbox's host lost")
 
+// ErrVanished is wrapped by the errors of a sandbox that was removed,
+// stopped or lost behind outpost's back (a container, a pod). The portable
+// layer reports such failures as code sandbox with details.vanished.
+var ErrVanished = errors.New("sandbox vanished")
+
+// ErrConflict is wrapped when copying the workspace back found files
+// changed both on the host and in the sandbox: the host's versions were
+// kept and the sandbox's written beside them (see SyncWorkspace).
+var ErrConflict = errors.New("workspace changed on both sides")
+
+// ErrPath is wrapped when a path given to CopyIn or CopyOut is not an
+// absolute, clean path inside the sandbox's own filesystem.
+var ErrPath = errors.New("invalid sandbox path")
+
+// CheckPath refuses a path given to CopyIn or CopyOut that is not
+// absolute and clean (or holds a NUL), or that lies in a kernel filesystem
+// (/proc, /sys, /dev); the error wraps ErrPath. The portable layer checks
+// every path before a driver sees it, so drivers check only what is their
+// own (a remote shell's limits, say).
+func CheckPath(p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
+		return fmt.Errorf("%w: %q is not an absolute clean path", ErrPath, p)
+	}
+	for _, k := range []string{"/proc", "/sys", "/dev"} {
+		if p == k || strings.HasPrefix(p, k+"/") {
+			return fmt.Errorf("%w: %s is a kernel filesystem", ErrPath, p)
+		}
+	}
+	return nil
+}
+
 // ReleaseTimeout bounds a release of a sandbox (Close, and the clean-up of
 // an Open that failed) whose context has no deadline or has already ended;
 // the portable layer also bounds a turn's store write with it.

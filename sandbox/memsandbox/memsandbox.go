@@ -33,10 +33,10 @@ const (
 	DefaultPath = "/usr/local/bin:/usr/bin:/bin"
 )
 
-// ErrVanished is returned by a sandbox removed with Provider.Remove:
+// errVanished is returned by a sandbox removed with Provider.Remove:
 // by Wait of its processes that were running, and by every later
-// operation but Close.
-var ErrVanished = errors.New("memsandbox: sandbox vanished")
+// operation but Close. It wraps driver.ErrVanished.
+var errVanished = fmt.Errorf("memsandbox: %w", driver.ErrVanished)
 
 func init() {
 	driver.Register(Name, func(settings map[string]string) (driver.Provider, error) {
@@ -155,8 +155,8 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 
 // Remove makes the sandbox id vanish behind its users' back, as a
 // container deleted by someone else: its running processes are killed and
-// their Wait returns ErrVanished, its files are gone, every later
-// operation fails with ErrVanished and Vanished reports true. The lease
+// their Wait returns errVanished, its files are gone, every later
+// operation fails with errVanished and Vanished reports true. The lease
 // must still be closed. An unknown id gives an error wrapping
 // fs.ErrNotExist.
 func (p *Provider) Remove(id string) error {
@@ -167,7 +167,7 @@ func (p *Provider) Remove(id string) error {
 	if !ok {
 		return fmt.Errorf("memory: sandbox %q: %w", id, fs.ErrNotExist)
 	}
-	sb.end(ErrVanished)
+	sb.end(errVanished)
 	return nil
 }
 
@@ -199,7 +199,7 @@ type Sandbox struct {
 	fs       *tree
 
 	mu     sync.Mutex
-	gone   error // driver.ErrClosed or ErrVanished once ended
+	gone   error // driver.ErrClosed or errVanished once ended
 	procs  map[*process]bool
 	closed bool
 }
@@ -416,7 +416,7 @@ func writeTar(ctx context.Context, w io.Writer, entries []entry) error {
 func (s *Sandbox) Vanished(context.Context) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return errors.Is(s.gone, ErrVanished)
+	return errors.Is(s.gone, errVanished)
 }
 
 // Close kills the sandbox's processes and drops its files. It ignores
@@ -439,7 +439,7 @@ func (s *Sandbox) Close(context.Context) error {
 }
 
 // end stops everything once: processes are killed (their Wait reporting
-// err if it is ErrVanished), files dropped, and later operations fail with
+// err if it is errVanished), files dropped, and later operations fail with
 // err.
 func (s *Sandbox) end(err error) {
 	s.mu.Lock()
@@ -454,7 +454,7 @@ func (s *Sandbox) end(err error) {
 	}
 	s.mu.Unlock()
 	var waitErr error
-	if errors.Is(err, ErrVanished) {
+	if errors.Is(err, errVanished) {
 		waitErr = err
 	}
 	for _, p := range procs {

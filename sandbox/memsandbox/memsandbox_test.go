@@ -190,7 +190,7 @@ func TestRemove(t *testing.T) {
 		t.Fatalf("Remove: %v", err)
 	}
 	st, err := proc.Wait()
-	if !errors.Is(err, memsandbox.ErrVanished) {
+	if !errors.Is(err, driver.ErrVanished) {
 		t.Errorf("Wait after Remove: %+v, %v, want ErrVanished", st, err)
 	}
 	if rest, err := io.ReadAll(proc.Stdout()); err != nil || len(rest) != 0 {
@@ -199,10 +199,10 @@ func TestRemove(t *testing.T) {
 	if !l.Vanished(t.Context()) {
 		t.Error("Vanished is false after Remove")
 	}
-	if _, err := l.Exec(t.Context(), driver.ExecRequest{Path: "echo", Env: env(l)}, 0); !errors.Is(err, memsandbox.ErrVanished) {
+	if _, err := l.Exec(t.Context(), driver.ExecRequest{Path: "echo", Env: env(l)}, 0); !errors.Is(err, driver.ErrVanished) {
 		t.Errorf("Exec after Remove: %v, want ErrVanished", err)
 	}
-	if _, err := l.CopyOut(t.Context(), l.Home()); !errors.Is(err, memsandbox.ErrVanished) {
+	if _, err := l.CopyOut(t.Context(), l.Home()); !errors.Is(err, driver.ErrVanished) {
 		t.Errorf("CopyOut after Remove: %v, want ErrVanished", err)
 	}
 	if err := p.Remove(l.ID()); !errors.Is(err, fs.ErrNotExist) {

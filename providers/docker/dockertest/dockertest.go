@@ -51,16 +51,7 @@ func Require(tb testing.TB, images ...string) {
 // mod applied to its options; it is closed when the test ends.
 func Provider(tb testing.TB, image string, mod ...func(*docker.Options)) *docker.Provider {
 	tb.Helper()
-	o := &docker.Options{Image: image, Binary: Binary(tb)}
-	for _, m := range mod {
-		m(o)
-	}
-	p, err := docker.New(o)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { p.Close() })
-	return p
+	return testenv.Provider(tb, &docker.Options{Image: image, Binary: Binary(tb)}, mod, docker.New)
 }
 
 // Client returns an Engine API client (API version negotiated).

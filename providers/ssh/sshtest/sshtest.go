@@ -318,16 +318,7 @@ func (s *Server) Options(tb testing.TB) *sshp.Options {
 // closed when the test ends.
 func Provider(tb testing.TB, s *Server, mod ...func(*sshp.Options)) *sshp.Provider {
 	tb.Helper()
-	o := s.Options(tb)
-	for _, m := range mod {
-		m(o)
-	}
-	p, err := sshp.New(o)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { p.Close() })
-	return p
+	return testenv.Provider(tb, s.Options(tb), mod, sshp.New)
 }
 
 // Binary returns a static outpost binary (testenv.OutpostBinary), built

@@ -89,6 +89,21 @@ func (s Set) Names() []string {
 	return names
 }
 
+// Decoder returns a provider's ParseSettings: it parses settings with s
+// and builds the provider's options from the values with build. An error
+// from build (a value the keys' kinds cannot judge) is returned as it is;
+// make it with s.Invalid.
+func Decoder[O any](s Set, build func(Values) (O, error)) func(settings map[string]string) (O, error) {
+	return func(settings map[string]string) (O, error) {
+		v, err := s.Parse(settings)
+		if err != nil {
+			var zero O
+			return zero, err
+		}
+		return build(v)
+	}
+}
+
 // Values are parsed settings. A getter returns the zero value for a key
 // that was not given, -1 for "none"; it panics for a key the Set does not
 // declare with that kind (a programming error the provider's tests catch).
