@@ -11,7 +11,6 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/internal/lazyre"
 )
 
 //go:embed migrations/*.sql
@@ -66,7 +66,7 @@ func IsConnString(s string) bool {
 
 // keyValues is the shape of a key=value connection string: one or more
 // keyword=value pairs, a value bare or in single quotes.
-var keyValues = regexp.MustCompile(`^\s*([A-Za-z_]+\s*=\s*('([^'\\]|\\.)*'|[^\s']*)\s*)+$`)
+var keyValues = lazyre.New(`^\s*([A-Za-z_]+\s*=\s*('([^'\\]|\\.)*'|[^\s']*)\s*)+$`)
 
 // Open connects to the database at url (a postgres:// URL or key=value
 // connection string, as pgx takes), creates or upgrades its schema, and
