@@ -54,8 +54,9 @@ type Installer struct {
 	// os.Executable().
 	Self string
 	// SelfStatic, when set, is a statically linked outpost binary copied
-	// into isolated sandboxes that lack one. Default: Self when it is
-	// static, else what selfbin.Locate finds.
+	// into isolated sandboxes that lack one. Default: the in-sandbox
+	// binary (cmd/outpost-sandbox, found or built by
+	// selfbin.LocateOrBuild), else Self when it is static.
 	SelfStatic string
 
 	// Pins are what gets installed; nil means DefaultPins() (the embedded
