@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // NPMSource says how an agent's npm pin is made from the registry: the

@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // The secret recogniser: one rule, used for redaction (which values of

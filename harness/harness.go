@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Harness is the preset for one agent CLI. The zero value of every optional

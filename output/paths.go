@@ -5,7 +5,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // MaxMentionedPaths bounds the paths MentionedPaths returns.

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // TokenPrefix starts every token AddToken makes, so a leaked one is easy

@@ -10,7 +10,7 @@ import (
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Pinned CLI and defaults.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness/kit"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // ErrorPrefix starts the line agy (1.2.6 and later) writes on standard

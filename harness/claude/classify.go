@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Texts are matched in lower case, on their first MaxClassifiedText bytes

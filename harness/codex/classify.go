@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // The texts below were measured with codex-cli 0.171.0 (testdata/golden,

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // newTurnKey makes the key that keeps a turn's item ids apart from other

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // SessionsRoot is where Codex keeps its rollouts, relative to the sandbox

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness/kit"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 var (

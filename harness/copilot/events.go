@@ -8,7 +8,7 @@ import (
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Decoder turns the CLI's --output-format json lines (one JSON object per

@@ -12,7 +12,7 @@ import (
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // MaxArgPrompt is the largest prompt passed as an argument (kit's: Linux

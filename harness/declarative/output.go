@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 func (p *preset) compileOutput() error {

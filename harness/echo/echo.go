@@ -26,7 +26,7 @@ import (
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Program is the executable the echo preset runs, as the sandbox sees it.

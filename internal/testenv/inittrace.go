@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Init is one package's initialisation, as the runtime's init trace

@@ -14,7 +14,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/conversation/postgres"
-	"github.com/outposthq/outpost/internal/lazyre"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 	"github.com/outposthq/outpost/sandbox"
 )
 
