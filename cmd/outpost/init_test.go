@@ -48,7 +48,7 @@ func TestInitBudget(t *testing.T) {
 		t.Fatalf("the init trace names %d packages of outpost, want the CLI's (is the module path %s?)", ours, selfbin.Module)
 	}
 	for _, o := range overBudget(trace) {
-		t.Errorf("%s; budget %d bytes, %d allocations: build it on first use (internal/lazyre, sync.OnceValue)", o, budgetBytes, budgetAllocs)
+		t.Errorf("%s; budget %d bytes, %d allocations: build it on first use (harness/kit/lazyre, sync.OnceValue)", o, budgetBytes, budgetAllocs)
 	}
 }
 

@@ -77,3 +77,25 @@ func staticProgram(t *testing.T) string {
 	}
 	return filepath.Join(dir, "tiny")
 }
+
+// TestHostAgent: outpost-sandbox beside outpost is the host's echo agent
+// when it is executable, whatever its linkage.
+func TestHostAgent(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "outpost")
+	if _, ok := hostAgent(self); ok {
+		t.Error("hostAgent found one in an empty directory")
+	}
+	p := filepath.Join(dir, "outpost-sandbox")
+	os.WriteFile(p, []byte("#!/bin/sh\n"), 0o644)
+	if _, ok := hostAgent(self); ok {
+		t.Error("hostAgent took a file that is not executable")
+	}
+	os.Chmod(p, 0o755)
+	if got, ok := hostAgent(self); !ok || got != p {
+		t.Errorf("hostAgent = %q, %v; want %s", got, ok, p)
+	}
+	if _, ok := hostAgent(""); ok {
+		t.Error("hostAgent without an executable found one")
+	}
+}

@@ -112,6 +112,26 @@ func beside(self, arch string, names []string) (string, bool) {
 	return "", false
 }
 
+// HostAgent returns outpost-sandbox beside the running executable when
+// there is one that this machine can run (any linkage): the echo agent a
+// sandbox sharing the host's filesystem runs, which starts in about a
+// millisecond where the CLI takes a hundred.
+func HostAgent() (string, bool) {
+	return hostAgent(executable())
+}
+
+func hostAgent(self string) (string, bool) {
+	if self == "" {
+		return "", false
+	}
+	p := filepath.Join(filepath.Dir(self), "outpost-sandbox")
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", false
+	}
+	return p, true
+}
+
 // locateCLI is the fallback to a static build of the whole CLI: self, or
 // outpost-static or outpost-linux-<arch> beside it.
 func locateCLI(self, arch string) (string, error) {
