@@ -2,6 +2,9 @@ package main_test
 
 import (
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -67,4 +70,29 @@ init k8s.io/client-go/kubernetes/scheme @100 ms, 11 ms clock, 653128 bytes, 5363
 	if got := overBudget(trace); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("overBudget = %q, want %q", got, want)
 	}
+}
+
+// TestNoKubernetesBuild: -tags nokubernetes (the README's first command)
+// compiles no Kubernetes client, and the default build keeps it.
+func TestNoKubernetesBuild(t *testing.T) {
+	for _, tc := range []struct {
+		tags string
+		want bool
+	}{{"", true}, {"nokubernetes", false}} {
+		cmd := exec.Command(goTool(), "list", "-deps", "-tags", tc.tags, ".")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps -tags %q: %v", tc.tags, err)
+		}
+		if got := strings.Contains(string(out), "\nk8s.io/client-go/"); got != tc.want {
+			t.Errorf("-tags %q: the Kubernetes client is linked: %v, want %v", tc.tags, got, tc.want)
+		}
+	}
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
