@@ -31,8 +31,8 @@ var buildMu sync.Mutex
 // was compiled from is still there and a Go toolchain is at hand, it runs
 // `CGO_ENABLED=0 GOOS=linux GOARCH=<arch> go build ./cmd/outpost-sandbox`
 // there, once per distinct running binary, into the cache (the first time
-// takes as long as a build, a few seconds). Release builds ship
-// outpost-sandbox beside outpost and never get here.
+// takes as long as a build, a few seconds). An installation with a static
+// outpost-sandbox beside outpost never gets here.
 func LocateOrBuild(ctx context.Context, arch string) (string, error) {
 	if arch == "" {
 		arch = runtime.GOARCH

@@ -12,7 +12,7 @@
 //  1. the path in $OUTPOST_STATIC_BINARY, when set (an error when it is
 //     not a static Linux executable: an explicit choice is never ignored);
 //  2. outpost-sandbox or outpost-sandbox-linux-<arch> beside the running
-//     executable (release archives ship it there);
+//     executable (`go install ./cmd/...` puts it there);
 //  3. the running executable itself, when it is static (build outpost
 //     with CGO_ENABLED=0, as the release builds are);
 //  4. outpost-static or outpost-linux-<arch> beside the running
