@@ -37,12 +37,9 @@ func LocateOrBuild(ctx context.Context, arch string) (string, error) {
 	if arch == "" {
 		arch = runtime.GOARCH
 	}
-	if p := os.Getenv(EnvVar); p != "" {
-		return explicit(p, arch)
-	}
 	self := executable()
-	if p, ok := beside(self, arch, sandboxNames(arch)); ok {
-		return p, nil
+	if p, ok, err := preferred(self, arch); ok || err != nil {
+		return p, err
 	}
 	src, ok := checkout()
 	if !ok {

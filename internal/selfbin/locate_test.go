@@ -15,6 +15,7 @@ func TestLocateOrder(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("Linux binaries")
 	}
+	t.Setenv(EnvVar, "") // an explicit binary would come first
 	static := staticProgram(t)
 	arch := runtime.GOARCH
 	put := func(dir, name, from string) string {

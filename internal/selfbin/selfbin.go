@@ -57,16 +57,24 @@ func Locate(arch string) (string, error) {
 	if arch == "" {
 		arch = runtime.GOARCH
 	}
-	if p := os.Getenv(EnvVar); p != "" {
-		return explicit(p, arch)
-	}
 	return locate(executable(), arch)
 }
 
-// locate is Locate's steps 2 to 4 for the executable self.
+// preferred is steps 1 and 2 of Locate for the executable self: ok when
+// one of them decided.
+func preferred(self, arch string) (p string, ok bool, err error) {
+	if p := os.Getenv(EnvVar); p != "" {
+		p, err := explicit(p, arch)
+		return p, true, err
+	}
+	p, ok = beside(self, arch, sandboxNames(arch))
+	return p, ok, nil
+}
+
+// locate is Locate for the executable self.
 func locate(self, arch string) (string, error) {
-	if p, ok := beside(self, arch, sandboxNames(arch)); ok {
-		return p, nil
+	if p, ok, err := preferred(self, arch); ok || err != nil {
+		return p, err
 	}
 	return locateCLI(self, arch)
 }
