@@ -12,6 +12,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/outposthq/outpost/internal/selfbin"
 )
 
 // ErrUnknown is returned for a bootstrap name no installer knows.
@@ -50,12 +52,14 @@ type Target interface {
 // default pins, cache and registry. It is safe for concurrent use; share
 // one between turns.
 type Installer struct {
-	// Self is the outpost binary used as the echo agent; default
-	// os.Executable().
+	// Self is the outpost binary used as the echo agent on sandboxes that
+	// share the host's filesystem; default outpost-sandbox beside the
+	// running executable, else os.Executable().
 	Self string
 	// SelfStatic, when set, is a statically linked outpost binary copied
-	// into isolated sandboxes that lack one. Default: Self when it is
-	// static, else what selfbin.Locate finds.
+	// into isolated sandboxes that lack one. Default: the in-sandbox
+	// binary (cmd/outpost-sandbox, found or built by
+	// selfbin.LocateOrBuild), else Self when it is static.
 	SelfStatic string
 
 	// Pins are what gets installed; nil means DefaultPins() (the embedded
@@ -263,9 +267,15 @@ func selfNames() []string {
 	return out
 }
 
+// self is the echo agent on a sandbox sharing the host's filesystem: Self,
+// else outpost-sandbox beside the running executable (it starts in a
+// millisecond), else the running executable.
 func (i *Installer) self() (string, error) {
 	if i.Self != "" {
 		return i.Self, nil
+	}
+	if p, ok := selfbin.HostAgent(); ok {
+		return p, nil
 	}
 	return os.Executable()
 }

@@ -7,9 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // NPMSource says how an agent's npm pin is made from the registry: the
@@ -85,7 +86,7 @@ type npmManifest struct {
 	Libc                 []string          `json:"libc"`
 }
 
-var exactVersion = regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`)
+var exactVersion = lazyre.New(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`)
 
 // ResolveNPM makes the pin of an npm agent of the embedded pins at
 // version from the registry (default DefaultRegistry); see ResolvePin.

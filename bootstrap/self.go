@@ -27,7 +27,7 @@ func (i *Installer) installSelf(ctx context.Context, t Target, executable string
 	if !ok || !path.IsAbs(h.Home()) {
 		return "", fmt.Errorf("%w: %s (the sandbox has no home to copy outpost's binary into)", ErrMissing, executable)
 	}
-	bin, err := i.static()
+	bin, err := i.static(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s: %w", ErrMissing, executable, err)
 	}
@@ -68,13 +68,16 @@ func (i *Installer) installSelf(ctx context.Context, t Target, executable string
 	return path.Join(dir, name), nil
 }
 
-// static returns the static outpost binary to copy into sandboxes.
-func (i *Installer) static() (string, error) {
+// static returns the static binary to copy into sandboxes: SelfStatic,
+// else the in-sandbox binary (selfbin.LocateOrBuild), else Self when it is
+// static.
+func (i *Installer) static(ctx context.Context) (string, error) {
 	if i.SelfStatic != "" {
 		return i.SelfStatic, nil
 	}
-	if i.Self != "" && selfbin.Check(i.Self, runtime.GOARCH) == nil {
+	p, err := selfbin.LocateOrBuild(ctx, "")
+	if err != nil && i.Self != "" && selfbin.Check(i.Self, runtime.GOARCH) == nil {
 		return i.Self, nil
 	}
-	return selfbin.Locate("")
+	return p, err
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"regexp"
 	"strings"
+
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // The secret recogniser: one rule, used for redaction (which values of
@@ -68,18 +70,20 @@ const minKeyBody = 16
 
 // keyShape matches a known prefix at the start of a word followed by at
 // least minKeyBody token characters, and a PEM block's header.
-var keyShape = func() *regexp.Regexp {
+var keyShape = lazyre.New(keyShapeExpr())
+
+func keyShapeExpr() string {
 	alts := make([]string, len(keyPrefixes))
 	for i, p := range keyPrefixes {
 		alts[i] = regexp.QuoteMeta(p)
 	}
-	return regexp.MustCompile(`(?:^|[^A-Za-z0-9_\-])((?:` + strings.Join(alts, "|") + `)[A-Za-z0-9_.\-]{16,})` +
-		`|-----BEGIN [A-Z0-9 ]+-----`)
-}()
+	return `(?:^|[^A-Za-z0-9_\-])((?:` + strings.Join(alts, "|") + `)[A-Za-z0-9_.\-]{16,})` +
+		`|-----BEGIN [A-Z0-9 ]+-----`
+}
 
 // urlPassword matches the password of a URL's user information
 // (postgres://user:password@host/db).
-var urlPassword = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.\-]*://[^/?#\s:@]*:([^/?#\s@]+)@`)
+var urlPassword = lazyre.New(`[A-Za-z][A-Za-z0-9+.\-]*://[^/?#\s:@]*:([^/?#\s@]+)@`)
 
 // The high-entropy rule (see KeyShaped).
 const (

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Harness is the preset for one agent CLI. The zero value of every optional
@@ -531,8 +532,8 @@ func (h *Harness) Validate() error {
 }
 
 var (
-	nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
-	varRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	nameRE = lazyre.New(`^[a-z][a-z0-9-]{0,31}$`)
+	varRE  = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // ValidVariableName reports whether name can be an environment variable.

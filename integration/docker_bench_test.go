@@ -25,7 +25,7 @@ import (
 func benchProvider(b *testing.B) *docker.Provider {
 	b.Helper()
 	dockertest.Require(b, dockertest.Busybox)
-	p, err := docker.New(&docker.Options{Image: dockertest.Busybox, Binary: outpostBinary(b)})
+	p, err := docker.New(&docker.Options{Image: dockertest.Busybox, Binary: dockertest.Binary(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -34,10 +34,10 @@ func benchProvider(b *testing.B) *docker.Provider {
 }
 
 // rawRun is `docker run --rm` of the echo agent in the busybox image, the
-// static binary bind-mounted as outpost mounts it.
+// in-sandbox binary bind-mounted as outpost mounts it.
 func rawRun(b *testing.B) *exec.Cmd {
 	return exec.Command("docker", "run", "--rm", "--user", "1000:1000", "-e", "HOME=/tmp",
-		"-v", outpostBinary(b)+":"+layout.BinaryPath+":ro", dockertest.Busybox, layout.BinaryPath, echo.Subcommand, "--", "hello")
+		"-v", dockertest.Binary(b)+":"+layout.BinaryPath+":ro", dockertest.Busybox, layout.BinaryPath, echo.Subcommand, "--", "hello")
 }
 
 // BenchmarkDockerFirstByte measures a new lease (a container made,

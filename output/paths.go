@@ -2,8 +2,10 @@ package output
 
 import (
 	"path"
-	"regexp"
 	"strings"
+	"sync"
+
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // MaxMentionedPaths bounds the paths MentionedPaths returns.
@@ -13,18 +15,18 @@ const MaxMentionedPaths = 200
 const maxPathLen = 1024
 
 // fileExtensions are the extensions that make a word without a "/" a file
-// name ("parser.go").
-var fileExtensions = map[string]bool{}
-
-func init() {
+// name ("parser.go"), built on first use.
+var fileExtensions = sync.OnceValue(func() map[string]bool {
+	m := map[string]bool{}
 	for _, e := range strings.Fields(`go mod sum py pyi ipynb js mjs cjs jsx ts tsx vue svelte java kt kts scala groovy gradle
 		c h cc cpp cxx hpp hh cs fs rs swift m mm rb php pl lua r dart ex exs erl hs clj elm zig nim
 		sh bash zsh fish ps1 bat sql proto graphql md mdx rst txt adoc tex html htm css scss sass less
 		json jsonl yaml yml toml ini cfg conf env xml csv tsv lock tf hcl nix dockerfile mk cmake patch diff
 		svg png jpg jpeg gif pdf log`) {
-		fileExtensions[e] = true
+		m[e] = true
 	}
-}
+	return m
+})
 
 // fileNames are the file names without an extension that are files all
 // the same.
@@ -33,10 +35,10 @@ var fileNames = map[string]bool{"Makefile": true, "Dockerfile": true, "Container
 
 // pathChars is what a mentioned path is made of; a word with anything else
 // (a URL's "://", "=", a quote) is not a path.
-var pathChars = regexp.MustCompile(`^[A-Za-z0-9._/~@+%#-]+$`)
+var pathChars = lazyre.New(`^[A-Za-z0-9._/~@+%#-]+$`)
 
 // lineSuffix is a ":line" or ":line:column" after a path ("main.go:12:3").
-var lineSuffix = regexp.MustCompile(`(:\d+)+$`)
+var lineSuffix = lazyre.New(`(:\d+)+$`)
 
 // MentionedPaths scrapes the file paths a free text mentions, as a
 // team-of-agents CLI does with an answer that holds no protocol block:
@@ -92,5 +94,5 @@ func mentionedPath(w string) (string, bool) {
 		return w, true
 	}
 	i := strings.LastIndexByte(base, '.')
-	return w, i > 0 && fileExtensions[strings.ToLower(base[i+1:])]
+	return w, i > 0 && fileExtensions()[strings.ToLower(base[i+1:])]
 }

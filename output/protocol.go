@@ -3,6 +3,7 @@ package output
 import (
 	"encoding/json"
 	"strings"
+	"sync"
 )
 
 // ProtocolHandoff names the result/handoff protocol (Turn.Protocol,
@@ -21,8 +22,9 @@ const MaxSummary = 4 << 10
 
 // ProtocolSchema is the built-in schema of the result/handoff protocol:
 // {"result": {"summary", "changedFiles"}} or {"handoff": {"to", "task",
-// "context"}}.
-var ProtocolSchema = MustCompile(`{
+// "context"}}, compiled on first use.
+var ProtocolSchema = sync.OnceValue(func() *Schema {
+	return MustCompile(`{
   "type": "object",
   "properties": {
     "result": {
@@ -48,6 +50,7 @@ var ProtocolSchema = MustCompile(`{
   "maxProperties": 1,
   "additionalProperties": false
 }`)
+})
 
 // ProtocolInstruction is the text added to the prompt of a turn that asks
 // for the protocol.
@@ -91,7 +94,7 @@ type ProtocolAnswer struct {
 
 // CheckProtocol parses the last fenced block of text (tagged json or
 // untagged) that holds an object. A block that is not JSON or does not
-// match ProtocolSchema gives problems (repaired like a schema failure).
+// match ProtocolSchema() gives problems (repaired like a schema failure).
 // Without any block the answer falls back to a result whose summary is the
 // text's first paragraph, bounded (Outcome.Fallback).
 func CheckProtocol(text string) ProtocolAnswer {
@@ -115,7 +118,7 @@ func CheckProtocol(text string) ProtocolAnswer {
 	if p != nil {
 		return ProtocolAnswer{Problems: []Problem{*p}}
 	}
-	if ps := ProtocolSchema.Validate(v); len(ps) > 0 {
+	if ps := ProtocolSchema().Validate(v); len(ps) > 0 {
 		return ProtocolAnswer{Problems: ps}
 	}
 	var blk struct {

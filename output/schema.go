@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -122,7 +123,7 @@ func (p Problem) String() string {
 	return ptr + ": " + p.Message
 }
 
-var printer = message.NewPrinter(language.English)
+var printer = sync.OnceValue(func() *message.Printer { return message.NewPrinter(language.English) })
 
 // Validate checks a decoded value (as decoded by Decode: numbers as
 // json.Number) and returns its problems, nil when it matches.
@@ -140,7 +141,7 @@ func (s *Schema) Validate(v any) []Problem {
 	var walk func(e *jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) == 0 {
-			p := Problem{Pointer: pointer(e.InstanceLocation), Message: oneLine(e.ErrorKind.LocalizedString(printer), 500)}
+			p := Problem{Pointer: pointer(e.InstanceLocation), Message: oneLine(e.ErrorKind.LocalizedString(printer()), 500)}
 			if !seen[p] {
 				seen[p] = true
 				out = append(out, p)

@@ -15,11 +15,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // TokenPrefix starts every token AddToken makes, so a leaked one is easy
@@ -29,7 +30,7 @@ const TokenPrefix = "opt_"
 // ErrTokens marks a tokens file that cannot be used.
 var ErrTokens = errors.New("server: tokens")
 
-var tokenName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+var tokenName = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 type tokenEntry struct {
 	name string

@@ -61,12 +61,14 @@ func IsURL(s string) bool {
 // takes it: a URL (IsURL) or key=value pairs such as
 // "host=/run/postgresql dbname=outpost" (values may be 'quoted').
 func IsConnString(s string) bool {
-	return IsURL(s) || keyValues.MatchString(s)
+	return IsURL(s) || keyValues().MatchString(s)
 }
 
 // keyValues is the shape of a key=value connection string: one or more
 // keyword=value pairs, a value bare or in single quotes.
-var keyValues = regexp.MustCompile(`^\s*([A-Za-z_]+\s*=\s*('([^'\\]|\\.)*'|[^\s']*)\s*)+$`)
+var keyValues = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^\s*([A-Za-z_]+\s*=\s*('([^'\\]|\\.)*'|[^\s']*)\s*)+$`)
+})
 
 // Open connects to the database at url (a postgres:// URL or key=value
 // connection string, as pgx takes), creates or upgrades its schema, and

@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"maps"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Pinned CLI and defaults.
@@ -189,8 +189,8 @@ var reserved = kit.Flags{
 }
 
 var (
-	conversationIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
-	modelRE          = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$`)
+	conversationIDRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+	modelRE          = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$`)
 )
 
 // ValidConversationID reports whether id can be an agy conversation id:

@@ -3,12 +3,12 @@ package antigravity
 import (
 	"bytes"
 	"encoding/json"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // ErrorPrefix starts the line agy (1.2.6 and later) writes on standard
@@ -64,10 +64,10 @@ func (e AGYError) outage() bool {
 }
 
 var (
-	quotaTextRE  = regexp.MustCompile(`RESOURCE_EXHAUSTED|(?i:\bquota (reached|exceeded|exhausted)\b|exhausted your (daily |weekly )?quota)`)
-	outageTextRE = regexp.MustCompile(`\b(UNAVAILABLE|DEADLINE_EXCEEDED)\b|(?i:\boverloaded\b|fetch failed|connection (refused|reset)|service unavailable)`)
-	resetRE      = regexp.MustCompile(`(?i)resets? in ((?:\d+(?:\.\d+)?(?:ms|d|h|m|s)\s*)+)`)
-	resetPartRE  = regexp.MustCompile(`(\d+(?:\.\d+)?)(ms|d|h|m|s)`)
+	quotaTextRE  = lazyre.New(`RESOURCE_EXHAUSTED|(?i:\bquota (reached|exceeded|exhausted)\b|exhausted your (daily |weekly )?quota)`)
+	outageTextRE = lazyre.New(`\b(UNAVAILABLE|DEADLINE_EXCEEDED)\b|(?i:\boverloaded\b|fetch failed|connection (refused|reset)|service unavailable)`)
+	resetRE      = lazyre.New(`(?i)resets? in ((?:\d+(?:\.\d+)?(?:ms|d|h|m|s)\s*)+)`)
+	resetPartRE  = lazyre.New(`(\d+(?:\.\d+)?)(ms|d|h|m|s)`)
 )
 
 // Quota recognizes a terminal usage limit: an AGY_ERROR line whose status

@@ -1,10 +1,11 @@
 package claude
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Texts are matched in lower case, on their first MaxClassifiedText bytes
@@ -26,7 +27,7 @@ var (
 	quotaFragments = []string{"usage limit", "spend limit", "out of usage credits", "out of credits",
 		"out of extra usage", "credit balance is too low", "credit balance too low", "budget limit reached",
 		"request rejected (429)", "usage_limit_reached", "rate limit reached", "rate limit exceeded"}
-	quotaRE = regexp.MustCompile(`you['’]?ve (hit|reached) your [^\n]*limit|you have reached your [^\n]*limit|exceed(s|ed)? your [^\n]*rate limit`)
+	quotaRE = lazyre.New(`you['’]?ve (hit|reached) your [^\n]*limit|you have reached your [^\n]*limit|exceed(s|ed)? your [^\n]*rate limit`)
 
 	// unavailableFragments and unavailableRE match terminal outages:
 	// overload, 5xx, connection failures and timeouts, e.g.
@@ -38,13 +39,13 @@ var (
 		"service unavailable", "gateway timeout", "gateway time-out", "connection refused", "connection reset",
 		"connection error", "connection closed", "connection failed", "connection_failed", "socket hang up",
 		"timed out", "unable to connect", "network error", "fetch failed"}
-	unavailableRE = regexp.MustCompile(`api error: 5\d\d\b|\be(connrefused|connreset|timedout|notfound|ai_again|hostunreach|netunreach|pipe)\b`)
+	unavailableRE = lazyre.New(`api error: 5\d\d\b|\be(connrefused|connreset|timedout|notfound|ai_again|hostunreach|netunreach|pipe)\b`)
 )
 
 // retryRE recognizes a retry notice: outpost's own (from system/api_retry
 // lines: "…; retrying in 1.2s, attempt 1 of 2"), the raw api_retry line,
 // and the CLI's interactive "Retrying in 5 seconds… (attempt 2/10)".
-var retryRE = regexp.MustCompile(`retrying|api_retry|\bretry(ing)? in \d|\battempt \d+ ?(of|/) ?\d+`)
+var retryRE = lazyre.New(`retrying|api_retry|\bretry(ing)? in \d|\battempt \d+ ?(of|/) ?\d+`)
 
 // classifiable returns the part of text the classifiers read, in lower
 // case, and false for a retry notice, which is progress, never terminal.
@@ -95,13 +96,13 @@ func QuotaDetails(text string) map[string]any {
 }
 
 var (
-	resetsAtRE  = regexp.MustCompile(`(?i)resets? at (\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:\d\d))`)
-	resetsInRE  = regexp.MustCompile(`(?i)resets? in ((?:\d+\s*(?:d|days?|h|hrs?|hours?|m|mins?|minutes?|s|secs?|seconds?)\b[\s,]*(?:and\s+)?)+)`)
-	resetsAbsRE = regexp.MustCompile(`(?i)resets? (?:on |at )?` +
+	resetsAtRE  = lazyre.New(`(?i)resets? at (\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:\d\d))`)
+	resetsInRE  = lazyre.New(`(?i)resets? in ((?:\d+\s*(?:d|days?|h|hrs?|hours?|m|mins?|minutes?|s|secs?|seconds?)\b[\s,]*(?:and\s+)?)+)`)
+	resetsAbsRE = lazyre.New(`(?i)resets? (?:on |at )?` +
 		`(?:(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]* (\d{1,2})(?:st|nd|rd|th)?(?:,? (\d{4}))?)?` +
 		`(?:,?\s*(?:at )?(\d{1,2})(?::(\d\d))?\s*(am|pm))?` +
 		`(?:\s*\(([A-Za-z0-9_/+-]+)\))?`)
-	durationPartRE = regexp.MustCompile(`(?i)(\d+)\s*(d|days?|h|hrs?|hours?|m|mins?|minutes?|s|secs?|seconds?)\b`)
+	durationPartRE = lazyre.New(`(?i)(\d+)\s*(d|days?|h|hrs?|hours?|m|mins?|minutes?|s|secs?|seconds?)\b`)
 )
 
 var months = map[string]time.Month{"jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6, "jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12}

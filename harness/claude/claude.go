@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Pinned CLI and defaults.
@@ -256,7 +256,7 @@ func checkExtraArg(a string) error {
 	return reserved.Check(a)
 }
 
-var modelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,199}$`)
+var modelRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,199}$`)
 
 // ValidSessionID reports whether id is a Claude Code session id (a UUID).
 func ValidSessionID(id string) bool { return kit.UUID(id) }

@@ -1,10 +1,11 @@
 package codex
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // The texts below were measured with codex-cli 0.171.0 (testdata/golden,
@@ -66,9 +67,9 @@ func quotaKind(text string) string {
 func Quota(text string) bool { return quotaKind(text) != "" }
 
 var (
-	statusRE  = regexp.MustCompile(`(?:last status|unexpected status): (\d{3})\b`)
-	retryInRE = regexp.MustCompile(`(?i)try again in ((?:\d+\s*(?:days?|hours?|hrs?|minutes?|mins?|seconds?|secs?)[,\s]*(?:and\s+)?)+)`)
-	partRE    = regexp.MustCompile(`(?i)(\d+)\s*(day|hour|hr|minute|min|second|sec)`)
+	statusRE  = lazyre.New(`(?:last status|unexpected status): (\d{3})\b`)
+	retryInRE = lazyre.New(`(?i)try again in ((?:\d+\s*(?:days?|hours?|hrs?|minutes?|mins?|seconds?|secs?)[,\s]*(?:and\s+)?)+)`)
+	partRE    = lazyre.New(`(?i)(\d+)\s*(day|hour|hr|minute|min|second|sec)`)
 )
 
 // QuotaDetails returns the facts of a text Quota matched: "quota" (one of
@@ -114,7 +115,7 @@ var unavailablePrefixes = []string{
 	"exceeded retry limit, last status: 5",      // 5xx after the retries
 }
 
-var status5xxRE = regexp.MustCompile(`^unexpected status 5\d\d\b`)
+var status5xxRE = lazyre.New(`^unexpected status 5\d\d\b`)
 
 // unavailableInfo are the codexErrorInfo tags of outages (app-server).
 var unavailableInfo = []string{
@@ -127,7 +128,7 @@ var unavailableInfo = []string{
 	"[httpConnectionFailed]",
 }
 
-var infoStatusRE = regexp.MustCompile(`\[(?:responseStreamDisconnected|responseStreamConnectionFailed|httpConnectionFailed|responseTooManyFailedAttempts) 5\d\d\]`)
+var infoStatusRE = lazyre.New(`\[(?:responseStreamDisconnected|responseStreamConnectionFailed|httpConnectionFailed|responseTooManyFailedAttempts) 5\d\d\]`)
 
 // Unavailable recognizes Codex's terminal outage and connection-failure
 // texts: 5xx answers ("We’re currently experiencing high demand…",

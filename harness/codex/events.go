@@ -4,11 +4,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // newTurnKey makes the key that keeps a turn's item ids apart from other
@@ -95,7 +95,7 @@ func newDecoder(s settings) *decoder {
 	return d
 }
 
-var reconnectRE = regexp.MustCompile(`^Reconnecting\.\.\.\s*(?:(\d+)/(\d+))?`)
+var reconnectRE = lazyre.New(`^Reconnecting\.\.\.\s*(?:(\d+)/(\d+))?`)
 
 // retryNotice turns a "Reconnecting..." text into a retry notice.
 func retryNotice(text string) harness.Event {

@@ -3,12 +3,12 @@ package codex
 import (
 	"bytes"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // SessionsRoot is where Codex keeps its rollouts, relative to the sandbox
@@ -16,7 +16,7 @@ import (
 // with CODEX_HOME = ~/.codex.
 const SessionsRoot = HomeDir + "/sessions"
 
-var threadIDRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+var threadIDRE = lazyre.New(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 // ValidThreadID reports whether id is a Codex thread id (a UUID; Codex
 // makes version 7 ones). Only such ids are resumed, forked and captured.

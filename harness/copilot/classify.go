@@ -1,11 +1,11 @@
 package copilot
 
 import (
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 var (
@@ -14,19 +14,19 @@ var (
 	// and its exhausted quota (insufficient_quota) as rate_limit; GitHub's
 	// service also uses quota. Both are terminal: the CLI has already
 	// retried five times.
-	quotaMarkerRE = regexp.MustCompile(`\(copilot error type: (rate_limit|quota)\b`)
+	quotaMarkerRE = lazyre.New(`\(copilot error type: (rate_limit|quota)\b`)
 
 	// quotaTextRE matches the CLI's own terminal texts for GitHub's limits
 	// (from its runtime strings), for when one arrives as plain text on
 	// standard error. Retry notices never carry them.
-	quotaTextRE = regexp.MustCompile(`You've hit (your|the) (session )?rate limit|You've reached your (weekly|session) rate limit|` +
+	quotaTextRE = lazyre.New(`You've hit (your|the) (session )?rate limit|You've reached your (weekly|session) rate limit|` +
 		`You've run out of your (included )?AI credits|You've reached the spending limit for this session|` +
 		`You've reached your additional usage limit|You've used all your Copilot Free chat requests|` +
 		`Increase or remove the session limit to continue`)
 
 	// outageRE matches a failure caused by the provider or the network: a
 	// 5xx, a refused or broken connection, a stream cut short.
-	outageRE = regexp.MustCompile(`(?i)last error: 5\d\d\b|\(copilot error type: \w+, HTTP 5\d\d\b|could not connect to|` +
+	outageRE = lazyre.New(`(?i)last error: 5\d\d\b|\(copilot error type: \w+, HTTP 5\d\d\b|could not connect to|` +
 		`error (sending|decoding|reading)|failed native model http request|connection (refused|reset|closed)|` +
 		`timed? ?out|overloaded|service unavailable|network fetch failed|unexpected eof`)
 
@@ -39,7 +39,7 @@ var (
 
 	// resetRE finds a wait in a limit message: "Please try again in 1s.",
 	// "try again in 1m30s", "resets in 2h".
-	resetRE = regexp.MustCompile(`(?i)(?:try again in|resets? in|retry after) ((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)`)
+	resetRE = lazyre.New(`(?i)(?:try again in|resets? in|retry after) ((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)`)
 )
 
 // Quota recognizes a terminal usage or rate limit: a failure event of a

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Pinned CLI and defaults.
@@ -231,7 +231,7 @@ var reserved = kit.Flags{
 	"--acp":              "", "-i": "", "--interactive": "", "-h": "", "--help": "", "-v": "", "--version": "",
 }
 
-var modelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,199}$`)
+var modelRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,199}$`)
 
 // ValidSessionID reports whether id is a Copilot session id (a UUID).
 // Outpost always resumes by full id, never by prefix or name.

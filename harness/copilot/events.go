@@ -3,12 +3,12 @@ package copilot
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Decoder turns the CLI's --output-format json lines (one JSON object per
@@ -277,7 +277,7 @@ func providerMessage(s string) string {
 // error type into the text, where Quota and Unavailable read it.
 const failureMarker = "(copilot error type: "
 
-var typeRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+var typeRE = lazyre.New(`^[a-z][a-z0-9_]{0,63}$`)
 
 // failure is the event of session.error: its text is the CLI's message
 // followed by a line "(copilot error type: T[, HTTP N][, code C])".

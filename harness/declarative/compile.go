@@ -12,6 +12,7 @@ import (
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // MaxArgPrompt is the largest prompt passed as an argument (kit's: Linux
@@ -19,9 +20,9 @@ import (
 const MaxArgPrompt = kit.MaxArgPrompt
 
 var (
-	nameRE    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
-	idRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	modelRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$`)
+	nameRE    = lazyre.New(`^[a-z][a-z0-9-]{0,31}$`)
+	idRE      = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	modelRE   = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$`)
 	eventKind = map[string]harness.EventType{
 		"session": harness.EventSession, "message": harness.EventMessage, "delta": harness.EventMessage,
 		"reasoning": harness.EventReasoning, "notice": harness.EventNotice, "failure": harness.EventFailure,

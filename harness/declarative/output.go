@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 func (p *preset) compileOutput() error {
@@ -217,7 +218,7 @@ func (p *preset) ruleEvent(r rule, v any) (ev harness.Event, ok bool) {
 }
 
 // ansiRE matches terminal escape sequences, removed from text lines.
-var ansiRE = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[@-Z\\-_]`)
+var ansiRE = lazyre.New(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[@-Z\\-_]`)
 
 // textDecoder decodes a plain-text output: every line that no pattern
 // claims is a delta of one message, and at the end (a nil line) the whole

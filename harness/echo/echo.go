@@ -20,13 +20,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Program is the executable the echo preset runs, as the sandbox sees it.
@@ -151,9 +151,9 @@ func checkExtraArg(a string) error {
 }
 
 var (
-	quotaRE       = regexp.MustCompile(`(?i)usage limit reached`)
-	resetRE       = regexp.MustCompile(`resets at (\S+)`)
-	unavailableRE = regexp.MustCompile(`(?i)service unavailable|overloaded|connection (refused|reset)`)
+	quotaRE       = lazyre.New(`(?i)usage limit reached`)
+	resetRE       = lazyre.New(`resets at (\S+)`)
+	unavailableRE = lazyre.New(`(?i)service unavailable|overloaded|connection (refused|reset)`)
 )
 
 // Quota matches the echo agent's terminal usage-limit text. Its retry

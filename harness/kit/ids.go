@@ -3,10 +3,11 @@ package kit
 import (
 	"crypto/rand"
 	"fmt"
-	"regexp"
+
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+var uuidRE = lazyre.New(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 // UUID reports whether id is a UUID in its canonical text form, as the
 // CLIs that name sessions by UUID (Claude Code, Copilot) print them.

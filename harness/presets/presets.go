@@ -36,8 +36,14 @@ var (
 	registry = map[string]func() *harness.Harness{}
 )
 
+// builtins registers the built-in presets the first time the registry is
+// used, not at init: building and validating every preset costs every
+// process that imports this package (the CLI's `version` too) a few
+// milliseconds.
+var builtins = sync.OnceFunc(registerBuiltins)
+
 // The built-in presets: one line each.
-func init() {
+func registerBuiltins() {
 	for _, f := range []func() *harness.Harness{
 		declarative.Aider,
 		antigravity.Harness,
@@ -47,7 +53,7 @@ func init() {
 		echo.Harness,
 		gemini.Harness,
 	} {
-		if err := Register(f); err != nil {
+		if err := register(f); err != nil {
 			panic(err)
 		}
 	}
@@ -61,6 +67,11 @@ func Register(f func() *harness.Harness) error {
 	if f == nil {
 		return fmt.Errorf("presets: nil constructor")
 	}
+	builtins()
+	return register(f)
+}
+
+func register(f func() *harness.Harness) error {
 	h := f()
 	if err := h.Validate(); err != nil {
 		return fmt.Errorf("presets: %w", err)
@@ -76,6 +87,7 @@ func Register(f func() *harness.Harness) error {
 
 // Lookup returns a fresh copy of the named preset.
 func Lookup(name string) (*harness.Harness, bool) {
+	builtins()
 	mu.RLock()
 	f, ok := registry[name]
 	mu.RUnlock()
@@ -87,6 +99,7 @@ func Lookup(name string) (*harness.Harness, bool) {
 
 // Names lists the registered presets, sorted.
 func Names() []string {
+	builtins()
 	mu.RLock()
 	defer mu.RUnlock()
 	out := make([]string, 0, len(registry))

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,29 +26,33 @@ const CacheVariable = "OUTPOST_CACHE"
 var buildMu sync.Mutex
 
 // LocateOrBuild is Locate, and for a development build of outpost (go run
-// or go build from a checkout, linked against the C library) it then
-// builds the static binary itself: when the checkout this binary was
-// compiled from is still there and a Go toolchain is at hand, it runs
-// `CGO_ENABLED=0 GOOS=linux GOARCH=<arch> go build ./cmd/outpost` there,
-// once per distinct running binary, into the cache (the first time takes
-// as long as a build). Release builds are static and never get here.
+// or go build from a checkout) it builds the in-sandbox binary before
+// falling back to a static build of the CLI: when the checkout this binary
+// was compiled from is still there and a Go toolchain is at hand, it runs
+// `CGO_ENABLED=0 GOOS=linux GOARCH=<arch> go build ./cmd/outpost-sandbox`
+// there, once per distinct running binary, into the cache (the first time
+// takes as long as a build, a few seconds). An installation with a static
+// outpost-sandbox beside outpost never gets here.
 func LocateOrBuild(ctx context.Context, arch string) (string, error) {
-	p, err := Locate(arch)
-	if err == nil || !errors.Is(err, ErrNotFound) {
-		return p, err
-	}
 	if arch == "" {
 		arch = runtime.GOARCH
 	}
+	self := executable()
+	if p, ok, err := preferred(self, arch); ok || err != nil {
+		return p, err
+	}
 	src, ok := checkout()
 	if !ok {
-		return "", err
+		return locateCLI(self, arch)
 	}
 	built, berr := build(ctx, src, arch)
-	if berr != nil {
-		return "", fmt.Errorf("%w; building one from %s failed: %w", err, src, berr)
+	if berr == nil {
+		return built, nil
 	}
-	return built, nil
+	if p, err := locateCLI(self, arch); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("%w (linux/%s); building one from %s failed: %w", ErrNotFound, arch, src, berr)
 }
 
 // checkout returns the module root this binary was built from, when it is
@@ -78,7 +81,7 @@ func checkout() (string, bool) {
 	return "", false
 }
 
-// build compiles the static binary for arch from src, cached by the
+// build compiles the in-sandbox binary for arch from src, cached by the
 // running executable's digest.
 func build(ctx context.Context, src, arch string) (string, error) {
 	self, err := os.Executable()
@@ -93,7 +96,7 @@ func build(ctx context.Context, src, arch string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "outpost-static-"+arch+"-"+sum)
+	out := filepath.Join(dir, "outpost-sandbox-"+arch+"-"+sum)
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if Check(out, arch) == nil {
@@ -110,7 +113,7 @@ func build(ctx context.Context, src, arch string) (string, error) {
 		}
 	}
 	tmp := out + ".building-" + fmt.Sprint(os.Getpid())
-	cmd := exec.CommandContext(ctx, goTool, "build", "-o", tmp, "./cmd/outpost")
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", tmp, SandboxPackage)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -125,12 +128,13 @@ func build(ctx context.Context, src, arch string) (string, error) {
 		os.Remove(tmp)
 		return "", err
 	}
-	// Older builds of other binaries are of no use any more.
-	if old, _ := filepath.Glob(filepath.Join(dir, "outpost-static-"+arch+"-*")); len(old) > 0 {
-		for _, o := range old {
-			if o != out && !strings.Contains(o, ".building-") {
-				os.Remove(o)
-			}
+	// Older builds of other binaries are of no use any more, nor the
+	// static builds of the whole CLI that earlier versions cached here.
+	old, _ := filepath.Glob(filepath.Join(dir, "outpost-sandbox-"+arch+"-*"))
+	cli, _ := filepath.Glob(filepath.Join(dir, "outpost-static-"+arch+"-*"))
+	for _, o := range append(old, cli...) {
+		if o != out && !strings.Contains(o, ".building-") {
+			os.Remove(o)
 		}
 	}
 	return out, nil

@@ -1,7 +1,8 @@
-// Package selfbin finds a statically linked Linux build of outpost's own
-// binary: the program isolated sandboxes run as their echo agent and, in
-// the docker provider, as the small init and exec shim inside each
-// container.
+// Package selfbin finds the static Linux binary that isolated sandboxes
+// (docker, kubernetes, ssh) run inside: the exec shim, the container's
+// init and the echo agent. That is cmd/outpost-sandbox, a small main with
+// only those two parts; the outpost CLI has the same subcommands, so a
+// static build of the CLI serves too, at the cost of its size and start.
 //
 // A binary built with cgo is linked against the host's C library and does
 // not run in an image without one (a scratch or busybox image), nor in
@@ -10,14 +11,17 @@
 //
 //  1. the path in $OUTPOST_STATIC_BINARY, when set (an error when it is
 //     not a static Linux executable: an explicit choice is never ignored);
-//  2. the running executable itself, when it is static (build outpost
+//  2. outpost-sandbox or outpost-sandbox-linux-<arch> beside the running
+//     executable (`go install ./cmd/...` puts it there);
+//  3. the running executable itself, when it is static (build outpost
 //     with CGO_ENABLED=0, as the release builds are);
-//  3. outpost-static or outpost-linux-<arch> beside the running
+//  4. outpost-static or outpost-linux-<arch> beside the running
 //     executable.
 //
 // Otherwise it returns an error wrapping ErrNotFound that says how to
 // build one. LocateOrBuild goes one step further for development builds:
-// it builds the static binary from the checkout they came from.
+// before steps 3 and 4 it builds cmd/outpost-sandbox from the checkout
+// they came from.
 package selfbin
 
 import (
@@ -40,7 +44,11 @@ var ErrNotFound = errors.New("no static outpost binary for the sandbox")
 var ErrNotStatic = errors.New("not a static Linux executable")
 
 // Hint is the command that builds a static binary, for error messages.
-const Hint = "CGO_ENABLED=0 go build -o outpost-static ./cmd/outpost, then set " + EnvVar + " to its path or put it beside outpost"
+const Hint = "CGO_ENABLED=0 go build -o outpost-sandbox ./cmd/outpost-sandbox, then set " + EnvVar + " to its path or put it beside outpost"
+
+// SandboxPackage is the command of the in-sandbox binary, relative to the
+// module's root.
+const SandboxPackage = "./cmd/outpost-sandbox"
 
 // Locate returns the path of a static outpost binary for Linux on arch (a
 // GOARCH name such as "amd64"; "" means the host's), following the order
@@ -49,27 +57,97 @@ func Locate(arch string) (string, error) {
 	if arch == "" {
 		arch = runtime.GOARCH
 	}
+	return locate(executable(), arch)
+}
+
+// preferred is steps 1 and 2 of Locate for the executable self: ok when
+// one of them decided.
+func preferred(self, arch string) (p string, ok bool, err error) {
 	if p := os.Getenv(EnvVar); p != "" {
-		if err := Check(p, arch); err != nil {
-			return "", fmt.Errorf("%s=%s: %w", EnvVar, p, err)
-		}
-		return filepath.Abs(p)
+		p, err := explicit(p, arch)
+		return p, true, err
 	}
+	p, ok = beside(self, arch, sandboxNames(arch))
+	return p, ok, nil
+}
+
+// locate is Locate for the executable self.
+func locate(self, arch string) (string, error) {
+	if p, ok, err := preferred(self, arch); ok || err != nil {
+		return p, err
+	}
+	return locateCLI(self, arch)
+}
+
+// explicit checks the binary $OUTPOST_STATIC_BINARY names.
+func explicit(p, arch string) (string, error) {
+	if err := Check(p, arch); err != nil {
+		return "", fmt.Errorf("%s=%s: %w", EnvVar, p, err)
+	}
+	return filepath.Abs(p)
+}
+
+// executable is the running executable with its links resolved; "" when
+// unknown.
+func executable() string {
 	self, err := os.Executable()
-	if err == nil {
-		if s, err := filepath.EvalSymlinks(self); err == nil {
-			self = s
+	if err != nil {
+		return ""
+	}
+	if s, err := filepath.EvalSymlinks(self); err == nil {
+		self = s
+	}
+	return self
+}
+
+// sandboxNames are the names of the in-sandbox binary beside outpost.
+func sandboxNames(arch string) []string {
+	return []string{"outpost-sandbox", "outpost-sandbox-linux-" + arch}
+}
+
+// beside returns the first of names in self's directory that is a static
+// Linux binary for arch.
+func beside(self, arch string, names []string) (string, bool) {
+	if self == "" {
+		return "", false
+	}
+	for _, name := range names {
+		p := filepath.Join(filepath.Dir(self), name)
+		if Check(p, arch) == nil {
+			return p, true
 		}
-		if Check(self, arch) == nil {
-			return self, nil
-		}
-		dir := filepath.Dir(self)
-		for _, name := range []string{"outpost-static", "outpost-linux-" + arch} {
-			p := filepath.Join(dir, name)
-			if Check(p, arch) == nil {
-				return p, nil
-			}
-		}
+	}
+	return "", false
+}
+
+// HostAgent returns outpost-sandbox beside the running executable when
+// there is one that this machine can run (any linkage): the echo agent a
+// sandbox sharing the host's filesystem runs, which starts in about a
+// millisecond where the CLI takes a hundred.
+func HostAgent() (string, bool) {
+	return hostAgent(executable())
+}
+
+func hostAgent(self string) (string, bool) {
+	if self == "" {
+		return "", false
+	}
+	p := filepath.Join(filepath.Dir(self), "outpost-sandbox")
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", false
+	}
+	return p, true
+}
+
+// locateCLI is the fallback to a static build of the whole CLI: self, or
+// outpost-static or outpost-linux-<arch> beside it.
+func locateCLI(self, arch string) (string, error) {
+	if self != "" && Check(self, arch) == nil {
+		return self, nil
+	}
+	if p, ok := beside(self, arch, []string{"outpost-static", "outpost-linux-" + arch}); ok {
+		return p, nil
 	}
 	return "", fmt.Errorf("%w (linux/%s); build one with: %s", ErrNotFound, arch, Hint)
 }

@@ -23,6 +23,17 @@ func OutpostBinary(tb testing.TB) string {
 	return GoBuild(tb, OutpostPackage)
 }
 
+// SandboxPackage is the import path of the in-sandbox binary: the exec
+// shim and the echo agent that docker, kubernetes and ssh sandboxes run.
+const SandboxPackage = "github.com/outposthq/outpost/cmd/outpost-sandbox"
+
+// SandboxBinary returns a static build of cmd/outpost-sandbox, built once
+// per test process, like OutpostBinary.
+func SandboxBinary(tb testing.TB) string {
+	tb.Helper()
+	return GoBuild(tb, SandboxPackage)
+}
+
 var (
 	buildMu  sync.Mutex
 	buildDir string

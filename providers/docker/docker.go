@@ -119,8 +119,9 @@ type Options struct {
 	Workspace WorkspaceMode
 	// Binary is a static outpost binary for Linux on the engine's
 	// architecture. Default: selfbin.LocateOrBuild ($OUTPOST_STATIC_BINARY,
-	// the running executable when static, outpost-static beside it, or —
-	// for a development build — one built from its checkout and cached).
+	// outpost-sandbox beside the running executable, for a development
+	// build one built from its checkout and cached, then the running
+	// executable when static or outpost-static beside it).
 	Binary string
 	// BinaryMode is how Binary reaches the container; default BinaryAuto.
 	BinaryMode BinaryMode

@@ -29,7 +29,7 @@ import (
 // pays for the copy.
 
 // treeName matches the names of content-addressed directories.
-var treeName = regexp.MustCompile(`^sha512-[0-9a-f]{128}$`)
+var treeName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha512-[0-9a-f]{128}$`) })
 
 // mirrorTimeout bounds one mirror (HostPath has no context).
 const mirrorTimeout = 10 * time.Minute
@@ -68,7 +68,7 @@ func (s *Sandbox) HostPath(p string) (string, bool) {
 			continue
 		}
 		name, below, _ := strings.Cut(filepath.ToSlash(rest), "/")
-		if !treeName.MatchString(name) {
+		if !treeName().MatchString(name) {
 			return "", false
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)

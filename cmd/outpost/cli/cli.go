@@ -23,10 +23,11 @@ import (
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
 
-	_ "github.com/outposthq/outpost/providers/docker"     // registers "docker"
-	_ "github.com/outposthq/outpost/providers/kubernetes" // registers "kubernetes"
-	_ "github.com/outposthq/outpost/providers/local"      // registers "local"
-	_ "github.com/outposthq/outpost/providers/ssh"        // registers "ssh"
+	_ "github.com/outposthq/outpost/providers/docker" // registers "docker"
+	_ "github.com/outposthq/outpost/providers/local"  // registers "local"
+	_ "github.com/outposthq/outpost/providers/ssh"    // registers "ssh"
+	// providers/kubernetes is imported by kubernetes.go, which a build
+	// with -tags nokubernetes leaves out (kubernetes_off.go).
 )
 
 // Version is set at build time with -ldflags "-X .../cmd/outpost/cli.Version=v1.2.3".

@@ -1,3 +1,5 @@
+//go:build !nokubernetes
+
 package cli
 
 import (
@@ -14,7 +16,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/internal/selfbin"
-	"github.com/outposthq/outpost/providers/kubernetes"
+	"github.com/outposthq/outpost/providers/kubernetes" // also registers "kubernetes"
 )
 
 // imageFlags are the flags of `outpost kubernetes image`.

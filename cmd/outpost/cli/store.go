@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -15,6 +14,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/conversation/postgres"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 	"github.com/outposthq/outpost/sandbox"
 )
 
@@ -130,7 +130,7 @@ func (a *app) push(ctx context.Context, s conversation.Store, verbose bool) erro
 	return nil
 }
 
-var passwordKV = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
+var passwordKV = lazyre.New(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
 
 // withoutPassword returns a store URL or connection string without its
 // password, to name the store (spool directory, messages).

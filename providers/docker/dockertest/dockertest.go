@@ -30,11 +30,11 @@ const (
 	Debian  = "outpost/debian:test"  // debootstrap bookworm + node 18
 )
 
-// Binary returns a static outpost binary (testenv.OutpostBinary), built
+// Binary returns the in-sandbox binary (testenv.SandboxBinary), built
 // once per test process. It fails the test when the build fails.
 func Binary(tb testing.TB) string {
 	tb.Helper()
-	return testenv.OutpostBinary(tb)
+	return testenv.SandboxBinary(tb)
 }
 
 // Require fails or skips the test when no Docker Engine answers or image

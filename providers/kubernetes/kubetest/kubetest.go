@@ -140,7 +140,7 @@ func setup(env map[string]string) (func(), error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin, err := testenv.Build(testenv.OutpostPackage)
+	bin, err := testenv.Build(testenv.SandboxPackage)
 	if err != nil {
 		return nil, err
 	}

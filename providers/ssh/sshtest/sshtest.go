@@ -321,11 +321,11 @@ func Provider(tb testing.TB, s *Server, mod ...func(*sshp.Options)) *sshp.Provid
 	return testenv.Provider(tb, s.Options(tb), mod, sshp.New)
 }
 
-// Binary returns a static outpost binary (testenv.OutpostBinary), built
+// Binary returns the in-sandbox binary (testenv.SandboxBinary), built
 // once per test process.
 func Binary(tb testing.TB) string {
 	tb.Helper()
-	return testenv.OutpostBinary(tb)
+	return testenv.SandboxBinary(tb)
 }
 
 // Relay listens on the server's Gateway (this machine's address on the
