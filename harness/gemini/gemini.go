@@ -3,13 +3,13 @@ package gemini
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // Pinned CLI and defaults.
@@ -171,7 +171,7 @@ var reserved = kit.Flags{
 	"-h":              "", "--help": "", "-v": "", "--version": "", "-w": "", "--worktree": "",
 }
 
-var modelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$`)
+var modelRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$`)
 
 // ValidSessionID reports whether id is a Gemini CLI session id (a UUID).
 func ValidSessionID(id string) bool { return kit.UUID(id) }

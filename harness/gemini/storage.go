@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"regexp"
 	"strings"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
+	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
 // ProjectsDir is where the CLI keeps per-project state, relative to the
@@ -27,7 +27,7 @@ func Storage() *harness.Storage {
 	return &harness.Storage{Roots: []string{ProjectsDir}, Match: Match, Place: Place}
 }
 
-var chatRE = regexp.MustCompile(`^[^/]+/chats/session-[0-9A-Za-z:T-]+-([0-9a-f]{8})\.jsonl?$`)
+var chatRE = lazyre.New(`^[^/]+/chats/session-[0-9A-Za-z:T-]+-([0-9a-f]{8})\.jsonl?$`)
 
 // Match reports whether rel (relative to ProjectsDir) is a chat file of
 // session native. The file name holds only the id's first eight hex
