@@ -26,6 +26,7 @@ var (
 		"session": harness.EventSession, "message": harness.EventMessage, "delta": harness.EventMessage,
 		"reasoning": harness.EventReasoning, "notice": harness.EventNotice, "failure": harness.EventFailure,
 		"finished": harness.EventFinished, "usage": harness.EventUsage, "ignore": "",
+		"tool_call": harness.EventToolCall, "tool_result": harness.EventToolResult,
 	}
 )
 
@@ -44,6 +45,7 @@ type preset struct {
 	resume    argList
 	forkArgs  argList
 	forkCmd   argList
+	schema    argList
 	reserved  kit.Flags
 	quota     []*regexp.Regexp
 	unavail   []*regexp.Regexp
@@ -66,6 +68,10 @@ type rule struct {
 	in, out, cacheRead, cacheWr fieldPath
 	usage                       bool
 	kind                        string
+	each                        fieldPath
+	eachWhen, errorWhen         []condition
+	tool, input, output         fieldPath
+	cont, sum                   bool
 }
 
 func fe(field, format string, args ...any) error {
@@ -226,6 +232,12 @@ func (p *preset) compileArgs() ([]string, error) {
 	if len(s.ModelArgs) > 0 && !p.model.has("model") {
 		return nil, fe("model_args", "needs {model}")
 	}
+	if p.schema, err = parseArgs("schema_args", s.SchemaArgs, false, "schema", "schema_file", "home", "workdir"); err != nil {
+		return nil, err
+	}
+	if len(s.SchemaArgs) > 0 && !p.schema.has("schema") && !p.schema.has("schema_file") {
+		return nil, fe("schema_args", "needs {schema} or {schema_file}")
+	}
 	if p.newArgs, err = parseArgs("new_args", s.NewArgs, false, session...); err != nil {
 		return nil, err
 	}
@@ -302,7 +314,7 @@ func (p *preset) compileReserved() error {
 		}
 	}
 	p.reserved = kit.Flags{}
-	for _, f := range slices.Concat(p.args.flags(), p.model.flags(), p.newArgs.flags(), p.resume.flags(), p.forkArgs.flags(), p.s.ReservedArgs) {
+	for _, f := range slices.Concat(p.args.flags(), p.model.flags(), p.schema.flags(), p.newArgs.flags(), p.resume.flags(), p.forkArgs.flags(), p.s.ReservedArgs) {
 		p.reserved[f] = ""
 	}
 	return nil
@@ -398,9 +410,14 @@ func (p *preset) harness(storage *harness.Storage, opts *Options) (*harness.Harn
 		h.NewDecoder = p.textDecoder
 		h.DecodeEnd = true
 	} else {
-		h.Events = p.jsonEvents
+		if slices.ContainsFunc(p.rules, func(r rule) bool { return r.sum }) {
+			h.NewDecoder = p.jsonDecoder
+		} else {
+			h.Events = p.jsonEvents
+		}
 		h.RequiresFinishedEvent = s.Output.RequireFinished
 	}
+	h.NativeSchema = p.schema.items != nil
 	h.Quota = p.classifier(p.quota)
 	h.Unavailable = p.classifier(p.unavail)
 	h.Misconfigured = p.classifier(p.misconfig)
@@ -569,12 +586,16 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 		return harness.Command{}, err
 	}
 	var model []string
+	if len(in.Schema) > 0 && p.schema.items != nil {
+		vals["schema"], vals["schema_file"] = string(in.Schema), in.SchemaFile
+		model = p.schema.expand(vals, nil)
+	}
 	if in.Model != "" {
 		if !modelRE.MatchString(in.Model) {
 			return harness.Command{}, fmt.Errorf("%s: invalid model name %q", name, in.Model)
 		}
 		vals["model"] = in.Model
-		model = p.model.expand(vals, nil)
+		model = append(model, p.model.expand(vals, nil)...)
 	}
 	session, err := p.sessionArgs(in, vals, &cmd)
 	if err != nil {

@@ -50,6 +50,11 @@ type Spec struct {
 	ResumeArgs []string `json:"resume_args,omitempty"`
 	// Fork describes how the CLI forks a conversation.
 	Fork *ForkSpec `json:"fork,omitempty"`
+	// SchemaArgs are added when the turn asks for a JSON Schema and make
+	// the schema native (harness.NativeSchema): {schema} is the schema as
+	// compact JSON, {schema_file} the path of a file holding it. Absent:
+	// the schema is an instruction in the prompt.
+	SchemaArgs []string `json:"schema_args,omitempty"`
 	// ReservedArgs are flags refused in pass-through arguments, beyond the
 	// flags the templates already use.
 	ReservedArgs []string `json:"reserved_args,omitempty"`
@@ -168,6 +173,30 @@ type EventRule struct {
 	Usage   *UsagePaths `json:"usage,omitempty"`
 	// Kind is the fixed kind of a notice or failure ("retry", ...).
 	Kind string `json:"kind,omitempty"`
+
+	// Each applies the rule to every element of the array at this path:
+	// the rule's other paths, and EachWhen, are then relative to the
+	// element, and the line gives one event per element that EachWhen
+	// matches (a message whose content blocks are text and tool calls).
+	Each     string         `json:"each,omitempty"`
+	EachWhen map[string]any `json:"each_when,omitempty"`
+	// Continue keeps trying the rules that follow on the same line, so
+	// one line can give several events (a session id on every line).
+	Continue bool `json:"continue,omitempty"`
+
+	// Tool events (tool_call, tool_result): Tool is the path of the
+	// tool's name, Input of its input (any JSON value), Output of a
+	// result's text; a result is an error when ErrorWhen holds. ID is the
+	// call's id, which pairs a result with its call.
+	Tool      string         `json:"tool,omitempty"`
+	Input     string         `json:"input,omitempty"`
+	Output    string         `json:"output,omitempty"`
+	ErrorWhen map[string]any `json:"error_when,omitempty"`
+
+	// Sum adds the usage this rule reads to the turn's running total and
+	// reports the total, for CLIs that report usage per step rather than
+	// for the whole turn (usage and finished rules).
+	Sum bool `json:"sum,omitempty"`
 }
 
 // UsagePaths are the field paths of the token counters. Usage is complete
