@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/harness/kit"
 )
 
@@ -53,6 +54,7 @@ type preset struct {
 	retry     []*regexp.Regexp
 	text      *textSpec
 	rules     []rule
+	files     []harness.File
 }
 
 type textSpec struct {
@@ -135,6 +137,12 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 		return nil, err
 	}
 	if err := checkCredentials(s.Credentials); err != nil {
+		return nil, err
+	}
+	if err := p.compileFiles(); err != nil {
+		return nil, err
+	}
+	if err := checkEndpoint(s.Endpoint); err != nil {
 		return nil, err
 	}
 	if err := p.compileClassifiers(); err != nil {
@@ -424,6 +432,9 @@ func (p *preset) harness(storage *harness.Storage, opts *Options) (*harness.Harn
 	if s.Credentials != nil {
 		h.Credentials = p.credentials
 	}
+	if p.files != nil || len(s.PassVariables) > 0 {
+		h.Configuration = p.configuration
+	}
 	switch s.Usage {
 	case "":
 		h.Usage = usageUnset
@@ -540,7 +551,16 @@ func (p *preset) compileStorage(st *StorageSpec) (*harness.Storage, error) {
 		}
 		pats[i] = t
 	}
+	var place func(rel, native, workdir string) string
+	switch st.Workdir {
+	case "":
+	case "slug":
+		place = claude.Place
+	default:
+		return nil, fe("storage.workdir", `want "slug", not %q`, st.Workdir)
+	}
 	return &harness.Storage{
+		Place: place,
 		Roots: slices.Clone(st.Roots),
 		Match: func(rel, native string) bool {
 			if !ValidSessionID(native) {

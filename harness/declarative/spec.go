@@ -65,6 +65,15 @@ type Spec struct {
 	Variables map[string]string `json:"variables,omitempty"`
 	// Credentials select what the agent authenticates with.
 	Credentials *CredentialSpec `json:"credentials,omitempty"`
+	// PassVariables are passed to the agent when set, as non-secret
+	// configuration (a base URL, a model name): not redacted.
+	PassVariables []string `json:"pass_variables,omitempty"`
+	// Files are the agent's non-secret configuration files, written into
+	// the sandbox's home once per lease (harness.Configuration).
+	Files []FileSpec `json:"files,omitempty"`
+	// Endpoint declares how the CLI reaches its model API, for a
+	// credential gateway that points it elsewhere (not used by the turn).
+	Endpoint *EndpointSpec `json:"endpoint,omitempty"`
 
 	// Output says how to read the CLI's standard output.
 	Output *OutputSpec `json:"output"`
@@ -126,6 +135,36 @@ type CredentialSpec struct {
 	HostFiles []HostFileSpec `json:"host_files,omitempty"`
 	// Login commands run once per lease after the files are in place.
 	Login [][]string `json:"login,omitempty"`
+}
+
+// FileSpec is a configuration file generated into the sandbox's home.
+type FileSpec struct {
+	// Path is relative to the sandbox's home.
+	Path string `json:"path"`
+	// Content is the file's text (a JSON string), or any other JSON
+	// value, written as compact JSON.
+	Content json.RawMessage `json:"content"`
+	// Merge combines it with a file already there: "json" (deep merge,
+	// this file's keys win), "toml" (top-level keys that are absent are
+	// added); absent: replace.
+	Merge string `json:"merge,omitempty"`
+}
+
+// EndpointSpec is what a credential gateway needs to know about the
+// CLI's model API: the protocol, the variable that holds the secret, and
+// where the base URL is set (a variable, or a key of a configuration
+// file).
+type EndpointSpec struct {
+	// API is the protocol: "openai-chat", "openai-responses",
+	// "anthropic" or "gemini".
+	API string `json:"api"`
+	// Secret is the variable holding the API key.
+	Secret string `json:"secret"`
+	// BaseURL is the variable holding the base URL, if the CLI reads one.
+	BaseURL string `json:"base_url,omitempty"`
+	// BaseURLKey is "<file>#<dot.path>": the key of a configuration file
+	// (one of Files) that holds the base URL, if the CLI reads it there.
+	BaseURLKey string `json:"base_url_key,omitempty"`
 }
 
 // HostFileSpec is a file copied from the host's home.
@@ -215,6 +254,14 @@ type StorageSpec struct {
 	Roots []string `json:"roots"`
 	// Files are glob patterns relative to a root, holding {session}.
 	Files []string `json:"files"`
+	// Workdir says the first directory under a root is the CLI's folder
+	// of the working directory, named by its slug ("slug": every
+	// character but ASCII letters and digits replaced by "-", as Claude
+	// Code and Qwen Code do). Restoring moves a file into the folder of
+	// the new working directory, so a conversation resumes from any
+	// directory of any sandbox. Absent: files are restored where they
+	// were captured.
+	Workdir string `json:"workdir,omitempty"`
 }
 
 // Options configure Parse and Load. Nil means defaults.

@@ -39,6 +39,7 @@ var (
 func init() {
 	for _, f := range []func() *harness.Harness{
 		declarative.Aider,
+		declarative.Qwen,
 		antigravity.Harness,
 		claude.Harness,
 		codex.Harness,
