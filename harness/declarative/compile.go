@@ -55,6 +55,8 @@ type preset struct {
 	text      *textSpec
 	rules     []rule
 	files     []harness.File
+	// resumeFiles are written before a resumed or forked turn.
+	resumeFiles []resumeFile
 }
 
 type textSpec struct {
@@ -140,6 +142,9 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 		return nil, err
 	}
 	if err := p.compileFiles(); err != nil {
+		return nil, err
+	}
+	if err := p.compileResumeFiles(); err != nil {
 		return nil, err
 	}
 	if err := checkEndpoint(s.Endpoint); err != nil {
@@ -664,13 +669,18 @@ func (p *preset) sessionArgs(in harness.Input, vals map[string]string, cmd *harn
 	if in.Conversation != "" && !ValidSessionID(in.Conversation) {
 		return nil, fmt.Errorf("%s: %q is not a conversation id", name, in.Conversation)
 	}
-	switch {
-	case in.Conversation == "":
+	if in.Conversation == "" {
 		if err := p.generate(vals, cmd); err != nil {
 			return nil, err
 		}
 		return p.newArgs.expand(vals, nil), nil
-	case in.Fork:
+	}
+	files, err := p.resumeFilesFor(in.Conversation, in)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Files = append(cmd.Files, files...)
+	if in.Fork {
 		if p.forkArgs.items == nil {
 			return nil, fmt.Errorf("%s: conversations cannot be forked through the request", name)
 		}

@@ -55,6 +55,12 @@ type Spec struct {
 	// compact JSON, {schema_file} the path of a file holding it. Absent:
 	// the schema is an instruction in the prompt.
 	SchemaArgs []string `json:"schema_args,omitempty"`
+	// ResumeFiles are written into the sandbox's home before a turn that
+	// resumes or forks a conversation: path and string values of content
+	// hold {session} (the conversation continued, a fork's parent),
+	// {workdir}, {workdir_slug} and {home} (a CLI that checks where a
+	// session was recorded, such as Qwen Code's runtime status file).
+	ResumeFiles []FileSpec `json:"resume_files,omitempty"`
 	// ReservedArgs are flags refused in pass-through arguments, beyond the
 	// flags the templates already use.
 	ReservedArgs []string `json:"reserved_args,omitempty"`
