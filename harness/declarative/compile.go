@@ -547,8 +547,8 @@ func (p *preset) compileStorage(st *StorageSpec) (*harness.Storage, error) {
 		if err != nil {
 			return nil, fe(field, "%v", err)
 		}
-		if !t.has("session") {
-			return nil, fe(field, "needs {session}")
+		if !t.has("session") && !st.Shared {
+			return nil, fe(field, "needs {session} (or storage.shared)")
 		}
 		probe := t.expand(map[string]string{"session": "x"})
 		if _, err := path.Match(probe, ""); err != nil || !harness.RelativePath(probe) {

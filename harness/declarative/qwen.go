@@ -29,3 +29,18 @@ func builtin(name string, data []byte) *harness.Harness {
 	}
 	return h
 }
+
+//go:embed opencode.json
+var opencodeJSON []byte
+
+// OpenCode returns the built-in OpenCode preset (docs/presets/opencode.md),
+// written from the real CLI's measured behaviour (1.18.33):
+//
+//	opencode run --format json --auto [--model P/M]
+//	         [--session ID [--fork]] [extra args...] -- prompt
+//
+// The preset writes a provider "outpost" into OpenCode's configuration
+// that reads OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL ({env:...}
+// in OpenCode's own syntax). OpenCode keeps every session in one SQLite
+// database, captured whole with each conversation.
+func OpenCode() *harness.Harness { return builtin("opencode.json", opencodeJSON) }

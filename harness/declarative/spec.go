@@ -258,8 +258,13 @@ type UsagePaths struct {
 type StorageSpec struct {
 	// Roots are directories relative to the sandbox's home.
 	Roots []string `json:"roots"`
-	// Files are glob patterns relative to a root, holding {session}.
+	// Files are glob patterns relative to a root, holding {session}
+	// unless Shared.
 	Files []string `json:"files"`
+	// Shared says the files hold every conversation of the sandbox (a
+	// database, such as OpenCode's): they are captured and restored whole
+	// with each conversation, and Files need no {session}.
+	Shared bool `json:"shared,omitempty"`
 	// Workdir says the first directory under a root is the CLI's folder
 	// of the working directory, named by its slug ("slug": every
 	// character but ASCII letters and digits replaced by "-", as Claude

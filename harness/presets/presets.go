@@ -40,6 +40,7 @@ func init() {
 	for _, f := range []func() *harness.Harness{
 		declarative.Aider,
 		declarative.Qwen,
+		declarative.OpenCode,
 		antigravity.Harness,
 		claude.Harness,
 		codex.Harness,
