@@ -17,6 +17,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
+	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
@@ -198,4 +199,37 @@ func toolEvents(o *outcome) []harness.Event {
 		}
 	}
 	return out
+}
+
+// TestOpenAICLIBootstrapCommand: `outpost bootstrap NAME` downloads the
+// pinned package (checked against its SHA-512), installs it into a fresh
+// docker sandbox and runs its --version: Qwen Code into the node image
+// (it needs node ≥ 20), OpenCode's native binary into plain
+// outpost/debian:test.
+func TestOpenAICLIBootstrapCommand(t *testing.T) {
+	t.Parallel()
+	dockertest.Require(t, dockertest.Debian)
+	for _, c := range []struct{ name, image, check string }{
+		{"qwen", oaiImage(t), testenv.CLIVersion("qwen")},
+		{"opencode", dockertest.Debian, testenv.CLIVersion("opencode")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := runOutpost(t, t.TempDir(), t.TempDir(), "bootstrap", c.name, "--sandbox", "docker", "--image", c.image, "--json")
+			if code != 0 {
+				t.Fatalf("outpost bootstrap %s: exit %d\n%s\n%s", c.name, code, out, errOut)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			var res struct {
+				Type, Check, Version string
+				Error                any
+			}
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil || res.Type != "result" || res.Error != nil || !strings.Contains(res.Check, c.check) {
+				t.Fatalf("result line %s (%v)", lines[len(lines)-1], err)
+			}
+			if !strings.Contains(out, "verified") {
+				t.Errorf("no verification notice:\n%s", out)
+			}
+		})
+	}
 }
