@@ -133,7 +133,9 @@ func TestBadFile(t *testing.T) {
 		{"reserved_args", func(t *testing.T) []byte { return set(t, "reserved_args", []any{"danger"}) }, "reserved_args[0]"},
 		{"schema_args", func(t *testing.T) []byte { return set(t, "schema_args", []any{"--schema"}) }, "schema_args"},
 		{"schema_args placeholder", func(t *testing.T) []byte { return set(t, "schema_args", []any{"{session}"}) }, "schema_args[0]"},
-		{"files path", func(t *testing.T) []byte { return set(t, "files", []any{map[string]any{"path": "../x", "content": "y"}}) }, "files[0].path"},
+		{"files path", func(t *testing.T) []byte {
+			return set(t, "files", []any{map[string]any{"path": "../x", "content": "y"}})
+		}, "files[0].path"},
 		{"files content", func(t *testing.T) []byte { return set(t, "files", []any{map[string]any{"path": "x"}}) }, "files[0].content"},
 		{"files merge", func(t *testing.T) []byte {
 			return set(t, "files", []any{map[string]any{"path": "x", "content": "y", "merge": "yaml"}})
