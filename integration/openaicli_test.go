@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
@@ -229,6 +231,33 @@ func TestOpenAICLIBootstrapCommand(t *testing.T) {
 			}
 			if !strings.Contains(out, "verified") {
 				t.Errorf("no verification notice:\n%s", out)
+			}
+		})
+	}
+}
+
+// testOAIOutage: 503 on every request, and a base URL nothing listens on:
+// code process with details.unavailable, the CLI having given up by
+// itself (not stopped by the retry bound).
+func testOAIOutage(t *testing.T, kind string, newEnv func(*testing.T) *oaiEnv) {
+	for _, c := range []struct{ name, prompt string }{{"503", "FAKE_503 say hi"}, {"connection refused", "say hi"}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			if c.name == "connection refused" {
+				url, err := openai.RefusedURL()
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.vars["OPENAI_BASE_URL"] = url
+			}
+			o := e.run(kind, sandbox.Turn{Prompt: c.prompt})
+			if outpost.CodeOf(o.err) != outpost.Process || !outpost.UnavailableFault(o.err) {
+				t.Fatalf("error %v, want code process with details.unavailable; events %s", o.err, eventSummary(o.events))
+			}
+			var oe *outpost.Error
+			if errors.As(o.err, &oe) && oe.Details["retrying"] == true {
+				t.Errorf("the retry bound stopped the CLI (details %v): it should give up by itself", oe.Details)
 			}
 		})
 	}

@@ -2,9 +2,9 @@ package integration
 
 import (
 	"encoding/json"
-	"errors"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/outposthq/outpost"
@@ -127,27 +127,7 @@ func testOpenCodeRateLimitIsQuota(t *testing.T, kind string) {
 func TestOpenCodeOutageIsUnavailable(t *testing.T) { eachProvider(t, testOpenCodeOutageIsUnavailable) }
 
 func testOpenCodeOutageIsUnavailable(t *testing.T, kind string) {
-	for _, c := range []struct{ name, prompt string }{{"503", "FAKE_503 say hi"}, {"connection refused", "say hi"}} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			e := newOpenCodeEnv(t)
-			if c.name == "connection refused" {
-				url, err := openai.RefusedURL()
-				if err != nil {
-					t.Fatal(err)
-				}
-				e.vars["OPENAI_BASE_URL"] = url
-			}
-			o := e.run(kind, sandbox.Turn{Prompt: c.prompt})
-			if outpost.CodeOf(o.err) != outpost.Process || !outpost.UnavailableFault(o.err) {
-				t.Fatalf("error %v, want code process with details.unavailable; events %s", o.err, eventSummary(o.events))
-			}
-			var oe *outpost.Error
-			if errors.As(o.err, &oe) && oe.Details["retrying"] == true {
-				t.Errorf("the retry bound stopped the CLI (details %v)", oe.Details)
-			}
-		})
-	}
+	testOAIOutage(t, kind, newOpenCodeEnv)
 }
 
 // TestOpenCodeSchema: OpenCode has no schema flag: the instruction goes
@@ -157,7 +137,18 @@ func TestOpenCodeSchema(t *testing.T) { eachProvider(t, testOpenCodeSchema) }
 
 func testOpenCodeSchema(t *testing.T, kind string) {
 	e := newOpenCodeEnv(t)
-	e.fake.Enqueue(openai.Text("Here.\n```json\n{\"name\": \"Ada\", \"age\": -5}\n```"), openai.Text("```json\n{\"name\": \"Ada Lovelace\", \"age\": 36}\n```"))
+	// The session-title request (no tools) gets a title; the turn's
+	// first answer does not match the schema, the repair's does.
+	var answers atomic.Int32
+	e.fake.SetChooser(func(r *openai.Request) openai.Scenario {
+		if len(r.ToolNames) == 0 {
+			return openai.Text("A title")
+		}
+		if answers.Add(1) == 1 {
+			return openai.Text("Here.\n```json\n{\"name\": \"Ada\", \"age\": -5}\n```")
+		}
+		return openai.Text("```json\n{\"name\": \"Ada Lovelace\", \"age\": 36}\n```")
+	})
 	o := e.run(kind, sandbox.Turn{Prompt: "who wrote the first program?", Output: json.RawMessage(personSchema)})
 	e.mustSucceed(o)
 	if string(o.res.Output) != openai.StructuredAnswer {
@@ -166,7 +157,12 @@ func testOpenCodeSchema(t *testing.T, kind string) {
 	if reps := o.kind("repair"); len(reps) != 1 || len(o.res.Attempts) != 2 {
 		t.Fatalf("repair notices %+v, attempts %d", reps, len(o.res.Attempts))
 	}
-	reqs := e.fake.Requests()
+	var reqs []openai.Request
+	for _, r := range e.fake.Requests() {
+		if len(r.ToolNames) > 0 {
+			reqs = append(reqs, r)
+		}
+	}
 	if !strings.Contains(reqs[0].LastUserText, "matches this JSON Schema") {
 		t.Errorf("the instruction did not reach the model")
 	}

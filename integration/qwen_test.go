@@ -2,7 +2,6 @@ package integration
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 
@@ -122,27 +121,7 @@ func testQwenRateLimitIsQuota(t *testing.T, kind string) {
 func TestQwenOutageIsUnavailable(t *testing.T) { eachProvider(t, testQwenOutageIsUnavailable) }
 
 func testQwenOutageIsUnavailable(t *testing.T, kind string) {
-	for _, c := range []struct{ name, prompt string }{{"503", "FAKE_503 say hi"}, {"connection refused", "say hi"}} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			e := newQwenEnv(t, openai.Config{})
-			if c.name == "connection refused" {
-				url, err := openai.RefusedURL()
-				if err != nil {
-					t.Fatal(err)
-				}
-				e.vars["OPENAI_BASE_URL"] = url
-			}
-			o := e.run(kind, sandbox.Turn{Prompt: c.prompt})
-			if outpost.CodeOf(o.err) != outpost.Process || !outpost.UnavailableFault(o.err) {
-				t.Fatalf("error %v, want code process with details.unavailable; events %s", o.err, eventSummary(o.events))
-			}
-			var oe *outpost.Error
-			if errors.As(o.err, &oe) && oe.Details["retrying"] == true {
-				t.Errorf("the retry bound stopped the CLI (details %v): it should give up by itself", oe.Details)
-			}
-		})
-	}
+	testOAIOutage(t, kind, func(t *testing.T) *oaiEnv { return newQwenEnv(t, openai.Config{}) })
 }
 
 // TestQwenSchema: --json-schema is native (Qwen Code's structured_output
