@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
@@ -217,16 +218,24 @@ func TestOpenAICLIBootstrapCommand(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			code, out, errOut := runOutpost(t, t.TempDir(), t.TempDir(), "bootstrap", c.name, "--sandbox", "docker", "--image", c.image, "--json")
+			// An empty cache: the package is downloaded and verified.
+			env := []string{"OUTPOST_CACHE=" + t.TempDir()}
+			code, out, errOut := runOutpostEnv(t, t.TempDir(), t.TempDir(), env, "bootstrap", c.name, "--sandbox", "docker", "--image", c.image, "--json")
 			if code != 0 {
 				t.Fatalf("outpost bootstrap %s: exit %d\n%s\n%s", c.name, code, out, errOut)
 			}
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			var res struct {
-				Type, Check, Version string
-				Error                any
+				Type, Check, Version, Digest string
+				Error                        any
 			}
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil || res.Type != "result" || res.Error != nil || !strings.Contains(res.Check, c.check) {
+			pins, err := bootstrap.Embedded()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := pins.Agents[c.name].Platforms["linux-x64"].Integrity
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil || res.Type != "result" || res.Error != nil ||
+				!strings.Contains(res.Check, c.check) || res.Digest != want {
 				t.Fatalf("result line %s (%v)", lines[len(lines)-1], err)
 			}
 			if !strings.Contains(out, "verified") {
