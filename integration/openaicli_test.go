@@ -92,7 +92,7 @@ func (e *oaiEnv) run(kind string, tn sandbox.Turn) *outcome {
 		tn.Workdir = e.workdir()
 	}
 	if tn.Timeout == 0 {
-		tn.Timeout = 5 * time.Minute
+		tn.Timeout = 10 * time.Minute // the shared test machine runs at load 20 and more
 	}
 	var environ []string
 	for k, v := range e.vars {
