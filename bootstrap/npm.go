@@ -171,7 +171,14 @@ func resolveNPM(ctx context.Context, client *http.Client, registry string, src N
 // package's optional dependencies: a dependency of that name, or an npm:
 // alias to it at the CLI's version plus sp.Suffix. It returns the package
 // and exact version to fetch.
+//
+// A platform "package" that is the main package itself is a JavaScript
+// CLI the same for every platform (Qwen Code's): it needs node in the
+// sandbox.
 func optionalDependency(main *npmManifest, sp NPMPlatform, version string) (name, ver string, err error) {
+	if sp.Package == main.Name && sp.Suffix == "" {
+		return main.Name, version, nil
+	}
 	for _, dep := range sortedKeys(main.OptionalDependencies) {
 		spec := main.OptionalDependencies[dep]
 		name, ver := dep, spec

@@ -2,11 +2,8 @@ package integration
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -241,7 +238,7 @@ func TestGeminiRepair(t *testing.T) {
 func TestGeminiDocker(t *testing.T) {
 	e := newGeminiEnv(t, "")
 	dockertest.Require(t, dockertest.Debian)
-	prov := dockertest.Provider(t, geminiNodeImage(t), func(o *docker.Options) {
+	prov := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) {
 		o.Network = "host"
 		o.Binary = outpostBinary(t)
 	})
@@ -276,54 +273,13 @@ func TestGeminiDocker(t *testing.T) {
 	}
 }
 
-// geminiNodeImage is outpost/debian:test with the host's node at
-// /usr/local/bin/node (Gemini CLI needs node >= 20; Debian 12 has 18).
-// The image name is derived from the base image and the node binary, so
-// the image is built once.
-func geminiNodeImage(t testing.TB) string {
-	t.Helper()
-	node, err := exec.LookPath("node")
-	if err == nil {
-		node, err = filepath.EvalSymlinks(node)
-	}
-	if err != nil {
-		testenv.Missing(t, "node", "install node >= 20 on the host")
-	}
-	fi, err := os.Stat(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", dockertest.Debian).Output()
-	if err != nil {
-		t.Fatalf("inspecting %s: %v", dockertest.Debian, err)
-	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s %d %d", strings.TrimSpace(string(base)), fi.Size(), fi.ModTime().UnixNano()))
-	name := "outpost/node-test:" + hex.EncodeToString(sum[:6])
-	if exec.Command("docker", "image", "inspect", name).Run() == nil {
-		return name
-	}
-	dir := t.TempDir()
-	if err := copyFile(node, filepath.Join(dir, "node")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+dockertest.Debian+"\nCOPY node /usr/local/bin/node\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("docker", "build", "-q", "-t", name, dir)
-	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("docker build %s: %v\n%s", name, err, out)
-	}
-	return name
-}
-
 // TestGeminiBootstrapCommand: `outpost bootstrap gemini` installs the
 // pinned package, its SHA-512 verified, into a fresh container and runs
 // its --version.
 func TestGeminiBootstrapCommand(t *testing.T) {
 	testenv.RequireCLI(t, "gemini") // the same pin; its download is the bootstrap's
 	dockertest.Require(t, dockertest.Debian)
-	image := geminiNodeImage(t)
+	image := nodeImage(t)
 	code, out, errOut := runOutpost(t, t.TempDir(), t.TempDir(), "bootstrap", "gemini", "--sandbox", "docker", "--image", image, "--json")
 	if code != 0 {
 		t.Fatalf("outpost bootstrap: exit %d\n%s\n%s", code, out, errOut)

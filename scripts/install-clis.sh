@@ -8,7 +8,8 @@
 # The CLIs and their versions are not written here: they are the pins of kind
 # "npm" in bootstrap/pins.json, read from `outpost bootstrap --list --json`
 # (the binary named by $OUTPOST_BIN, else `go run ./cmd/outpost` in this
-# repository). Today: claude, codex and copilot.
+# repository). Today: claude, codex, copilot and qwen. The main package npm
+# installed must carry the pin's SHA-512 (npm's integrity), or the install fails.
 #
 # Each CLI goes into its own npm prefix, so installing one never prunes another
 # (an `npm install --no-save` into a shared prefix without package.json removes
@@ -51,7 +52,7 @@ read_pins() {
     command -v go >/dev/null 2>&1 || die "go not found in PATH (or set OUTPOST_BIN to an outpost binary)"
     json="$(cd "$ROOT" && go run ./cmd/outpost bootstrap --list --json)" || die "go run ./cmd/outpost bootstrap --list --json failed"
   fi
-  local lines name pkg ver cmd
+  local lines name pkg ver cmd sri
   lines="$(printf '%s' "$json" | node -e '
     let s = "";
     process.stdin.on("data", d => s += d).on("end", () => {
@@ -59,17 +60,17 @@ read_pins() {
       for (const n of Object.keys(agents).sort()) {
         const p = agents[n];
         if (!p || p.kind !== "npm") continue;
-        const f = [n, p.package, p.version, p.program];
-        if (!f.every(x => typeof x === "string" && /^[A-Za-z0-9@._\/-]+$/.test(x))) {
+        const f = [n, p.package, p.version, p.program, p.integrity];
+        if (!f.every(x => typeof x === "string" && /^[A-Za-z0-9@._\/+=-]+$/.test(x))) {
           console.error("install-clis: malformed pin " + JSON.stringify(n));
           process.exit(1);
         }
         console.log(f.join(" "));
       }
     });')" || die "cannot read the pins"
-  while read -r name pkg ver cmd; do
+  while read -r name pkg ver cmd sri; do
     [[ -n "$name" ]] || continue
-    PINS[$name]="$pkg $ver $cmd"
+    PINS[$name]="$pkg $ver $cmd $sri"
     ALL+=("$name")
   done <<<"$lines"
   [[ ${#ALL[@]} -gt 0 ]] || die "no npm pins found"
@@ -94,8 +95,8 @@ install_one() {
   local name="$1"
   local pin="${PINS[$name]:-}"
   [[ -n "$pin" ]] || die "unknown CLI '$name' (known: ${ALL[*]})"
-  local pkg ver cmd
-  read -r pkg ver cmd <<<"$pin"
+  local pkg ver cmd sri
+  read -r pkg ver cmd sri <<<"$pin"
 
   local dname dir bin
   dname="$(dirname_for "$pkg" "$ver")"
@@ -136,6 +137,13 @@ install_one() {
   [[ -x "$tmp/node_modules/.bin/$cmd" ]] \
     || die "$pkg@$ver installed but $tmp/node_modules/.bin/$cmd is missing"
 
+  # The main package must be the pinned one: npm records the SHA-512 of the
+  # tarball it installed in its hidden lockfile.
+  local got
+  got="$(node -e 'const l = require(process.argv[1]); const p = l.packages && l.packages["node_modules/" + process.argv[2]]; console.log((p && p.integrity) || "")' \
+    "$tmp/node_modules/.package-lock.json" "$pkg")" || die "cannot read the integrity npm recorded for $pkg"
+  [[ "$got" == "$sri" ]] || die "$pkg@$ver: npm installed a tarball with integrity '$got', the pin says '$sri'"
+
   # Smoke test: the command must run. (An npm that skipped the claude package's
   # postinstall leaves a placeholder instead of the native binary.) HOME points
   # at a scratch dir so the check leaves no state in the real one.
@@ -171,9 +179,9 @@ install_one() {
 main() {
   read_pins
   if [[ "${1:-}" == "--list" ]]; then
-    local n pkg ver cmd
+    local n pkg ver cmd sri
     for n in "${ALL[@]}"; do
-      read -r pkg ver cmd <<<"${PINS[$n]}"
+      read -r pkg ver cmd sri <<<"${PINS[$n]}"
       printf '%s %s %s %s %s\n' "$n" "$pkg" "$ver" "$cmd" "$NPM_DIR/$(dirname_for "$pkg" "$ver")"
     done
     return 0

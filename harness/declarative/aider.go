@@ -26,10 +26,4 @@ func AiderJSON() []byte { return append([]byte(nil), aiderJSON...) }
 // history per conversation in the sandbox's home, so a conversation is
 // captured, resumed (--restore-chat-history) and forked (a copy of the
 // history under a new id) like any other.
-func Aider() *harness.Harness {
-	h, err := Parse("aider.json", aiderJSON, nil)
-	if err != nil {
-		panic("declarative: the built-in aider preset is invalid: " + err.Error())
-	}
-	return h
-}
+func Aider() *harness.Harness { return builtin("aider.json", aiderJSON) }

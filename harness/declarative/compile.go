@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/harness/kit"
 	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
@@ -27,6 +28,7 @@ var (
 		"session": harness.EventSession, "message": harness.EventMessage, "delta": harness.EventMessage,
 		"reasoning": harness.EventReasoning, "notice": harness.EventNotice, "failure": harness.EventFailure,
 		"finished": harness.EventFinished, "usage": harness.EventUsage, "ignore": "",
+		"tool_call": harness.EventToolCall, "tool_result": harness.EventToolResult,
 	}
 )
 
@@ -45,6 +47,7 @@ type preset struct {
 	resume    argList
 	forkArgs  argList
 	forkCmd   argList
+	schema    argList
 	reserved  kit.Flags
 	quota     []*regexp.Regexp
 	unavail   []*regexp.Regexp
@@ -52,6 +55,9 @@ type preset struct {
 	retry     []*regexp.Regexp
 	text      *textSpec
 	rules     []rule
+	files     []harness.File
+	// resumeFiles are written before a resumed or forked turn.
+	resumeFiles []resumeFile
 }
 
 type textSpec struct {
@@ -67,6 +73,10 @@ type rule struct {
 	in, out, cacheRead, cacheWr fieldPath
 	usage                       bool
 	kind                        string
+	each                        fieldPath
+	eachWhen, errorWhen         []condition
+	tool, input, output         fieldPath
+	cont, sum                   bool
 }
 
 func fe(field, format string, args ...any) error {
@@ -130,6 +140,15 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 		return nil, err
 	}
 	if err := checkCredentials(s.Credentials); err != nil {
+		return nil, err
+	}
+	if err := p.compileFiles(); err != nil {
+		return nil, err
+	}
+	if err := p.compileResumeFiles(); err != nil {
+		return nil, err
+	}
+	if err := checkEndpoint(s.Endpoint); err != nil {
 		return nil, err
 	}
 	if err := p.compileClassifiers(); err != nil {
@@ -227,6 +246,12 @@ func (p *preset) compileArgs() ([]string, error) {
 	if len(s.ModelArgs) > 0 && !p.model.has("model") {
 		return nil, fe("model_args", "needs {model}")
 	}
+	if p.schema, err = parseArgs("schema_args", s.SchemaArgs, false, "schema", "schema_file", "home", "workdir"); err != nil {
+		return nil, err
+	}
+	if len(s.SchemaArgs) > 0 && !p.schema.has("schema") && !p.schema.has("schema_file") {
+		return nil, fe("schema_args", "needs {schema} or {schema_file}")
+	}
 	if p.newArgs, err = parseArgs("new_args", s.NewArgs, false, session...); err != nil {
 		return nil, err
 	}
@@ -303,7 +328,7 @@ func (p *preset) compileReserved() error {
 		}
 	}
 	p.reserved = kit.Flags{}
-	for _, f := range slices.Concat(p.args.flags(), p.model.flags(), p.newArgs.flags(), p.resume.flags(), p.forkArgs.flags(), p.s.ReservedArgs) {
+	for _, f := range slices.Concat(p.args.flags(), p.model.flags(), p.schema.flags(), p.newArgs.flags(), p.resume.flags(), p.forkArgs.flags(), p.s.ReservedArgs) {
 		p.reserved[f] = ""
 	}
 	return nil
@@ -399,14 +424,22 @@ func (p *preset) harness(storage *harness.Storage, opts *Options) (*harness.Harn
 		h.NewDecoder = p.textDecoder
 		h.DecodeEnd = true
 	} else {
-		h.Events = p.jsonEvents
+		if slices.ContainsFunc(p.rules, func(r rule) bool { return r.sum }) {
+			h.NewDecoder = p.jsonDecoder
+		} else {
+			h.Events = p.jsonEvents
+		}
 		h.RequiresFinishedEvent = s.Output.RequireFinished
 	}
+	h.NativeSchema = p.schema.items != nil
 	h.Quota = p.classifier(p.quota)
 	h.Unavailable = p.classifier(p.unavail)
 	h.Misconfigured = p.classifier(p.misconfig)
 	if s.Credentials != nil {
 		h.Credentials = p.credentials
+	}
+	if p.files != nil || len(s.PassVariables) > 0 {
+		h.Configuration = p.configuration
 	}
 	switch s.Usage {
 	case "":
@@ -515,8 +548,8 @@ func (p *preset) compileStorage(st *StorageSpec) (*harness.Storage, error) {
 		if err != nil {
 			return nil, fe(field, "%v", err)
 		}
-		if !t.has("session") {
-			return nil, fe(field, "needs {session}")
+		if !t.has("session") && !st.Shared {
+			return nil, fe(field, "needs {session} (or storage.shared)")
 		}
 		probe := t.expand(map[string]string{"session": "x"})
 		if _, err := path.Match(probe, ""); err != nil || !harness.RelativePath(probe) {
@@ -524,7 +557,16 @@ func (p *preset) compileStorage(st *StorageSpec) (*harness.Storage, error) {
 		}
 		pats[i] = t
 	}
+	var place func(rel, native, workdir string) string
+	switch st.Workdir {
+	case "":
+	case "slug":
+		place = claude.Place
+	default:
+		return nil, fe("storage.workdir", `want "slug", not %q`, st.Workdir)
+	}
 	return &harness.Storage{
+		Place: place,
 		Roots: slices.Clone(st.Roots),
 		Match: func(rel, native string) bool {
 			if !ValidSessionID(native) {
@@ -570,12 +612,16 @@ func (p *preset) request(in harness.Input) (harness.Command, error) {
 		return harness.Command{}, err
 	}
 	var model []string
+	if len(in.Schema) > 0 && p.schema.items != nil {
+		vals["schema"], vals["schema_file"] = string(in.Schema), in.SchemaFile
+		model = p.schema.expand(vals, nil)
+	}
 	if in.Model != "" {
 		if !modelRE.MatchString(in.Model) {
 			return harness.Command{}, fmt.Errorf("%s: invalid model name %q", name, in.Model)
 		}
 		vals["model"] = in.Model
-		model = p.model.expand(vals, nil)
+		model = append(model, p.model.expand(vals, nil)...)
 	}
 	session, err := p.sessionArgs(in, vals, &cmd)
 	if err != nil {
@@ -624,13 +670,18 @@ func (p *preset) sessionArgs(in harness.Input, vals map[string]string, cmd *harn
 	if in.Conversation != "" && !ValidSessionID(in.Conversation) {
 		return nil, fmt.Errorf("%s: %q is not a conversation id", name, in.Conversation)
 	}
-	switch {
-	case in.Conversation == "":
+	if in.Conversation == "" {
 		if err := p.generate(vals, cmd); err != nil {
 			return nil, err
 		}
 		return p.newArgs.expand(vals, nil), nil
-	case in.Fork:
+	}
+	files, err := p.resumeFilesFor(in.Conversation, in)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Files = append(cmd.Files, files...)
+	if in.Fork {
 		if p.forkArgs.items == nil {
 			return nil, fmt.Errorf("%s: conversations cannot be forked through the request", name)
 		}

@@ -1,6 +1,7 @@
 package declarative
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -92,17 +93,21 @@ type namedPath struct {
 func compileRule(field string, r EventRule) (rule, error) {
 	typ, ok := eventKind[r.Event]
 	if !ok {
-		return rule{}, fe(field+".event", "unknown event %q (known: session, message, delta, reasoning, notice, failure, finished, usage, ignore)", r.Event)
+		return rule{}, fe(field+".event", "unknown event %q (known: session, message, delta, reasoning, tool_call, tool_result, notice, failure, finished, usage, ignore)", r.Event)
 	}
-	cr := rule{typ: typ, delta: r.Event == "delta", ignore: r.Event == "ignore", kind: r.Kind}
-	for _, k := range slices.Sorted(maps.Keys(r.When)) {
-		fp, err := parsePath(k)
-		if err != nil {
-			return rule{}, fe(field+".when", "%v", err)
+	cr := rule{typ: typ, delta: r.Event == "delta", ignore: r.Event == "ignore", kind: r.Kind, cont: r.Continue, sum: r.Sum}
+	var err error
+	for _, c := range []struct {
+		name string
+		m    map[string]any
+		dst  *[]condition
+	}{{"when", r.When, &cr.when}, {"each_when", r.EachWhen, &cr.eachWhen}, {"error_when", r.ErrorWhen, &cr.errorWhen}} {
+		if *c.dst, err = conditions(field+"."+c.name, c.m); err != nil {
+			return rule{}, err
 		}
-		cr.when = append(cr.when, condition{path: fp, want: r.When[k]})
 	}
-	paths := []namedPath{{"text", r.Text, &cr.text}, {"session", r.Session, &cr.session}, {"id", r.ID, &cr.id}, {"stop", r.Stop, &cr.stop}}
+	paths := []namedPath{{"text", r.Text, &cr.text}, {"session", r.Session, &cr.session}, {"id", r.ID, &cr.id}, {"stop", r.Stop, &cr.stop},
+		{"each", r.Each, &cr.each}, {"tool", r.Tool, &cr.tool}, {"input", r.Input, &cr.input}, {"output", r.Output, &cr.output}}
 	if r.Usage != nil {
 		paths = append(paths, namedPath{"usage.input", r.Usage.Input, &cr.in}, namedPath{"usage.output", r.Usage.Output, &cr.out},
 			namedPath{"usage.cache_read", r.Usage.CacheRead, &cr.cacheRead}, namedPath{"usage.cache_write", r.Usage.CacheWrite, &cr.cacheWr})
@@ -123,53 +128,145 @@ func compileRule(field string, r EventRule) (rule, error) {
 		}
 		cr.usage = true
 	}
-	if cr.ignore && (r.Text != "" || r.Session != "" || r.Usage != nil) {
-		return rule{}, fe(field+".event", "an ignore rule reads no fields")
+	return cr, checkRule(field, r, cr)
+}
+
+// conditions parses a when-like map, in a stable order.
+func conditions(field string, m map[string]any) ([]condition, error) {
+	var out []condition
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fp, err := parsePath(k)
+		if err != nil {
+			return nil, fe(field, "%v", err)
+		}
+		out = append(out, condition{path: fp, want: m[k]})
 	}
-	switch typ {
+	return out, nil
+}
+
+// checkRule checks that a rule reads what its event needs, and nothing
+// its event cannot carry.
+func checkRule(field string, r EventRule, cr rule) error {
+	if cr.ignore && (r.Text != "" || r.Session != "" || r.Usage != nil || r.Each != "" || r.Tool != "") {
+		return fe(field+".event", "an ignore rule reads no fields")
+	}
+	if len(r.EachWhen) > 0 && r.Each == "" {
+		return fe(field+".each_when", "needs each")
+	}
+	tool := cr.typ == harness.EventToolCall || cr.typ == harness.EventToolResult
+	if !tool && (r.Tool != "" || r.Input != "" || r.Output != "" || len(r.ErrorWhen) > 0) {
+		return fe(field+".event", "only tool_call and tool_result rules read tool, input, output and error_when")
+	}
+	if r.Sum && !cr.usage {
+		return fe(field+".sum", "needs usage paths")
+	}
+	switch cr.typ {
 	case harness.EventSession:
 		if cr.session == nil {
-			return rule{}, fe(field+".session", "a session rule needs the session path")
+			return fe(field+".session", "a session rule needs the session path")
 		}
 	case harness.EventMessage, harness.EventReasoning, harness.EventNotice, harness.EventFailure:
 		if cr.text == nil {
-			return rule{}, fe(field+".text", "a %s rule needs the text path", r.Event)
+			return fe(field+".text", "a %s rule needs the text path", r.Event)
+		}
+	case harness.EventToolCall:
+		if cr.tool == nil {
+			return fe(field+".tool", "a tool_call rule needs the tool name path")
+		}
+	case harness.EventToolResult:
+		if cr.id == nil && cr.tool == nil {
+			return fe(field+".id", "a tool_result rule needs the call's id path or the tool name path")
 		}
 	case harness.EventUsage:
 		if !cr.usage {
-			return rule{}, fe(field+".usage", "a usage rule needs usage paths")
+			return fe(field+".usage", "a usage rule needs usage paths")
 		}
 	}
-	if r.Kind != "" && typ != harness.EventNotice && typ != harness.EventFailure {
-		return rule{}, fe(field+".kind", "only notices and failures have a kind")
+	if r.Kind != "" && cr.typ != harness.EventNotice && cr.typ != harness.EventFailure {
+		return fe(field+".kind", "only notices and failures have a kind")
 	}
 	if r.Kind == harness.KindLimit {
-		return rule{}, fe(field+".kind", "%q is reserved for budgets outpost enforces", r.Kind)
+		return fe(field+".kind", "%q is reserved for budgets outpost enforces", r.Kind)
 	}
-	return cr, nil
+	return nil
 }
 
-// jsonEvents decodes one JSON line with the first matching rule. It never
-// panics: a line that is not a JSON object, or matches no rule, gives no
-// events.
+// maxEach bounds the events one rule gives for one line.
+const maxEach = 256
+
+// jsonEvents decodes one JSON line with the first matching rule (and the
+// rules after it while a matching rule says continue). It never panics: a
+// line that is not a JSON object, or matches no rule, gives no events.
 func (p *preset) jsonEvents(line []byte) []harness.Event {
+	return p.decodeJSON(line, nil)
+}
+
+// jsonDecoder is the decoder of a file with summing rules: it keeps the
+// turn's running usage total.
+func (p *preset) jsonDecoder() func([]byte) []harness.Event {
+	total := &harness.Usage{Complete: true}
+	return func(line []byte) []harness.Event {
+		if line == nil {
+			return nil
+		}
+		return p.decodeJSON(line, total)
+	}
+}
+
+func (p *preset) decodeJSON(line []byte, total *harness.Usage) []harness.Event {
 	v := decodeLine(line)
 	if v == nil {
 		return nil
 	}
+	var evs []harness.Event
 	for _, r := range p.rules {
-		if !slices.ContainsFunc(r.when, func(c condition) bool { return !c.holds(v) }) {
-			if r.ignore {
-				return nil
+		if !allHold(r.when, v) {
+			continue
+		}
+		if r.ignore {
+			return evs
+		}
+		items := []any{v}
+		if r.each != nil {
+			items = r.each.values(v)
+			if len(items) == 1 {
+				if a, ok := items[0].([]any); ok {
+					items = a
+				}
 			}
-			ev, ok := p.ruleEvent(r, v)
-			if !ok {
-				return nil
+		}
+		for i, x := range items {
+			if i == maxEach {
+				break
 			}
-			return []harness.Event{ev}
+			if !allHold(r.eachWhen, x) {
+				continue
+			}
+			if ev, ok := p.ruleEvent(r, x); ok {
+				evs = append(evs, sumUsage(r, ev, total))
+			}
+		}
+		if !r.cont {
+			break
 		}
 	}
-	return nil
+	return evs
+}
+
+func allHold(cs []condition, v any) bool {
+	return !slices.ContainsFunc(cs, func(c condition) bool { return !c.holds(v) })
+}
+
+// sumUsage adds a summing rule's usage to the running total and reports
+// the total instead.
+func sumUsage(r rule, ev harness.Event, total *harness.Usage) harness.Event {
+	if !r.sum || ev.Usage == nil || total == nil {
+		return ev
+	}
+	*total = total.Add(*ev.Usage)
+	u := *total
+	ev.Usage = &u
+	return ev
 }
 
 // ruleEvent builds a rule's event; ok is false when the line lacks what
@@ -191,30 +288,64 @@ func (p *preset) ruleEvent(r rule, v any) (ev harness.Event, ok bool) {
 	}
 	ev.ID, _ = r.id.text(v)
 	ev.Stop, _ = r.stop.text(v)
-	if r.usage {
-		// Complete when input, output and every other counter the file
-		// names were found.
-		u := &harness.Usage{Complete: r.in != nil && r.out != nil}
-		for _, c := range []struct {
-			p   fieldPath
-			dst *int64
-		}{{r.in, &u.InputTokens}, {r.out, &u.OutputTokens}, {r.cacheRead, &u.CacheReadTokens}, {r.cacheWr, &u.CacheWriteTokens}} {
-			if c.p == nil {
-				continue // the CLI has no such counter
-			}
-			n, ok := c.p.number(v)
-			if !ok {
-				u.Complete = false
-				continue
-			}
-			*c.dst = n
+	if r.typ == harness.EventToolCall || r.typ == harness.EventToolResult {
+		if ev.Tool, ok = toolOf(r, v, ev.ID); !ok {
+			return ev, false
 		}
-		ev.Usage = u
+		ev.ID = ""
+	}
+	if r.usage {
+		ev.Usage = usageOf(r, v)
 	}
 	if ev.Type == harness.EventNotice && ev.Kind == "" && anyMatch(p.retry, ev.Text) {
 		ev.Kind = "retry"
 	}
 	return ev, true
+}
+
+// toolOf reads a tool call or result; ok is false for a call without a
+// name or a result without its call's id or name.
+func toolOf(r rule, v any, id string) (*harness.Tool, bool) {
+	t := &harness.Tool{ID: strings.ToValidUTF8(id, "\uFFFD")}
+	t.Name, _ = r.tool.text(v)
+	t.Name = strings.ToValidUTF8(t.Name, "\uFFFD")
+	if r.typ == harness.EventToolCall && t.Name == "" || r.typ == harness.EventToolResult && t.ID == "" && t.Name == "" {
+		return nil, false
+	}
+	if r.input != nil {
+		if vals := r.input.values(v); len(vals) > 0 {
+			if b, err := json.Marshal(vals[0]); err == nil {
+				t.Input = b
+			}
+		}
+	}
+	if r.typ == harness.EventToolResult {
+		out, _ := r.output.text(v)
+		t.Output = strings.ToValidUTF8(out, "\uFFFD")
+		t.Error = len(r.errorWhen) > 0 && allHold(r.errorWhen, v)
+	}
+	return t, true
+}
+
+// usageOf reads a rule's counters. Complete when input, output and every
+// other counter the file names were found.
+func usageOf(r rule, v any) *harness.Usage {
+	u := &harness.Usage{Complete: r.in != nil && r.out != nil}
+	for _, c := range []struct {
+		p   fieldPath
+		dst *int64
+	}{{r.in, &u.InputTokens}, {r.out, &u.OutputTokens}, {r.cacheRead, &u.CacheReadTokens}, {r.cacheWr, &u.CacheWriteTokens}} {
+		if c.p == nil {
+			continue // the CLI has no such counter
+		}
+		n, ok := c.p.number(v)
+		if !ok {
+			u.Complete = false
+			continue
+		}
+		*c.dst = n
+	}
+	return u
 }
 
 // ansiRE matches terminal escape sequences, removed from text lines.

@@ -50,6 +50,17 @@ type Spec struct {
 	ResumeArgs []string `json:"resume_args,omitempty"`
 	// Fork describes how the CLI forks a conversation.
 	Fork *ForkSpec `json:"fork,omitempty"`
+	// SchemaArgs are added when the turn asks for a JSON Schema and make
+	// the schema native (harness.NativeSchema): {schema} is the schema as
+	// compact JSON, {schema_file} the path of a file holding it. Absent:
+	// the schema is an instruction in the prompt.
+	SchemaArgs []string `json:"schema_args,omitempty"`
+	// ResumeFiles are written into the sandbox's home before a turn that
+	// resumes or forks a conversation: path and string values of content
+	// hold {session} (the conversation continued, a fork's parent),
+	// {workdir}, {workdir_slug} and {home} (a CLI that checks where a
+	// session was recorded, such as Qwen Code's runtime status file).
+	ResumeFiles []FileSpec `json:"resume_files,omitempty"`
 	// ReservedArgs are flags refused in pass-through arguments, beyond the
 	// flags the templates already use.
 	ReservedArgs []string `json:"reserved_args,omitempty"`
@@ -60,6 +71,15 @@ type Spec struct {
 	Variables map[string]string `json:"variables,omitempty"`
 	// Credentials select what the agent authenticates with.
 	Credentials *CredentialSpec `json:"credentials,omitempty"`
+	// PassVariables are passed to the agent when set, as non-secret
+	// configuration (a base URL, a model name): not redacted.
+	PassVariables []string `json:"pass_variables,omitempty"`
+	// Files are the agent's non-secret configuration files, written into
+	// the sandbox's home once per lease (harness.Configuration).
+	Files []FileSpec `json:"files,omitempty"`
+	// Endpoint declares how the CLI reaches its model API, for a
+	// credential gateway that points it elsewhere (not used by the turn).
+	Endpoint *EndpointSpec `json:"endpoint,omitempty"`
 
 	// Output says how to read the CLI's standard output.
 	Output *OutputSpec `json:"output"`
@@ -123,6 +143,36 @@ type CredentialSpec struct {
 	Login [][]string `json:"login,omitempty"`
 }
 
+// FileSpec is a configuration file generated into the sandbox's home.
+type FileSpec struct {
+	// Path is relative to the sandbox's home.
+	Path string `json:"path"`
+	// Content is the file's text (a JSON string), or any other JSON
+	// value, written as compact JSON.
+	Content json.RawMessage `json:"content"`
+	// Merge combines it with a file already there: "json" (deep merge,
+	// this file's keys win), "toml" (top-level keys that are absent are
+	// added); absent: replace.
+	Merge string `json:"merge,omitempty"`
+}
+
+// EndpointSpec is what a credential gateway needs to know about the
+// CLI's model API: the protocol, the variable that holds the secret, and
+// where the base URL is set (a variable, or a key of a configuration
+// file).
+type EndpointSpec struct {
+	// API is the protocol: "openai-chat", "openai-responses",
+	// "anthropic" or "gemini".
+	API string `json:"api"`
+	// Secret is the variable holding the API key.
+	Secret string `json:"secret"`
+	// BaseURL is the variable holding the base URL, if the CLI reads one.
+	BaseURL string `json:"base_url,omitempty"`
+	// BaseURLKey is "<file>#<dot.path>": the key of a configuration file
+	// (one of Files) that holds the base URL, if the CLI reads it there.
+	BaseURLKey string `json:"base_url_key,omitempty"`
+}
+
 // HostFileSpec is a file copied from the host's home.
 type HostFileSpec struct {
 	Source   string `json:"source"` // relative to the host's HOME
@@ -168,6 +218,30 @@ type EventRule struct {
 	Usage   *UsagePaths `json:"usage,omitempty"`
 	// Kind is the fixed kind of a notice or failure ("retry", ...).
 	Kind string `json:"kind,omitempty"`
+
+	// Each applies the rule to every element of the array at this path:
+	// the rule's other paths, and EachWhen, are then relative to the
+	// element, and the line gives one event per element that EachWhen
+	// matches (a message whose content blocks are text and tool calls).
+	Each     string         `json:"each,omitempty"`
+	EachWhen map[string]any `json:"each_when,omitempty"`
+	// Continue keeps trying the rules that follow on the same line, so
+	// one line can give several events (a session id on every line).
+	Continue bool `json:"continue,omitempty"`
+
+	// Tool events (tool_call, tool_result): Tool is the path of the
+	// tool's name, Input of its input (any JSON value), Output of a
+	// result's text; a result is an error when ErrorWhen holds. ID is the
+	// call's id, which pairs a result with its call.
+	Tool      string         `json:"tool,omitempty"`
+	Input     string         `json:"input,omitempty"`
+	Output    string         `json:"output,omitempty"`
+	ErrorWhen map[string]any `json:"error_when,omitempty"`
+
+	// Sum adds the usage this rule reads to the turn's running total and
+	// reports the total, for CLIs that report usage per step rather than
+	// for the whole turn (usage and finished rules).
+	Sum bool `json:"sum,omitempty"`
 }
 
 // UsagePaths are the field paths of the token counters. Usage is complete
@@ -184,8 +258,21 @@ type UsagePaths struct {
 type StorageSpec struct {
 	// Roots are directories relative to the sandbox's home.
 	Roots []string `json:"roots"`
-	// Files are glob patterns relative to a root, holding {session}.
+	// Files are glob patterns relative to a root, holding {session}
+	// unless Shared.
 	Files []string `json:"files"`
+	// Shared says the files hold every conversation of the sandbox (a
+	// database, such as OpenCode's): they are captured and restored whole
+	// with each conversation, and Files need no {session}.
+	Shared bool `json:"shared,omitempty"`
+	// Workdir says the first directory under a root is the CLI's folder
+	// of the working directory, named by its slug ("slug": every
+	// character but ASCII letters and digits replaced by "-", as Claude
+	// Code and Qwen Code do). Restoring moves a file into the folder of
+	// the new working directory, so a conversation resumes from any
+	// directory of any sandbox. Absent: files are restored where they
+	// were captured.
+	Workdir string `json:"workdir,omitempty"`
 }
 
 // Options configure Parse and Load. Nil means defaults.

@@ -131,6 +131,35 @@ func TestBadFile(t *testing.T) {
 			return set(t, "fork", map[string]any{"command": []any{"{parent}"}})
 		}, "fork.command[0]"},
 		{"reserved_args", func(t *testing.T) []byte { return set(t, "reserved_args", []any{"danger"}) }, "reserved_args[0]"},
+		{"schema_args", func(t *testing.T) []byte { return set(t, "schema_args", []any{"--schema"}) }, "schema_args"},
+		{"schema_args placeholder", func(t *testing.T) []byte { return set(t, "schema_args", []any{"{session}"}) }, "schema_args[0]"},
+		{"files path", func(t *testing.T) []byte {
+			return set(t, "files", []any{map[string]any{"path": "../x", "content": "y"}})
+		}, "files[0].path"},
+		{"files content", func(t *testing.T) []byte { return set(t, "files", []any{map[string]any{"path": "x"}}) }, "files[0].content"},
+		{"files merge", func(t *testing.T) []byte {
+			return set(t, "files", []any{map[string]any{"path": "x", "content": "y", "merge": "yaml"}})
+		}, "files[0].merge"},
+		{"pass_variables", func(t *testing.T) []byte { return set(t, "pass_variables", []any{"A B"}) }, "pass_variables[0]"},
+		{"endpoint api", func(t *testing.T) []byte {
+			return set(t, "endpoint", map[string]any{"api": "soap", "secret": "K", "base_url": "U"})
+		}, "endpoint.api"},
+		{"endpoint base", func(t *testing.T) []byte { return set(t, "endpoint", map[string]any{"api": "gemini", "secret": "K"}) }, "endpoint"},
+		{"resume_files path", func(t *testing.T) []byte {
+			return set(t, "resume_files", []any{map[string]any{"path": "{workdir}/x", "content": "y"}})
+		}, "resume_files[0].path"},
+		{"resume_files content", func(t *testing.T) []byte {
+			return set(t, "resume_files", []any{map[string]any{"path": "x", "content": map[string]any{"a": "{prompt}"}}})
+		}, "resume_files[0].content"},
+		{"each_when without each", func(t *testing.T) []byte {
+			return set(t, "output.events.1.each_when", map[string]any{"type": "text"})
+		}, "output.events[1].each_when"},
+		{"tool path on a message", func(t *testing.T) []byte { return set(t, "output.events.1.tool", "name") }, "output.events[1].event"},
+		{"tool_call without tool", func(t *testing.T) []byte { return set(t, "output.events.1.event", "tool_call") }, "output.events[1].tool"},
+		{"sum without usage", func(t *testing.T) []byte { return set(t, "output.events.1.sum", true) }, "output.events[1].sum"},
+		{"storage workdir", func(t *testing.T) []byte { return set(t, "storage.workdir", "hash") }, "storage.workdir"},
+		{"storage files without session", func(t *testing.T) []byte { return set(t, "storage.files", []any{"db.sqlite"}) }, "storage.files[0]"},
+
 		{"env", func(t *testing.T) []byte { return set(t, "env", map[string]any{"1X": "y"}) }, "env"},
 		{"variables", func(t *testing.T) []byte { return set(t, "variables", map[string]any{"A-B": "y"}) }, "variables"},
 		{"credentials.variables", func(t *testing.T) []byte { return set(t, "credentials.variables", []any{"a b"}) }, "credentials.variables[0]"},

@@ -46,6 +46,8 @@ var builtins = sync.OnceFunc(registerBuiltins)
 func registerBuiltins() {
 	for _, f := range []func() *harness.Harness{
 		declarative.Aider,
+		declarative.Qwen,
+		declarative.OpenCode,
 		antigravity.Harness,
 		claude.Harness,
 		codex.Harness,

@@ -47,8 +47,8 @@ func (a *app) bootstrapCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bootstrap [flags] AGENT",
 		Short: "Install an agent's pinned CLI into a sandbox, verified by SHA-512",
-		Long: `Install the pinned CLI of AGENT (a preset, or a bootstrap name: claude, codex,
-copilot, antigravity, echo) into a fresh sandbox, the way a turn does when the
+		Long: `Install the pinned CLI of AGENT (a preset, or a bootstrap name: claude, codex, copilot,
+qwen, opencode, antigravity, echo) into a fresh sandbox, the way a turn does when the
 sandbox lacks it, then check that it runs and release the sandbox.
 
 The download is verified against its pinned SHA-512 before anything is

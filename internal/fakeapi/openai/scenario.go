@@ -96,6 +96,15 @@ func Reasoning(summary, text string) Scenario {
 // ToolCall calls the client's shell tool with command (empty: the server default).
 func ToolCall(command string) Scenario { return Scenario{Kind: KindToolCall, Command: command} }
 
+// CallTool calls the named tool with the raw JSON arguments args, whether
+// or not the client offered it (Qwen Code's structured_output tool).
+func CallTool(name, args string) Scenario {
+	return Scenario{Kind: KindToolCall, ToolName: name, Arguments: args}
+}
+
+// StructuredAnswer is the answer of the FAKE_STRUCTURED marker.
+const StructuredAnswer = `{"name":"Ada Lovelace","age":36}`
+
 // ApplyPatch calls the custom tool apply_patch with patch (empty: the server default).
 func ApplyPatch(patch string) Scenario { return Scenario{Kind: KindApplyPatch, Patch: patch} }
 
@@ -175,6 +184,7 @@ var Markers = []struct {
 	{"FAKE_DISCONNECT", Disconnect()},
 	{"FAKE_SLOW", Slow(0, 0)},
 	{"FAKE_PATCH", ApplyPatch("")},
+	{"FAKE_STRUCTURED", CallTool("structured_output", StructuredAnswer)},
 	{"FAKE_TOOL", ToolCall("")},
 	{"FAKE_REASONING", Reasoning("", "")},
 	{"FAKE_ECHO", Echo()},

@@ -1,0 +1,172 @@
+package integration
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/declarative"
+	"github.com/outposthq/outpost/internal/fakeapi/openai"
+	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// OpenCode (docs/presets/opencode.md), the real pinned CLI (its native
+// linux-x64 binary) against the fake Chat Completions API through the
+// provider the preset writes into its configuration.
+
+func newOpenCodeEnv(t *testing.T) *oaiEnv {
+	t.Helper()
+	bin := testenv.RequireCLI(t, "opencode")
+	return newOAIEnv(t, declarative.OpenCode(), filepath.Dir(bin), openai.Config{})
+}
+
+// TestOpenCodeToolTurn: the model calls bash, then answers: session, tool
+// call and result (one line of OpenCode's), message, a usage event per
+// step and finished, with usage the sum of the fake's two replies
+// (OpenCode splits them: input without the cached tokens, output without
+// the reasoning tokens).
+func TestOpenCodeToolTurn(t *testing.T) { eachProvider(t, testOpenCodeToolTurn) }
+
+func testOpenCodeToolTurn(t *testing.T, kind string) {
+	e := newOpenCodeEnv(t)
+	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_TOOL list the files"})
+	e.mustSucceed(o)
+	var types []harness.EventType
+	for _, ev := range o.events {
+		if ev.Type == harness.EventNotice {
+			continue
+		}
+		if len(types) == 0 || types[len(types)-1] != ev.Type || ev.Type != harness.EventSession {
+			types = append(types, ev.Type)
+		}
+		if ev.Agent != "opencode" || ev.Session != o.res.Session || len(ev.Raw) == 0 {
+			t.Errorf("event %+v lacks agent, session or its raw line", ev)
+		}
+	}
+	want := []harness.EventType{harness.EventSession, harness.EventToolCall, harness.EventToolResult, harness.EventUsage,
+		harness.EventSession, harness.EventMessage, harness.EventFinished}
+	if !equalTypes(types, want) {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+	tools := toolEvents(o)
+	call, result := tools[0].Tool, tools[1].Tool
+	var input map[string]any
+	json.Unmarshal(call.Input, &input)
+	if call.Name != "bash" || input["command"] != openai.DefaultCommand || result.ID != call.ID || call.ID == "" ||
+		!strings.Contains(result.Output, "hi") || result.Error {
+		t.Errorf("tool call %+v, result %+v", call, result)
+	}
+	if !strings.HasPrefix(o.res.Text, "Tool output was: ") {
+		t.Errorf("text %q", o.res.Text)
+	}
+	// OpenCode also asks the model for the session's title, in a request
+	// without tools whose usage it does not report.
+	n := 0
+	for _, r := range e.fake.Requests() {
+		if len(r.ToolNames) > 0 {
+			n++
+		}
+	}
+	u := openai.DefaultUsage
+	wantUsage := harness.Usage{InputTokens: int64(n * (u.InputTokens - u.CachedTokens)), OutputTokens: int64(n * (u.OutputTokens - u.ReasoningTokens)),
+		CacheReadTokens: int64(n * u.CachedTokens), Complete: true}
+	if n != 2 || o.res.Usage != wantUsage {
+		t.Errorf("%d requests of the turn, usage %+v, want %+v", n, o.res.Usage, wantUsage)
+	}
+	for _, r := range e.fake.Requests() {
+		if r.Model != oaiModel || r.BearerToken() != e.key {
+			t.Errorf("request model %q, key ok %v, stream %v", r.Model, r.BearerToken() == e.key, r.Stream)
+		}
+	}
+}
+
+// TestOpenCodeResumeAndFork: a conversation begun in one docker sandbox
+// resumes in another and forks in a third: OpenCode's database travels
+// whole. (OpenCode runs a session in the directory it recorded, so a
+// conversation moves only between sandboxes whose working directory has
+// the same path: every docker sandbox's is /workspace.)
+func TestOpenCodeResumeAndFork(t *testing.T) {
+	t.Parallel()
+	e := newOpenCodeEnv(t)
+	first := e.run("docker", sandbox.Turn{Prompt: "FAKE_ECHO first"})
+	e.mustSucceed(first)
+	if !strings.HasPrefix(first.res.Session, "ses_") || first.res.Conversation == "" {
+		t.Fatalf("first %+v", first.res)
+	}
+	again := e.run("docker", sandbox.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
+	e.mustSucceed(again)
+	if !strings.HasPrefix(again.res.Text, "ECHO nmsg=4 ") || again.res.Session != first.res.Session {
+		t.Errorf("resume: %q session %s", again.res.Text, again.res.Session)
+	}
+	child := e.run("docker", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	e.mustSucceed(child)
+	if !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
+		t.Errorf("fork: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
+	}
+}
+
+// TestOpenCodeRateLimitIsQuota: 429 on every request; OpenCode retries by
+// itself, silently, then reports the error: code quota.
+func TestOpenCodeRateLimitIsQuota(t *testing.T) { eachProvider(t, testOpenCodeRateLimitIsQuota) }
+
+func testOpenCodeRateLimitIsQuota(t *testing.T, kind string) {
+	e := newOpenCodeEnv(t)
+	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_429 say hi"})
+	if outpost.CodeOf(o.err) != outpost.Quota {
+		t.Fatalf("error %v, want code quota; events %s", o.err, eventSummary(o.events))
+	}
+}
+
+// TestOpenCodeOutageIsUnavailable: 503, and a base URL nothing listens
+// on: code process with details.unavailable.
+func TestOpenCodeOutageIsUnavailable(t *testing.T) { eachProvider(t, testOpenCodeOutageIsUnavailable) }
+
+func testOpenCodeOutageIsUnavailable(t *testing.T, kind string) {
+	testOAIOutage(t, kind, newOpenCodeEnv)
+}
+
+// TestOpenCodeSchema: OpenCode has no schema flag: the instruction goes
+// into the prompt, and outpost extracts the fenced answer; a first answer
+// that does not match is repaired by resuming the conversation.
+func TestOpenCodeSchema(t *testing.T) { eachProvider(t, testOpenCodeSchema) }
+
+func testOpenCodeSchema(t *testing.T, kind string) {
+	e := newOpenCodeEnv(t)
+	// The session-title request (no tools) gets a title; the turn's
+	// first answer does not match the schema, the repair's does.
+	var answers atomic.Int32
+	e.fake.SetChooser(func(r *openai.Request) openai.Scenario {
+		if len(r.ToolNames) == 0 {
+			return openai.Text("A title")
+		}
+		if answers.Add(1) == 1 {
+			return openai.Text("Here.\n```json\n{\"name\": \"Ada\", \"age\": -5}\n```")
+		}
+		return openai.Text("```json\n{\"name\": \"Ada Lovelace\", \"age\": 36}\n```")
+	})
+	o := e.run(kind, sandbox.Turn{Prompt: "who wrote the first program?", Output: json.RawMessage(personSchema)})
+	e.mustSucceed(o)
+	if string(o.res.Output) != openai.StructuredAnswer {
+		t.Fatalf("output %s", o.res.Output)
+	}
+	if reps := o.kind("repair"); len(reps) != 1 || len(o.res.Attempts) != 2 {
+		t.Fatalf("repair notices %+v, attempts %d", reps, len(o.res.Attempts))
+	}
+	var reqs []openai.Request
+	for _, r := range e.fake.Requests() {
+		if len(r.ToolNames) > 0 {
+			reqs = append(reqs, r)
+		}
+	}
+	if !strings.Contains(reqs[0].LastUserText, "matches this JSON Schema") {
+		t.Errorf("the instruction did not reach the model")
+	}
+	if last := reqs[len(reqs)-1].LastUserText; !strings.Contains(last, "Your last answer does not match the required JSON Schema") {
+		t.Errorf("repair message %q", last)
+	}
+}

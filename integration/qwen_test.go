@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/claude"
+	"github.com/outposthq/outpost/harness/declarative"
+	"github.com/outposthq/outpost/internal/fakeapi/openai"
+	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// Qwen Code (docs/presets/qwen.md), the real pinned CLI against the fake
+// Chat Completions API, on local (the npm install of
+// scripts/install-clis.sh) and docker (bootstrapped into a node image).
+
+func newQwenEnv(t *testing.T, cfg openai.Config) *oaiEnv {
+	t.Helper()
+	bin := testenv.RequireCLI(t, "qwen")
+	return newOAIEnv(t, declarative.Qwen(), strings.TrimSuffix(bin, "/qwen"), cfg)
+}
+
+// TestQwenToolTurn: a turn whose model calls the shell tool, then
+// answers: session, tool call and result, message and finished events,
+// with the usage the fake reported for its two replies.
+func TestQwenToolTurn(t *testing.T) { eachProvider(t, testQwenToolTurn) }
+
+func testQwenToolTurn(t *testing.T, kind string) {
+	e := newQwenEnv(t, openai.Config{})
+	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_TOOL list the files"})
+	e.mustSucceed(o)
+	var types []harness.EventType
+	for _, ev := range o.events {
+		if ev.Type == harness.EventNotice { // the bootstrap's, on docker
+			continue
+		}
+		types = append(types, ev.Type)
+		if ev.Agent != "qwen" || ev.Session != o.res.Session || len(ev.Raw) == 0 {
+			t.Errorf("event %+v lacks agent, session or its raw line", ev)
+		}
+	}
+	want := []harness.EventType{harness.EventSession, harness.EventToolCall, harness.EventToolResult, harness.EventMessage, harness.EventFinished}
+	if !equalTypes(types, want) {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+	tools := toolEvents(o)
+	call, result := tools[0].Tool, tools[1].Tool
+	var input map[string]any
+	json.Unmarshal(call.Input, &input)
+	if call.Name != "run_shell_command" || input["command"] != openai.DefaultCommand || result.ID != call.ID || call.ID == "" ||
+		!strings.Contains(result.Output, "hi") || result.Error {
+		t.Errorf("tool call %+v, result %+v", call, result)
+	}
+	if !strings.HasPrefix(o.res.Text, "Tool output was: ") {
+		t.Errorf("text %q", o.res.Text)
+	}
+	n := e.fake.Count()
+	if n != 2 {
+		t.Errorf("%d requests, want 2", n)
+	}
+	if want := e.fakeUsageOf(n); o.res.Usage != want {
+		t.Errorf("usage %+v, want the fake's %+v", o.res.Usage, want)
+	}
+	for _, r := range e.fake.Requests() {
+		if r.Model != oaiModel || r.BearerToken() != e.key || !r.Stream {
+			t.Errorf("request model %q, key ok %v, stream %v", r.Model, r.BearerToken() == e.key, r.Stream)
+		}
+	}
+}
+
+// TestQwenResumeAndFork: a conversation begun on local resumes on docker
+// (another working directory: the session file moves to its project
+// folder) and forks back on local.
+func TestQwenResumeAndFork(t *testing.T) {
+	t.Parallel()
+	e := newQwenEnv(t, openai.Config{})
+	first := e.run("local", sandbox.Turn{Prompt: "FAKE_ECHO first"})
+	e.mustSucceed(first)
+	if !claude.ValidSessionID(first.res.Session) || first.res.Conversation == "" {
+		t.Fatalf("first %+v", first.res)
+	}
+	again := e.run("docker", sandbox.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
+	e.mustSucceed(again)
+	if !strings.HasPrefix(again.res.Text, "ECHO nmsg=4 ") || !strings.HasSuffix(strings.TrimSpace(again.res.Text), "FAKE_ECHO again") || again.res.Session != first.res.Session {
+		t.Errorf("resume on docker: %q session %s", again.res.Text, again.res.Session)
+	}
+	child := e.run("local", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	e.mustSucceed(child)
+	if !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
+		t.Errorf("fork on local: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
+	}
+	_, files, err := e.store.Get(t.Context(), child.res.Conversation)
+	if err != nil || len(files) != 1 || !strings.HasSuffix(files[0].Path, "/chats/"+child.res.Session+".jsonl") {
+		t.Errorf("the fork's stored files %+v, %v", files, err)
+	}
+}
+
+// TestQwenRateLimitIsQuota: a 429 on every request; the CLI retries
+// (7 attempts, about 75 s: its own backoff, which no setting shortens)
+// and gives up with "[API Error: 429 ...]": code quota.
+func TestQwenRateLimitIsQuota(t *testing.T) { eachProvider(t, testQwenRateLimitIsQuota) }
+
+func testQwenRateLimitIsQuota(t *testing.T, kind string) {
+	e := newQwenEnv(t, openai.Config{})
+	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_429 say hi"})
+	if outpost.CodeOf(o.err) != outpost.Quota {
+		t.Fatalf("error %v, want code quota; events %s", o.err, eventSummary(o.events))
+	}
+	if n := e.fake.Count(); n < 2 {
+		t.Errorf("%d requests: the CLI did not retry", n)
+	}
+}
+
+// TestQwenOutageIsUnavailable: 503 on every request, and a base URL
+// nothing listens on: code process with details.unavailable, the CLI
+// having given up by itself well within the preset's retry bound.
+func TestQwenOutageIsUnavailable(t *testing.T) { eachProvider(t, testQwenOutageIsUnavailable) }
+
+func testQwenOutageIsUnavailable(t *testing.T, kind string) {
+	testOAIOutage(t, kind, func(t *testing.T) *oaiEnv { return newQwenEnv(t, openai.Config{}) })
+}
+
+// TestQwenSchema: --json-schema is native (Qwen Code's structured_output
+// tool); the answer is the tool call's arguments, and the instruction is
+// not added to the prompt.
+func TestQwenSchema(t *testing.T) { eachProvider(t, testQwenSchema) }
+
+func testQwenSchema(t *testing.T, kind string) {
+	e := newQwenEnv(t, openai.Config{})
+	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_STRUCTURED who wrote the first program?", Output: json.RawMessage(personSchema)})
+	e.mustSucceed(o)
+	if string(o.res.Output) != openai.StructuredAnswer {
+		t.Errorf("output %s", o.res.Output)
+	}
+	reqs := e.fake.Requests()
+	if len(reqs) == 0 || !reqs[0].HasTool("structured_output") || strings.Contains(reqs[0].LastUserText, "matches this JSON Schema") {
+		t.Errorf("the schema did not go natively: tools %v", reqs[0].ToolNames)
+	}
+}
+
+// TestQwenRepair: Qwen Code validates the structured_output call against
+// the schema itself: an answer that does not match (age below the
+// minimum) is refused with a tool error, the model answers again, and the
+// second answer is the turn's output. Outpost's own validation passes it,
+// so no repair turn of outpost's is needed.
+func TestQwenRepair(t *testing.T) {
+	t.Parallel()
+	e := newQwenEnv(t, openai.Config{})
+	e.fake.Enqueue(openai.CallTool("structured_output", `{"name":"Ada","age":-5}`), openai.CallTool("structured_output", openai.StructuredAnswer))
+	o := e.run("local", sandbox.Turn{Prompt: "who wrote the first program?", Output: json.RawMessage(personSchema)})
+	e.mustSucceed(o)
+	if string(o.res.Output) != openai.StructuredAnswer || len(o.res.Attempts) > 1 {
+		t.Fatalf("output %s after %d attempts", o.res.Output, len(o.res.Attempts))
+	}
+	tools := toolEvents(o)
+	if len(tools) != 4 || !tools[1].Tool.Error || tools[3].Tool.Error || e.fake.Count() != 2 {
+		t.Fatalf("tool events %+v; events %s", tools, eventSummary(o.events))
+	}
+	if !strings.Contains(e.fake.Requests()[1].ToolOutput, "age") {
+		t.Errorf("the CLI's refusal does not name the bad field: %q", e.fake.Requests()[1].ToolOutput)
+	}
+}
