@@ -32,7 +32,7 @@ import (
 // Completions API: the real CLI, the preset's declarative file, local and
 // docker sandboxes. On docker the CLI is not in the image: the turn's
 // bootstrap installs the pinned package from npm (mounted from the host
-// cache) into a container of oaiImage.
+// cache) into a container of nodeImage.
 
 // oaiModel is the model name the tests set in OPENAI_MODEL.
 const oaiModel = "gpt-fake"
