@@ -225,12 +225,6 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 // Configuration passes CLOUD_CODE_URL through when set (an http:// or
 // https:// URL; its value is not quoted in the error).
 func Configuration(vars harness.Vars) (harness.Configuration, error) {
-	var c harness.Configuration
-	if v, ok := vars.Lookup(EndpointVariable); ok {
-		if !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
-			return c, fmt.Errorf("antigravity: %s must be an http:// or https:// URL", EndpointVariable)
-		}
-		c.Variables = map[string]string{EndpointVariable: v}
-	}
-	return c, nil
+	v, err := kit.PassVariables("antigravity", vars, []string{EndpointVariable}, EndpointVariable)
+	return harness.Configuration{Variables: v}, err
 }

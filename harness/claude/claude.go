@@ -339,11 +339,9 @@ var DefaultSettings = map[string]any{
 // content is never quoted).
 func Configuration(vars harness.Vars) (harness.Configuration, error) {
 	var c harness.Configuration
-	if v, ok := vars.Lookup(BaseURLVariable); ok {
-		if !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
-			return c, fmt.Errorf("claude: %s must be an http:// or https:// URL", BaseURLVariable)
-		}
-		c.Variables = map[string]string{BaseURLVariable: v}
+	var err error
+	if c.Variables, err = kit.PassVariables("claude", vars, []string{BaseURLVariable}, BaseURLVariable); err != nil {
+		return c, err
 	}
 	settings := deepCopy(DefaultSettings).(map[string]any)
 	if v, ok := vars.Lookup(SettingsVariable); ok {

@@ -307,19 +307,6 @@ func hasToken(p harness.Plan) bool {
 // COPILOT_PKG_CACHE_HOME). A COPILOT_PROVIDER_BASE_URL that is not an
 // http:// or https:// URL is an error (its value is not quoted).
 func Configuration(vars harness.Vars) (harness.Configuration, error) {
-	var c harness.Configuration
-	for _, name := range ConfigVariables {
-		v, ok := vars.Lookup(name)
-		if !ok {
-			continue
-		}
-		if name == BaseURLVariable && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
-			return harness.Configuration{}, fmt.Errorf("copilot: %s must be an http:// or https:// URL", BaseURLVariable)
-		}
-		if c.Variables == nil {
-			c.Variables = map[string]string{}
-		}
-		c.Variables[name] = v
-	}
-	return c, nil
+	v, err := kit.PassVariables("copilot", vars, ConfigVariables, BaseURLVariable)
+	return harness.Configuration{Variables: v}, err
 }

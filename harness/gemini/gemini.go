@@ -200,20 +200,11 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 // its answer, measured offline). It passes ConfigVariables through; a base
 // URL that is not http(s) is an error.
 func Configuration(vars harness.Vars) (harness.Configuration, error) {
-	var c harness.Configuration
-	for _, name := range ConfigVariables {
-		v, ok := vars.Lookup(name)
-		if !ok {
-			continue
-		}
-		if name == BaseURLVariable && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
-			return harness.Configuration{}, fmt.Errorf("gemini: %s must be an http:// or https:// URL", BaseURLVariable)
-		}
-		if c.Variables == nil {
-			c.Variables = map[string]string{}
-		}
-		c.Variables[name] = v
+	passed, err := kit.PassVariables("gemini", vars, ConfigVariables, BaseURLVariable)
+	if err != nil {
+		return harness.Configuration{}, err
 	}
+	c := harness.Configuration{Variables: passed}
 	auth := ""
 	if v, _ := vars.Lookup("GOOGLE_GENAI_USE_VERTEXAI"); v == "true" {
 		auth = `"security":{"auth":{"selectedType":"vertex-ai"}},`

@@ -188,3 +188,21 @@ func Example() {
 	// true
 	// true
 }
+
+func TestPassVariables(t *testing.T) {
+	names := []string{"A_BASE_URL", "A_MODEL", "A_UNSET"}
+	got, err := kit.PassVariables("p", harness.Vars{"A_BASE_URL": "https://x", "A_MODEL": "m", "OTHER": "o"}, names, "A_BASE_URL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"A_BASE_URL": "https://x", "A_MODEL": "m"}, got); diff != "" {
+		t.Errorf("passed (-want +got):\n%s", diff)
+	}
+	if got, err := kit.PassVariables("p", harness.Vars{}, names); got != nil || err != nil {
+		t.Errorf("nothing set: %v, %v; want nil, nil", got, err)
+	}
+	_, err = kit.PassVariables("p", harness.Vars{"A_BASE_URL": "ftp://secret-host"}, names, "A_BASE_URL")
+	if err == nil || !strings.Contains(err.Error(), "p: A_BASE_URL must be an http:// or https:// URL") || strings.Contains(err.Error(), "secret-host") {
+		t.Errorf("a base URL that is not http(s): %v; want the preset and the variable named, never the value", err)
+	}
+}
