@@ -34,6 +34,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/outposthq/outpost/internal/fakeapi"
 )
 
 // TB is the part of testing.TB the server uses; *testing.T and *testing.B satisfy it.
@@ -123,9 +125,10 @@ type Server struct {
 	closed   bool
 	seq      int
 	reqs     []Request
-	queue    []Scenario
 	changed  chan struct{} // closed and replaced whenever a request is recorded
 	inflight int
+
+	queue fakeapi.Queue[Scenario]
 }
 
 // New starts a server. With a non-nil tb, a start failure is fatal and the
@@ -218,18 +221,10 @@ func (s *Server) Close() {
 
 // Enqueue appends scenarios to the queue; each POST /v1/messages takes the
 // first queued scenario before any other rule applies.
-func (s *Server) Enqueue(scs ...Scenario) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.queue = append(s.queue, scs...)
-}
+func (s *Server) Enqueue(scs ...Scenario) { s.queue.Push(scs...) }
 
 // Queued returns the number of scenarios still queued.
-func (s *Server) Queued() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.queue)
-}
+func (s *Server) Queued() int { return s.queue.Len() }
 
 // Requests returns copies of all recorded requests, in arrival order.
 func (s *Server) Requests() []Request {
@@ -409,14 +404,9 @@ func (s *Server) record(req *Request) {
 }
 
 func (s *Server) choose(req *Request) Scenario {
-	s.mu.Lock()
-	if len(s.queue) > 0 {
-		sc := s.queue[0]
-		s.queue = s.queue[1:]
-		s.mu.Unlock()
+	if sc, ok := s.queue.Pop(); ok {
 		return sc
 	}
-	s.mu.Unlock()
 	if s.opts.Choose != nil {
 		if sc, ok := s.opts.Choose(req); ok {
 			return sc

@@ -95,7 +95,7 @@ func (s *Server) reply(w http.ResponseWriter, r *Request, sc Scenario) {
 		defer t.Stop()
 		select {
 		case <-t.C:
-		case <-s.done:
+		case <-s.life.Done():
 			return
 		}
 	}

@@ -12,11 +12,12 @@ package gemini
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/outposthq/outpost/internal/fakeapi"
 )
 
 // Config sets the server's defaults. The zero value is usable.
@@ -93,19 +94,13 @@ func (r *Request) Router() bool {
 
 // Server is a running fake.
 type Server struct {
-	cfg  Config
-	ln   net.Listener
-	srv  *http.Server
-	base string
+	cfg   Config
+	base  string
+	life  fakeapi.Lifecycle
+	queue fakeapi.Queue[Scenario]
 
-	done      chan struct{}
-	closeOnce sync.Once
-	handlers  sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool
-	reqs   []*Request
-	queue  []Scenario
+	mu   sync.Mutex
+	reqs []*Request
 }
 
 // New starts a fake on 127.0.0.1 with a free port.
@@ -117,33 +112,24 @@ func New(cfg Config) (*Server, error) {
 		u := DefaultUsage
 		cfg.Usage = &u
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &Server{cfg: cfg}
+	base, err := s.life.Serve(http.HandlerFunc(s.serve))
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, ln: ln, base: "http://" + ln.Addr().String(), done: make(chan struct{})}
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 30 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
+	s.base = base
 	return s, nil
 }
 
 // TB is the part of testing.TB that Start uses.
-type TB interface {
-	Helper()
-	Fatalf(format string, args ...any)
-	Cleanup(func())
-}
+type TB = fakeapi.TB
 
 // Start is New for tests: it fails the test on error and closes the
 // server at cleanup.
 func Start(t TB, cfg Config) *Server {
 	t.Helper()
 	s, err := New(cfg)
-	if err != nil {
-		t.Fatalf("fakeapi/gemini: %v", err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return fakeapi.Started(t, "fakeapi/gemini", s, err)
 }
 
 // URL is the base URL to give the CLI (GOOGLE_GEMINI_BASE_URL):
@@ -151,24 +137,11 @@ func Start(t TB, cfg Config) *Server {
 func (s *Server) URL() string { return s.base }
 
 // Close stops the server, unblocking hung handlers. Safe to call twice.
-func (s *Server) Close() {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		close(s.done)
-		_ = s.srv.Close()
-		s.handlers.Wait()
-	})
-}
+func (s *Server) Close() { s.life.Close() }
 
 // Enqueue appends scenarios; each request that is not the router's takes
 // the next one before any chooser or marker is consulted.
-func (s *Server) Enqueue(sc ...Scenario) {
-	s.mu.Lock()
-	s.queue = append(s.queue, sc...)
-	s.mu.Unlock()
-}
+func (s *Server) Enqueue(sc ...Scenario) { s.queue.Push(sc...) }
 
 // Requests returns copies of the recorded requests, in arrival order.
 func (s *Server) Requests() []Request {
@@ -195,20 +168,17 @@ func (s *Server) Turns() []Request {
 // Reset forgets the recorded requests and the queue.
 func (s *Server) Reset() {
 	s.mu.Lock()
-	s.reqs, s.queue = nil, nil
+	s.reqs = nil
 	s.mu.Unlock()
+	s.queue.Clear()
 }
 
 func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.life.Enter() {
 		http.Error(w, "closed", http.StatusServiceUnavailable)
 		return
 	}
-	s.handlers.Add(1)
-	s.mu.Unlock()
-	defer s.handlers.Done()
+	defer s.life.Leave()
 
 	body, _ := io.ReadAll(io.LimitReader(hr.Body, 64<<20))
 	r := parseRequest(hr, body)
@@ -243,14 +213,9 @@ func (s *Server) served(r *Request, name string) {
 // pick chooses the reply to a request: the queue, the chooser, a tool
 // follow-up, a marker, the default text.
 func (s *Server) pick(r *Request) Scenario {
-	s.mu.Lock()
-	if len(s.queue) > 0 {
-		sc := s.queue[0]
-		s.queue = s.queue[1:]
-		s.mu.Unlock()
+	if sc, ok := s.queue.Pop(); ok {
 		return sc
 	}
-	s.mu.Unlock()
 	if s.cfg.Choose != nil {
 		if sc := s.cfg.Choose(r); sc.Kind != "" {
 			return sc

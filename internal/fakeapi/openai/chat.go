@@ -169,7 +169,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, req *Request,
 	case KindStall:
 		select {
 		case <-r.Context().Done():
-		case <-s.done:
+		case <-s.life.Done():
 		}
 		panic(http.ErrAbortHandler)
 	case KindDrop:

@@ -337,7 +337,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, req *Req
 	case KindStall:
 		select {
 		case <-r.Context().Done():
-		case <-s.done:
+		case <-s.life.Done():
 		}
 		panic(http.ErrAbortHandler)
 	case KindFailed:

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/outposthq/outpost/internal/fakeapi"
 )
 
 // API names the wire protocol a request used.
@@ -173,19 +175,13 @@ func (r *Request) HasTool(name string) bool {
 
 // Server is a running fake. Create it with New or Start.
 type Server struct {
-	cfg  Config
-	ln   net.Listener
-	srv  *http.Server
-	base string
-
-	done      chan struct{}
-	closeOnce sync.Once
-	handlers  sync.WaitGroup // Add only under mu while !closed
-	closed    bool
+	cfg   Config
+	base  string
+	life  fakeapi.Lifecycle
+	queue fakeapi.Queue[Scenario]
 
 	mu       sync.Mutex
 	reqs     []*Request
-	queue    []Scenario
 	choose   func(*Request) Scenario
 	arrived  chan struct{} // closed and replaced on every request
 	idSerial int
@@ -218,39 +214,23 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Model == "" {
 		cfg.Model = "gpt-fake"
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &Server{cfg: cfg, choose: cfg.Choose, arrived: make(chan struct{})}
+	base, err := s.life.Serve(http.HandlerFunc(s.serve))
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{
-		cfg:     cfg,
-		ln:      ln,
-		base:    "http://" + ln.Addr().String(),
-		done:    make(chan struct{}),
-		choose:  cfg.Choose,
-		arrived: make(chan struct{}),
-	}
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 30 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
+	s.base = base
 	return s, nil
 }
 
 // TB is the part of testing.TB that Start uses.
-type TB interface {
-	Helper()
-	Fatalf(format string, args ...any)
-	Cleanup(func())
-}
+type TB = fakeapi.TB
 
 // Start is New for tests: it fails the test on error and closes the server at cleanup.
 func Start(t TB, cfg Config) *Server {
 	t.Helper()
 	s, err := New(cfg)
-	if err != nil {
-		t.Fatalf("fakeapi/openai: %v", err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return fakeapi.Started(t, "fakeapi/openai", s, err)
 }
 
 // URL is the base URL to configure in a client, ending in /v1 (http://127.0.0.1:PORT/v1).
@@ -261,24 +241,11 @@ func (s *Server) Root() string { return s.base }
 
 // Close stops the server: it unblocks hung and slow handlers, closes every connection
 // and waits for the handlers to return. It is safe to call more than once.
-func (s *Server) Close() {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		close(s.done)
-		_ = s.srv.Close()
-		s.handlers.Wait()
-	})
-}
+func (s *Server) Close() { s.life.Close() }
 
 // Enqueue appends scenarios to the queue; each request takes the next one before any
 // chooser or marker is consulted.
-func (s *Server) Enqueue(sc ...Scenario) {
-	s.mu.Lock()
-	s.queue = append(s.queue, sc...)
-	s.mu.Unlock()
-}
+func (s *Server) Enqueue(sc ...Scenario) { s.queue.Push(sc...) }
 
 // SetChooser replaces Config.Choose.
 func (s *Server) SetChooser(fn func(*Request) Scenario) {
@@ -310,8 +277,8 @@ func (s *Server) Count() int {
 func (s *Server) Reset() {
 	s.mu.Lock()
 	s.reqs = nil
-	s.queue = nil
 	s.mu.Unlock()
+	s.queue.Clear()
 }
 
 // WaitForRequests waits until at least n requests have arrived or the timeout passes,
@@ -330,7 +297,7 @@ func (s *Server) WaitForRequests(n int, timeout time.Duration) bool {
 		case <-ch:
 		case <-deadline.C:
 			return false
-		case <-s.done:
+		case <-s.life.Done():
 			return false
 		}
 	}
@@ -370,20 +337,16 @@ func (s *Server) sleep(r *http.Request, d time.Duration) bool {
 	case <-t.C:
 		return true
 	case <-r.Context().Done():
-	case <-s.done:
+	case <-s.life.Done():
 	}
 	panic(http.ErrAbortHandler)
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.life.Enter() {
 		panic(http.ErrAbortHandler)
 	}
-	s.handlers.Add(1)
-	s.mu.Unlock()
-	defer s.handlers.Done()
+	defer s.life.Leave()
 
 	req := s.record(r)
 	switch req.API {
@@ -455,13 +418,10 @@ func (s *Server) record(r *http.Request) *Request {
 }
 
 func (s *Server) pick(req *Request) Scenario {
-	s.mu.Lock()
-	if len(s.queue) > 0 {
-		sc := s.queue[0]
-		s.queue = s.queue[1:]
-		s.mu.Unlock()
+	if sc, ok := s.queue.Pop(); ok {
 		return s.fill(sc)
 	}
+	s.mu.Lock()
 	choose := s.choose
 	s.mu.Unlock()
 	if choose != nil {
@@ -554,7 +514,7 @@ func (s *Server) serveCommon(w http.ResponseWriter, r *http.Request, req *Reques
 	case KindHang:
 		select {
 		case <-r.Context().Done():
-		case <-s.done:
+		case <-s.life.Done():
 		}
 		panic(http.ErrAbortHandler)
 	case KindDisconnect:

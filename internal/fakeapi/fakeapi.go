@@ -1,0 +1,127 @@
+// Package fakeapi is what the fake model APIs under it share (anthropic,
+// openai, gemini): test infrastructure that the real CLIs talk to on
+// loopback.
+package fakeapi
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// TB is the part of testing.TB that the fakes' Start functions use.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
+// Started is a fake's New for tests: it fails the test when err is set
+// (name prefixes the message) and closes s at the test's cleanup.
+func Started[S interface{ Close() }](t TB, name string, s S, err error) S {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Lifecycle starts a fake's HTTP server on loopback, counts the handlers
+// that run and stops it: Close unblocks hung and slow handlers (Done),
+// closes every connection and waits for the handlers to return. The zero
+// value is ready for Serve.
+type Lifecycle struct {
+	srv       *http.Server
+	done      chan struct{}
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	closed   bool
+	handlers sync.WaitGroup // Add only under mu while !closed
+}
+
+// Serve serves h on 127.0.0.1 with a free port and returns the base URL
+// (http://127.0.0.1:PORT).
+func (l *Lifecycle) Serve(h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	l.done = make(chan struct{})
+	l.srv = &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	go func() { _ = l.srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), nil
+}
+
+// Enter counts a handler in; it is false once Close began, and then the
+// handler must answer at once (without Leave).
+func (l *Lifecycle) Enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.handlers.Add(1)
+	return true
+}
+
+// Leave counts a handler that entered out.
+func (l *Lifecycle) Leave() { l.handlers.Done() }
+
+// Done is closed once Close began: handlers that wait return.
+func (l *Lifecycle) Done() <-chan struct{} { return l.done }
+
+// Close stops the server and waits for its handlers. It is safe to call
+// more than once.
+func (l *Lifecycle) Close() {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		close(l.done)
+		_ = l.srv.Close()
+		l.handlers.Wait()
+	})
+}
+
+// Queue is a fake's queue of scenarios, safe for concurrent use: each
+// request takes the next one before any chooser or marker is consulted.
+type Queue[S any] struct {
+	mu    sync.Mutex
+	items []S
+}
+
+// Push appends scenarios.
+func (q *Queue[S]) Push(sc ...S) {
+	q.mu.Lock()
+	q.items = append(q.items, sc...)
+	q.mu.Unlock()
+}
+
+// Pop takes the next scenario, if there is one.
+func (q *Queue[S]) Pop() (S, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var sc S
+	if len(q.items) == 0 {
+		return sc, false
+	}
+	sc, q.items = q.items[0], q.items[1:]
+	return sc, true
+}
+
+// Clear empties the queue.
+func (q *Queue[S]) Clear() {
+	q.mu.Lock()
+	q.items = nil
+	q.mu.Unlock()
+}
+
+// Len is the number of scenarios queued.
+func (q *Queue[S]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
