@@ -269,13 +269,8 @@ func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io
 		cmd.Stdin = os.Stdin
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	select {
-	case s := <-sigs:
-		return fail(resultError, 128+int(s.(syscall.Signal)), "stopped by %v before it started", s)
-	default:
-	}
-	if _, err := fmt.Fprintf(stdout, "%s%s %d\n", handshake, resultOK, os.Getpid()); err != nil {
-		return ExitCannot
+	if code, ok := announce(sigs, stdout, fail); !ok {
+		return code
 	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(stderr, "outpost: cannot start %s: %v\n", l.program, err)
@@ -613,13 +608,8 @@ func (l launch) inProcess() (string, bool) {
 // and status. A signal ends it as it would end the program, recorded in
 // the status file.
 func (l launch) runInProcess(mode, token, runDir string, sigs chan os.Signal, stdout, stderr io.Writer, fail func(string, int, string, ...any) int) int {
-	select {
-	case s := <-sigs:
-		return fail(resultError, 128+int(s.(syscall.Signal)), "stopped by %v before it started", s)
-	default:
-	}
-	if _, err := fmt.Fprintf(stdout, "%s%s %d\n", handshake, resultOK, os.Getpid()); err != nil {
-		return ExitCannot
+	if code, ok := announce(sigs, stdout, fail); !ok {
+		return code
 	}
 	go func() {
 		sig := (<-sigs).(syscall.Signal)
@@ -638,4 +628,19 @@ func (l launch) runInProcess(mode, token, runDir string, sigs chan os.Signal, st
 		code = 1
 	}
 	return code
+}
+
+// announce writes the handshake that says the program runs, unless a
+// signal came first (then it fails the start with the signal's status).
+// It returns the shim's exit code and false when the start ends there.
+func announce(sigs chan os.Signal, stdout io.Writer, fail func(string, int, string, ...any) int) (int, bool) {
+	select {
+	case s := <-sigs:
+		return fail(resultError, 128+int(s.(syscall.Signal)), "stopped by %v before it started", s), false
+	default:
+	}
+	if _, err := fmt.Fprintf(stdout, "%s%s %d\n", handshake, resultOK, os.Getpid()); err != nil {
+		return ExitCannot, false
+	}
+	return 0, true
 }

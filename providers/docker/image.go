@@ -118,17 +118,26 @@ func (p *Provider) image(ctx context.Context, eng *engine) (*imageFacts, error) 
 
 func pull(ctx context.Context, eng *engine, ref string) error {
 	rc, err := eng.cli.ImagePull(ctx, ref, image.PullOptions{})
+	return drain(ctx, rc, err, func(err error) error {
+		return fmt.Errorf("%w: %s is not present in the engine and pulling it failed: %w", ErrImage, ref, err)
+	})
+}
+
+// drain reads the progress stream of an image pull or import (the engine
+// reports the operation's failure in it) and closes it. When ctx ended,
+// the error is ctx's; otherwise a failure is wrapped by wrap.
+func drain(ctx context.Context, rc io.ReadCloser, err error, wrap func(error) error) error {
 	if err == nil {
 		err = jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil)
 		rc.Close()
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: %s is not present in the engine and pulling it failed: %w", ErrImage, ref, err)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
-	return nil
+	return wrap(err)
 }
 
 func importMinimal(ctx context.Context, eng *engine) error {
@@ -139,17 +148,9 @@ func importMinimal(ctx context.Context, eng *engine) error {
 		Message: "outpost minimal sandbox image",
 		Changes: []string{"ENV PATH=" + layout.DefaultPath, "WORKDIR /", "LABEL " + LabelImage + "=minimal"},
 	})
-	if err == nil {
-		err = jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil)
-		rc.Close()
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	return drain(ctx, rc, err, func(err error) error {
 		return fmt.Errorf("%w: importing %s: %w", ErrImage, MinimalImage, err)
-	}
-	return nil
+	})
 }
 
 // splitEnv turns KEY=VALUE entries into a map (later entries win).
