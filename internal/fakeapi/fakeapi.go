@@ -4,6 +4,7 @@
 package fakeapi
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -34,7 +35,9 @@ func Started[S interface{ Close() }](t TB, name string, s S, err error) S {
 // value is ready for Serve.
 type Lifecycle struct {
 	srv       *http.Server
+	ln        net.Listener
 	done      chan struct{}
+	served    chan struct{} // closed once srv.Serve returned
 	closeOnce sync.Once
 
 	mu       sync.Mutex
@@ -44,16 +47,31 @@ type Lifecycle struct {
 
 // Serve serves h on 127.0.0.1 with a free port and returns the base URL
 // (http://127.0.0.1:PORT).
-func (l *Lifecycle) Serve(h http.Handler) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func (l *Lifecycle) Serve(h http.Handler) (string, error) { return l.ServeOn("127.0.0.1:0", h) }
+
+// ServeOn serves h on addr, which must be a loopback address.
+func (l *Lifecycle) ServeOn(addr string, h http.Handler) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
+		return "", fmt.Errorf("bad address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", fmt.Errorf("address %q is not loopback", addr)
+	}
+	if l.ln, err = net.Listen("tcp", addr); err != nil {
 		return "", err
 	}
-	l.done = make(chan struct{})
+	l.done, l.served = make(chan struct{}), make(chan struct{})
 	l.srv = &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
-	go func() { _ = l.srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), nil
+	go func() {
+		defer close(l.served)
+		_ = l.srv.Serve(l.ln)
+	}()
+	return "http://" + l.ln.Addr().String(), nil
 }
+
+// Addr is the listening address (127.0.0.1:PORT).
+func (l *Lifecycle) Addr() string { return l.ln.Addr().String() }
 
 // Enter counts a handler in; it is false once Close began, and then the
 // handler must answer at once (without Leave).
@@ -82,6 +100,7 @@ func (l *Lifecycle) Close() {
 		l.mu.Unlock()
 		close(l.done)
 		_ = l.srv.Close()
+		<-l.served
 		l.handlers.Wait()
 	})
 }

@@ -112,17 +112,10 @@ func (o *Options) setDefaults() {
 type Server struct {
 	opts Options
 	tb   TB
-	ln   net.Listener
-	hs   *http.Server
 	url  string
-
-	done      chan struct{} // closed by Close: unblocks stalled handlers
-	serveDone chan struct{}
-	handlers  sync.WaitGroup
-	closeOnce sync.Once
+	life fakeapi.Lifecycle // Close unblocks stalled handlers (life.Done)
 
 	mu       sync.Mutex
-	closed   bool
 	seq      int
 	reqs     []Request
 	changed  chan struct{} // closed and replaced whenever a request is recorded
@@ -160,64 +153,25 @@ func Start(opts Options) (*Server, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("bad address %q: %w", addr, err)
-	}
-	if !isLoopback(host) {
-		return nil, fmt.Errorf("address %q is not loopback", addr)
-	}
-	ln, err := net.Listen("tcp", addr)
+	s := &Server{opts: opts, changed: make(chan struct{})}
+	url, err := s.life.ServeOn(addr, http.HandlerFunc(s.serveHTTP))
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{
-		opts:      opts,
-		ln:        ln,
-		url:       "http://" + ln.Addr().String(),
-		done:      make(chan struct{}),
-		serveDone: make(chan struct{}),
-		changed:   make(chan struct{}),
-	}
-	s.hs = &http.Server{
-		Handler:           http.HandlerFunc(s.serveHTTP),
-		ReadHeaderTimeout: 30 * time.Second,
-	}
-	go func() {
-		defer close(s.serveDone)
-		_ = s.hs.Serve(ln)
-	}()
+	s.url = url
 	return s, nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // URL returns the base URL, e.g. "http://127.0.0.1:43121" (for ANTHROPIC_BASE_URL).
 func (s *Server) URL() string { return s.url }
 
 // Addr returns the listening address, e.g. "127.0.0.1:43121".
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+func (s *Server) Addr() string { return s.life.Addr() }
 
 // Close stops the server: stalled and slow handlers return, open connections
 // are closed, and Close waits for every handler goroutine to finish. It is
 // safe to call more than once.
-func (s *Server) Close() {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		close(s.done)
-		_ = s.hs.Close()
-		<-s.serveDone
-		s.handlers.Wait()
-	})
-}
+func (s *Server) Close() { s.life.Close() }
 
 // Enqueue appends scenarios to the queue; each POST /v1/messages takes the
 // first queued scenario before any other rule applies.
@@ -275,7 +229,7 @@ func (s *Server) WaitMessages(ctx context.Context, n int) ([]Request, error) {
 		case <-ch:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-s.done:
+		case <-s.life.Done():
 			return nil, errors.New("fakeapi/anthropic: server closed")
 		}
 	}
@@ -308,20 +262,18 @@ func RefusedURL() (string, error) {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.life.Enter() {
 		http.Error(w, "server closed", http.StatusServiceUnavailable)
 		return
 	}
-	s.handlers.Add(1)
+	s.mu.Lock()
 	s.inflight++
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.inflight--
 		s.mu.Unlock()
-		s.handlers.Done()
+		s.life.Leave()
 	}()
 
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
@@ -435,7 +387,7 @@ func (s *Server) wait(ctx context.Context, d time.Duration) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-s.done:
+		case <-s.life.Done():
 			return false
 		default:
 			return true
@@ -448,7 +400,7 @@ func (s *Server) wait(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
-	case <-s.done:
+	case <-s.life.Done():
 		return false
 	}
 }
@@ -456,7 +408,7 @@ func (s *Server) wait(ctx context.Context, d time.Duration) bool {
 func (s *Server) block(ctx context.Context) {
 	select {
 	case <-ctx.Done():
-	case <-s.done:
+	case <-s.life.Done():
 	}
 }
 
