@@ -16,6 +16,9 @@
 #   scripts/test.sh ./sandbox/...   # only these packages (still installs)
 #   scripts/test.sh ./clients/python  # only the Python client's pytest suite
 #
+# The whole suite runs integration/presets and the Python tests beside the
+# other packages (see below).
+#
 # Environment: OUTPOST_CACHE (install cache, default ~/.cache/outpost),
 # OUTPOST_TEST_SKIP_SETUP=1 (run the tests with whatever is installed),
 # GOTESTFLAGS (extra go test flags), OUTPOST_PYTHON (the Python of the
@@ -91,15 +94,35 @@ pkgs=() python_tests=$(($# == 0))
 for p in "$@"; do
 	if [[ ${p%/} == ./clients/python || ${p%/} == clients/python ]]; then python_tests=1; else pkgs+=("$p"); fi
 done
-[[ $# -gt 0 ]] || pkgs=(./...)
-if [[ ${#pkgs[@]} -gt 0 ]]; then
-	step "go test"
+# The whole suite runs three things at once: integration/presets (the real
+# CLIs of the last presets, mostly waiting on their retries and bootstraps:
+# four tests at a time) and the Python client's tests beside every other
+# package. Their output follows the main run's.
+side=() fail=0
+if [[ $# -eq 0 ]]; then
+	mapfile -t pkgs < <(go list ./... | grep -v '/integration/presets$')
+	presets_log=$(mktemp "${TMPDIR:-/tmp}/outpost-presets.XXXXXX")
 	# shellcheck disable=SC2086
-	go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} "${pkgs[@]}"
+	go test -race -count=1 -timeout 20m -parallel 4 ${GOTESTFLAGS:-} ./integration/presets >"$presets_log" 2>&1 &
+	side+=("$!:$presets_log:go test ./integration/presets")
 fi
 if [[ $python_tests == 1 ]]; then
 	# Debian's Python, whose packages the set-up installed (the tests
 	# build the outpost binary, or take $OUTPOST_BIN).
-	step "Python client: pytest"
-	"${OUTPOST_PYTHON:-/usr/bin/python3}" -m pytest -q -p no:cacheprovider clients/python
+	python_log=$(mktemp "${TMPDIR:-/tmp}/outpost-pytest.XXXXXX")
+	"${OUTPOST_PYTHON:-/usr/bin/python3}" -m pytest -q -p no:cacheprovider clients/python >"$python_log" 2>&1 &
+	side+=("$!:$python_log:Python client: pytest")
 fi
+if [[ ${#pkgs[@]} -gt 0 ]]; then
+	step "go test"
+	# shellcheck disable=SC2086
+	go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} "${pkgs[@]}" || fail=1
+fi
+for s in "${side[@]}"; do
+	IFS=: read -r pid log what <<<"$s"
+	wait "$pid" || fail=1
+	step "$what"
+	cat "$log"
+	rm -f "$log"
+done
+exit "$fail"

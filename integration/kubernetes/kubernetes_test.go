@@ -25,6 +25,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/kubernetes"
@@ -349,7 +350,8 @@ func TestKilledOutpostLeavesNoPod(t *testing.T) {
 	set := []string{"--set", "kubeconfig=" + c.Kubeconfig, "--set", "namespace=" + c.Namespace, "--set", "pull=never",
 		"--set", "binary=" + c.Binary, "--set", "cpu_request=10m", "--set", "memory_request=16Mi"}
 	args := append([]string{"run", "--sandbox", "kubernetes", "--set", "lease_duration=6s"}, set...)
-	cmd := exec.Command(c.Binary, append(args, "--json", "#slow=100000")...)
+	cli := testenv.OutpostBinary(t) // the CLI; c.Binary is the in-sandbox binary
+	cmd := exec.Command(cli, append(args, "--json", "#slow=100000")...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "OUTPOST_HOME="+home)
 	stdout, err := cmd.StdoutPipe()
@@ -393,7 +395,7 @@ func TestKilledOutpostLeavesNoPod(t *testing.T) {
 	start := time.Now()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		out, err := exec.Command(c.Binary, append([]string{"gc", "--sandbox", "kubernetes", "--json"}, set...)...).Output()
+		out, err := exec.Command(cli, append([]string{"gc", "--sandbox", "kubernetes", "--json"}, set...)...).Output()
 		if err != nil {
 			t.Fatalf("outpost gc: %v\n%s", err, out)
 		}

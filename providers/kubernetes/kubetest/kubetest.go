@@ -37,7 +37,7 @@ type Cluster struct {
 	Admin      k8s.Interface     // cluster-admin client
 	Kubeconfig string            // the test user's kubeconfig (rights from the Role only)
 	Namespace  string            // this test process's namespace, with the Role bound
-	Binary     string            // static outpost binary of the tests
+	Binary     string            // the in-sandbox binary (outpost-sandbox) of the tests, static
 	Image      string            // its outpost image, imported
 	Gateway    string            // the pods' gateway to the host (the CNI bridge's address)
 }

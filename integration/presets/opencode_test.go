@@ -1,4 +1,4 @@
-package integration
+package presets
 
 import (
 	"encoding/json"

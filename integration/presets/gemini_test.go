@@ -1,4 +1,4 @@
-package integration
+package presets
 
 import (
 	"context"
@@ -123,6 +123,7 @@ func runGemini(t *testing.T, turn sandbox.Turn, o *sandbox.RunOptions) geminiTur
 // fake's counts, then its resume and its fork each on a fresh sandbox (a
 // new private home) in another working directory.
 func TestGemini(t *testing.T) {
+	t.Parallel()
 	e := newGeminiEnv(t, "")
 	first := e.run(sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}})
 	if first.err != nil {
@@ -176,6 +177,7 @@ func TestGemini(t *testing.T) {
 // and an unreachable API are process with details.unavailable, once the
 // CLI's three attempts (the configuration's general.maxAttempts) are over.
 func TestGeminiFailures(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, prompt string
 		unreachable  bool
@@ -214,6 +216,7 @@ func TestGeminiFailures(t *testing.T) {
 // TestGeminiRepair: Gemini CLI has no schema flag, so the turn asks with
 // an instruction; a prose answer is repaired by resuming the conversation.
 func TestGeminiRepair(t *testing.T) {
+	t.Parallel()
 	e := newGeminiEnv(t, "")
 	e.fake.Enqueue(fakegemini.Text("I would rather not."), fakegemini.Text("```json\n{\"name\": \"Barbara\", \"age\": 88}\n```"))
 	tr := e.run(sandbox.Turn{Prompt: "name a pioneer", Output: json.RawMessage(personSchema), Agent: harness.Agent{Model: geminiModel}})
@@ -236,6 +239,7 @@ func TestGeminiRepair(t *testing.T) {
 // too old, so the image gets the host's node). The turns reach the fake
 // on the host's loopback (host network).
 func TestGeminiDocker(t *testing.T) {
+	t.Parallel()
 	e := newGeminiEnv(t, "")
 	dockertest.Require(t, dockertest.Debian)
 	prov := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) {
@@ -277,6 +281,7 @@ func TestGeminiDocker(t *testing.T) {
 // pinned package, its SHA-512 verified, into a fresh container and runs
 // its --version.
 func TestGeminiBootstrapCommand(t *testing.T) {
+	t.Parallel()
 	testenv.RequireCLI(t, "gemini") // the same pin; its download is the bootstrap's
 	dockertest.Require(t, dockertest.Debian)
 	image := nodeImage(t)
