@@ -43,20 +43,6 @@ import (
 // directory, and runs in parallel with the others. Retries are capped
 // (max-retries) and watchdogs short, so the failure cases take seconds.
 
-// providers the tests run on.
-var providerKinds = []string{"local", "docker"}
-
-// eachProvider runs f as a parallel subtest per provider.
-func eachProvider(t *testing.T, f func(t *testing.T, kind string)) {
-	t.Parallel()
-	for _, kind := range providerKinds {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			f(t, kind)
-		})
-	}
-}
-
 // claudeImage returns an image with the pinned native claude binary at
 // /usr/local/bin/claude, built once from outpost/debian:test (glibc; the
 // native binary needs nothing else) and reused while the base image and
@@ -115,23 +101,6 @@ func buildClaudeImage(bin string) (string, error) {
 		return "", fmt.Errorf("docker build %s: %v\n%s", name, err, out)
 	}
 	return name, nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // fakeUsage is what the fake reports per API message: distinctive numbers,

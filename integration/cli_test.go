@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,22 +12,6 @@ import (
 	"syscall"
 	"testing"
 )
-
-// run runs the built outpost binary with a private OUTPOST_HOME.
-func runOutpost(t *testing.T, home, dir string, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.Command(outpostBinary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OUTPOST_HOME="+home)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
-}
 
 // TestReadmeFirstCommand: the README's first command, on the built binary.
 func TestReadmeFirstCommand(t *testing.T) {

@@ -169,23 +169,6 @@ func (e *copilotEnv) run(t sandbox.Turn) copilotTurn {
 	return out
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // copilotNoSecret fails when the BYOK key appears in anything outpost gave
 // the caller: events (raw lines included), result, error and its details,
 // the agent's stderr.
@@ -493,23 +476,6 @@ func TestCopilotCLI(t *testing.T) {
 	if strings.Contains(out+errOut, copilotKey) {
 		t.Error("the API key appears in outpost's output")
 	}
-}
-
-// runOutpostEnv runs the built outpost binary with a private OUTPOST_HOME
-// and the given environment over the test's.
-func runOutpostEnv(t *testing.T, home, dir string, env []string, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.Command(outpostBinary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "OUTPOST_HOME="+home), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
 
 func containsString(list []string, s string) bool {

@@ -40,3 +40,23 @@ func outpostBinary(t testing.TB) string {
 	t.Helper()
 	return testenv.OutpostBinary(t)
 }
+
+// The end-to-end helpers integration/presets shares (internal/testenv).
+var (
+	eachProvider = testenv.EachProvider
+	copyFile     = testenv.CopyFile
+)
+
+type lockedBuffer = testenv.LockedBuffer
+
+// runOutpost runs the built outpost binary with a private OUTPOST_HOME.
+func runOutpost(t *testing.T, home, dir string, args ...string) (int, string, string) {
+	t.Helper()
+	return testenv.RunOutpost(t, home, dir, nil, args...)
+}
+
+// runOutpostEnv is runOutpost with env added.
+func runOutpostEnv(t *testing.T, home, dir string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	return testenv.RunOutpost(t, home, dir, env, args...)
+}

@@ -244,7 +244,7 @@ func TestGeminiDocker(t *testing.T) {
 	dockertest.Require(t, dockertest.Debian)
 	prov := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) {
 		o.Network = "host"
-		o.Binary = outpostBinary(t)
+		o.Binary = testenv.OutpostBinary(t)
 	})
 	first := e.run(sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}})
 	if first.err != nil {

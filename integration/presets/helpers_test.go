@@ -1,15 +1,9 @@
 package presets
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"io"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/outposthq/outpost/harness"
@@ -20,57 +14,17 @@ import (
 // The helpers below are the integration package's, for the preset tests
 // that run here in a package of their own.
 
-// providerKinds are the providers the tests run on.
-var providerKinds = []string{"local", "docker"}
+var (
+	eachProvider = testenv.EachProvider
+	copyFile     = testenv.CopyFile
+)
 
-// eachProvider runs f as a parallel subtest per provider.
-func eachProvider(t *testing.T, f func(t *testing.T, kind string)) {
-	t.Parallel()
-	for _, kind := range providerKinds {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			f(t, kind)
-		})
-	}
-}
-
-// outpostBinary is the static outpost command, built once per process.
-func outpostBinary(t testing.TB) string {
-	t.Helper()
-	return testenv.OutpostBinary(t)
-}
+type lockedBuffer = testenv.LockedBuffer
 
 // runOutpost runs the built outpost binary with a private OUTPOST_HOME.
 func runOutpost(t *testing.T, home, dir string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(outpostBinary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OUTPOST_HOME="+home)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return testenv.RunOutpost(t, home, dir, nil, args...)
 }
 
 // outcome is what one turn produced.
@@ -89,23 +43,6 @@ func (o *outcome) ofType(typ harness.EventType) []harness.Event {
 		}
 	}
 	return out
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func times(u harness.Usage, n int64) harness.Usage {
@@ -153,21 +90,10 @@ func randomHex(t testing.TB, n int) string {
 	return hex.EncodeToString(b)
 }
 
-// runOutpostEnv runs the built outpost binary with a private OUTPOST_HOME
-// and the given environment over the test's.
+// runOutpostEnv is runOutpost with env added.
 func runOutpostEnv(t *testing.T, home, dir string, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(outpostBinary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "OUTPOST_HOME="+home), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+	return testenv.RunOutpost(t, home, dir, env, args...)
 }
 
 func (o *outcome) kind(kind string) []harness.Event {

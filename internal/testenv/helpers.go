@@ -1,0 +1,79 @@
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+)
+
+// ProviderKinds are the providers the end-to-end tests run on.
+var ProviderKinds = []string{"local", "docker"}
+
+// EachProvider runs f as a parallel subtest per provider of ProviderKinds.
+func EachProvider(t *testing.T, f func(t *testing.T, kind string)) {
+	t.Parallel()
+	for _, kind := range ProviderKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			f(t, kind)
+		})
+	}
+}
+
+// RunOutpost runs the built outpost binary (OutpostBinary) in dir with a
+// private OUTPOST_HOME and env added, and returns its exit code, standard
+// output and standard error.
+func RunOutpost(t *testing.T, home, dir string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(OutpostBinary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "OUTPOST_HOME="+home), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+}
+
+// CopyFile copies src to dst (mode 0755).
+func CopyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// LockedBuffer is a bytes.Buffer safe for concurrent writers.
+type LockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
