@@ -183,6 +183,41 @@ type Harness struct {
 	// an outage: stopped, code process, details.unavailable and
 	// details.retrying. Zero: DefaultRetryBound; the turn can override it.
 	RetryBound time.Duration
+
+	// Endpoints are the model APIs the CLI calls with a secret, for the
+	// credential gateway (docs/security.md): with them the sandbox
+	// receives the gateway's address and a per-lease token in place of
+	// each secret. A preset without them runs with its secrets in the
+	// sandbox's environment (secrets mode env).
+	Endpoints []Endpoint
+}
+
+// Endpoint is one model API the CLI calls, as the credential gateway
+// needs to know it.
+type Endpoint struct {
+	// API is the protocol ("anthropic", "openai-responses",
+	// "openai-chat", "gemini"): what a meter reads.
+	API string
+	// Secrets are the variables that may hold the credential, in the
+	// preset's order of preference. The first one set is the one the
+	// gateway holds; every one that is set is replaced by the token.
+	Secrets []EndpointSecret
+	// BaseURL is the variable from which the CLI, or the preset's
+	// Configuration, reads the base URL: the engine sets it to the
+	// gateway's. Its value on the host, if any, is the real upstream.
+	BaseURL string
+	// Default is the upstream when BaseURL is not set on the host. Empty:
+	// the endpoint applies only when BaseURL is set (a CLI whose default
+	// service is not an API-key endpoint).
+	Default string
+}
+
+// EndpointSecret is a variable holding a credential, and how the
+// upstream expects that credential: "x-api-key", "bearer" (an
+// Authorization: Bearer header), "x-goog-api-key" or "query:key".
+type EndpointSecret struct {
+	Variable   string
+	Credential string
 }
 
 // DefaultRetryBound is the RetryBound of presets that set none.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"path"
 	"path/filepath"
 	"sort"
@@ -48,6 +49,37 @@ type Options struct {
 	// provider can: a provider that honors one reports it through
 	// HostPather; one that cannot ignores it.
 	Mounts []Mount
+	// Egress is the network the sandbox's processes may reach: EgressOpen
+	// (what the provider's network reaches) or EgressGateway (nothing but
+	// what a Tunneler carries to the host's gateway). A provider whose
+	// Capabilities.Egress is false cannot enforce EgressGateway and runs
+	// the sandbox as EgressOpen; the engine reports that as unenforced.
+	Egress Egress
+}
+
+// Egress is a sandbox's network policy (Options.Egress).
+type Egress string
+
+const (
+	// EgressOpen leaves the network as the provider makes it.
+	EgressOpen Egress = "open"
+	// EgressGateway cuts the sandbox off from every network: its
+	// processes reach the host's credential gateway through a Tunneler
+	// and, through the gateway's proxy, the hosts of an allowlist.
+	EgressGateway Egress = "gateway"
+)
+
+// Tunneler is implemented by sandboxes whose processes cannot reach the
+// host's loopback (docker, ssh, kubernetes): it carries connections made
+// to an address on the sandbox's own loopback back to the host, over the
+// lease's own connection to the sandbox (no port or socket is opened to
+// anyone else).
+type Tunneler interface {
+	// Tunnel listens on the sandbox's loopback and returns the address
+	// processes inside it dial ("127.0.0.1:40123") and a host-side
+	// listener whose Accept yields each connection made there. Closing
+	// the listener ends the tunnel; so does the sandbox's Close.
+	Tunnel(ctx context.Context) (addr string, l net.Listener, err error)
 }
 
 // Sandbox is one allocated sandbox: a private home, a working directory and
@@ -189,6 +221,9 @@ type Capabilities struct {
 	// (HOME, XDG_*...). A turn that sets one fails with configuration
 	// before a sandbox is allocated.
 	FixedEnv []string `json:"fixed_env"`
+	// Egress: Options.Egress = EgressGateway is enforced (docker's network
+	// none, a kubernetes NetworkPolicy). False for local and ssh.
+	Egress bool `json:"egress"`
 }
 
 // Factory makes a provider from string settings (e.g. "image" for docker).
