@@ -323,6 +323,13 @@ type Command struct {
 	// (aider's --message-file). They stay in the private home until the
 	// lease closes; a later turn's files replace them.
 	Files []File
+	// Prepare are commands run in the sandbox, in order, after the CLI is
+	// installed and before this command starts, to ready a restored
+	// conversation for this sandbox (OpenCode's rewrite of the directory a
+	// session recorded). One whose Path is this command's own Path runs the
+	// installed CLI. One that cannot run or exits non-zero fails the turn
+	// with code conversation.
+	Prepare []Command
 }
 
 // Runner runs a command inside the leased sandbox to completion. A

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/outposthq/outpost"
@@ -126,6 +127,7 @@ func (e *engine) command(ctx context.Context, lease *Lease, in harness.Input) (h
 	} else if cmd, err = e.request(in); err != nil {
 		return nil, cmd, err
 	}
+	program := cmd.Path
 	if e.t.Command != "" {
 		// The caller's executable replaces the preset's: no bootstrap.
 		cmd.Path = e.t.Command
@@ -142,7 +144,29 @@ func (e *engine) command(ctx context.Context, lease *Lease, in harness.Input) (h
 			return nil, cmd, e.stepErr(ctx, outpost.Sandbox, "files", err)
 		}
 	}
+	if err := e.prepare(ctx, lease, program, cmd); err != nil {
+		return nil, cmd, err
+	}
 	return live, cmd, nil
+}
+
+// prepare runs the command's Prepare commands, the preset's own program
+// being the installed CLI.
+func (e *engine) prepare(ctx context.Context, lease *Lease, program string, cmd harness.Command) error {
+	for _, p := range cmd.Prepare {
+		if p.Path == program {
+			p.Path = cmd.Path
+		}
+		var last harness.RunResult
+		r, err := e.runner(lease, &last)(ctx, p)
+		if err == nil && !r.Status.Success() {
+			err = fmt.Errorf("%s exited with %d: %s", path.Base(p.Path), r.Status.Code, bytes.TrimSpace(last.Stderr))
+		}
+		if err != nil {
+			return e.stepErr(ctx, outpost.Conversation, "prepare", err)
+		}
+	}
+	return nil
 }
 
 // runner runs a preset hook's commands in the sandbox. It keeps the

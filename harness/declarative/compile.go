@@ -58,6 +58,8 @@ type preset struct {
 	files     []harness.File
 	// resumeFiles are written before a resumed or forked turn.
 	resumeFiles []resumeFile
+	// resumePrepare are run before a resumed or forked turn.
+	resumePrepare []argList
 }
 
 type textSpec struct {
@@ -146,6 +148,9 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 		return nil, err
 	}
 	if err := p.compileResumeFiles(); err != nil {
+		return nil, err
+	}
+	if err := p.compileResumePrepare(); err != nil {
 		return nil, err
 	}
 	if err := checkEndpoint(s.Endpoint); err != nil {
@@ -681,6 +686,7 @@ func (p *preset) sessionArgs(in harness.Input, vals map[string]string, cmd *harn
 		return nil, err
 	}
 	cmd.Files = append(cmd.Files, files...)
+	cmd.Prepare = p.prepareFor(in.Conversation, in)
 	if in.Fork {
 		if p.forkArgs.items == nil {
 			return nil, fmt.Errorf("%s: conversations cannot be forked through the request", name)

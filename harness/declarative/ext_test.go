@@ -121,3 +121,25 @@ func TestExtConfigurationAndStorage(t *testing.T) {
 		t.Error("a shared store's files are not every conversation's")
 	}
 }
+
+// TestOpenCodeResumePrepare: a resumed or forked OpenCode turn first
+// points every restored session at the sandbox's working directory
+// (OpenCode runs a session where it was recorded), with the directory
+// quoted as an SQL string; a new conversation needs nothing.
+func TestOpenCodeResumePrepare(t *testing.T) {
+	h := declarative.OpenCode()
+	want := []harness.Command{{Path: "opencode", Args: []string{"db", "UPDATE session SET directory = '/w/it''s here'"}}}
+	for _, fork := range []bool{false, true} {
+		c, err := h.Request(harness.Input{Prompt: "p", Workdir: "/w/it's here", Home: "/h", Conversation: "ses_abc", Fork: fork})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, c.Prepare); d != "" {
+			t.Errorf("fork %v: prepare (-want +got):\n%s", fork, d)
+		}
+	}
+	c, err := h.Request(harness.Input{Prompt: "p", Workdir: "/w", Home: "/h"})
+	if err != nil || c.Prepare != nil {
+		t.Errorf("a new conversation's prepare: %v, %v", c.Prepare, err)
+	}
+}

@@ -102,7 +102,44 @@ type resumeFile struct {
 	merge   harness.Merge
 }
 
-var resumePlaceholders = []string{"session", "workdir", "workdir_slug", "home"}
+var (
+	resumePlaceholders  = []string{"session", "workdir", "workdir_slug", "home"}
+	preparePlaceholders = []string{"session", "workdir", "workdir_sql", "home"}
+)
+
+// compileResumePrepare checks resume_prepare: each command a literal
+// program and argument templates.
+func (p *preset) compileResumePrepare() error {
+	for i, c := range p.s.ResumePrepare {
+		field := fmt.Sprintf("resume_prepare[%d]", i)
+		l, err := parseArgs(field, c, false, preparePlaceholders...)
+		if err != nil {
+			return err
+		}
+		if len(l.items) == 0 {
+			return fe(field, "required: a program and its arguments")
+		}
+		if prog, ok := l.items[0].literal(); !ok || prog == "" {
+			return fe(field+"[0]", "the program must be a literal name")
+		}
+		p.resumePrepare = append(p.resumePrepare, l)
+	}
+	return nil
+}
+
+// prepareFor are the commands run before a resumed or forked turn.
+func (p *preset) prepareFor(session string, in harness.Input) []harness.Command {
+	vals := map[string]string{"session": session, "workdir": in.Workdir, "workdir_sql": sqlString(in.Workdir), "home": in.Home}
+	var out []harness.Command
+	for _, l := range p.resumePrepare {
+		argv := l.expand(vals, nil)
+		out = append(out, harness.Command{Path: argv[0], Args: argv[1:]})
+	}
+	return out
+}
+
+// sqlString is s as an SQL string literal: single quotes, doubled inside.
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // compileResumeFiles checks resume_files: clean relative paths once
 // expanded, contents whose strings are templates.

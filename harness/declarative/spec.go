@@ -61,6 +61,13 @@ type Spec struct {
 	// {workdir}, {workdir_slug} and {home} (a CLI that checks where a
 	// session was recorded, such as Qwen Code's runtime status file).
 	ResumeFiles []FileSpec `json:"resume_files,omitempty"`
+	// ResumePrepare are commands (program and arguments) run in the
+	// sandbox before a resumed or forked turn, after the CLI is installed:
+	// with {session}, {workdir}, {home} and {workdir_sql} (the working
+	// directory as an SQL string literal), for a CLI that records where a
+	// session ran in a database (OpenCode). A command whose program is
+	// Program runs the installed CLI.
+	ResumePrepare [][]string `json:"resume_prepare,omitempty"`
 	// ReservedArgs are flags refused in pass-through arguments, beyond the
 	// flags the templates already use.
 	ReservedArgs []string `json:"reserved_args,omitempty"`

@@ -151,6 +151,13 @@ func TestBadFile(t *testing.T) {
 		{"resume_files content", func(t *testing.T) []byte {
 			return set(t, "resume_files", []any{map[string]any{"path": "x", "content": map[string]any{"a": "{prompt}"}}})
 		}, "resume_files[0].content"},
+		{"resume_prepare placeholder", func(t *testing.T) []byte {
+			return set(t, "resume_prepare", []any{[]any{"db", "{prompt}"}})
+		}, "resume_prepare[0][1]"},
+		{"resume_prepare program", func(t *testing.T) []byte {
+			return set(t, "resume_prepare", []any{[]any{"{workdir}", "x"}})
+		}, "resume_prepare[0][0]"},
+		{"resume_prepare empty", func(t *testing.T) []byte { return set(t, "resume_prepare", []any{[]any{}}) }, "resume_prepare[0]"},
 		{"each_when without each", func(t *testing.T) []byte {
 			return set(t, "output.events.1.each_when", map[string]any{"type": "text"})
 		}, "output.events[1].each_when"},

@@ -8,7 +8,7 @@ import (
 
 // Placeholders are the names a template may hold, as {name}. "{{" and
 // "}}" stand for literal braces.
-var Placeholders = []string{"prompt", "prompt_file", "model", "schema", "schema_file", "session", "parent", "child", "home", "workdir", "workdir_slug"}
+var Placeholders = []string{"prompt", "prompt_file", "model", "schema", "schema_file", "session", "parent", "child", "home", "workdir", "workdir_slug", "workdir_sql"}
 
 // Splices are whole Args elements replaced by lists.
 var Splices = []string{"{model_args}", "{session_args}", "{extra_args}"}

@@ -85,15 +85,16 @@ func testOpenCodeToolTurn(t *testing.T, kind string) {
 	}
 }
 
-// TestOpenCodeResumeAndFork: a conversation begun in one docker sandbox
-// resumes in another and forks in a third: OpenCode's database travels
-// whole. (OpenCode runs a session in the directory it recorded, so a
-// conversation moves only between sandboxes whose working directory has
-// the same path: every docker sandbox's is /workspace.)
+// TestOpenCodeResumeAndFork: a conversation begun on local resumes in a
+// docker sandbox and forks on local again, each in another working
+// directory: OpenCode's database travels whole, and before a resumed or
+// forked turn the preset points its sessions at the sandbox's working
+// directory (OpenCode runs a session where it was recorded; without that
+// the resumed turn hangs or fails).
 func TestOpenCodeResumeAndFork(t *testing.T) {
 	t.Parallel()
 	e := newOpenCodeEnv(t)
-	first := e.run("docker", sandbox.Turn{Prompt: "FAKE_ECHO first"})
+	first := e.run("local", sandbox.Turn{Prompt: "FAKE_ECHO first"})
 	e.mustSucceed(first)
 	if !strings.HasPrefix(first.res.Session, "ses_") || first.res.Conversation == "" {
 		t.Fatalf("first %+v", first.res)
@@ -103,7 +104,7 @@ func TestOpenCodeResumeAndFork(t *testing.T) {
 	if !strings.HasPrefix(again.res.Text, "ECHO nmsg=4 ") || again.res.Session != first.res.Session {
 		t.Errorf("resume: %q session %s", again.res.Text, again.res.Session)
 	}
-	child := e.run("docker", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	child := e.run("local", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
 	e.mustSucceed(child)
 	if !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
 		t.Errorf("fork: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
