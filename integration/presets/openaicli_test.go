@@ -24,6 +24,8 @@ import (
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
+	sshp "github.com/outposthq/outpost/providers/ssh"
+	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -74,6 +76,10 @@ func (e *oaiEnv) provider(kind string) driver.Provider {
 	case "docker":
 		dockertest.Require(e.t, dockertest.Debian)
 		return dockertest.Provider(e.t, nodeImage(e.t), func(o *docker.Options) { o.Network = "host" })
+	case "ssh":
+		// The shared sshd (Debian: glibc, no node), outpost's own binary
+		// copied there; the fake is reached through a relay.
+		return sshtest.Provider(e.t, sshtest.Shared(e.t), func(o *sshp.Options) { o.Binary = testenv.OutpostBinary(e.t) })
 	}
 	e.t.Fatalf("unknown provider %q", kind)
 	return nil
@@ -96,6 +102,11 @@ func (e *oaiEnv) run(kind string, tn sandbox.Turn) *outcome {
 	}
 	var environ []string
 	for k, v := range e.vars {
+		if k == "OPENAI_BASE_URL" && kind == "ssh" {
+			// The sshd container reaches the fake only through a relay on
+			// the Docker bridge.
+			v = "http://" + sshtest.Shared(e.t).Relay(e.t, strings.TrimPrefix(e.fake.Root(), "http://")) + "/v1"
+		}
 		environ = append(environ, k+"="+v)
 	}
 	o := &outcome{}

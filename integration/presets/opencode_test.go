@@ -86,7 +86,7 @@ func testOpenCodeToolTurn(t *testing.T, kind string) {
 }
 
 // TestOpenCodeResumeAndFork: a conversation begun on local resumes in a
-// docker sandbox and forks on local again, each in another working
+// docker sandbox and forks on an ssh host, each in another working
 // directory: OpenCode's database travels whole, and before a resumed or
 // forked turn the preset points its sessions at the sandbox's working
 // directory (OpenCode runs a session where it was recorded; without that
@@ -104,7 +104,7 @@ func TestOpenCodeResumeAndFork(t *testing.T) {
 	if !strings.HasPrefix(again.res.Text, "ECHO nmsg=4 ") || again.res.Session != first.res.Session {
 		t.Errorf("resume: %q session %s", again.res.Text, again.res.Session)
 	}
-	child := e.run("local", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	child := e.run("ssh", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
 	e.mustSucceed(child)
 	if !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
 		t.Errorf("fork: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
