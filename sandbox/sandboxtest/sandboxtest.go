@@ -51,16 +51,7 @@ type Harness struct {
 // t. It uses t.Setenv, so t must not be parallel.
 func RunConformanceTests(t *testing.T, h Harness) {
 	t.Helper()
-	if h.NewProvider == nil {
-		t.Fatal("sandboxtest: Harness.NewProvider is nil")
-	}
-	if h.Command == nil {
-		h.Command = Shell
-	}
-	if h.Options == nil {
-		h.Options = func(t *testing.T) driver.Options { return driver.Options{Workdir: t.TempDir()} }
-	}
-	s := &suite{h: h}
+	s := newSuite(t, h)
 	tests := []struct {
 		name string
 		f    func(*testing.T)
@@ -102,6 +93,8 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"Warm", s.testWarm},
 		{"Vanished", s.testVanished},
 		{"Collect", s.testCollect},
+		{"Tunnel", s.testTunnel},
+		{"TunnelEndsWithLease", s.testTunnelEndsWithLease},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)
@@ -109,6 +102,30 @@ func RunConformanceTests(t *testing.T, h Harness) {
 }
 
 type suite struct{ h Harness }
+
+// newSuite checks h and fills in its defaults.
+func newSuite(t *testing.T, h Harness) *suite {
+	t.Helper()
+	if h.NewProvider == nil {
+		t.Fatal("sandboxtest: Harness.NewProvider is nil")
+	}
+	if h.Command == nil {
+		h.Command = Shell
+	}
+	if h.Options == nil {
+		h.Options = func(t *testing.T) driver.Options { return driver.Options{Workdir: t.TempDir()} }
+	}
+	return &suite{h: h}
+}
+
+// RunTunnelTests runs only the suite's driver.Tunneler tests (also part
+// of RunConformanceTests), for a provider's own tests of its tunnel.
+func RunTunnelTests(t *testing.T, h Harness) {
+	t.Helper()
+	s := newSuite(t, h)
+	t.Run("Tunnel", s.testTunnel)
+	t.Run("TunnelEndsWithLease", s.testTunnelEndsWithLease)
+}
 
 // provider makes the provider for one subtest.
 func (s *suite) provider(t *testing.T) driver.Provider {
