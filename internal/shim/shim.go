@@ -54,7 +54,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/outposthq/outpost/internal/tunnel"
+	"github.com/outposthq/outpost/internal/tunnel/inside"
 	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
@@ -117,14 +117,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return sumMain(args[1:], stdout, stderr)
 	case "reap":
 		return reapMain(args[1:], stdout, stderr)
-	case tunnel.Mode:
-		return tunnel.Serve(stdin, stdout, stderr)
-	case tunnel.DialMode:
+	case inside.Mode:
+		return inside.Serve(stdin, stdout, stderr)
+	case inside.DialMode:
 		if len(args) != 2 {
 			fmt.Fprintln(stderr, "usage: outpost sandbox-shim dial HOST:PORT")
 			return 2
 		}
-		return tunnel.Dial(args[1], stdin, stdout, stderr)
+		return inside.Dial(args[1], stdin, stdout, stderr)
 	}
 	if f, ok := fileModes[args[0]]; ok {
 		return f(args[1:], stdin, stdout, stderr)

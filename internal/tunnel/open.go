@@ -1,3 +1,21 @@
+// Package tunnel carries TCP connections made inside a sandbox back to the
+// host over one of the lease's own exec streams: no port, socket or
+// network is opened to anyone else, and it works wherever the provider can
+// start a process with a standard input (docker, kubernetes, ssh), the
+// sandbox's network cut off or not.
+//
+// The sandbox's side is a mode of the in-sandbox binary (`outpost-sandbox
+// sandbox-shim tunnel`, package inside): it listens on 127.0.0.1:0 inside
+// the sandbox, writes the address it got on its first line of stdout,
+// then multiplexes every connection it accepts over its stdin and stdout
+// with yamux, one stream per connection. The host's side (Open) starts it
+// through the lease's driver.Sandbox.Start, reads the address, and
+// returns a net.Listener whose Accept yields those streams: it implements
+// driver.Tunneler for the providers that run the in-sandbox binary.
+//
+// `sandbox-shim dial ADDR` (inside.Dial) is a small client for tests: it
+// copies its stdin to a connection to ADDR and the connection to its
+// stdout, so a test needs no curl or nc in the sandbox's image.
 package tunnel
 
 import (
@@ -16,14 +34,16 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/tunnel/inside"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// Args are the arguments of the in-sandbox binary that run Serve.
-func Args() []string { return []string{"sandbox-shim", Mode} }
+// Args are the arguments of the in-sandbox binary that run inside.Serve.
+func Args() []string { return []string{"sandbox-shim", inside.Mode} }
 
-// DialArgs are the arguments of the in-sandbox binary that run Dial.
-func DialArgs(addr string) []string { return []string{"sandbox-shim", DialMode, addr} }
+// DialArgs are the arguments of the in-sandbox binary that run
+// inside.Dial.
+func DialArgs(addr string) []string { return []string{"sandbox-shim", inside.DialMode, addr} }
 
 // stopGrace is how long the tunnel's process has to end after its stdin
 // closed, before it is killed.
@@ -72,7 +92,7 @@ func Open(ctx context.Context, sb driver.Sandbox, binary string, released func()
 	}
 	l.addr = addr
 	// The host's side accepts the streams the sandbox's side opens.
-	sess, err := yamux.Server(stdio{Reader: out, Writer: p.Stdin(), close: l.closeStdin}, config())
+	sess, err := yamux.Server(inside.Stdio{Reader: out, Writer: p.Stdin(), CloseFunc: l.closeStdin}, inside.Config())
 	if err != nil { // only for an invalid configuration
 		l.stop()
 		return "", nil, err

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/internal/tunnel"
+	"github.com/outposthq/outpost/internal/tunnel/inside"
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/memsandbox"
 )
@@ -24,10 +25,10 @@ const binary = "/bin/outpost"
 // outpost runs the sandbox side of a tunnel as the in-sandbox binary does.
 func outpost(ctx context.Context, p *memsandbox.Proc) int {
 	switch {
-	case len(p.Args) == 2 && p.Args[1] == tunnel.Mode:
-		return tunnel.Serve(p.Stdin, p.Stdout, p.Stderr)
-	case len(p.Args) == 3 && p.Args[1] == tunnel.DialMode:
-		return tunnel.Dial(p.Args[2], p.Stdin, p.Stdout, p.Stderr)
+	case len(p.Args) == 2 && p.Args[1] == inside.Mode:
+		return inside.Serve(p.Stdin, p.Stdout, p.Stderr)
+	case len(p.Args) == 3 && p.Args[1] == inside.DialMode:
+		return inside.Dial(p.Args[2], p.Stdin, p.Stdout, p.Stderr)
 	}
 	return 2
 }

@@ -1,22 +1,11 @@
-// Package tunnel carries TCP connections made inside a sandbox back to the
-// host over one of the lease's own exec streams: no port, socket or
-// network is opened to anyone else, and it works wherever the provider can
-// start a process with a standard input (docker, kubernetes, ssh), the
-// sandbox's network cut off or not.
-//
-// The sandbox's side is a mode of the in-sandbox binary (`outpost-sandbox
-// sandbox-shim tunnel`, Serve): it listens on 127.0.0.1:0 inside the
-// sandbox, writes the address it got on its first line of stdout, then
-// multiplexes every connection it accepts over its stdin and stdout with
-// yamux, one stream per connection. The host's side (Open) starts it
-// through the lease's driver.Sandbox.Start, reads the address, and returns
-// a net.Listener whose Accept yields those streams: it implements
-// driver.Tunneler for the providers that run the in-sandbox binary.
-//
-// Dial (`sandbox-shim dial ADDR`) is a small client for tests: it copies
-// its stdin to a connection to ADDR and the connection to its stdout, so a
-// test needs no curl or nc in the sandbox's image.
-package tunnel
+// Package inside is the sandbox's side of a tunnel (internal/tunnel):
+// the exec shim's tunnel mode (Serve), which listens on 127.0.0.1:0
+// inside the sandbox, writes the address on its first line of stdout,
+// and carries every connection it accepts to the host as a yamux stream
+// over its stdin and stdout; and its dial mode (Dial), a small client for
+// tests. It imports neither the driver contract nor anything of the
+// host's, as the shim does not.
+package inside
 
 import (
 	"errors"
@@ -36,31 +25,31 @@ const (
 	DialMode = "dial"
 )
 
-// config is yamux's configuration on both sides: no logging (the host's
+// Config is yamux's configuration on both sides: no logging (the host's
 // side must not write to the caller's stderr; the sandbox's has nothing
 // to say that its exit does not), keep-alives on so that a stream that
 // stopped moving is noticed.
-func config() *yamux.Config {
+func Config() *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.LogOutput = io.Discard
 	c.KeepAliveInterval = 15 * time.Second
 	return c
 }
 
-// stdio is one side's standard streams as the connection yamux runs
-// over. Close closes the writing side only: the peer sees the end of its
-// input and ends too.
-type stdio struct {
+// Stdio is one side's standard streams as the connection yamux runs
+// over. Close (CloseFunc, when set) closes the writing side only: the
+// peer sees the end of its input and ends too.
+type Stdio struct {
 	io.Reader
 	io.Writer
-	close func() error
+	CloseFunc func() error
 }
 
-func (s stdio) Close() error {
-	if s.close == nil {
+func (s Stdio) Close() error {
+	if s.CloseFunc == nil {
 		return nil
 	}
-	return s.close()
+	return s.CloseFunc()
 }
 
 // Serve is the sandbox's side of a tunnel: it listens on 127.0.0.1:0,
@@ -79,7 +68,7 @@ func Serve(stdin io.Reader, stdout, stderr io.Writer) int {
 	if _, err := fmt.Fprintln(stdout, ln.Addr().String()); err != nil {
 		return 1
 	}
-	sess, err := yamux.Client(stdio{Reader: stdin, Writer: stdout}, config())
+	sess, err := yamux.Client(Stdio{Reader: stdin, Writer: stdout}, Config())
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost tunnel: %v\n", err)
 		return 1
