@@ -20,7 +20,6 @@ package tunnel
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +33,7 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/tunnel/inside"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -75,7 +75,7 @@ func Open(ctx context.Context, sb driver.Sandbox, binary string, released func()
 	if err != nil {
 		return "", nil, fmt.Errorf("tunnel: starting its end in %s: %w", sb.ID(), err)
 	}
-	l := &listener{p: p, sb: sb, released: released, readDone: make(chan struct{}), stderrDone: make(chan struct{}), done: make(chan struct{})}
+	l := &listener{p: p, sb: sb, released: released, stderr: shim.Limited{N: 4 << 10}, readDone: make(chan struct{}), stderrDone: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		_, _ = io.Copy(&l.stderr, p.Stderr())
 		close(l.stderrDone)
@@ -137,7 +137,7 @@ type listener struct {
 	released func() bool
 	addr     *net.TCPAddr
 	sess     *yamux.Session
-	stderr   limited
+	stderr   shim.Limited // read once stderrDone is closed
 
 	closed     atomic.Bool   // Close was called
 	readDone   chan struct{} // closed once the tunnel's stdout ended
@@ -249,8 +249,12 @@ func ended(st harness.ExitStatus, err error) error {
 // gone (driver.ErrVanished where err does not already say so), and the
 // tunnel's last words on stderr.
 func (l *listener) failed(err error) error {
-	if msg := l.stderr.String(); msg != "" {
-		err = fmt.Errorf("%w: %s", err, msg)
+	select {
+	case <-l.stderrDone:
+		if msg := l.stderr.String(); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+	default: // still being written: not read
 	}
 	switch {
 	case l.released():
@@ -281,25 +285,4 @@ func (s *signalReader) Read(p []byte) (int, error) {
 		s.once.Do(func() { close(s.done) })
 	}
 	return n, err
-}
-
-// limited keeps the first 4 KiB written to it, safely for concurrent use.
-type limited struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := 4<<10 - l.buf.Len(); room > 0 {
-		l.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (l *limited) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.TrimSpace(l.buf.String())
 }
