@@ -22,11 +22,15 @@ import (
 // and ADDR to its stdout).
 const TunnelBinary = "outpost"
 
-// tunneler returns the lease's driver.Tunneler, or skips the test.
-func tunneler(t *testing.T, l *sandbox.Lease) driver.Tunneler {
+// tunneler returns the lease's driver.Tunneler, or skips the test (fails
+// it, under RunTunnelTests).
+func (s *suite) tunneler(t *testing.T, l *sandbox.Lease) driver.Tunneler {
 	t.Helper()
 	tn, ok := l.Sandbox().(driver.Tunneler)
-	if !ok {
+	switch {
+	case !ok && s.mustTunnel:
+		t.Fatalf("%T is no driver.Tunneler", l.Sandbox())
+	case !ok:
 		t.Skipf("%T is no driver.Tunneler", l.Sandbox())
 	}
 	return tn
@@ -86,7 +90,7 @@ func (s *suite) dial(ctx context.Context, l *sandbox.Lease, addr string, msg []b
 // of the same lease is a tunnel of its own.
 func (s *suite) testTunnel(t *testing.T) {
 	l := s.lease(t)
-	tn := tunneler(t, l)
+	tn := s.tunneler(t, l)
 	addr, ln, err := tn.Tunnel(t.Context())
 	if err != nil {
 		t.Fatalf("Tunnel: %v", err)
@@ -163,7 +167,7 @@ func (s *suite) testTunnelEndsWithLease(t *testing.T) {
 		t.Fatalf("Acquire: %v", err)
 	}
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	_, ln, err := tunneler(t, l).Tunnel(t.Context())
+	_, ln, err := s.tunneler(t, l).Tunnel(t.Context())
 	if err != nil {
 		t.Fatalf("Tunnel: %v", err)
 	}
