@@ -100,6 +100,9 @@ func fetch(t *testing.T, l *sandbox.Lease, addr string) (string, bool) {
 func TestEgressGateway(t *testing.T) {
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox)
+	if !p.Capabilities().Egress {
+		t.Error("Capabilities.Egress is false")
+	}
 	addr, _ := bridgeServer(t)
 
 	open := lease(t, p, driver.Options{})

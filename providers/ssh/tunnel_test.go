@@ -40,7 +40,11 @@ func TestTunnel(t *testing.T) {
 	srv := sshtest.Shared(t)
 	newProvider := func(t *testing.T) driver.Provider { return sshtest.Provider(t, srv) }
 	sandboxtest.RunTunnelTests(t, sandboxtest.Harness{NewProvider: newProvider})
-	openTunnel(t, sshtest.Provider(t, srv))
+	p := sshtest.Provider(t, srv)
+	if p.Capabilities().Egress {
+		t.Error("Capabilities.Egress is true: a remote host's network is not enforced")
+	}
+	openTunnel(t, p)
 	if ps := execTunnels(t, srv); ps != "" {
 		t.Errorf("a forwarding server got an exec tunnel:\n%s", ps)
 	}
