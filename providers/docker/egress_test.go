@@ -1,6 +1,8 @@
 package docker_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/outposthq/outpost/providers/docker"
@@ -173,5 +176,36 @@ func TestTunnelUnreachableFromOtherContainers(t *testing.T) {
 	}
 	if seen.Load() != 1 {
 		t.Errorf("the host's listener saw %d requests, want only the first container's", seen.Load())
+	}
+}
+
+// TestTunnelVanished: a container removed behind outpost's back ends its
+// tunnel with an error wrapping driver.ErrVanished.
+func TestTunnelVanished(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	l, err := sandbox.Acquire(t.Context(), dockertest.Provider(t, dockertest.Busybox), driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background()) // vanished: its error is the copy back's, expected
+	_, ln, err := l.Sandbox().(driver.Tunneler).Tunnel(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if c != nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	cid := l.Sandbox().(*docker.Sandbox).ContainerID()
+	if err := dockertest.Client(t).ContainerRemove(t.Context(), cid, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-accepted; !errors.Is(err, driver.ErrVanished) {
+		t.Errorf("Accept once the container is gone: %v, want driver.ErrVanished", err)
 	}
 }
