@@ -16,7 +16,8 @@ import (
 // host back to this one over the lease's own SSH connection: remote port
 // forwarding (tcpip-forward) bound to the host's 127.0.0.1, a port no
 // other machine can reach (processes of other users of that host can: a
-// credential gateway behind it must check its token). A server that
+// credential gateway behind it must check its token; and sshd's
+// GatewayPorts yes would bind it on every address). A server that
 // refuses forwarding (sshd's AllowTcpForwarding no or remote, a
 // restricted key) gets the exec tunnel instead (internal/tunnel: outpost's
 // binary on the host, multiplexing over an exec's stdin and stdout); an
