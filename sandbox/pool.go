@@ -18,12 +18,15 @@ import (
 )
 
 // PoolKey names one kind of sandbox a Pool keeps warm: a registered
-// provider, its settings (the docker image is the setting "image") and the
-// host working directory the sandboxes are made for.
+// provider, its settings (the docker image is the setting "image"), the
+// host working directory the sandboxes are made for, and their egress
+// (driver.Options.Egress: a sandbox made with an open network is never
+// handed to a turn that wants it cut off).
 type PoolKey struct {
 	Provider string
 	Settings map[string]string
 	Workdir  string
+	Egress   driver.Egress // "" is driver.EgressOpen
 }
 
 // String is the key's canonical form: equal keys give equal strings.
@@ -34,6 +37,9 @@ func (k PoolKey) String() string {
 		fmt.Fprintf(&b, ",%s=%q", name, k.Settings[name])
 	}
 	fmt.Fprintf(&b, ",workdir=%q", k.Workdir)
+	if k.Egress != "" && k.Egress != driver.EgressOpen {
+		fmt.Fprintf(&b, ",egress=%q", k.Egress)
+	}
 	return b.String()
 }
 
@@ -182,7 +188,7 @@ func (p *Pool) entry(key PoolKey) *poolKey {
 	if len(p.keys) >= p.o.MaxKeys || p.done {
 		return nil
 	}
-	k := &poolKey{key: PoolKey{Provider: key.Provider, Settings: maps.Clone(key.Settings), Workdir: key.Workdir}, name: name}
+	k := &poolKey{key: PoolKey{Provider: key.Provider, Settings: maps.Clone(key.Settings), Workdir: key.Workdir, Egress: key.Egress}, name: name}
 	p.keys[name] = k
 	return k
 }
@@ -358,7 +364,7 @@ func (p *Pool) open(ctx context.Context, key PoolKey) (*Lease, error) {
 		labels = map[string]string{}
 	}
 	labels[PoolLabel] = "1"
-	opts := driver.Options{Workdir: key.Workdir, Labels: labels}
+	opts := driver.Options{Workdir: key.Workdir, Labels: labels, Egress: key.Egress}
 	for _, h := range p.o.Bootstrap {
 		for _, m := range CacheMounts(p.inst, pr.Capabilities(), h.Bootstrap) {
 			if !slices.ContainsFunc(opts.Mounts, func(o driver.Mount) bool { return o.Source == m.Source && o.Target == m.Target }) {

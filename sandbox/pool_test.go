@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -223,5 +224,55 @@ func TestPoolWarmsSandboxes(t *testing.T) {
 	}
 	if got := mem.Live(); got != 0 {
 		t.Errorf("%d sandboxes live after a failed warm-up, want 0", got)
+	}
+}
+
+// egressRecorder is a provider that records the egress of each Open.
+type egressRecorder struct {
+	driver.Provider
+	mu   sync.Mutex
+	seen map[string]driver.Egress // sandbox id -> Options.Egress
+}
+
+func (r *egressRecorder) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
+	sb, err := r.Provider.Open(ctx, opts)
+	if err == nil {
+		r.mu.Lock()
+		r.seen[sb.ID()] = opts.Egress
+		r.mu.Unlock()
+	}
+	return sb, err
+}
+
+// TestPoolKeyEgress: the egress is part of a pool's key: a sandbox kept
+// warm with an open network is never handed to a key that wants the
+// gateway, and each key's sandboxes are opened with its egress.
+func TestPoolKeyEgress(t *testing.T) {
+	rec := &egressRecorder{Provider: memsandbox.New(nil), seen: map[string]driver.Egress{}}
+	p := sandbox.NewPool(&sandbox.PoolOptions{Size: 1, Open: func(string, map[string]string) (driver.Provider, error) { return rec, nil }})
+	defer p.Close(context.Background())
+	open := sandbox.PoolKey{Provider: "memory", Workdir: "/w"}
+	gw := sandbox.PoolKey{Provider: "memory", Workdir: "/w", Egress: driver.EgressGateway}
+	if open.String() == gw.String() {
+		t.Fatalf("the egress is not in the key: %s", gw)
+	}
+	if o := (sandbox.PoolKey{Provider: "memory", Workdir: "/w", Egress: driver.EgressOpen}); o.String() != open.String() {
+		t.Errorf("an explicit open egress makes another key: %s vs %s", o, open)
+	}
+	for _, tc := range []struct {
+		key  sandbox.PoolKey
+		want driver.Egress
+	}{{open, ""}, {gw, driver.EgressGateway}, {gw, driver.EgressGateway}, {open, ""}} {
+		l, err := p.Get(t.Context(), tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.mu.Lock()
+		got := rec.seen[l.Sandbox().ID()]
+		rec.mu.Unlock()
+		if got != tc.want {
+			t.Errorf("key %s got a sandbox opened with egress %q, want %q", tc.key, got, tc.want)
+		}
+		p.Release(tc.key, l)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,8 +35,14 @@ var forbidden = []string{
 	selfbin.Module + "/cmd/outpost/",
 }
 
+// required are the libraries the in-sandbox binary links on purpose
+// beyond the standard library: yamux multiplexes the connections of a
+// tunnel (internal/tunnel) over the exec stream of its sandbox-shim
+// tunnel mode. Small, no dependencies of its own, no init work.
+var required = []string{"github.com/hashicorp/yamux"}
+
 // TestDependencies: go list -deps of the in-sandbox binary names none of
-// the forbidden libraries.
+// the forbidden libraries, and each required one.
 func TestDependencies(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -50,6 +57,11 @@ func TestDependencies(t *testing.T) {
 	deps := strings.Fields(string(out))
 	if len(deps) < 10 {
 		t.Fatalf("go list -deps printed %d packages", len(deps))
+	}
+	for _, r := range required {
+		if !slices.Contains(deps, r) {
+			t.Errorf("the in-sandbox binary does not link %s", r)
+		}
 	}
 	for _, d := range deps {
 		for _, f := range forbidden {

@@ -21,6 +21,10 @@
 //     shim: `docker exec` cannot signal an exec'd process, let alone its
 //     group.
 //   - lookpath finds an executable on a PATH, as exec would.
+//   - tunnel carries connections made to a loopback address of the
+//     sandbox back to the host over its stdin and stdout
+//     (internal/tunnel); dial is a small client of such an address, for
+//     tests.
 //   - snapshot describes the workspace's files (snapshot.Walk) as
 //     one JSON document, so the engine can tell which files a turn
 //     changed without copying any content out.
@@ -50,6 +54,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/outposthq/outpost/internal/tunnel/inside"
 	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
@@ -112,6 +117,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return sumMain(args[1:], stdout, stderr)
 	case "reap":
 		return reapMain(args[1:], stdout, stderr)
+	case inside.Mode:
+		return inside.Serve(stdin, stdout, stderr)
+	case inside.DialMode:
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "usage: outpost sandbox-shim dial HOST:PORT")
+			return 2
+		}
+		return inside.Dial(args[1], stdin, stdout, stderr)
 	}
 	if f, ok := fileModes[args[0]]; ok {
 		return f(args[1:], stdin, stdout, stderr)

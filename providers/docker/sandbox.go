@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -23,11 +24,13 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/versions"
 
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
+	"github.com/outposthq/outpost/internal/tunnel"
 	"github.com/outposthq/outpost/internal/workspace"
 )
 
@@ -44,6 +47,7 @@ type Sandbox struct {
 	mode    WorkspaceMode
 	hostDir string         // the caller's working directory (host side)
 	shared  []driver.Mount // host directories bind-mounted read-only (mounts.go)
+	egress  driver.Egress  // Options.Egress: gateway means network none
 
 	closing atomic.Bool  // Close has begun: processes ending now were stopped by it
 	active  atomic.Int64 // processes started and not yet seen to end
@@ -116,7 +120,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{p: p, eng: eng, id: newID(), mode: p.opts.Workspace, hostDir: wd, user: p.opts.User}
+	s := &Sandbox{p: p, eng: eng, id: newID(), mode: p.opts.Workspace, hostDir: wd, user: p.opts.User, egress: opts.Egress}
 	s.shared = sharedMounts(eng, opts.Mounts)
 	if s.user == "" {
 		s.user = DefaultUser
@@ -199,6 +203,11 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 		Mounts:         containerMounts(eng, s),
 		LogConfig:      container.LogConfig{Type: "none"},
 		IpcMode:        "private",
+	}
+	if s.egress == driver.EgressGateway {
+		// No network at all: its loopback stays, and the tunnel (an exec,
+		// not a connection) is its one way out.
+		hc.NetworkMode = network.NetworkNone
 	}
 	if o.ReadOnly {
 		hc.Tmpfs = map[string]string{"/tmp": "rw,exec,nosuid,nodev,mode=1777"}
@@ -445,6 +454,14 @@ func (s *Sandbox) Vanished(ctx context.Context) bool {
 		return false
 	}
 	return ins.State == nil || !ins.State.Running
+}
+
+// Tunnel carries connections made to a loopback address of the container
+// to the host over an exec of outpost's binary (internal/tunnel): no port
+// on the bridge, no socket, and it works with the network none of
+// EgressGateway. It implements driver.Tunneler.
+func (s *Sandbox) Tunnel(ctx context.Context) (string, net.Listener, error) {
+	return tunnel.Open(ctx, s, layout.BinaryPath, s.closing.Load)
 }
 
 // Inspect returns the engine's view of the lease's container (for tests

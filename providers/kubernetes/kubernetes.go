@@ -395,7 +395,7 @@ var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME
 // Capabilities: host files may be copied into the private home, processes
 // are isolated from the host, stdin is live, leases keep state.
 func (p *Provider) Capabilities() driver.Capabilities {
-	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed}
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed, Egress: true}
 }
 
 // Options returns the provider's options, defaults applied.
@@ -413,6 +413,8 @@ var needed = []authv1.ResourceAttributes{
 	{Verb: "create", Resource: "pods"},
 	{Verb: "delete", Resource: "pods"},
 	{Verb: "create", Resource: "pods", Subresource: "exec"},
+	{Verb: "create", Group: "networking.k8s.io", Resource: "networkpolicies"},
+	{Verb: "delete", Group: "networking.k8s.io", Resource: "networkpolicies"},
 	{Verb: "create", Group: "coordination.k8s.io", Resource: "leases"},
 	{Verb: "update", Group: "coordination.k8s.io", Resource: "leases"},
 }

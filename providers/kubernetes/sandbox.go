@@ -32,6 +32,7 @@ type Sandbox struct {
 	hostDir string
 	shared  []driver.Mount
 	env     driver.Environment
+	policy  bool // a NetworkPolicy denying all traffic was made (egress.go)
 
 	closing atomic.Bool
 	procsMu sync.Mutex
@@ -112,19 +113,30 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		s.closing.Store(true)
 		dctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 		defer cancel()
-		derr := s.deletePod(dctx)
+		derr := errors.Join(s.deletePod(dctx), s.deletePolicy(dctx))
 		s.released()
 		if ctx.Err() != nil {
 			return nil, errors.Join(fmt.Errorf("kubernetes: starting the sandbox: %w", ctx.Err()), derr)
 		}
 		return nil, errors.Join(err, derr)
 	}
+	if opts.Egress == driver.EgressGateway {
+		if err := s.createPolicy(ctx, o); err != nil {
+			return fail(err)
+		}
+	}
 	if _, err := p.cs.CoreV1().Pods(p.ns).Create(ctx, p.podSpec(s, img, o, opts.Labels), metav1.CreateOptions{}); err != nil {
 		if ctx.Err() != nil {
 			return fail(ctx.Err()) // it may have been made before the request was dropped
 		}
+		err = p.apiErr(ctx, "creating the pod", err)
+		if s.policy {
+			dctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+			defer cancel()
+			err = errors.Join(err, s.deletePolicy(dctx))
+		}
 		s.released()
-		return nil, p.apiErr(ctx, "creating the pod", err)
+		return nil, err
 	}
 	if _, err := p.waitRunning(ctx, s.id); err != nil {
 		return fail(err)
@@ -185,6 +197,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := s.deletePod(cctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.deletePolicy(cctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

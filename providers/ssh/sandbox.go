@@ -56,6 +56,7 @@ type Sandbox struct {
 	mirrorErr error // why the last HostPath could not show a directory
 
 	closing atomic.Bool
+	tunnels tunnels // remote port forwards (tunnel.go), ended by Close
 	wsMu    sync.Mutex
 	wsMan   *workspace.Manifest
 }
@@ -252,6 +253,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		return nil
 	}
+	s.tunnels.closeAll()
 	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 	defer cancel()
 	c, err := s.liveConn(cctx)

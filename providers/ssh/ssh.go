@@ -221,6 +221,8 @@ var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "US
 // caller's), host files may be copied into its private home, stdin is
 // live, and leases keep their state between turns.
 func (p *Provider) Capabilities() driver.Capabilities {
+	// Egress stays false: a remote host's network is its own; EgressGateway
+	// runs as EgressOpen there, reported unenforced.
 	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed}
 }
 

@@ -13,4 +13,10 @@
 // statuses, signals and process-group cleanup, cancellation, tar copies in
 // and out and the refusal of hostile archives. Subtests that need a
 // capability the provider says it lacks are skipped, naming it.
+//
+// The tunnel tests (driver.Tunneler, reached through Lease.Sandbox) run
+// the client of a tunnel inside the sandbox with outpost's in-sandbox
+// binary, found as `outpost` on the sandbox's PATH (TunnelBinary): every
+// provider that implements tunnels runs that binary. RunTunnelTests runs
+// them alone, failing a provider without tunnels.
 package sandboxtest

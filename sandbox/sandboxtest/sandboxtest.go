@@ -51,16 +51,7 @@ type Harness struct {
 // t. It uses t.Setenv, so t must not be parallel.
 func RunConformanceTests(t *testing.T, h Harness) {
 	t.Helper()
-	if h.NewProvider == nil {
-		t.Fatal("sandboxtest: Harness.NewProvider is nil")
-	}
-	if h.Command == nil {
-		h.Command = Shell
-	}
-	if h.Options == nil {
-		h.Options = func(t *testing.T) driver.Options { return driver.Options{Workdir: t.TempDir()} }
-	}
-	s := &suite{h: h}
+	s := newSuite(t, h)
 	tests := []struct {
 		name string
 		f    func(*testing.T)
@@ -102,13 +93,47 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"Warm", s.testWarm},
 		{"Vanished", s.testVanished},
 		{"Collect", s.testCollect},
+		{"Tunnel", s.testTunnel},
+		{"TunnelEndsWithLease", s.testTunnelEndsWithLease},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)
 	}
 }
 
-type suite struct{ h Harness }
+type suite struct {
+	h Harness
+	// mustTunnel: a sandbox that is no driver.Tunneler fails the tunnel
+	// tests (RunTunnelTests) rather than skipping them.
+	mustTunnel bool
+}
+
+// newSuite checks h and fills in its defaults.
+func newSuite(t *testing.T, h Harness) *suite {
+	t.Helper()
+	if h.NewProvider == nil {
+		t.Fatal("sandboxtest: Harness.NewProvider is nil")
+	}
+	if h.Command == nil {
+		h.Command = Shell
+	}
+	if h.Options == nil {
+		h.Options = func(t *testing.T) driver.Options { return driver.Options{Workdir: t.TempDir()} }
+	}
+	return &suite{h: h}
+}
+
+// RunTunnelTests runs only the suite's driver.Tunneler tests (also part
+// of RunConformanceTests, which skips them for a provider without
+// tunnels), for a provider's own tests of its tunnel: there, a sandbox
+// that is no driver.Tunneler fails them.
+func RunTunnelTests(t *testing.T, h Harness) {
+	t.Helper()
+	s := newSuite(t, h)
+	s.mustTunnel = true
+	t.Run("Tunnel", s.testTunnel)
+	t.Run("TunnelEndsWithLease", s.testTunnelEndsWithLease)
+}
 
 // provider makes the provider for one subtest.
 func (s *suite) provider(t *testing.T) driver.Provider {
