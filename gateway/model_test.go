@@ -157,10 +157,10 @@ func TestPathChecks(t *testing.T) {
 	}
 	// The paths that are fine reach the upstream where they should.
 	for path, want := range map[string]string{
-		"/_outpost/0":             "/base",
-		"/_outpost/0/":            "/base/",
+		"/_outpost/0":              "/base",
+		"/_outpost/0/":             "/base/",
 		"/_outpost/0/v1/a%20b/..c": "/base/v1/a%20b/..c",
-		"/_outpost/0/v1//x":       "/base/v1//x",
+		"/_outpost/0/v1//x":        "/base/v1//x",
 	} {
 		raw(t, f.addr, "GET "+path+" HTTP/1.1\r\nHost: x\r\nx-api-key: "+gr.Token()+"\r\nConnection: close\r\n\r\n")
 		if got := up.last(t).URL.EscapedPath(); got != want {
