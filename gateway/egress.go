@@ -170,6 +170,7 @@ func (g *Gateway) egressProxy() *httputil.ReverseProxy {
 		},
 		Transport:     tr,
 		FlushInterval: -1,
+		BufferPool:    g.buffers,
 		ErrorLog:      g.srv.ErrorLog,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			code := http.StatusBadGateway

@@ -180,14 +180,15 @@ type Options struct {
 
 // Gateway is the proxy. It is safe for concurrent use.
 type Gateway struct {
-	opts   Options
-	log    *slog.Logger // never nil: a discarding one when Options.Logger is
-	ctx    context.Context
-	cancel context.CancelFunc
-	srv    *http.Server
-	model  *httputil.ReverseProxy
-	egress *httputil.ReverseProxy
-	dialer *net.Dialer
+	opts    Options
+	log     *slog.Logger // never nil: a discarding one when Options.Logger is
+	ctx     context.Context
+	cancel  context.CancelFunc
+	srv     *http.Server
+	model   *httputil.ReverseProxy
+	egress  *httputil.ReverseProxy
+	dialer  *net.Dialer
+	buffers *bufferPool
 
 	mu     sync.Mutex
 	grants map[[sha256.Size]byte]*Grant
@@ -226,6 +227,7 @@ func New(o Options) *Gateway {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(discard{}, "", 0),
 	}
+	g.buffers = &bufferPool{}
 	g.model = g.modelProxy()
 	g.egress = g.egressProxy()
 	return g

@@ -75,3 +75,16 @@ func (c *limitConn) CloseWrite() error {
 	}
 	return c.Conn.Close()
 }
+
+// bufferPool lends the proxies their copy buffers (httputil.BufferPool),
+// so a streamed reply costs no 32 KiB allocation per request.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }

@@ -151,6 +151,7 @@ func (g *Gateway) modelProxy() *httputil.ReverseProxy {
 		Rewrite:       rewrite,
 		Transport:     g.opts.Transport,
 		FlushInterval: -1,
+		BufferPool:    g.buffers,
 		ErrorLog:      g.srv.ErrorLog,
 		ModifyResponse: func(resp *http.Response) error {
 			if at, _ := resp.Request.Context().Value(meterKey{}).(meterAt); at.m != nil {
