@@ -24,7 +24,8 @@ func TestConnect(t *testing.T) {
 	target := newTCPTarget(t, echoUntilEOF)
 	f := newFixture(t, Options{})
 	_, port, _ := net.SplitHostPort(target.addr())
-	gr := f.grant(GrantOptions{Allow: []string{"127.0.0.1:" + port, "*.example.org", f.addr}})
+	_, gwPort, _ := net.SplitHostPort(f.addr)
+	gr := f.grant(GrantOptions{Allow: []string{"127.0.0.1:" + port, "*.example.org", f.addr, "localhost:" + gwPort}})
 	other := f.grant(GrantOptions{Allow: []string{"api.example.com"}})
 	auth := basic("outpost", gr.Token())
 	t.Run("allowed", func(t *testing.T) {
@@ -54,6 +55,7 @@ func TestConnect(t *testing.T) {
 		{"off the list (port)", "127.0.0.1:1", auth, http.StatusForbidden},
 		{"off the list (name)", "example.org:443", auth, http.StatusForbidden},
 		{"the gateway itself", f.addr, auth, http.StatusForbidden},
+		{"the gateway by name", "localhost:" + gwPort, auth, http.StatusForbidden},
 		{"malformed target", "a b:443", auth, http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

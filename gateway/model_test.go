@@ -419,3 +419,25 @@ func TestGrantChecks(t *testing.T) {
 		t.Errorf("Listen after Close: %v", err)
 	}
 }
+
+// quotingTransport fails with an error that quotes the request's URL, as
+// a transport may.
+type quotingTransport struct{}
+
+func (quotingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return nil, errors.New("cannot reach " + r.URL.String())
+}
+
+// TestUpstreamErrorRedacted: an upstream error that quotes the URL (and
+// so the key query parameter) is logged without the secret.
+func TestUpstreamErrorRedacted(t *testing.T) {
+	f := newFixture(t, Options{Transport: quotingTransport{}})
+	gr := f.grant(GrantOptions{Routes: []Route{{Upstream: "http://upstream.invalid/v1beta", Secret: secret, Credential: QueryKey}}})
+	req, _ := http.NewRequest(http.MethodPost, gr.BaseURL(f.addr, 0)+"/models/x?key="+gr.Token(), strings.NewReader("{}"))
+	if g := do(t, req); g.code != http.StatusBadGateway {
+		t.Errorf("got %d %q", g.code, g.body)
+	}
+	if !strings.Contains(f.logs.String(), "key=[secret]") {
+		t.Errorf("the log does not hold the redacted error: %s", f.logs)
+	}
+}
