@@ -361,7 +361,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		slog.Int("status", rec.status()), slog.Duration("duration", time.Since(start)))
 }
 
-// recorder remembers the status written, for the log record.
+// recorder remembers the status written, for the log record (none
+// written: net/http's implicit 200).
 type recorder struct {
 	http.ResponseWriter
 	code int
@@ -374,14 +375,12 @@ func (r *recorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
-func (r *recorder) Write(b []byte) (int, error) {
+func (r *recorder) status() int {
 	if r.code == 0 {
-		r.code = http.StatusOK
+		return http.StatusOK
 	}
-	return r.ResponseWriter.Write(b)
+	return r.code
 }
-
-func (r *recorder) status() int { return r.code }
 
 // Unwrap lets http.ResponseController reach Flush and Hijack.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

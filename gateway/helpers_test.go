@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/base64"
 	"io"
 	"log/slog"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/outposthq/outpost/internal/testenv"
 )
 
 // secret is the real credential of every test route: it must never
@@ -25,30 +26,13 @@ type fixture struct {
 	t    *testing.T
 	g    *Gateway
 	addr string
-	logs *syncBuffer
+	logs *testenv.LockedBuffer
 	toks []string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newFixture(t *testing.T, o Options) *fixture {
 	t.Helper()
-	f := &fixture{t: t, logs: &syncBuffer{}}
+	f := &fixture{t: t, logs: &testenv.LockedBuffer{}}
 	o.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f.g = New(o)
 	addr, err := f.g.Listen()
