@@ -157,12 +157,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request) (*Grant, strin
 // of its own environment and never dials the gateway.
 func (g *Gateway) egressProxy() *httputil.ReverseProxy {
 	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           g.dialer.DialContext,
-		MaxIdleConns:          64,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 0,
+		Proxy:              nil,
+		DialContext:        g.dialer.DialContext,
+		MaxIdleConns:       64,
+		IdleConnTimeout:    90 * time.Second,
+		DisableCompression: true,
 	}
+	g.egressT = tr
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", pr.In.URL.Host

@@ -220,6 +220,9 @@ func TestClose(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Errorf("Serve returned %v, want nil", err)
 	}
+	if g.isSelf(ln.Addr().String()) {
+		t.Error("the listener's address is still the gateway's after Serve returned")
+	}
 	_, _ = io.ReadAll(br) // hangs when the tunnel outlives Close
 	if gr.ctx.Err() == nil {
 		t.Error("the grant outlived Close")

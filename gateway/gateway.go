@@ -160,7 +160,10 @@ func (gr *Grant) Revoke() {
 
 // Options configure a Gateway. The zero value is ready to use.
 type Options struct {
-	// Transport reaches the model upstreams; default http.DefaultTransport.
+	// Transport reaches the model upstreams. Default: a clone of
+	// http.DefaultTransport (so the host's proxy variables apply) that
+	// never asks for compression itself, so a response reaches the agent
+	// encoded as the upstream sent it.
 	Transport http.RoundTripper
 	// Logger, when set, receives one debug record per request (grant id,
 	// route or egress target, status, duration) and the gateway's errors.
@@ -189,6 +192,8 @@ type Gateway struct {
 	egress  *httputil.ReverseProxy
 	dialer  *net.Dialer
 	buffers *bufferPool
+	own     *http.Transport // the model transport when New made it
+	egressT *http.Transport
 
 	mu     sync.Mutex
 	grants map[[sha256.Size]byte]*Grant
@@ -199,8 +204,11 @@ type Gateway struct {
 
 // New returns a gateway with no grants that listens nowhere yet.
 func New(o Options) *Gateway {
+	var own *http.Transport
 	if o.Transport == nil {
-		o.Transport = http.DefaultTransport
+		own = http.DefaultTransport.(*http.Transport).Clone()
+		own.DisableCompression = true
+		o.Transport = own
 	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = 512
@@ -214,7 +222,7 @@ func New(o Options) *Gateway {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 30 * time.Second
 	}
-	g := &Gateway{opts: o, log: o.Logger, grants: map[[sha256.Size]byte]*Grant{}, self: map[string]bool{}}
+	g := &Gateway{opts: o, log: o.Logger, own: own, grants: map[[sha256.Size]byte]*Grant{}, self: map[string]bool{}}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -299,6 +307,11 @@ func (g *Gateway) Serve(l net.Listener) error {
 		g.mu.Lock()
 		g.self[a.String()] = true
 		g.mu.Unlock()
+		defer func() {
+			g.mu.Lock()
+			delete(g.self, a.String())
+			g.mu.Unlock()
+		}()
 	}
 	err := g.srv.Serve(g.limit(l))
 	if errors.Is(err, http.ErrServerClosed) {
@@ -315,7 +328,12 @@ func (g *Gateway) Close() error {
 	clear(g.grants)
 	g.mu.Unlock()
 	g.cancel()
-	return g.srv.Close()
+	err := g.srv.Close()
+	g.egressT.CloseIdleConnections()
+	if g.own != nil {
+		g.own.CloseIdleConnections()
+	}
+	return err
 }
 
 // lookup returns the live grant of token, or nil: one map access by the

@@ -441,3 +441,19 @@ func TestUpstreamErrorRedacted(t *testing.T) {
 		t.Errorf("the log does not hold the redacted error: %s", f.logs)
 	}
 }
+
+// TestEncodingUnchanged: the gateway asks for no compression the agent
+// did not ask for, and passes an encoded body through still encoded.
+func TestEncodingUnchanged(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("X-Asked", r.Header.Get("Accept-Encoding"))
+		_, _ = io.WriteString(w, "not really gzip")
+	})
+	f := newFixture(t, Options{})
+	gr := f.grant(GrantOptions{Routes: []Route{{Upstream: up.URL, Secret: secret, Credential: XAPIKey}}})
+	g := raw(t, f.addr, "GET /_outpost/0/x HTTP/1.1\r\nHost: x\r\nx-api-key: "+gr.Token()+"\r\nConnection: close\r\n\r\n")
+	if g.code != 200 || g.header.Get("X-Asked") != "" || g.header.Get("Content-Encoding") != "gzip" || g.body != "not really gzip" {
+		t.Errorf("got %d %v %q", g.code, g.header, g.body)
+	}
+}
