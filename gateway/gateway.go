@@ -53,6 +53,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -94,8 +95,9 @@ type Route struct {
 // budget) by returning the response to give the agent, in the upstream's
 // own shape; the upstream is then not contacted. After receives the
 // upstream's response before it is copied to the agent, and may wrap its
-// Body to read usage as it streams. Both are called from the request's
-// goroutine; route is the index of the grant's Route.
+// Body to read usage as it streams (resp.Request is the request sent
+// upstream: it carries the real credential). Both are called from the
+// request's goroutine; route is the index of the grant's Route.
 type Meter interface {
 	Before(r *http.Request, route int) *http.Response
 	After(resp *http.Response, route int)
@@ -243,6 +245,7 @@ func New(o Options) *Gateway {
 
 // Grant makes a grant with a fresh random token.
 func (g *Gateway) Grant(o GrantOptions) (*Grant, error) {
+	o.Routes, o.Allow = slices.Clone(o.Routes), slices.Clone(o.Allow) // the caller's slices may change
 	ups := make([]*url.URL, len(o.Routes))
 	for i, r := range o.Routes {
 		u, err := url.Parse(r.Upstream)
