@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
+	"github.com/outposthq/outpost/internal/fakeapi/gemini"
 )
 
 // TestCredentialSwap: whichever place the CLI puts the token in, the
@@ -455,5 +456,26 @@ func TestEncodingUnchanged(t *testing.T) {
 	g := raw(t, f.addr, "GET /_outpost/0/x HTTP/1.1\r\nHost: x\r\nx-api-key: "+gr.Token()+"\r\nConnection: close\r\n\r\n")
 	if g.code != 200 || g.header.Get("X-Asked") != "" || g.header.Get("Content-Encoding") != "gzip" || g.body != "not really gzip" {
 		t.Errorf("got %d %v %q", g.code, g.header, g.body)
+	}
+}
+
+// TestFakeGemini: the fake Gemini API streams a reply through the gateway
+// with the key in the query, as the route asks, whichever place the CLI
+// put the token in.
+func TestFakeGemini(t *testing.T) {
+	fake := gemini.Start(t, gemini.Config{})
+	f := newFixture(t, Options{})
+	gr := f.grant(GrantOptions{Routes: []Route{{Upstream: fake.URL(), Secret: secret, Credential: QueryKey}}})
+	body := `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`
+	req, _ := http.NewRequest(http.MethodPost, gr.BaseURL(f.addr, 0)+"/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", strings.NewReader(body))
+	req.Header.Set("x-goog-api-key", gr.Token())
+	req.Header.Set("content-type", "application/json")
+	g := do(t, req)
+	if g.code != 200 || !strings.Contains(g.body, "data: ") {
+		t.Fatalf("got %d %q", g.code, g.body)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 1 || reqs[0].APIKey() != secret || reqs[0].Header.Get("x-goog-api-key") != "" || !reqs[0].Stream {
+		t.Errorf("the fake saw %+v", reqs)
 	}
 }
