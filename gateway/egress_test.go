@@ -228,3 +228,50 @@ func TestClose(t *testing.T) {
 		t.Error("the grant outlived Close")
 	}
 }
+
+// TestConcurrentGrants: grants made, used and revoked at once (run with
+// -race): every call of a live grant succeeds, every one after its
+// Revoke gets 401.
+func TestConcurrentGrants(t *testing.T) {
+	up := newUpstream(t, nil)
+	f := newFixture(t, Options{})
+	errs := make(chan string, 64)
+	done := make(chan struct{})
+	for range 16 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			gr, err := f.g.Grant(GrantOptions{Routes: []Route{{Upstream: up.URL, Secret: secret, Credential: Bearer}}})
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			for i, want := range []int{200, 200, 401} {
+				if i == 2 {
+					gr.Revoke()
+				}
+				req, _ := http.NewRequest(http.MethodPost, gr.BaseURL(f.addr, 0)+"/v1/chat/completions", strings.NewReader("{}"))
+				req.Header.Set("Authorization", "Bearer "+gr.Token())
+				resp, err := noProxy.Do(req)
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != want {
+					errs <- fmt.Sprintf("call %d: %d, want %d", i, resp.StatusCode, want)
+				}
+			}
+		}()
+	}
+	for range 16 {
+		<-done
+	}
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if n := up.n.Load(); n != 32 {
+		t.Errorf("the upstream received %d calls, want 32", n)
+	}
+}
