@@ -1,0 +1,206 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// errSelf refuses a dial to the gateway's own address.
+var errSelf = errors.New("gateway: refusing to dial the gateway itself")
+
+// proxyGrant returns the grant whose token is the password of the
+// request's Proxy-Authorization Basic, or nil.
+func (g *Gateway) proxyGrant(r *http.Request) *Grant {
+	scheme, cred, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Proxy-Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return nil
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+	if err != nil {
+		return nil
+	}
+	_, pass, ok := strings.Cut(string(b), ":")
+	if !ok {
+		return nil
+	}
+	return g.lookup(pass)
+}
+
+// egressCheck authenticates an egress request and checks its target
+// against the grant's allowlist, writing the refusal when it fails.
+func (g *Gateway) egressCheck(w http.ResponseWriter, r *http.Request, hostport string, def int) (*Grant, target, bool) {
+	gr := g.proxyGrant(r)
+	if gr == nil {
+		refuse(w, http.StatusProxyAuthRequired, "proxy authentication required")
+		return nil, target{}, false
+	}
+	t, ok := parseTarget(hostport, def)
+	if !ok {
+		refuse(w, http.StatusBadRequest, "malformed proxy target")
+		return gr, t, false
+	}
+	if !allowed(gr.allow, t, def) {
+		refuse(w, http.StatusForbidden, "host not on the egress allowlist")
+		return gr, t, false
+	}
+	if g.isSelf(t.addr()) || isLocalAddr(r, t.addr()) {
+		refuse(w, http.StatusForbidden, "refusing to proxy to the gateway itself")
+		return gr, t, false
+	}
+	return gr, t, true
+}
+
+// connect serves CONNECT host:port: a tunnel to an allowed target that
+// ends when either side is done, or the grant or the gateway ends.
+func (g *Gateway) connect(w http.ResponseWriter, r *http.Request) (*Grant, string) {
+	gr, t, ok := g.egressCheck(w, r, r.Host, 443)
+	if !ok {
+		return gr, "connect"
+	}
+	what := "connect " + t.addr()
+	ctx, cancel := context.WithTimeout(gr.ctx, g.opts.DialTimeout)
+	stop := context.AfterFunc(r.Context(), cancel)
+	up, err := g.dialer.DialContext(ctx, "tcp", t.addr())
+	stop()
+	cancel()
+	if err != nil {
+		code := http.StatusBadGateway
+		if errors.Is(err, errSelf) {
+			code = http.StatusForbidden
+		}
+		g.log.Debug("gateway: egress dial failed", "grant", gr.id, "target", t.addr(), "error", err.Error())
+		refuse(w, code, "cannot reach the target")
+		return gr, what
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		_ = up.Close()
+		refuse(w, http.StatusInternalServerError, "cannot tunnel on this connection")
+		return gr, what
+	}
+	if rec, ok := w.(*recorder); ok {
+		rec.code = http.StatusOK
+	}
+	_ = conn.SetDeadline(time.Time{})
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		_ = conn.Close()
+		_ = up.Close()
+		return gr, what
+	}
+	pipe(gr.ctx, conn, brw.Reader, up)
+	return gr, what
+}
+
+// pipe copies both ways between the client (read through its buffered
+// reader) and the upstream, half-closing each side when the other ends;
+// it returns when both directions are done or ctx ends.
+func pipe(ctx context.Context, client net.Conn, fromClient io.Reader, up net.Conn) {
+	var once sync.Once
+	closeBoth := func() {
+		once.Do(func() {
+			_ = client.Close()
+			_ = up.Close()
+		})
+	}
+	stop := context.AfterFunc(ctx, closeBoth)
+	defer stop()
+	defer closeBoth()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(up, fromClient)
+		closeWrite(up)
+	}()
+	_, _ = io.Copy(client, up)
+	closeWrite(client)
+	<-done
+}
+
+// closeWrite half-closes c when it can, else closes it.
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// forward serves an absolute-URI plain-HTTP proxy request to an allowed
+// host.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request) (*Grant, string) {
+	if r.URL.Scheme != "http" {
+		refuse(w, http.StatusBadRequest, "only http:// URLs are proxied; use CONNECT for https")
+		return nil, "forward"
+	}
+	gr, t, ok := g.egressCheck(w, r, r.URL.Host, 80)
+	if !ok {
+		return gr, "forward"
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(gr.ctx, cancel)
+	defer stop()
+	g.egress.ServeHTTP(w, r.WithContext(ctx))
+	return gr, "forward " + t.addr()
+}
+
+// egressProxy forwards plain-HTTP proxy requests; it never uses a proxy
+// of its own environment and never dials the gateway.
+func (g *Gateway) egressProxy() *httputil.ReverseProxy {
+	tr := &http.Transport{
+		Proxy:              nil,
+		DialContext:        g.dialer.DialContext,
+		MaxIdleConns:       64,
+		IdleConnTimeout:    90 * time.Second,
+		DisableCompression: true,
+	}
+	g.egressT = tr
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", pr.In.URL.Host
+			pr.Out.Host = pr.In.Host
+		},
+		Transport:     tr,
+		FlushInterval: -1,
+		BufferPool:    g.buffers,
+		ErrorLog:      g.srv.ErrorLog,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			code := http.StatusBadGateway
+			if errors.Is(err, errSelf) {
+				code = http.StatusForbidden
+			}
+			refuse(w, code, "cannot reach the target")
+		},
+	}
+}
+
+// refuseSelf is the dialer's Control: it refuses the addresses the
+// gateway listens on, once a name is resolved.
+func (g *Gateway) refuseSelf(_, address string, _ syscall.RawConn) error {
+	if g.isSelf(address) {
+		return errSelf
+	}
+	return nil
+}
+
+func (g *Gateway) isSelf(addr string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.self[addr]
+}
+
+// isLocalAddr says whether addr is the local address the request came in
+// on (a gateway reached through a listener it does not know the address of).
+func isLocalAddr(r *http.Request, addr string) bool {
+	a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return ok && a.Network() == "tcp" && a.String() == addr
+}

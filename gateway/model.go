@@ -1,0 +1,261 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// credentialHeaders are the request headers a CLI may put its key in:
+// every one is removed before a call is forwarded.
+var credentialHeaders = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"}
+
+// call is what the model proxy's Rewrite needs of a checked request.
+type call struct {
+	route Route
+	up    *url.URL
+	path  string // the decoded path to append to the upstream's
+	raw   string // the same, escaped as the client sent it
+	bare  bool   // /_outpost/<i> without a slash: the base URL itself
+}
+
+type callKey struct{}
+
+func isModelPath(p string) bool { return strings.HasPrefix(p, PathPrefix) }
+
+// presented returns the tokens the request carries in its credential
+// places (several when a CLI sends its key twice).
+func presented(r *http.Request) []string {
+	var out []string
+	for _, h := range credentialHeaders {
+		for _, v := range r.Header.Values(h) {
+			if scheme, rest, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
+				v = strings.TrimSpace(rest)
+			}
+			out = append(out, v)
+		}
+	}
+	for _, kv := range strings.Split(r.URL.RawQuery, "&") {
+		if name, v, _ := strings.Cut(kv, "="); queryName(name) == "key" {
+			if u, err := url.QueryUnescape(v); err == nil {
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
+func queryName(name string) string {
+	if u, err := url.QueryUnescape(name); err == nil {
+		return u
+	}
+	return name
+}
+
+// grantOf returns the live grant of the first live token the request
+// carries, or nil.
+func (g *Gateway) grantOf(r *http.Request) *Grant {
+	for _, t := range presented(r) {
+		if gr := g.lookup(t); gr != nil {
+			return gr
+		}
+	}
+	return nil
+}
+
+// splitModelPath splits /_outpost/<i>/<rest> (escaped as sent) into the
+// route index and the rest, decoded and escaped. It refuses dot segments,
+// encoded slashes, backslashes and NULs, bad escapes and invalid UTF-8, so
+// the path can never leave the upstream's base path.
+func splitModelPath(escaped string) (i int, c call, msg string) {
+	rest, ok := strings.CutPrefix(escaped, PathPrefix)
+	if !ok {
+		return 0, c, "unknown path"
+	}
+	idx, raw, slash := strings.Cut(rest, "/")
+	i, err := strconv.Atoi(idx)
+	if err != nil || i < 0 || idx != strconv.Itoa(i) {
+		return 0, c, "unknown route"
+	}
+	segs := strings.Split(raw, "/")
+	for k, s := range segs {
+		d, err := url.PathUnescape(s)
+		switch {
+		case err != nil:
+			return 0, c, "malformed path"
+		case d == "." || d == ".." || strings.ContainsAny(d, "/\\\x00"):
+			return 0, c, "path escapes the route"
+		case !utf8.ValidString(d):
+			return 0, c, "path is not UTF-8"
+		}
+		segs[k] = d
+	}
+	return i, call{path: strings.Join(segs, "/"), raw: raw, bare: !slash}, ""
+}
+
+// modelCall checks and forwards one model call.
+func (g *Gateway) modelCall(w http.ResponseWriter, r *http.Request) (*Grant, string) {
+	if !isModelPath(r.URL.Path) {
+		refuse(w, http.StatusNotFound, "unknown path")
+		return nil, "-"
+	}
+	gr := g.grantOf(r)
+	if gr == nil {
+		refuse(w, http.StatusUnauthorized, "invalid or expired token")
+		return nil, "-"
+	}
+	i, c, msg := splitModelPath(r.URL.EscapedPath())
+	if msg == "unknown route" || (msg == "" && i >= len(gr.opts.Routes)) {
+		refuse(w, http.StatusNotFound, "unknown route")
+		return gr, "-"
+	}
+	if msg != "" {
+		refuse(w, http.StatusBadRequest, msg)
+		return gr, "-"
+	}
+	what := "route " + strconv.Itoa(i)
+	if m := gr.opts.Meter; m != nil {
+		if resp := m.Before(r, i); resp != nil {
+			writeResponse(w, resp)
+			return gr, what
+		}
+	}
+	// The call ends when the client goes, or the grant is revoked.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(gr.ctx, cancel)
+	defer stop()
+	c.route, c.up = gr.opts.Routes[i], gr.ups[i]
+	ctx = context.WithValue(ctx, callKey{}, &c)
+	ctx = context.WithValue(ctx, meterKey{}, meterAt{gr.opts.Meter, i})
+	g.model.ServeHTTP(w, r.WithContext(ctx))
+	return gr, what
+}
+
+type meterKey struct{}
+
+type meterAt struct {
+	m Meter
+	i int
+}
+
+// modelProxy is the reverse proxy of model calls.
+func (g *Gateway) modelProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:       rewrite,
+		Transport:     g.opts.Transport,
+		FlushInterval: -1,
+		BufferPool:    g.buffers,
+		ErrorLog:      g.srv.ErrorLog,
+		ModifyResponse: func(resp *http.Response) error {
+			if at, _ := resp.Request.Context().Value(meterKey{}).(meterAt); at.m != nil {
+				at.m.After(resp, at.i)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			c, _ := r.Context().Value(callKey{}).(*call)
+			if c != nil {
+				// The error may quote the upstream URL, whose query can
+				// hold the secret: never log it unredacted.
+				g.log.Debug("gateway: upstream failed", "upstream", c.up.Host, "error", redact(err.Error(), c.route.Secret))
+			}
+			refuse(w, http.StatusBadGateway, "upstream unreachable")
+		},
+	}
+}
+
+// rewrite points the outgoing request at the route's upstream, with the
+// real credential in place of every token.
+func rewrite(pr *httputil.ProxyRequest) {
+	c := pr.In.Context().Value(callKey{}).(*call)
+	out := pr.Out
+	for _, h := range credentialHeaders {
+		out.Header.Del(h)
+	}
+	base := strings.TrimSuffix(c.up.Path, "/")
+	rawBase := strings.TrimSuffix(c.up.EscapedPath(), "/")
+	u := &url.URL{Scheme: c.up.Scheme, Host: c.up.Host, Path: base + "/" + c.path, RawPath: rawBase + "/" + c.raw}
+	if c.bare {
+		u.Path, u.RawPath = c.up.Path, c.up.RawPath
+	}
+	q := withoutKey(out.URL.RawQuery)
+	if c.up.RawQuery != "" {
+		q = joinQuery(c.up.RawQuery, q)
+	}
+	switch c.route.Credential {
+	case XAPIKey:
+		out.Header.Set("X-Api-Key", c.route.Secret)
+	case GoogAPIKey:
+		out.Header.Set("X-Goog-Api-Key", c.route.Secret)
+	case Bearer:
+		out.Header.Set("Authorization", "Bearer "+c.route.Secret)
+	case QueryKey:
+		q = joinQuery(q, "key="+url.QueryEscape(c.route.Secret))
+	}
+	u.RawQuery = q
+	out.URL = u
+	out.Host = ""
+}
+
+// withoutKey drops every key parameter of a raw query, keeping the rest
+// byte for byte.
+func withoutKey(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	kept := make([]string, 0, 4)
+	for _, kv := range strings.Split(raw, "&") {
+		if name, _, _ := strings.Cut(kv, "="); queryName(name) != "key" {
+			kept = append(kept, kv)
+		}
+	}
+	return strings.Join(kept, "&")
+}
+
+func joinQuery(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "&" + b
+}
+
+// refuse writes the gateway's own error: a JSON body naming the problem,
+// never a token or a secret.
+func refuse(w http.ResponseWriter, code int, msg string) {
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": "outpost_gateway", "message": "outpost gateway: " + msg}})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("X-Content-Type-Options", "nosniff")
+	if code == http.StatusProxyAuthRequired {
+		h.Set("Proxy-Authenticate", `Basic realm="outpost"`)
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// writeResponse writes a Meter's refusal.
+func writeResponse(w http.ResponseWriter, resp *http.Response) {
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	if resp.Body != nil {
+		_, _ = io.Copy(w, resp.Body)
+		_ = resp.Body.Close()
+	}
+}
+
+func redact(s, secret string) string {
+	if secret == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, secret, "[secret]")
+}
