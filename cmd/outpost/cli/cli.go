@@ -19,6 +19,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
@@ -169,6 +170,10 @@ type AgentRow struct {
 	Forkable  bool   `json:"forkable"`
 	Live      bool   `json:"live_input"`
 	Bootstrap string `json:"bootstrap,omitempty"`
+	// Keyless says whether the preset's secrets can stay out of the
+	// sandbox (the credential gateway, docs/security.md): "yes", "base-url"
+	// (when its base-URL variable is set on the host) or "no".
+	Keyless string `json:"keyless"`
 	// Kind, Package and Program come from the pin: "npm", "archive" or
 	// "self" (outpost's own binary); the npm package; the executable.
 	Kind    string `json:"kind,omitempty"`
@@ -183,13 +188,29 @@ func Agents(inst *bootstrap.Installer) []AgentRow {
 	var rows []AgentRow
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
-		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap}
+		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: keyless(h)}
 		if pin, ok := inst.Pin(h.Bootstrap); ok && h.Bootstrap != "" {
 			r.Version, r.Kind, r.Package, r.Program = pin.Version, string(pin.Kind), pin.Package, pin.Program
 		}
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// keyless is AgentRow.Keyless: "yes" when an endpoint has a default
+// upstream, "base-url" when one applies with its base-URL variable set,
+// "no" without endpoints.
+func keyless(h *harness.Harness) string {
+	v := "no"
+	for _, ep := range h.Endpoints {
+		switch {
+		case ep.BaseURL != "" && ep.Default != "":
+			return "yes"
+		case ep.BaseURL != "":
+			v = "base-url"
+		}
+	}
+	return v
 }
 
 func (a *app) agentsCmd() *cobra.Command {
@@ -203,9 +224,9 @@ func (a *app) agentsCmd() *cobra.Command {
 			if asJSON {
 				return writeJSONLines(a.stdout, rows)
 			}
-			tw := newTable(a.stdout, "AGENT", "VERSION", "RESUME", "FORK", "LIVE INPUT", "BOOTSTRAP")
+			tw := newTable(a.stdout, "AGENT", "VERSION", "RESUME", "FORK", "LIVE INPUT", "KEYLESS", "BOOTSTRAP")
 			for _, r := range rows {
-				tw.row(r.Name, r.Version, yes(r.Resumable), yes(r.Forkable), yes(r.Live), r.Bootstrap)
+				tw.row(r.Name, r.Version, yes(r.Resumable), yes(r.Forkable), yes(r.Live), r.Keyless, r.Bootstrap)
 			}
 			return tw.flush()
 		},
