@@ -36,6 +36,23 @@ const (
 	EgressUnenforced = "unenforced"
 )
 
+// Keyless says whether a preset's secrets can stay out of the sandbox
+// (`outpost agents`, column KEYLESS): "yes" when an endpoint has a
+// default upstream, "base-url" when one applies once its base-URL
+// variable is set on the host, "no" without endpoints.
+func Keyless(h *harness.Harness) string {
+	v := "no"
+	for _, ep := range h.Endpoints {
+		switch {
+		case ep.BaseURL != "" && ep.Default != "":
+			return "yes"
+		case ep.BaseURL != "":
+			v = "base-url"
+		}
+	}
+	return v
+}
+
 // keyless is a turn's use of the credential gateway (docs/security.md).
 type keyless struct {
 	eps     []harness.Endpoint // the applicable endpoints, parallel to routes
@@ -55,35 +72,47 @@ var allowRE = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])
 
 // checkKeyless refuses unknown modes and malformed allowlist entries.
 func (e *engine) checkKeyless() error {
-	o := e.o
-	switch o.Secrets {
+	return CheckModes(e.o.Secrets, e.o.Egress, e.o.EgressAllow)
+}
+
+// CheckModes checks a secrets mode, an egress mode and an egress
+// allowlist as RunOptions take them (errors have code configuration): a
+// server refuses a request with them before it queues the turn.
+func CheckModes(secrets, egress string, allow []string) error {
+	switch secrets {
 	case "", SecretsGateway, SecretsEnv:
 	default:
-		return refuse(outpost.Configuration, "secrets mode %q: want %q or %q", o.Secrets, SecretsGateway, SecretsEnv)
+		return refuse(outpost.Configuration, "secrets mode %q: want %q or %q", secrets, SecretsGateway, SecretsEnv)
 	}
-	switch o.Egress {
+	switch egress {
 	case "", EgressGateway, EgressOpen:
 	default:
-		return refuse(outpost.Configuration, "egress mode %q: want %q or %q", o.Egress, EgressGateway, EgressOpen)
+		return refuse(outpost.Configuration, "egress mode %q: want %q or %q", egress, EgressGateway, EgressOpen)
 	}
-	for _, a := range o.EgressAllow {
+	for _, a := range allow {
 		if !allowRE.MatchString(a) {
 			return refuse(outpost.Configuration, "egress allowlist entry %q: want a host name, *.domain, each with an optional :port", a)
 		}
 	}
-	if len(o.EgressAllow) > 0 && o.Egress == EgressOpen {
+	if len(allow) > 0 && egress == EgressOpen {
 		return refuse(outpost.Configuration, "an egress allowlist needs egress mode %q, not %q", EgressGateway, EgressOpen)
 	}
 	return nil
 }
 
-// egressMode is the egress the turn asks of its sandbox: RunOptions.Egress,
-// by default gateway where the provider enforces it, open elsewhere.
+// egressMode is the egress the turn asks of its sandbox (EgressFor).
 func (e *engine) egressMode() driver.Egress {
+	return EgressFor(e.caps(), e.o.Egress, e.o.EgressAllow)
+}
+
+// EgressFor is the egress a turn asks of a sandbox of a provider with
+// caps: egress (RunOptions.Egress) when set; else gateway with an
+// allowlist or where the provider enforces it, open elsewhere.
+func EgressFor(caps driver.Capabilities, egress string, allow []string) driver.Egress {
 	switch {
-	case e.o.Egress != "":
-		return driver.Egress(e.o.Egress)
-	case len(e.o.EgressAllow) > 0, e.caps().Egress:
+	case egress != "":
+		return driver.Egress(egress)
+	case len(allow) > 0, caps.Egress:
 		return driver.EgressGateway
 	}
 	return driver.EgressOpen

@@ -24,6 +24,9 @@ type PoolKey struct {
 	Provider string
 	Settings map[string]string
 	Workdir  string
+	// Egress is the driver.Options.Egress the sandboxes are opened with
+	// (EgressFor); "" is the provider's default network.
+	Egress driver.Egress
 }
 
 // String is the key's canonical form: equal keys give equal strings.
@@ -34,6 +37,9 @@ func (k PoolKey) String() string {
 		fmt.Fprintf(&b, ",%s=%q", name, k.Settings[name])
 	}
 	fmt.Fprintf(&b, ",workdir=%q", k.Workdir)
+	if k.Egress != "" && k.Egress != driver.EgressOpen {
+		fmt.Fprintf(&b, ",egress=%s", k.Egress)
+	}
 	return b.String()
 }
 
@@ -358,7 +364,7 @@ func (p *Pool) open(ctx context.Context, key PoolKey) (*Lease, error) {
 		labels = map[string]string{}
 	}
 	labels[PoolLabel] = "1"
-	opts := driver.Options{Workdir: key.Workdir, Labels: labels}
+	opts := driver.Options{Workdir: key.Workdir, Labels: labels, Egress: key.Egress}
 	for _, h := range p.o.Bootstrap {
 		for _, m := range CacheMounts(p.inst, pr.Capabilities(), h.Bootstrap) {
 			if !slices.ContainsFunc(opts.Mounts, func(o driver.Mount) bool { return o.Source == m.Source && o.Target == m.Target }) {

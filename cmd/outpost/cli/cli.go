@@ -19,7 +19,6 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
-	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
@@ -188,29 +187,13 @@ func Agents(inst *bootstrap.Installer) []AgentRow {
 	var rows []AgentRow
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
-		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: keyless(h)}
+		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: sandbox.Keyless(h)}
 		if pin, ok := inst.Pin(h.Bootstrap); ok && h.Bootstrap != "" {
 			r.Version, r.Kind, r.Package, r.Program = pin.Version, string(pin.Kind), pin.Package, pin.Program
 		}
 		rows = append(rows, r)
 	}
 	return rows
-}
-
-// keyless is AgentRow.Keyless: "yes" when an endpoint has a default
-// upstream, "base-url" when one applies with its base-URL variable set,
-// "no" without endpoints.
-func keyless(h *harness.Harness) string {
-	v := "no"
-	for _, ep := range h.Endpoints {
-		switch {
-		case ep.BaseURL != "" && ep.Default != "":
-			return "yes"
-		case ep.BaseURL != "":
-			v = "base-url"
-		}
-	}
-	return v
 }
 
 func (a *app) agentsCmd() *cobra.Command {
