@@ -210,10 +210,14 @@ func (e *engine) grantOptions() gateway.GrantOptions {
 // can reach neither falls back to env, with a notice.
 func (e *engine) openGateway(ctx context.Context, lease *Lease, outer *keyless) error {
 	k := &e.kl
-	if outer != nil && outer.grant != nil {
-		// A steered resume or a repair: the outer turn's grant.
+	if outer != nil {
+		// A steered resume or a repair: the outer turn's grant, if any
+		// (its notice was given once, by the outer turn).
 		k.grant, k.addr, k.shared = outer.grant, outer.addr, true
 		k.eps, k.routes, k.secrets = outer.eps, outer.routes, outer.secrets
+		if k.grant == nil {
+			return nil
+		}
 		return e.rekey()
 	}
 	proxy := k.egress == driver.EgressGateway && len(e.o.EgressAllow) > 0

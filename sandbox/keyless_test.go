@@ -51,7 +51,9 @@ func (k *keyEnv) last() map[string]string {
 func keyHarness(def string) *harness.Harness {
 	return &harness.Harness{
 		Name:    "keyagent",
-		Request: func(harness.Input) (harness.Command, error) { return harness.Command{Path: "keyagent"}, nil },
+		Request: func(in harness.Input) (harness.Command, error) {
+			return harness.Command{Path: "keyagent", Args: []string{in.Prompt}}, nil
+		},
 		Events:  echo.Events,
 		Credentials: func(vars harness.Vars) (harness.Plan, error) {
 			var p harness.Plan
@@ -96,6 +98,9 @@ func keyProgram(seen *keyEnv) memsandbox.Program {
 				resp.Body.Close()
 				answer = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 			}
+		}
+		if len(p.Args) > 0 && p.Args[0] == "leak" {
+			answer += " token " + p.Env[keyVar]
 		}
 		line, _ := json.Marshal(map[string]string{"type": "done", "text": answer})
 		fmt.Fprintf(p.Stdout, "%s\n", line)
@@ -195,7 +200,11 @@ func runOnLease(t *testing.T, lease *sandbox.Lease, h *harness.Harness, seen *ke
 	if mod != nil {
 		mod(o)
 	}
-	out.res, out.err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "hi", Workdir: t.TempDir()}, o)
+	prompt := "hi"
+	if o.Raw { // the tests' way of asking the agent to print its key
+		prompt = "leak"
+	}
+	out.res, out.err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: prompt, Workdir: t.TempDir()}, o)
 	out.env = seen.last()
 	out.files = map[string]string{}
 	sb := lease.Sandbox()
@@ -278,6 +287,12 @@ func TestKeylessGateway(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized || len(up.received()) != 1 {
 		t.Errorf("after the turn: status %d, upstream saw %d requests; want 401 and 1", resp.StatusCode, len(up.received()))
+	}
+	// The token is redacted like the key: an agent that prints it shows
+	// nothing of it.
+	r3 := runOnLease(t, lease, keyHarness(""), seen, []string{keyVar + "=" + realKey, keyBaseVar + "=" + up.URL}, func(o *sandbox.RunOptions) { o.Gateway, o.Raw = gw, true })
+	if tok := seen.last()[keyVar]; r3.err != nil || strings.Contains(r3.res.Text, tok) || !strings.Contains(r3.res.Text, "token [REDACTED]") {
+		t.Errorf("an agent printing its token: %v, answer %q", r3.err, r3.res.Text)
 	}
 	// A second turn on the same lease gets a new token, and the plans
 	// again.
