@@ -147,9 +147,27 @@ func (e *engine) planKeyless() {
 	switch {
 	case len(e.h.Endpoints) == 0:
 		k.why = "the preset's CLI cannot be pointed at the credential gateway (no base URL setting)"
+	case e.explicitEndpointVar():
+		k.why = "a variable of the preset's endpoint is given explicitly (--env), and is passed as it is"
 	default:
 		k.why = "the credential in use is not one the gateway can hold (set the preset's API key, and the base URL where it has no default)"
 	}
+}
+
+// explicitEndpointVar reports whether the caller's explicit variables
+// set one of an endpoint's.
+func (e *engine) explicitEndpointVar() bool {
+	for _, ep := range e.h.Endpoints {
+		if _, ok := e.t.Env[ep.BaseURL]; ok {
+			return true
+		}
+		for _, s := range ep.Secrets {
+			if _, ok := e.t.Env[s.Variable]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // route is the gateway route of an endpoint, when it applies.

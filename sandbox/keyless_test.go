@@ -50,11 +50,11 @@ func (k *keyEnv) last() map[string]string {
 // URL into a file too.
 func keyHarness(def string) *harness.Harness {
 	return &harness.Harness{
-		Name:    "keyagent",
+		Name: "keyagent",
 		Request: func(in harness.Input) (harness.Command, error) {
 			return harness.Command{Path: "keyagent", Args: []string{in.Prompt}}, nil
 		},
-		Events:  echo.Events,
+		Events: echo.Events,
 		Credentials: func(vars harness.Vars) (harness.Plan, error) {
 			var p harness.Plan
 			if v, ok := vars.Lookup(keyVar); ok {
@@ -390,13 +390,22 @@ func TestKeylessExplicitEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lease.Close(context.Background()) })
+	var notices []string
 	res, err := sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: keyHarness(up.URL)}, Prompt: "hi",
-		Workdir: t.TempDir(), Env: map[string]string{keyVar: realKey}}, &sandbox.RunOptions{Lease: lease, Environ: []string{keyVar + "=" + realKey}})
+		Workdir: t.TempDir(), Env: map[string]string{keyVar: realKey}}, &sandbox.RunOptions{Lease: lease, Environ: []string{keyVar + "=" + realKey},
+		OnEvent: func(ev harness.Event) {
+			if ev.Type == harness.EventNotice && ev.Kind == "secrets" {
+				notices = append(notices, ev.Text)
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Secrets != sandbox.SecretsEnv || seen.last()[keyVar] != realKey {
 		t.Errorf("secrets %q, agent key real: %v", res.Secrets, seen.last()[keyVar] == realKey)
+	}
+	if len(notices) != 1 || !strings.Contains(notices[0], "--env") {
+		t.Errorf("notices %q, want one naming --env", notices)
 	}
 }
 
