@@ -289,7 +289,7 @@ func (e *engine) continueWith(ctx context.Context, lease *Lease, prev *Result, m
 	t.Prompt, t.Resume, t.Fork, t.Timeout = msg, prev.Conversation, "", 0
 	o := *e.o
 	o.Lease = lease
-	next := &engine{t: t, o: &o, red: e.red, hold: e.hold}
+	next := &engine{t: t, o: &o, red: e.red, hold: e.hold, outerKl: &e.kl}
 	next.ans.inner = true
 	res, err := next.run(ctx)
 	if e.hold == nil {

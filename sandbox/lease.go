@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -42,6 +43,8 @@ type Lease struct {
 	plans   map[string]harness.Plan // the credential plan of each applied harness
 	active  sync.WaitGroup          // running processes, awaited by Close
 	onClose []func()
+	egress  driver.Egress               // the Options.Egress it was opened with
+	tunnels map[*gateway.Gateway]string // kept tunnels to gateways (keyless.go)
 }
 
 // Acquire allocates a sandbox from p. An empty opts.Workdir is the current
@@ -70,7 +73,7 @@ func Acquire(ctx context.Context, p driver.Provider, opts driver.Options) (*Leas
 		}
 		return nil, &outpost.Error{Code: code, Op: "lease", Msg: "allocating a " + p.Name() + " sandbox", Err: err}
 	}
-	return &Lease{provider: p, sb: sb, caps: p.Capabilities(), applied: map[string]bool{}}, nil
+	return &Lease{provider: p, sb: sb, caps: p.Capabilities(), applied: map[string]bool{}, egress: opts.Egress}, nil
 }
 
 // workdir is the one place the default working directory is chosen: wd,
@@ -247,6 +250,14 @@ func (l *Lease) markPlanned(name string, p harness.Plan) {
 		l.plans = map[string]harness.Plan{}
 	}
 	l.plans[name] = p
+}
+
+// unplan forgets that a preset's plans are in place, so that the next
+// turn applies them again (a new gateway token).
+func (l *Lease) unplan(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.applied, name)
 }
 
 // plan returns the credential plan a preset's earlier turn made here.

@@ -26,7 +26,9 @@ type PoolKey struct {
 	Provider string
 	Settings map[string]string
 	Workdir  string
-	Egress   driver.Egress // "" is driver.EgressOpen
+	// Egress is the driver.Options.Egress the sandboxes are opened with
+	// (EgressFor); "" is the provider's default network.
+	Egress driver.Egress
 }
 
 // String is the key's canonical form: equal keys give equal strings.
@@ -38,7 +40,7 @@ func (k PoolKey) String() string {
 	}
 	fmt.Fprintf(&b, ",workdir=%q", k.Workdir)
 	if k.Egress != "" && k.Egress != driver.EgressOpen {
-		fmt.Fprintf(&b, ",egress=%q", k.Egress)
+		fmt.Fprintf(&b, ",egress=%s", k.Egress)
 	}
 	return b.String()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/credentials"
+	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/output"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -125,6 +126,29 @@ type RunOptions struct {
 	// (default 64 MiB; longer lines are dropped with a notice).
 	Grace   time.Duration
 	MaxLine int
+
+	// Secrets is how the agent's model-API secrets reach it
+	// (docs/security.md): SecretsGateway (the default where the preset
+	// has an endpoint the gateway can serve) gives the sandbox the
+	// credential gateway's address and a token that lives as long as the
+	// turn; SecretsEnv puts the secrets in the sandbox as before. A turn
+	// that asks for the gateway and cannot have it falls back to env with
+	// a notice of kind "secrets".
+	Secrets string
+	// Egress is the network the sandbox may reach, for a sandbox this turn
+	// opens: EgressGateway (nothing but the gateway and EgressAllow; the
+	// default where the provider enforces it, Capabilities.Egress) or
+	// EgressOpen (the default elsewhere). A lease the caller holds keeps
+	// the egress it was opened with.
+	Egress string
+	// EgressAllow are the hosts ("docs.example.com", "*.example.org",
+	// each with an optional ":port") the agent reaches through the
+	// gateway's proxy (HTTPS_PROXY) in egress mode gateway.
+	EgressAllow []string
+	// Gateway is the credential gateway the turn's grant is made on; nil:
+	// the turn makes one of its own and closes it when it ends. A server
+	// passes its one gateway to every turn.
+	Gateway *gateway.Gateway
 }
 
 // Result describes a finished turn. It is returned with the error when the
@@ -170,6 +194,12 @@ type Result struct {
 	// Attempts are the answer's attempts (the turn, then each repair) with
 	// their own usage, for a turn with Output or Protocol.
 	Attempts []Attempt `json:"attempts,omitempty"`
+	// Secrets is how the agent's secrets reached it: SecretsGateway,
+	// SecretsEnv or SecretsNone. Egress is the sandbox's network:
+	// EgressGateway, EgressOpen, or EgressUnenforced when gateway egress
+	// was asked of a provider that cannot enforce it (local, ssh).
+	Secrets string `json:"secrets,omitempty"`
+	Egress  string `json:"egress,omitempty"`
 }
 
 // Run runs one turn through the ten lifecycle steps of
@@ -222,6 +252,8 @@ type engine struct {
 	put      func(ctx context.Context) error // deferred store write of step 10
 	stored   string                          // conversation id once stored
 	hold     conversation.Hold               // the resumed conversation's (sandbox/hold.go)
+	kl       keyless                         // the credential gateway (sandbox/keyless.go)
+	outerKl  *keyless                        // an inner turn's outer turn's
 }
 
 func (e *engine) run(ctx context.Context) (*Result, error) {
@@ -245,7 +277,7 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 	lease := e.o.Lease
 	if lease == nil {
 		var err error
-		lease, err = Acquire(ctx, e.o.Provider, driver.Options{Workdir: e.workdir, Mounts: e.bootstrapMounts()})
+		lease, err = Acquire(ctx, e.o.Provider, driver.Options{Workdir: e.workdir, Mounts: e.bootstrapMounts(), Egress: e.kl.egress})
 		if err != nil {
 			return nil, e.agentErr(err)
 		}
@@ -253,8 +285,14 @@ func (e *engine) run(ctx context.Context) (*Result, error) {
 	}
 	e.step("lease")
 	res.Sandbox = lease.Provider().Name()
-	out, err := e.turn(ctx, lease, res)
-	out, err = e.answer(ctx, lease, out, err)
+	err := e.openGateway(ctx, lease, e.outerKl)
+	defer e.closeGateway()
+	res.Secrets, res.Egress = e.kl.secrets, e.egressResult(lease)
+	var out *Result
+	if err == nil {
+		out, err = e.turn(ctx, lease, res)
+		out, err = e.answer(ctx, lease, out, err)
+	}
 	return out, e.finish(ctx, lease, out, err)
 }
 

@@ -28,6 +28,7 @@ func (e *engine) validate(ctx context.Context) error {
 	if err := e.resolve(); err != nil {
 		return err
 	}
+	e.planKeyless()
 	// The environment must build, clear of the provider's fixed names.
 	if err := e.checkEnv(nil); err != nil {
 		return err
@@ -84,7 +85,7 @@ func (e *engine) checkTurn() error {
 	if (t.Resume != "" || t.Fork != "") && e.o.Store == nil {
 		return refuse(outpost.Configuration, "resume and fork need a conversation store")
 	}
-	return nil
+	return e.checkKeyless()
 }
 
 // resolve is step 2: the variables of the host environment and the

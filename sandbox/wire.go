@@ -40,6 +40,10 @@ type ResultLine struct {
 	Protocol     *output.Outcome `json:"protocol,omitempty"`
 	ChangedFiles *output.Changes `json:"changed_files,omitempty"`
 	Attempts     []Attempt       `json:"attempts,omitempty"`
+	// Secrets and Egress are the modes the turn ran with
+	// (Result.Secrets, Result.Egress).
+	Secrets string `json:"secrets,omitempty"`
+	Egress  string `json:"egress,omitempty"`
 	// ExitCode is the exit status `outpost run` exits with for this turn
 	// (docs/errors.md).
 	ExitCode int                `json:"exit_code"`
@@ -56,6 +60,7 @@ func NewResultLine(res *Result, err error) ResultLine {
 		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
 		ThreadUsage: res.ThreadUsage, StartedAt: res.StartedAt, CompletedAt: res.CompletedAt, DurationMS: res.DurationMS,
 		Output: res.Output, Protocol: res.Protocol, ChangedFiles: res.ChangedFiles, Attempts: res.Attempts,
+		Secrets: res.Secrets, Egress: res.Egress,
 		ExitCode: outpost.ExitCode(err), Error: outpost.ToJSON(err),
 	}
 }

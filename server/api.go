@@ -38,6 +38,12 @@ type TurnRequest struct {
 	InactivityMS int64 `json:"inactivity_ms,omitempty"`
 	// Raw attaches each event's native line (redacted).
 	Raw bool `json:"raw,omitempty"`
+	// Secrets, Egress and EgressAllow are the credential gateway's modes
+	// (the CLI's --secrets, --egress and --egress-allow;
+	// sandbox.RunOptions): every turn of the server uses its one gateway.
+	Secrets     string   `json:"secrets,omitempty"`
+	Egress      string   `json:"egress,omitempty"`
+	EgressAllow []string `json:"egress_allow,omitempty"`
 
 	// Structured answers (docs/output.md): Schema is a JSON Schema the
 	// answer must match (bounded by Options.MaxSchema), Repairs bounds the
@@ -95,6 +101,7 @@ type Agent struct {
 	Forkable  bool   `json:"forkable"`
 	Live      bool   `json:"live_input"`
 	Bootstrap string `json:"bootstrap,omitempty"`
+	Keyless   string `json:"keyless"`
 }
 
 // Usage is a conversation's usage (the shape of `outpost usage --json`).

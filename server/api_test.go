@@ -57,6 +57,14 @@ func TestAPI(t *testing.T) {
 	if text, _ := res["text"].(string); !strings.Contains(text, "ECHO_API_KEY=[REDACTED]") {
 		t.Errorf("the leaked variable is not redacted in the answer: %q", text)
 	}
+	// The modes the turn ran with: echo has no endpoint, so its token
+	// entered the sandbox; local egress is open.
+	if res["secrets"] != "env" || res["egress"] != "open" {
+		t.Errorf("result secrets %v, egress %v; want env and open", res["secrets"], res["egress"])
+	}
+	if code, b, _ := ts.do("GET", "/v1/agents", nil); code != 200 || !strings.Contains(string(b), `"name":"claude","version":`) || !strings.Contains(string(b), `"keyless":"yes"`) {
+		t.Errorf("agents: %d %s, want claude keyless", code, b)
+	}
 	// A structured answer: the schema reaches the engine and the validated
 	// value comes back as the result's output (validated against the
 	// OpenAPI document like every exchange).
@@ -267,6 +275,10 @@ func TestAbuse(t *testing.T) {
 		{"schema too large", "POST", "/v1/turns", map[string]any{"prompt": "x", "schema": map[string]any{"description": strings.Repeat("y", 70<<10)}}, nil, 413, "too_large"},
 		{"unknown protocol", "POST", "/v1/turns", map[string]any{"prompt": "x", "protocol": "nope"}, nil, 400, "bad_request"},
 		{"negative repairs", "POST", "/v1/turns", map[string]any{"prompt": "x", "repairs": -1}, nil, 400, "bad_request"},
+		{"unknown secrets mode", "POST", "/v1/turns", map[string]any{"prompt": "x", "secrets": "vault"}, nil, 400, "bad_request"},
+		{"unknown egress mode", "POST", "/v1/turns", map[string]any{"prompt": "x", "egress": "closed"}, nil, 400, "bad_request"},
+		{"bad egress allowlist", "POST", "/v1/turns", map[string]any{"prompt": "x", "egress_allow": []string{"http://x.example/"}}, nil, 400, "bad_request"},
+		{"allowlist with open egress", "POST", "/v1/turns", map[string]any{"prompt": "x", "egress": "open", "egress_allow": []string{"x.example"}}, nil, 400, "bad_request"},
 		{"timeout over the ceiling", "POST", "/v1/turns", map[string]any{"prompt": "x", "timeout_ms": 3_600_000}, nil, 400, "bad_request"},
 		{"negative timeout", "POST", "/v1/turns", map[string]any{"prompt": "x", "timeout_ms": -1}, nil, 400, "bad_request"},
 		{"setting not allowed", "POST", "/v1/turns", map[string]any{"prompt": "x", "settings": map[string]string{"host": "tcp://192.0.2.1:2375"}}, nil, 400, "bad_request"},
@@ -497,14 +509,15 @@ func TestShutdownDrains(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Wait for its first event: it is running.
+		// Wait for its session event: the agent is running (a notice of
+		// kind secrets may come first: the echo token enters the sandbox).
 		br := bufio.NewReader(resp.Body)
 		for {
 			line, err := br.ReadString('\n')
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.HasPrefix(line, "data: ") {
+			if strings.HasPrefix(line, "data: ") && strings.Contains(line, `"type":"session"`) {
 				break
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 // OpenAPI is the API's OpenAPI 3.1 document, served at /v1/openapi.json.
@@ -484,7 +485,7 @@ func agentList() []Agent {
 	out := []Agent{}
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
-		out = append(out, Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap})
+		out = append(out, Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: sandbox.Keyless(h)})
 	}
 	return out
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
@@ -127,6 +128,7 @@ type Server struct {
 	o       Options
 	log     *slog.Logger
 	pool    *sandbox.Pool
+	gw      *gateway.Gateway // the one credential gateway of every turn
 	metrics *metrics
 	handler http.Handler
 	mcp     *mcp.Server
@@ -169,6 +171,7 @@ func New(opts *Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	s.gw = gateway.New(gateway.Options{})
 	s.metrics = newMetrics(&s.retained, s.o.Spool)
 	s.metrics.streams.Set(0)
 	if err := s.newPool(); err != nil {
@@ -294,6 +297,9 @@ func (s *Server) warm() error {
 		if err != nil {
 			return err
 		}
+		if key, err = s.egressKey(key, "", nil); err != nil {
+			return err
+		}
 		if err := s.pool.Warm(key); err != nil {
 			return err
 		}
@@ -391,7 +397,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
-	return errors.Join(err, s.pool.Close(pctx))
+	return errors.Join(err, s.pool.Close(pctx), s.gw.Close())
 }
 
 func waitTurns(ctx context.Context, ts []*turn) {
@@ -454,6 +460,19 @@ func (s *Server) poolKey(name string, settings map[string]string, trusted bool) 
 	key := sandbox.PoolKey{Provider: name, Settings: merged, Workdir: s.o.Workdir}
 	if _, err := s.pool.Provider(key); err != nil {
 		return key, err
+	}
+	return key, nil
+}
+
+// egressKey sets on key the egress a turn asks of its sandbox
+// (sandbox.EgressFor), so that pooled sandboxes are opened with it.
+func (s *Server) egressKey(key sandbox.PoolKey, egress string, allow []string) (sandbox.PoolKey, error) {
+	p, err := s.pool.Provider(key)
+	if err != nil {
+		return key, err
+	}
+	if e := sandbox.EgressFor(p.Capabilities(), egress, allow); e == driver.EgressGateway {
+		key.Egress = e
 	}
 	return key, nil
 }

@@ -31,10 +31,13 @@ type turn struct {
 	key     sandbox.PoolKey
 	created time.Time
 	conv    string // the conversation continued (resume/fork), for DELETE's check
-	steer   chan string
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	done    chan struct{} // closed once the result is in the log
+	// the credential gateway's modes (sandbox.RunOptions)
+	secrets, egress string
+	egressAllow     []string
+	steer           chan string
+	ctx             context.Context
+	cancel          context.CancelCauseFunc
+	done            chan struct{} // closed once the result is in the log
 
 	mu       sync.Mutex
 	state    string
@@ -181,7 +184,7 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.enqueue(st, key, conv, req.Raw)
+	return s.enqueue(st, key, conv, req)
 }
 
 // checkRequest refuses what is wrong in the request itself, and returns
@@ -249,8 +252,14 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 	if !ok {
 		return sandbox.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("unknown agent %q (known: %s)", agent, strings.Join(presets.Names(), ", ")))
 	}
+	if err := sandbox.CheckModes(req.Secrets, req.Egress, req.EgressAllow); err != nil {
+		return sandbox.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, err.Error())
+	}
 	key, err := s.poolKey(req.Sandbox, req.Settings, false)
 	if err != nil {
+		return sandbox.Turn{}, key, "", err
+	}
+	if key, err = s.egressKey(key, req.Egress, req.EgressAllow); err != nil {
 		return sandbox.Turn{}, key, "", err
 	}
 	if _, err := h.Request(harness.Input{Prompt: req.Prompt, Model: req.Model, Workdir: s.o.Workdir, Options: req.Options}); err != nil {
@@ -274,7 +283,7 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 }
 
 // enqueue starts an admitted turn, unless the server is draining or full.
-func (s *Server) enqueue(st sandbox.Turn, key sandbox.PoolKey, conv string, raw bool) (*turn, error) {
+func (s *Server) enqueue(st sandbox.Turn, key sandbox.PoolKey, conv string, req *TurnRequest) (*turn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -291,6 +300,7 @@ func (s *Server) enqueue(st sandbox.Turn, key sandbox.PoolKey, conv string, raw 
 	t := &turn{
 		id: newTurnID(), agent: st.Agent.Harness.Name, sandbox: key.Provider, key: key, created: time.Now().UTC(), conv: conv,
 		steer: make(chan string, steerBuffer), ctx: tctx, cancel: cancel, done: make(chan struct{}),
+		secrets: req.Secrets, egress: req.Egress, egressAllow: req.EgressAllow,
 		state: StateQueued, first: 1, maxBytes: int64(s.o.MaxTurnEvents), total: &s.retained, notify: make(chan struct{}),
 	}
 	s.turns[t.id] = t
@@ -300,7 +310,7 @@ func (s *Server) enqueue(st sandbox.Turn, key sandbox.PoolKey, conv string, raw 
 		s.convInUse[conv]++
 	}
 	s.wg.Add(1)
-	go s.run(t, st, raw)
+	go s.run(t, st, req.Raw)
 	return t, nil
 }
 
@@ -417,6 +427,11 @@ func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, e
 		Installer: s.o.Installer,
 		Raw:       raw,
 		Logger:    s.log,
+
+		Secrets:     t.secrets,
+		Egress:      t.egress,
+		EgressAllow: t.egressAllow,
+		Gateway:     s.gw,
 	}
 	if s.o.PoolSize < 0 {
 		p, err := s.pool.Provider(t.key)

@@ -69,6 +69,7 @@ func Harness() *harness.Harness {
 			return newDecoder().decode
 		},
 		Credentials:           Credentials,
+		Endpoints:             Endpoints,
 		Configuration:         Configuration,
 		Quota:                 Quota,
 		QuotaDetails:          QuotaDetails,
@@ -391,3 +392,22 @@ func deepCopy(v any) any {
 	}
 	return v
 }
+
+// DefaultBaseURL is the Anthropic API, the upstream when
+// ANTHROPIC_BASE_URL is not set.
+const DefaultBaseURL = "https://api.anthropic.com"
+
+// Endpoints is the Anthropic API for the credential gateway: the CLI
+// sends ANTHROPIC_API_KEY as x-api-key, and ANTHROPIC_AUTH_TOKEN and
+// CLAUDE_CODE_OAUTH_TOKEN as Authorization: Bearer, to
+// ANTHROPIC_BASE_URL (default the Anthropic API).
+var Endpoints = []harness.Endpoint{{
+	API: "anthropic",
+	Secrets: []harness.EndpointSecret{
+		{Variable: APIKeyVariable, Credential: "x-api-key"},
+		{Variable: AuthTokenVariable, Credential: "bearer"},
+		{Variable: OAuthTokenVariable, Credential: "bearer"},
+	},
+	BaseURL: BaseURLVariable,
+	Default: DefaultBaseURL,
+}}

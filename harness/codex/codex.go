@@ -116,6 +116,7 @@ func Harness() *harness.Harness {
 			return newDecoder(s).decode
 		},
 		Credentials:           Credentials,
+		Endpoints:             Endpoints,
 		Configuration:         Configuration,
 		Quota:                 Quota,
 		QuotaDetails:          QuotaDetails,
@@ -409,7 +410,9 @@ func env(in harness.Input) map[string]string {
 // Credentials selects what Codex authenticates with, in this order:
 //
 //   - OPENAI_BASE_URL set: OPENAI_API_KEY, the key of the custom provider
-//     the configuration defines for it (required);
+//     the configuration defines for it, else CODEX_API_KEY passed as
+//     OPENAI_API_KEY (one of them is required; the credential gateway
+//     always sets OPENAI_BASE_URL);
 //   - CODEX_API_KEY, the built-in provider's key; else OPENAI_API_KEY,
 //     passed as CODEX_API_KEY too (the CLI ignores OPENAI_API_KEY for its
 //     built-in provider) and as itself, for custom providers given as
@@ -425,13 +428,17 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 	p := harness.Plan{Variables: map[string]string{}}
 	key, hasKey := vars.Lookup(APIKeyVariable)
 	if _, ok := vars.Lookup(BaseURLVariable); ok {
-		if !hasKey {
-			return p, &harness.MissingVariableError{Names: []string{APIKeyVariable},
+		codexKey, hasCodexKey := vars.Lookup(CodexAPIKeyVariable)
+		if !hasKey && !hasCodexKey {
+			return p, &harness.MissingVariableError{Names: []string{APIKeyVariable, CodexAPIKeyVariable},
 				Why: BaseURLVariable + " makes Codex use a custom provider whose key is " + APIKeyVariable}
 		}
+		if !hasKey {
+			key = codexKey
+		}
 		p.Variables[APIKeyVariable] = key
-		if v, ok := vars.Lookup(CodexAPIKeyVariable); ok {
-			p.Variables[CodexAPIKeyVariable] = v
+		if hasCodexKey {
+			p.Variables[CodexAPIKeyVariable] = codexKey
 		}
 		return p, nil
 	}
@@ -509,3 +516,23 @@ func Configuration(vars harness.Vars) (harness.Configuration, error) {
 		Merge:   harness.MergeTOML,
 	}}}, nil
 }
+
+// DefaultBaseURL is the OpenAI API, the upstream when OPENAI_BASE_URL is
+// not set (the base URL of Codex's built-in provider).
+const DefaultBaseURL = "https://api.openai.com/v1"
+
+// Endpoints is the Responses API for the credential gateway: through
+// it, OPENAI_BASE_URL is always set (to the gateway), so Codex uses the
+// custom provider Configuration defines, whose key is OPENAI_API_KEY
+// (Authorization: Bearer); the upstream is the host's OPENAI_BASE_URL,
+// else the OpenAI API. A ChatGPT login (auth.json) is not an endpoint
+// secret and is copied as before.
+var Endpoints = []harness.Endpoint{{
+	API: "openai-responses",
+	Secrets: []harness.EndpointSecret{
+		{Variable: APIKeyVariable, Credential: "bearer"},
+		{Variable: CodexAPIKeyVariable, Credential: "bearer"},
+	},
+	BaseURL: BaseURLVariable,
+	Default: DefaultBaseURL,
+}}

@@ -310,6 +310,10 @@ func TestCredentials(t *testing.T) {
 	if !errors.As(err, &mv) || mv.Names[0] != APIKeyVariable {
 		t.Fatalf("base URL without key: %v", err)
 	}
+	p, err = Credentials(harness.Vars{"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", "CODEX_API_KEY": "sk-c"})
+	if err != nil || !cmp.Equal(p.Variables, map[string]string{"OPENAI_API_KEY": "sk-c", "CODEX_API_KEY": "sk-c"}) {
+		t.Errorf("base URL with CODEX_API_KEY alone: %+v %v", p, err)
+	}
 	p, err = Credentials(harness.Vars{"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", "OPENAI_API_KEY": "sk-a", "HOME": "/root"})
 	if err != nil || !cmp.Equal(p.Variables, map[string]string{"OPENAI_API_KEY": "sk-a"}) || len(p.HostFiles) > 0 {
 		t.Errorf("base URL: %+v %v", p, err)

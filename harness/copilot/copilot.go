@@ -109,6 +109,7 @@ func Harness() *harness.Harness {
 			return NewDecoder().Decode
 		},
 		Credentials:           Credentials,
+		Endpoints:             Endpoints,
 		Configuration:         Configuration,
 		Quota:                 Quota,
 		QuotaDetails:          QuotaDetails,
@@ -310,3 +311,18 @@ func Configuration(vars harness.Vars) (harness.Configuration, error) {
 	v, err := kit.PassVariables("copilot", vars, ConfigVariables, BaseURLVariable)
 	return harness.Configuration{Variables: v}, err
 }
+
+// Endpoints is the BYOK model provider for the credential gateway:
+// COPILOT_PROVIDER_API_KEY or COPILOT_PROVIDER_BEARER_TOKEN, sent as
+// Authorization: Bearer (provider type openai, the default) to
+// COPILOT_PROVIDER_BASE_URL. It has no default: without BYOK the CLI
+// talks to GitHub's Copilot service with a GitHub token, which stays in
+// the sandbox's environment (secrets mode env).
+var Endpoints = []harness.Endpoint{{
+	API: "openai-chat",
+	Secrets: []harness.EndpointSecret{
+		{Variable: "COPILOT_PROVIDER_API_KEY", Credential: "bearer"},
+		{Variable: "COPILOT_PROVIDER_BEARER_TOKEN", Credential: "bearer"},
+	},
+	BaseURL: BaseURLVariable,
+}}

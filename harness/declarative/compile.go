@@ -443,6 +443,7 @@ func (p *preset) harness(storage *harness.Storage, opts *Options) (*harness.Harn
 	if s.Credentials != nil {
 		h.Credentials = p.credentials
 	}
+	h.Endpoints = endpoints(s.Endpoint)
 	if p.files != nil || len(s.PassVariables) > 0 {
 		h.Configuration = p.configuration
 	}

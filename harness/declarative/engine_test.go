@@ -46,17 +46,20 @@ func TestAiderThroughEngine(t *testing.T) {
 	if first.Usage.InputTokens != 2100 || first.Usage.Complete {
 		t.Errorf("usage %+v, want 2100 input tokens, incomplete (rounded)", first.Usage)
 	}
-	var deltas, notices int
+	var deltas, notices, secrets int
 	for _, ev := range evs {
 		if ev.Type == harness.EventMessage && ev.Delta {
 			deltas++
 		}
-		if ev.Type == harness.EventNotice {
+		switch {
+		case ev.Type == harness.EventNotice && ev.Kind == "secrets":
+			secrets++ // aider is not keyless: its key enters the sandbox
+		case ev.Type == harness.EventNotice:
 			notices++
 		}
 	}
-	if deltas != 2 || notices != 2 {
-		t.Errorf("%d deltas, %d notices, want 2 and 2", deltas, notices)
+	if deltas != 2 || notices != 2 || secrets != 1 || first.Secrets != sandbox.SecretsEnv {
+		t.Errorf("%d deltas, %d notices, %d secrets notices, secrets %q; want 2, 2, 1 and env", deltas, notices, secrets, first.Secrets)
 	}
 	again, _, err := run(sandbox.Turn{Prompt: "more", Resume: first.Conversation})
 	if err != nil || !strings.Contains(again.Text, "(turn 2)") || again.Session != first.Session {

@@ -93,6 +93,30 @@ func checkEndpoint(e *EndpointSpec) error {
 	return nil
 }
 
+// endpoints is a checked endpoint spec as the credential gateway reads
+// it: the secret sent the way its API expects (x-api-key for anthropic,
+// x-goog-api-key for gemini, Authorization: Bearer for the OpenAI APIs),
+// to the base URL variable. The spec names no default upstream, so the
+// endpoint applies only when that variable is set; a base URL kept only
+// in a file's key (base_url_key) cannot be pointed at the gateway.
+func endpoints(e *EndpointSpec) []harness.Endpoint {
+	if e == nil || e.BaseURL == "" {
+		return nil
+	}
+	cred := "bearer"
+	switch e.API {
+	case "anthropic":
+		cred = "x-api-key"
+	case "gemini":
+		cred = "x-goog-api-key"
+	}
+	return []harness.Endpoint{{
+		API:     e.API,
+		Secrets: []harness.EndpointSecret{{Variable: e.Secret, Credential: cred}},
+		BaseURL: e.BaseURL,
+	}}
+}
+
 // resumeFile is a compiled resume_files entry: its path, and its content
 // with every string a template.
 type resumeFile struct {

@@ -78,6 +78,7 @@ func Harness() *harness.Harness {
 		},
 		Fork:                  Fork,
 		Credentials:           Credentials,
+		Endpoints:             Endpoints,
 		Configuration:         Configuration,
 		Quota:                 Quota,
 		Unavailable:           Unavailable,
@@ -219,3 +220,20 @@ func Configuration(vars harness.Vars) (harness.Configuration, error) {
 	c.Files = []harness.File{{Path: SettingsFile, Content: []byte(settings), Merge: harness.MergeJSON}}
 	return c, nil
 }
+
+// DefaultBaseURL is the Gemini API, the upstream when
+// GOOGLE_GEMINI_BASE_URL is not set.
+const DefaultBaseURL = "https://generativelanguage.googleapis.com"
+
+// Endpoints is the Gemini API for the credential gateway: the CLI sends
+// GEMINI_API_KEY or GOOGLE_API_KEY as x-goog-api-key to
+// GOOGLE_GEMINI_BASE_URL (default the Gemini API).
+var Endpoints = []harness.Endpoint{{
+	API: "gemini",
+	Secrets: []harness.EndpointSecret{
+		{Variable: APIKeyVariable, Credential: CredentialHeader},
+		{Variable: GoogleAPIKeyVariable, Credential: CredentialHeader},
+	},
+	BaseURL: BaseURLVariable,
+	Default: DefaultBaseURL,
+}}

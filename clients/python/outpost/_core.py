@@ -173,7 +173,8 @@ class Api:
         """Start a turn; returns at once with its ``id`` and state. Keyword
         arguments are those of ``TurnRequest``: agent, sandbox, model,
         schema, resume, fork, settings, env, options, timeout_ms,
-        inactivity_ms, raw, repairs, protocol."""
+        inactivity_ms, raw, repairs, protocol, secrets, egress,
+        egress_allow."""
         body = models.encode(TurnRequest(prompt=prompt, **request))
         return self._call(Call("POST", "/v1/turns", json=body, decode=_of(TurnStatus)))
 

@@ -134,6 +134,8 @@ class Result:
     protocol: Optional[Dict[str, Any]] = None
     changed_files: Optional[ChangedFiles] = None
     attempts: Optional[List[Attempt]] = None
+    secrets: Optional[str] = None
+    egress: Optional[str] = None
     seq: int = field(default=0, metadata=LOCAL)
 
 
@@ -156,6 +158,9 @@ class TurnRequest:
     schema: Any = None
     repairs: Optional[int] = None
     protocol: Optional[str] = None
+    secrets: Optional[str] = None
+    egress: Optional[str] = None
+    egress_allow: Optional[List[str]] = None
 
 
 @_schema("TurnStatus")
@@ -217,6 +222,7 @@ class Agent:
     resumable: bool
     forkable: bool
     live_input: bool
+    keyless: str
     bootstrap: Optional[str] = None
 
 

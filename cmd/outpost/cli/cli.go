@@ -169,6 +169,10 @@ type AgentRow struct {
 	Forkable  bool   `json:"forkable"`
 	Live      bool   `json:"live_input"`
 	Bootstrap string `json:"bootstrap,omitempty"`
+	// Keyless says whether the preset's secrets can stay out of the
+	// sandbox (the credential gateway, docs/security.md): "yes", "base-url"
+	// (when its base-URL variable is set on the host) or "no".
+	Keyless string `json:"keyless"`
 	// Kind, Package and Program come from the pin: "npm", "archive" or
 	// "self" (outpost's own binary); the npm package; the executable.
 	Kind    string `json:"kind,omitempty"`
@@ -183,7 +187,7 @@ func Agents(inst *bootstrap.Installer) []AgentRow {
 	var rows []AgentRow
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
-		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap}
+		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: sandbox.Keyless(h)}
 		if pin, ok := inst.Pin(h.Bootstrap); ok && h.Bootstrap != "" {
 			r.Version, r.Kind, r.Package, r.Program = pin.Version, string(pin.Kind), pin.Package, pin.Program
 		}
@@ -203,9 +207,9 @@ func (a *app) agentsCmd() *cobra.Command {
 			if asJSON {
 				return writeJSONLines(a.stdout, rows)
 			}
-			tw := newTable(a.stdout, "AGENT", "VERSION", "RESUME", "FORK", "LIVE INPUT", "BOOTSTRAP")
+			tw := newTable(a.stdout, "AGENT", "VERSION", "RESUME", "FORK", "LIVE INPUT", "KEYLESS", "BOOTSTRAP")
 			for _, r := range rows {
-				tw.row(r.Name, r.Version, yes(r.Resumable), yes(r.Forkable), yes(r.Live), r.Bootstrap)
+				tw.row(r.Name, r.Version, yes(r.Resumable), yes(r.Forkable), yes(r.Live), r.Keyless, r.Bootstrap)
 			}
 			return tw.flush()
 		},

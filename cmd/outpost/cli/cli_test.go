@@ -182,3 +182,41 @@ func TestJSONWireContract(t *testing.T) {
 		t.Errorf("--json output changed (-want +got); if intended, run go test -update and document it in docs/events.md:\n%s", diff)
 	}
 }
+
+// TestKeylessFlags: --secrets, --egress and --egress-allow reach the
+// engine: bad values are configuration errors (exit 3), the result line
+// says which modes the turn ran with, and the summary too.
+func TestKeylessFlags(t *testing.T) {
+	home, wd := t.TempDir(), t.TempDir()
+	for _, tt := range []struct {
+		args            []string
+		exit            int
+		secrets, egress string
+	}{
+		{[]string{"--secrets", "vault"}, 3, "", ""},
+		{[]string{"--egress", "closed"}, 3, "", ""},
+		{[]string{"--egress", "open", "--egress-allow", "x.example"}, 3, "", ""},
+		{[]string{"--egress-allow", "http://x.example/"}, 3, "", ""},
+		{[]string{"--secrets", "env"}, 0, "none", "open"},
+		{[]string{"--egress", "gateway", "--egress-allow", "docs.example.com,*.example.org:443"}, 0, "none", "unenforced"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			args := append(append([]string{"run", "--json"}, tt.args...), "hello")
+			exit, out, errOut := run(t, home, wd, args...)
+			if exit != tt.exit {
+				t.Fatalf("exit = %d, want %d\nstdout: %s\nstderr: %s", exit, tt.exit, out, errOut)
+			}
+			r := resultOf(t, out)
+			if got, _ := r["secrets"].(string); got != tt.secrets {
+				t.Errorf("secrets %q, want %q", got, tt.secrets)
+			}
+			if got, _ := r["egress"].(string); got != tt.egress {
+				t.Errorf("egress %q, want %q", got, tt.egress)
+			}
+		})
+	}
+	_, _, errOut := run(t, home, wd, "run", "hello")
+	if !strings.Contains(errOut, "· secrets none · egress open") {
+		t.Errorf("the summary does not say the modes:\n%s", errOut)
+	}
+}

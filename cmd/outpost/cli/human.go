@@ -144,6 +144,9 @@ func (h *humanWriter) result(res *sandbox.Result, err error) {
 			parts = append(parts, "forked from "+res.Parent)
 		}
 		parts = append(parts, "tokens "+usageText(res.Usage))
+		if res.Secrets != "" {
+			parts = append(parts, "secrets "+res.Secrets, "egress "+res.Egress)
+		}
 		fmt.Fprintf(h.err, "· %s\n", strings.Join(parts, " · "))
 		if res.Conversation != "" && err == nil {
 			fmt.Fprintf(h.err, "· continue with: outpost run --resume %s PROMPT\n", res.Conversation)

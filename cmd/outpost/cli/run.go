@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
@@ -34,11 +35,11 @@ func ErrorToJSON(err error) *ErrorJSON { return outpost.ToJSON(err) }
 
 type runFlags struct {
 	agent, sandbox, model, workdir, resume, fork, image string
-	command, trace                                      string
+	command, trace, secrets, egress                     string
 	schema, protocol                                    string
 	repairs                                             int
 	timeout, inactivity, retryBound, wait               time.Duration
-	env, set, options                                   []string
+	env, set, options, egressAllow                      []string
 	json, raw, steerStdin, verbose                      bool
 	agentSet                                            bool      // --agent was given
 	extra                                               []string  // the arguments after --
@@ -109,9 +110,17 @@ $XDG_CONFIG_HOME/outpost/agents/NAME.json.`,
 	fl.StringVar(&f.command, "command", "", "run this executable in place of the preset's program (no bootstrap)")
 	fl.StringVar(&f.trace, "trace", "", "append a JSON-lines trace of the turn to this file (steps, events, classification; redacted)")
 	fl.DurationVar(&f.retryBound, "retry-bound", 0, "stop the turn when the agent only retries for this long (default: the preset's; negative: never)")
+	keylessFlags(fl, &f.secrets, &f.egress, &f.egressAllow)
 	c.MarkFlagsMutuallyExclusive("resume", "fork")
 	c.MarkFlagsMutuallyExclusive("schema", "protocol")
 	return c
+}
+
+// keylessFlags are the credential gateway's flags (docs/security.md).
+func keylessFlags(fl *pflag.FlagSet, secrets, egress *string, allow *[]string) {
+	fl.StringVar(secrets, "secrets", "", "how the agent's API keys reach it: gateway (a token for the credential gateway; the default where the preset can) or env")
+	fl.StringVar(egress, "egress", "", "the sandbox's network: gateway (only the gateway and --egress-allow; the default where the provider enforces it) or open")
+	fl.StringSliceVar(allow, "egress-allow", nil, "hosts the agent reaches through the gateway's proxy in egress mode gateway: host, *.domain, each with :port; comma-separated, repeatable")
 }
 
 func parsePairs(list []string, what string, fromEnv func(string) (string, bool)) (map[string]string, error) {
@@ -168,7 +177,8 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		return a.fail(f, nil, err)
 	}
 	out := a.eventWriter(f)
-	opts := &sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json}
+	opts := &sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json,
+		Secrets: f.secrets, Egress: f.egress, EgressAllow: f.egressAllow}
 	if f.trace != "" {
 		tf, err := openTrace(f.trace)
 		if err != nil {
