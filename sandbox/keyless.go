@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/gateway"
@@ -62,10 +63,8 @@ type keyless struct {
 	why     string        // why the turn falls back to env, for the notice
 
 	grant  *gateway.Grant
-	addr   string           // where the sandbox reaches the gateway
-	own    *gateway.Gateway // made for this turn, closed at its end
-	done   func()           // closes the turn's own tunnel
-	shared bool             // an inner turn's: its outer turn ends it
+	addr   string // where the sandbox reaches the gateway
+	shared bool   // an inner turn's: its outer turn ends it
 }
 
 var allowRE = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
@@ -245,11 +244,9 @@ func (e *engine) openGateway(ctx context.Context, lease *Lease, outer *keyless) 
 	}
 	gw := e.o.Gateway
 	if gw == nil {
-		gw = gateway.New(gateway.Options{})
-		k.own = gw
+		gw = defaultGateway()
 	}
-	addr, done, err := lease.gatewayAddr(ctx, gw, k.own == nil)
-	k.done = done
+	addr, err := lease.gatewayAddr(ctx, gw)
 	if err != nil {
 		return e.stepErr(ctx, outpost.Sandbox, "gateway", err)
 	}
@@ -364,13 +361,14 @@ func (e *engine) closeGateway() {
 	if k.grant != nil {
 		k.grant.Revoke()
 	}
-	if k.done != nil {
-		k.done()
-	}
-	if k.own != nil {
-		_ = k.own.Close()
-	}
 }
+
+// defaultGateway is the gateway of the turns whose caller gives none
+// (RunOptions.Gateway): one for the process, so that a lease's tunnel,
+// and the gateway address its applied plans hold (Codex's config.toml),
+// stay the same from one turn to the next on a held lease. Each turn's
+// grant is still its own.
+var defaultGateway = sync.OnceValue(func() *gateway.Gateway { return gateway.New(gateway.Options{}) })
 
 // egressResult is Result.Egress: what the turn asked for, and whether the
 // sandbox enforces it.
@@ -387,37 +385,32 @@ func (e *engine) egressResult(lease *Lease) string {
 // gatewayAddr is the address at which processes of the sandbox reach gw:
 // a tunnel of the sandbox's own (driver.Tunneler); the host's loopback
 // for a sandbox on the host (not Isolated: local); "" for a sandbox that
-// has neither. A kept tunnel is served until the lease is released and
-// used again by the lease's next turns on gw (a server's one gateway);
-// otherwise done closes it.
-func (l *Lease) gatewayAddr(ctx context.Context, gw *gateway.Gateway, keep bool) (addr string, done func(), err error) {
+// has neither. The tunnel is served until the lease is released, and used
+// again by the lease's next turns on gw.
+func (l *Lease) gatewayAddr(ctx context.Context, gw *gateway.Gateway) (addr string, err error) {
 	tn, ok := l.sb.(driver.Tunneler)
 	if !ok {
 		if l.caps.Isolated {
-			return "", nil, nil
+			return "", nil
 		}
-		addr, err := gw.Listen()
-		return addr, nil, err
+		return gw.Listen()
 	}
 	l.mu.Lock()
 	addr, ok = l.tunnels[gw]
 	l.mu.Unlock()
 	if ok {
-		return addr, nil, nil
+		return addr, nil
 	}
 	if err := l.enter("tunnel"); err != nil {
-		return "", nil, err
+		return "", err
 	}
 	defer l.active.Done()
 	addr, ln, err := tn.Tunnel(ctx)
 	if err != nil {
-		return "", nil, l.wrap(ctx, "tunnel", err)
+		return "", l.wrap(ctx, "tunnel", err)
 	}
 	go gw.Serve(ln) //nolint:errcheck // ends when the tunnel or the gateway closes
 	closeLn := func() { _ = ln.Close() }
-	if !keep {
-		return addr, closeLn, nil
-	}
 	l.mu.Lock()
 	if l.tunnels == nil {
 		l.tunnels = map[*gateway.Gateway]string{}
@@ -425,5 +418,5 @@ func (l *Lease) gatewayAddr(ctx context.Context, gw *gateway.Gateway, keep bool)
 	l.tunnels[gw] = addr
 	l.onClose = append(l.onClose, closeLn)
 	l.mu.Unlock()
-	return addr, nil, nil
+	return addr, nil
 }
