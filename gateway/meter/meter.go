@@ -241,4 +241,3 @@ func (m *Meter) Exceeded() *Exceeded {
 	defer m.mu.Unlock()
 	return m.exceeded
 }
-

@@ -42,7 +42,7 @@ func meterOf(api, contentType, body string, n, cut int) harness.Metered {
 }
 
 const (
-	sse  = "text/event-stream"
+	sse    = "text/event-stream"
 	ctJSON = "application/json"
 )
 
