@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -38,6 +39,9 @@ type Options struct {
 	// Context is the parent of the model-call spans (the turn's); nil:
 	// context.Background().
 	Context context.Context
+	// TracerProvider makes the spans; nil: the global one (otel), which
+	// records nothing unless tracing was set up.
+	TracerProvider trace.TracerProvider
 }
 
 // Meter counts one grant's model calls. It is safe for concurrent use.
@@ -49,6 +53,8 @@ type Meter struct {
 	calls    []*call
 	pending  map[context.Context]*call // Before's calls awaiting After
 	exceeded *Exceeded
+	open     int           // calls whose body is still being read
+	idle     chan struct{} // closed while open is 0
 }
 
 // New returns a meter with no calls counted yet.
@@ -56,7 +62,9 @@ func New(o Options) *Meter {
 	if o.Context == nil {
 		o.Context = context.Background()
 	}
-	return &Meter{o: o, tracer: tracer(), pending: map[context.Context]*call{}}
+	idle := make(chan struct{})
+	close(idle)
+	return &Meter{o: o, tracer: tracer(o.TracerProvider), pending: map[context.Context]*call{}, idle: idle}
 }
 
 // call is one model call.
@@ -134,6 +142,10 @@ func (m *Meter) After(resp *http.Response, route int) {
 	}
 	c.status = resp.StatusCode
 	m.calls = append(m.calls, c)
+	if m.open == 0 {
+		m.idle = make(chan struct{})
+	}
+	m.open++
 	m.mu.Unlock()
 	if c.span == nil {
 		c.start(resp.Request)
@@ -192,6 +204,9 @@ func (c *call) done(clean bool) {
 		return
 	}
 	c.ended = true
+	if c.m.open--; c.m.open == 0 {
+		close(c.m.idle)
+	}
 	u, model := c.usage(), c.r.model
 	c.m.mu.Unlock()
 	c.end(u, model, clean)
@@ -233,6 +248,21 @@ func (m *Meter) tokens() int64 {
 		n += c.usage().Tokens()
 	}
 	return n
+}
+
+// Settle waits, at most for d, until every response the meter saw was
+// read to its end or closed: the agent may be done with a response
+// before the gateway read the end of its body.
+func (m *Meter) Settle(d time.Duration) {
+	m.mu.Lock()
+	idle := m.idle
+	m.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
 }
 
 // Exceeded is the budget that refused a call of this meter, or nil.

@@ -18,7 +18,12 @@ import (
 // TracerName is the instrumentation scope of the model-call spans.
 const TracerName = "github.com/outposthq/outpost/gateway/meter"
 
-func tracer() trace.Tracer { return otel.Tracer(TracerName) }
+func tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(TracerName)
+}
 
 // system is gen_ai.system for an API.
 func system(api string) string {
