@@ -215,11 +215,22 @@ func (c *call) done(clean bool) {
 // Metered is what the meter counted so far, in total and per model.
 // Complete is false when a response's usage was not read in full, or
 // is still streaming.
-func (m *Meter) Metered() harness.Metered {
+func (m *Meter) Metered() harness.Metered { return m.Since(0) }
+
+// Len is the number of calls counted so far: Since(Len()) later counts
+// the calls after this point.
+func (m *Meter) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.calls)
+}
+
+// Since is Metered over the calls after the first k.
+func (m *Meter) Since(k int) harness.Metered {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := harness.Metered{MeteredUsage: harness.MeteredUsage{Usage: harness.Usage{Complete: true}}}
-	for _, c := range m.calls {
+	for _, c := range m.calls[min(max(k, 0), len(m.calls)):] {
 		u := c.usage()
 		out.MeteredUsage = out.MeteredUsage.Add(u)
 		model := c.r.model

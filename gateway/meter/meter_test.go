@@ -3,59 +3,24 @@ package meter_test
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/gateway/meter"
+	"github.com/outposthq/outpost/gateway/meter/metertest"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/fakeapi/gemini"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 )
 
-// proxy serves what the credential gateway does with a grant's Meter
-// (gateway.Meter's contract): Before may answer in the upstream's place;
-// otherwise the request goes upstream, After sees the response and the
-// body is copied as it streams.
 func proxy(t *testing.T, m *meter.Meter, upstream string) string {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resp := m.Before(r, 0)
-		if resp == nil {
-			out := r.Clone(r.Context())
-			out.URL.Scheme, out.URL.Host, out.Host, out.RequestURI = "http", strings.TrimPrefix(upstream, "http://"), "", ""
-			var err error
-			if resp, err = http.DefaultTransport.RoundTrip(out); err != nil {
-				http.Error(w, err.Error(), http.StatusBadGateway)
-				return
-			}
-			m.After(resp, 0)
-		}
-		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		buf := make([]byte, 512)
-		for {
-			n, err := resp.Body.Read(buf)
-			if n > 0 {
-				if _, werr := w.Write(buf[:n]); werr != nil {
-					return
-				}
-				http.NewResponseController(w).Flush() //nolint:errcheck
-			}
-			if err != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return metertest.Proxy(t, m, upstream)
 }
 
 // post sends body to base+path and returns the whole response.
@@ -137,3 +102,5 @@ func settled(m *meter.Meter) *meter.Meter {
 	m.Settle(time.Minute)
 	return m
 }
+
+var _ gateway.Meter = (*meter.Meter)(nil)

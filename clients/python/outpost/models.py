@@ -130,6 +130,7 @@ class Result:
     sandbox: Optional[str] = None
     text: Optional[str] = None
     thread_usage: Optional[Usage] = None
+    metered: Optional[Dict[str, Any]] = None
     output: Any = None
     protocol: Optional[Dict[str, Any]] = None
     changed_files: Optional[ChangedFiles] = None
