@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -173,6 +175,7 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 				return
 			}
 			peer = name
+			r = withPeer(r, name)
 		}
 		mux.ServeHTTP(w, r)
 	})
@@ -249,7 +252,7 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	t, err := s.admit(r.Context(), &req)
+	t, err := s.admit(trace.ContextWithRemoteSpanContext(r.Context(), callerTrace(r)), &req)
 	if err != nil {
 		ae := fromError(err)
 		if reason, _ := ae.err.Details["reason"].(string); reason == ReasonBusy || reason == ReasonDraining || reason == ReasonTooLarge {

@@ -1,0 +1,49 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/outposthq/outpost/server"
+)
+
+// TestTraceparent: a turn started with a W3C traceparent runs in the
+// caller's trace: its turn span has the caller's trace id and the
+// caller's span as its parent.
+func TestTraceparent(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	ts := start(t, nil)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	code, b, _ := ts.do("POST", "/v1/turns", map[string]any{"prompt": "hello"}, "traceparent", "00-"+traceID+"-"+parentID+"-01")
+	if code != http.StatusAccepted {
+		t.Fatalf("POST /v1/turns: %d %s", code, b)
+	}
+	var st server.TurnStatus
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	ts.wait(st.ID)
+	var found bool
+	for _, s := range rec.Ended() {
+		if s.Name() != "outpost.turn" {
+			continue
+		}
+		found = true
+		if s.SpanContext().TraceID().String() != traceID || s.Parent().SpanID().String() != parentID || !s.Parent().IsRemote() {
+			t.Errorf("turn span in trace %s under %s, want %s under %s", s.SpanContext().TraceID(), s.Parent().SpanID(), traceID, parentID)
+		}
+	}
+	if !found {
+		t.Error("no turn span")
+	}
+}
