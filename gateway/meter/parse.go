@@ -125,14 +125,34 @@ func (r *reading) anthropicSet(u *anthropicUsage) {
 }
 
 type responsesUsage struct {
-	Input  num `json:"input_tokens"`
-	Output num `json:"output_tokens"`
-	InputD *struct {
+	Input   num         `json:"input_tokens"`
+	Output  num         `json:"output_tokens"`
+	InputD  *cachedD    `json:"input_tokens_details"`
+	OutputD *reasoningD `json:"output_tokens_details"`
+}
+
+// cachedD and reasoningD are OpenAI's usage details; nil counts 0.
+type (
+	cachedD struct {
 		Cached num `json:"cached_tokens"`
-	} `json:"input_tokens_details"`
-	OutputD *struct {
+	}
+	reasoningD struct {
 		Reasoning num `json:"reasoning_tokens"`
-	} `json:"output_tokens_details"`
+	}
+)
+
+func (d *cachedD) n() int64 {
+	if d == nil {
+		return 0
+	}
+	return val(d.Cached)
+}
+
+func (d *reasoningD) n() int64 {
+	if d == nil {
+		return 0
+	}
+	return val(d.Reasoning)
 }
 
 type responsesBody struct {
@@ -159,14 +179,7 @@ func (r *reading) responses(data []byte) {
 	}
 	r.setModel(b.Model)
 	if u := b.Usage; u != nil {
-		var cached, reasoning int64
-		if u.InputD != nil {
-			cached = val(u.InputD.Cached)
-		}
-		if u.OutputD != nil {
-			reasoning = val(u.OutputD.Reasoning)
-		}
-		r.openai(val(u.Input), cached, val(u.Output), reasoning)
+		r.openai(val(u.Input), u.InputD.n(), val(u.Output), u.OutputD.n())
 	}
 }
 
@@ -185,14 +198,10 @@ func (r *reading) chat(data []byte) {
 	var v struct {
 		Model string `json:"model"`
 		Usage *struct {
-			Prompt     num `json:"prompt_tokens"`
-			Completion num `json:"completion_tokens"`
-			PromptD    *struct {
-				Cached num `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-			CompD *struct {
-				Reasoning num `json:"reasoning_tokens"`
-			} `json:"completion_tokens_details"`
+			Prompt     num         `json:"prompt_tokens"`
+			Completion num         `json:"completion_tokens"`
+			PromptD    *cachedD    `json:"prompt_tokens_details"`
+			CompD      *reasoningD `json:"completion_tokens_details"`
 		} `json:"usage"`
 	}
 	if json.Unmarshal(data, &v) != nil {
@@ -201,14 +210,7 @@ func (r *reading) chat(data []byte) {
 	}
 	r.setModel(v.Model)
 	if u := v.Usage; u != nil {
-		var cached, reasoning int64
-		if u.PromptD != nil {
-			cached = val(u.PromptD.Cached)
-		}
-		if u.CompD != nil {
-			reasoning = val(u.CompD.Reasoning)
-		}
-		r.openai(val(u.Prompt), cached, val(u.Completion), reasoning)
+		r.openai(val(u.Prompt), u.PromptD.n(), val(u.Completion), u.CompD.n())
 	}
 }
 

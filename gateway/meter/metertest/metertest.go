@@ -5,12 +5,28 @@
 package metertest
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 
 	"github.com/outposthq/outpost/gateway"
 )
+
+// flushing flushes every write, so that a stream reaches the client as
+// it comes.
+type flushing struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (f flushing) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil {
+		err = f.rc.Flush()
+	}
+	return n, err
+}
 
 // TB is the part of testing.TB that Proxy uses.
 type TB interface {
@@ -43,20 +59,7 @@ func Proxy(t TB, m gateway.Meter, upstream string) string {
 			w.Header()[k] = v
 		}
 		w.WriteHeader(resp.StatusCode)
-		rc := http.NewResponseController(w)
-		buf := make([]byte, 512)
-		for {
-			n, err := resp.Body.Read(buf)
-			if n > 0 {
-				if _, werr := w.Write(buf[:n]); werr != nil {
-					return
-				}
-				_ = rc.Flush()
-			}
-			if err != nil {
-				return
-			}
-		}
+		_, _ = io.CopyBuffer(flushing{w, http.NewResponseController(w)}, resp.Body, make([]byte, 512))
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
