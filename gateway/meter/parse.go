@@ -55,6 +55,16 @@ func (r *reading) event(api string, data []byte) {
 	}
 }
 
+// decode decodes data into v; data that does not decode marks r broken
+// when it holds key (usage it cannot read).
+func (r *reading) decode(data []byte, v any, key string) bool {
+	if json.Unmarshal(data, v) != nil {
+		r.broken = r.broken || bytes.Contains(data, []byte(key))
+		return false
+	}
+	return true
+}
+
 // num is a token count as the APIs send it; a negative or absent one is 0.
 type num = *int64
 
@@ -85,8 +95,7 @@ func (r *reading) anthropic(data []byte) {
 			Usage *anthropicUsage `json:"usage"`
 		} `json:"message"`
 	}
-	if json.Unmarshal(data, &v) != nil {
-		r.broken = r.broken || bytes.Contains(data, []byte(`"usage"`))
+	if !r.decode(data, &v, `"usage"`) {
 		return
 	}
 	switch {
@@ -169,8 +178,7 @@ func (r *reading) responses(data []byte) {
 		Type     string         `json:"type"`
 		Response *responsesBody `json:"response"`
 	}
-	if json.Unmarshal(data, &v) != nil {
-		r.broken = r.broken || bytes.Contains(data, []byte(`"usage"`))
+	if !r.decode(data, &v, `"usage"`) {
 		return
 	}
 	b := &v.responsesBody
@@ -204,8 +212,7 @@ func (r *reading) chat(data []byte) {
 			CompD      *reasoningD `json:"completion_tokens_details"`
 		} `json:"usage"`
 	}
-	if json.Unmarshal(data, &v) != nil {
-		r.broken = r.broken || bytes.Contains(data, []byte(`"usage"`))
+	if !r.decode(data, &v, `"usage"`) {
 		return
 	}
 	r.setModel(v.Model)
@@ -230,8 +237,7 @@ func (r *reading) gemini(data []byte) {
 			Thoughts   num `json:"thoughtsTokenCount"`
 		} `json:"usageMetadata"`
 	}
-	if json.Unmarshal(data, &v) != nil {
-		r.broken = r.broken || bytes.Contains(data, []byte(`"usageMetadata"`))
+	if !r.decode(data, &v, `"usageMetadata"`) {
 		return
 	}
 	r.setModel(v.ModelVersion)
