@@ -109,6 +109,9 @@ func (e *engine) meterMeta(m *conversation.Meta) {
 func (e *engine) meterEnd(res *Result, err error) error {
 	mt := e.meterNow()
 	if mt == nil {
+		if e.o.MaxTokens > 0 || e.budget() > 0 || len(e.o.Limits) > 0 {
+			e.notice("budget", "the token budget was not enforced: the turn's model calls did not pass through the credential gateway", nil)
+		}
 		return err
 	}
 	mt.Settle(settleTimeout)

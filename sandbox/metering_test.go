@@ -89,10 +89,17 @@ func TestTurnMeterBudgets(t *testing.T) {
 // TestTurnMeterNoBudget: without budgets the meter only counts, and the
 // turn's own error stays.
 func TestTurnMeterNoBudget(t *testing.T) {
-	e := &engine{h: echo.Harness(), red: credentials.NewRedactor(), o: &RunOptions{}}
-	if e.meterEnd(&Result{}, nil) != nil || e.meterNow() != nil {
+	var notices []harness.Event
+	e := &engine{h: echo.Harness(), red: credentials.NewRedactor(), o: &RunOptions{OnEvent: func(ev harness.Event) { notices = append(notices, ev) }}}
+	if e.meterEnd(&Result{}, nil) != nil || e.meterNow() != nil || len(notices) != 0 {
 		t.Fatal("a turn without a meter changed")
 	}
+	// A budget without a meter cannot be enforced: a notice says so.
+	e.o.MaxTokens = 10
+	if e.meterEnd(&Result{}, nil) != nil || len(notices) != 1 || notices[0].Kind != "budget" {
+		t.Fatalf("notices %+v", notices)
+	}
+	e.o.MaxTokens = 0
 	m := e.turnMeter([]string{meter.Anthropic})
 	r, _ := http.NewRequest(http.MethodPost, "http://x/v1/messages", strings.NewReader(strings.Repeat("x", 1<<20)))
 	if resp := m.Before(r, 0); resp != nil {

@@ -137,6 +137,15 @@ func (m *Meter) After(resp *http.Response, route int) {
 		c = m.pending[resp.Request.Context()]
 		delete(m.pending, resp.Request.Context())
 	}
+	if c == nil { // a request the gateway forwarded with another context
+		for k, p := range m.pending {
+			if p.route == route {
+				c = p
+				delete(m.pending, k)
+				break
+			}
+		}
+	}
 	if c == nil {
 		c = &call{m: m, api: m.api(route), route: route}
 	}
