@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/outposthq/outpost/gateway/meter/metertest"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
+	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/sandbox"
 )
 
@@ -58,4 +61,45 @@ func TestClaudeMetered(t *testing.T) {
 func lastLines(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-5):], "\n")
+}
+
+// TestCodexMetered: the real Codex CLI against the fake OpenAI Responses
+// API through a meter: the metered counts equal the fake's and the
+// CLI's; a spent turn budget refuses the call after a tool call with
+// OpenAI's insufficient_quota and Codex ends with a spent quota, the
+// fake having received the one call.
+func TestCodexMetered(t *testing.T) {
+	e := newCodexEnv(t, openai.Config{})
+	m := meter.New(meter.Options{APIs: []string{meter.OpenAIResponses}})
+	e.environ = []string{"OPENAI_BASE_URL=" + metertest.Proxy(t, m, e.fake.Root()) + "/v1", "OPENAI_API_KEY=" + codexKey, "HOME=" + os.Getenv("HOME")}
+	tr := e.run(context.Background(), sandbox.Turn{Prompt: "Say hello"}, nil, nil)
+	if tr.err != nil {
+		t.Fatal(tr.err)
+	}
+	m.Settle(time.Minute)
+	got := m.Metered()
+	n := int64(e.fake.Count())
+	u := openai.DefaultUsage
+	if n == 0 || got.Requests != n || got.InputTokens != int64(u.InputTokens-u.CachedTokens)*n || got.CacheReadTokens != int64(u.CachedTokens)*n ||
+		got.OutputTokens != int64(u.OutputTokens)*n || got.ReasoningTokens != int64(u.ReasoningTokens)*n || !got.Complete {
+		t.Errorf("metered %+v for %d calls of %+v", got, n, u)
+	}
+	if tr.res.Usage != got.Usage {
+		t.Errorf("the CLI reported %+v, the meter counted %+v", tr.res.Usage, got.Usage)
+	}
+
+	e2 := newCodexEnv(t, openai.Config{Usage: &openai.Usage{InputTokens: 100000, OutputTokens: 10}})
+	m2 := meter.New(meter.Options{APIs: []string{meter.OpenAIResponses}, Limits: []meter.Limiter{meter.Limit{Budget: meter.BudgetTurn, Tokens: 100000}}})
+	e2.environ = []string{"OPENAI_BASE_URL=" + metertest.Proxy(t, m2, e2.fake.Root()) + "/v1", "OPENAI_API_KEY=" + codexKey, "HOME=" + os.Getenv("HOME")}
+	e2.fake.Enqueue(openai.ToolCall("echo hi"))
+	tr2 := e2.run(context.Background(), sandbox.Turn{Prompt: "run a command"}, nil, nil)
+	if n := e2.fake.Count(); n != 1 {
+		t.Errorf("the fake received %d calls, want the one before the budget was spent", n)
+	}
+	if x := m2.Exceeded(); x == nil || x.Spent != 100010 {
+		t.Errorf("exceeded %+v, want 100010 tokens spent", x)
+	}
+	if outpost.CodeOf(tr2.err) != outpost.Quota {
+		t.Errorf("codex ended with %v, want a spent quota", tr2.err)
+	}
 }
