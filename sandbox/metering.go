@@ -85,6 +85,18 @@ func (e *engine) meterMark() {
 	}
 }
 
+// meterUsage gives a turn whose CLI reports no usage
+// (harness.UsageUnavailable) the gateway's count as its usage, before
+// it is stored.
+func (e *engine) meterUsage(res *Result) {
+	mt := e.meterNow()
+	if mt == nil || e.h.Usage != harness.UsageUnavailable {
+		return
+	}
+	mt.Settle(settleTimeout)
+	res.Usage = mt.Since(e.meterFrom).Usage
+}
+
 // meterMeta adds this engine's metered usage and the budget to the
 // stored conversation's metadata.
 func (e *engine) meterMeta(m *conversation.Meta) {

@@ -135,3 +135,25 @@ func TestCompareUsage(t *testing.T) {
 }
 
 func asError(err error, oe **outpost.Error) bool { return errors.As(err, oe) }
+
+// TestMeterUsage: a preset whose CLI reports no usage gets the gateway's
+// count as its usage; one that reports usage keeps its own.
+func TestMeterUsage(t *testing.T) {
+	ant := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: 321, OutputTokens: 45}})
+	h := *echo.Harness()
+	h.Usage = harness.UsageUnavailable
+	e := &engine{h: &h, red: credentials.NewRedactor(), o: &RunOptions{}}
+	call(t, metertest.Proxy(t, e.turnMeter([]string{meter.Anthropic}), ant.URL()))
+	res := &Result{}
+	e.meterUsage(res)
+	if want := (harness.Usage{InputTokens: 321, OutputTokens: 45, Complete: true}); res.Usage != want {
+		t.Errorf("usage %+v, want %+v", res.Usage, want)
+	}
+	e.h = echo.Harness()
+	own := harness.Usage{InputTokens: 1, Complete: true}
+	res = &Result{Usage: own}
+	e.meterUsage(res)
+	if res.Usage != own {
+		t.Errorf("usage %+v, want the CLI's", res.Usage)
+	}
+}

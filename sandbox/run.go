@@ -349,6 +349,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	e.step("run")
 	// 9. Usage by mode; transcript usage overrides.
 	e.usage(ctx, lease, res, st)
+	e.meterUsage(res)
 	e.step("usage")
 	// 10. Capture into the store.
 	runErr = e.captureStep(ctx, lease, res, st, runErr)
