@@ -8,13 +8,13 @@ import (
 	"os"
 	"testing"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/internal/otelenv"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
 )
@@ -22,14 +22,19 @@ import (
 // BenchmarkEchoTurnTracing is BenchmarkEchoTurn's outpost turn with
 // tracing unset (OpenTelemetry's no-op provider: what every turn pays
 // when no OTEL_* variable is set) and with an exporter set (the SDK's
-// provider batching every span to an OTLP/HTTP endpoint on loopback
+// provider batching every span to an OTLP/HTTP endpoint (internal/otelenv's exporter) on loopback
 // that discards them), for docs/benchmarks.md.
 func BenchmarkEchoTurnTracing(b *testing.B) {
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body) //nolint:errcheck
 	}))
 	b.Cleanup(sink.Close)
-	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(sink.URL+"/v1/traces"))
+	exp, err := otelenv.NewExporter(func(k string) string {
+		if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
+			return sink.URL
+		}
+		return ""
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

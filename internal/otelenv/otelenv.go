@@ -11,7 +11,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -22,7 +21,8 @@ import (
 // (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
 // with OTEL_TRACES_EXPORTER unset; never with OTEL_SDK_DISABLED=true or
 // OTEL_TRACES_EXPORTER=none. Another exporter is an error: only OTLP
-// over HTTP (http/protobuf) is built in.
+// over HTTP is built in, sent in OTLP's JSON encoding (http/json;
+// http/protobuf is taken as asking for OTLP/HTTP too).
 func Wanted(getenv func(string) string) (bool, error) {
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return false, nil
@@ -40,8 +40,8 @@ func Wanted(getenv func(string) string) (bool, error) {
 	}
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
 		if p := getenv(v); p != "" {
-			if p != "http/protobuf" {
-				return false, fmt.Errorf("%s=%s: only http/protobuf is supported", v, p)
+			if p != "http/protobuf" && p != "http/json" {
+				return false, fmt.Errorf("%s=%s: only OTLP over HTTP (http/json, http/protobuf) is supported", v, p)
 			}
 			break
 		}
@@ -50,8 +50,8 @@ func Wanted(getenv func(string) string) (bool, error) {
 }
 
 // Setup installs, when Wanted, a global tracer provider that batches
-// spans to the OTLP/HTTP exporter (which reads its endpoint, headers,
-// timeout and TLS settings from the same variables) and the W3C trace
+// spans to an OTLP/HTTP endpoint (OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT,
+// _HEADERS and _TIMEOUT; default http://localhost:4318) and the W3C trace
 // context propagator; the resource's service.name is "outpost" unless
 // OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise. The
 // returned shutdown flushes the spans; it is a no-op when nothing was
@@ -62,7 +62,7 @@ func Setup(ctx context.Context, getenv func(string) string) (shutdown func(conte
 	if !ok || err != nil {
 		return none, err
 	}
-	exp, err := otlptracehttp.New(ctx)
+	exp, err := newExporter(getenv)
 	if err != nil {
 		return none, fmt.Errorf("OpenTelemetry exporter: %w", err)
 	}
