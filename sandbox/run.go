@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
@@ -17,7 +19,6 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/output"
 	"github.com/outposthq/outpost/sandbox/driver"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // The turn engine, by lifecycle step (docs/ARCHITECTURE.md):
