@@ -2,19 +2,14 @@ package sandbox_test
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"testing"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
-	"github.com/outposthq/outpost/internal/otelenv"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
 )
@@ -25,21 +20,7 @@ import (
 // provider batching every span to an OTLP/HTTP endpoint (internal/otelenv's exporter) on loopback
 // that discards them), for docs/benchmarks.md.
 func BenchmarkEchoTurnTracing(b *testing.B) {
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body) //nolint:errcheck
-	}))
-	b.Cleanup(sink.Close)
-	exp, err := otelenv.NewExporter(func(k string) string {
-		if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
-			return sink.URL
-		}
-		return ""
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	exporting := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
-	b.Cleanup(func() { _ = exporting.Shutdown(context.Background()) })
+	exporting := sandbox.ExportingProvider(b)
 	for _, tc := range []struct {
 		name string
 		tp   trace.TracerProvider

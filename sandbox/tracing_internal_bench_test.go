@@ -22,21 +22,7 @@ import (
 // the overhead ratio of docs/benchmarks.md without the noise of a whole
 // turn on a loaded machine.
 func BenchmarkTurnInstrumentation(b *testing.B) {
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body) //nolint:errcheck
-	}))
-	b.Cleanup(sink.Close)
-	exp, err := otelenv.NewExporter(func(k string) string {
-		if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
-			return sink.URL
-		}
-		return ""
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	exporting := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
-	b.Cleanup(func() { _ = exporting.Shutdown(context.Background()) })
+	exporting := exportingProvider(b)
 	steps := []string{"begin", "validate", "lease", "plans", "restore", "bootstrap", "run", "usage", "capture", "store+release"}
 	h := echo.Harness()
 	for _, tc := range []struct {
@@ -61,3 +47,28 @@ func BenchmarkTurnInstrumentation(b *testing.B) {
 		})
 	}
 }
+
+// exportingProvider is the SDK's tracer provider batching every span to
+// an OTLP/HTTP endpoint (internal/otelenv's exporter) on loopback that
+// discards them; shut down at the benchmark's end.
+func exportingProvider(b *testing.B) *sdktrace.TracerProvider {
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) //nolint:errcheck
+	}))
+	b.Cleanup(sink.Close)
+	exp, err := otelenv.NewExporter(func(k string) string {
+		if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
+			return sink.URL
+		}
+		return ""
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp
+}
+
+// ExportingProvider is exportingProvider for the external benchmarks.
+var ExportingProvider = exportingProvider
