@@ -450,7 +450,15 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, id stri
 }
 
 func (s *Server) conversationUsage(w http.ResponseWriter, r *http.Request, id string, m conversation.Meta) {
-	writeJSON(w, http.StatusOK, Usage{Conversation: m.ID, Agent: m.Agent, Turns: m.Turns, Usage: m.Usage})
+	u := Usage{Conversation: m.ID, Agent: m.Agent, Turns: m.Turns, Usage: m.Usage, Metered: m.Metered, Budget: m.Budget}
+	if m.Budget > 0 {
+		left := m.Budget
+		if m.Metered != nil {
+			left = max(left-m.Metered.Tokens(), 0)
+		}
+		u.BudgetLeft = &left
+	}
+	writeJSON(w, http.StatusOK, u)
 }
 
 func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, id string, m conversation.Meta) {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/server"
 )
 
@@ -45,5 +47,38 @@ func TestTraceparent(t *testing.T) {
 	}
 	if !found {
 		t.Error("no turn span")
+	}
+}
+
+// TestConversationMetered: a conversation's metered usage and budget are
+// in GET /v1/conversations/{id} and .../usage (with what is left),
+// validated against the OpenAPI document like every exchange.
+func TestConversationMetered(t *testing.T) {
+	ts := start(t, nil)
+	res := ts.wait(ts.startTurn(map[string]any{"prompt": "hello"}).ID)
+	id, _ := res["conversation"].(string)
+	m, files, err := ts.store.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := harness.MeteredUsage{Requests: 1, Usage: harness.Usage{InputTokens: 300, OutputTokens: 20, Complete: true}}
+	m.Metered, m.Budget = &harness.Metered{MeteredUsage: u, ByModel: map[string]harness.MeteredUsage{"m": u}}, 1000
+	if err := ts.store.Put(context.Background(), m, files); err != nil {
+		t.Fatal(err)
+	}
+	code, b, _ := ts.do("GET", "/v1/conversations/"+id+"/usage", nil)
+	var got struct {
+		Metered    harness.Metered `json:"metered"`
+		Budget     int64           `json:"budget"`
+		BudgetLeft int64           `json:"budget_left"`
+	}
+	if err := json.Unmarshal(b, &got); code != 200 || err != nil {
+		t.Fatalf("usage: %d %s", code, b)
+	}
+	if got.Budget != 1000 || got.BudgetLeft != 680 || got.Metered.ByModel["m"].InputTokens != 300 {
+		t.Errorf("usage %s", b)
+	}
+	if code, b, _ := ts.do("GET", "/v1/conversations/"+id, nil); code != 200 || !strings.Contains(string(b), `"budget":1000`) || !strings.Contains(string(b), `"by_model"`) {
+		t.Errorf("conversation: %d %s", code, b)
 	}
 }
