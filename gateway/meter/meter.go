@@ -98,6 +98,10 @@ func (m *Meter) Before(r *http.Request, route int) *http.Response {
 		m.pending[r.Context()] = c
 	}
 	m.mu.Unlock()
+	// The meter reads what the API sends: a compressed body it could
+	// not. Without the agent's Accept-Encoding the upstream answers
+	// plainly, or in gzip that the gateway's transport decodes.
+	r.Header.Del("Accept-Encoding")
 	c.start(r)
 	if x != nil {
 		c.refused(x)
@@ -162,6 +166,12 @@ func (m *Meter) After(resp *http.Response, route int) {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 || resp.Body == nil || c.api == "" {
 		// An error costs no tokens; a body without a known API is not read.
 		c.update(func(r *reading) { r.seen, r.final = true, true })
+		c.done(true)
+		return
+	}
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		// Compressed all the same: counted as a request, incomplete.
+		c.update(func(r *reading) { r.broken = true })
 		c.done(true)
 		return
 	}

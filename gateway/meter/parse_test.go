@@ -154,3 +154,24 @@ func FuzzBody(f *testing.F) {
 		}
 	})
 }
+
+// TestCompression: the meter asks the API for a plain body (the agent's
+// Accept-Encoding goes), and a compressed one it gets all the same is a
+// request with an incomplete count, its body untouched.
+func TestCompression(t *testing.T) {
+	m := New(Options{APIs: []string{Anthropic}})
+	r, _ := http.NewRequest(http.MethodPost, "http://x/v1/messages", strings.NewReader("{}"))
+	r.Header.Set("Accept-Encoding", "gzip, br")
+	if m.Before(r, 0) != nil || r.Header.Get("Accept-Encoding") != "" {
+		t.Fatalf("Accept-Encoding %q", r.Header.Get("Accept-Encoding"))
+	}
+	body := io.NopCloser(strings.NewReader("\x1f\x8b compressed"))
+	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Encoding": {"br"}}, Body: body, Request: r}
+	m.After(resp, 0)
+	if resp.Body != body {
+		t.Error("a compressed body was wrapped")
+	}
+	if diff := cmp.Diff(one("unknown", 0, 0, 0, 0, 0, false), m.Metered()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
