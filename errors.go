@@ -53,10 +53,15 @@ const (
 	// final text, redacted and bounded) and, when repair was not
 	// possible, "repair" (why).
 	Output Code = "output"
+	// Budget: a token budget of outpost's own was spent and the credential
+	// gateway refused the turn's next model call (docs/metering.md).
+	// Details hold "limit" and "spent" (tokens) and "budget" ("turn",
+	// "conversation" or "token"; "window", "hour" or "day", for a token's).
+	Budget Code = "budget"
 )
 
 // Codes lists every code in a stable order.
-var Codes = []Code{Configuration, Refused, Sandbox, Bootstrap, Conversation, Process, Quota, Output, Timeout, Cancelled}
+var Codes = []Code{Configuration, Refused, Sandbox, Bootstrap, Conversation, Process, Quota, Output, Budget, Timeout, Cancelled}
 
 // Error is the one error type outpost returns from its portable layer.
 // It is created once, at the step that knows the category, and wraps the
@@ -194,6 +199,7 @@ var exitCodes = map[Code]int{
 	Process:       8,
 	Quota:         9,
 	Output:        10,
+	Budget:        11,
 	Timeout:       124,
 	Cancelled:     130,
 }
@@ -232,6 +238,7 @@ var (
 	ErrProcess       = sentinel(Process)
 	ErrQuota         = sentinel(Quota)
 	ErrOutput        = sentinel(Output)
+	ErrBudget        = sentinel(Budget)
 	ErrTimeout       = sentinel(Timeout)
 	ErrCancelled     = sentinel(Cancelled)
 )

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"testing"
 
 	"github.com/outposthq/outpost"
@@ -83,5 +84,20 @@ func TestErrorOpRepeatingCode(t *testing.T) {
 		if got := tc.err.Message(); got != tc.msg {
 			t.Errorf("Message() = %q, want %q", got, tc.msg)
 		}
+	}
+}
+
+// TestBudgetCode: the budget code has its own exit status (11), a
+// sentinel, and a place in Codes.
+func TestBudgetCode(t *testing.T) {
+	err := fmt.Errorf("turn: %w", (&outpost.Error{Code: outpost.Budget, Op: "run"}).Detail("budget", "turn"))
+	if got := outpost.ExitCode(err); got != 11 {
+		t.Errorf("ExitCode = %d, want 11", got)
+	}
+	if !errors.Is(err, outpost.ErrBudget) || outpost.CodeOf(err) != outpost.Budget {
+		t.Errorf("errors.Is(ErrBudget) = %v, CodeOf = %q", errors.Is(err, outpost.ErrBudget), outpost.CodeOf(err))
+	}
+	if !slices.Contains(outpost.Codes, outpost.Budget) {
+		t.Error("Codes lacks budget")
 	}
 }

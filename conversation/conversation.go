@@ -103,6 +103,12 @@ type Meta struct {
 	Revision int64 `json:"revision"`
 	// Usage is the sum of the turns' usage as outpost recorded it.
 	Usage harness.Usage `json:"usage"`
+	// Metered is the sum of the turns' usage as the credential gateway
+	// counted it (docs/metering.md); nil when no turn was metered.
+	Metered *harness.Metered `json:"metered,omitempty"`
+	// Budget is the conversation's token budget (--budget), over the
+	// Metered tokens of all its turns; 0: none.
+	Budget int64 `json:"budget,omitempty"`
 	// Files lists the captured files (home-relative paths), for display.
 	// Stores set it from the files given to Put, in their order; whatever
 	// the caller put here is ignored.

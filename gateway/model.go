@@ -133,7 +133,7 @@ func (g *Gateway) modelCall(w http.ResponseWriter, r *http.Request) (*Grant, str
 	defer stop()
 	c.route, c.up = gr.opts.Routes[i], gr.ups[i]
 	ctx = context.WithValue(ctx, callKey{}, &c)
-	ctx = context.WithValue(ctx, meterKey{}, meterAt{gr.opts.Meter, i})
+	ctx = context.WithValue(ctx, meterKey{}, meterAt{gr.opts.Meter, i, r})
 	g.model.ServeHTTP(w, r.WithContext(ctx))
 	return gr, what
 }
@@ -143,6 +143,9 @@ type meterKey struct{}
 type meterAt struct {
 	m Meter
 	i int
+	// r is the request Before saw: After is given the response with it
+	// as its Request, so that a meter matches the two by r's context.
+	r *http.Request
 }
 
 // modelProxy is the reverse proxy of model calls.
@@ -155,7 +158,10 @@ func (g *Gateway) modelProxy() *httputil.ReverseProxy {
 		ErrorLog:      g.srv.ErrorLog,
 		ModifyResponse: func(resp *http.Response) error {
 			if at, _ := resp.Request.Context().Value(meterKey{}).(meterAt); at.m != nil {
+				out := resp.Request
+				resp.Request = at.r
 				at.m.After(resp, at.i)
+				resp.Request = out
 			}
 			return nil
 		},

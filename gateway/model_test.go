@@ -345,10 +345,13 @@ type meter struct {
 	refuse bool
 	before int
 	bytes  *int
+	seen   *http.Request // the request Before saw
+	same   bool          // After's response carried it
 }
 
 func (m *meter) Before(r *http.Request, route int) *http.Response {
 	m.before++
+	m.seen = r
 	if !m.refuse {
 		return nil
 	}
@@ -357,6 +360,7 @@ func (m *meter) Before(r *http.Request, route int) *http.Response {
 }
 
 func (m *meter) After(resp *http.Response, route int) {
+	m.same = resp.Request == m.seen
 	resp.Body = &countingBody{ReadCloser: resp.Body, n: m.bytes}
 }
 
@@ -392,6 +396,9 @@ func TestMeter(t *testing.T) {
 	g = do(t, req)
 	if g.code != 200 || g.body != "twelve bytes" || n != 12 || counting.before != 1 {
 		t.Errorf("metered: got %d %q, counted %d bytes, before %d", g.code, g.body, n, counting.before)
+	}
+	if !counting.same {
+		t.Error("After's response does not carry the request Before saw (a meter matches the two by its context)")
 	}
 }
 

@@ -112,5 +112,6 @@ func (e *engine) meta(lease *Lease, res *Result, native string, files []conversa
 	for _, f := range files {
 		m.Files = append(m.Files, f.Path)
 	}
+	e.meterMeta(&m)
 	return m
 }

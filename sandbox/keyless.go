@@ -217,6 +217,13 @@ func (e *engine) grantOptions() gateway.GrantOptions {
 	if e.kl.egress == driver.EgressGateway {
 		o.Allow = e.o.EgressAllow
 	}
+	if len(e.kl.eps) > 0 {
+		apis := make([]string, len(e.kl.eps))
+		for i, ep := range e.kl.eps {
+			apis[i] = ep.API
+		}
+		o.Meter = e.turnMeter(apis)
+	}
 	return o
 }
 

@@ -9,11 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/credentials"
 	"github.com/outposthq/outpost/gateway"
+	"github.com/outposthq/outpost/gateway/meter"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/output"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -149,6 +152,22 @@ type RunOptions struct {
 	// the turn makes one of its own and closes it when it ends. A server
 	// passes its one gateway to every turn.
 	Gateway *gateway.Gateway
+
+	// MaxTokens is the turn's token budget (--max-tokens), its repairs
+	// included; Budget the conversation's (--budget), over all its turns,
+	// kept with the conversation (a resume without one keeps the stored
+	// one); Limits more budgets (outpost serve's per-token-name windows).
+	// They are enforced by the credential gateway's meter
+	// (docs/metering.md): a spent budget ends the turn with code budget.
+	// Zero: none.
+	MaxTokens int64
+	Budget    int64
+	Limits    []meter.Limiter
+	// TracerProvider makes the turn's spans; nil: the global one (otel),
+	// which records nothing unless tracing was set up.
+	TracerProvider trace.TracerProvider
+
+	metering *metering // the Run's meter, shared with its inner turns
 }
 
 // Result describes a finished turn. It is returned with the error when the
@@ -200,6 +219,11 @@ type Result struct {
 	// was asked of a provider that cannot enforce it (local, ssh).
 	Secrets string `json:"secrets,omitempty"`
 	Egress  string `json:"egress,omitempty"`
+
+	// Metered is the usage the credential gateway counted from the
+	// model API's responses, in total and per model (docs/metering.md);
+	// nil when the turn's model calls did not pass through a meter.
+	Metered *harness.Metered `json:"metered,omitempty"`
 }
 
 // Run runs one turn through the ten lifecycle steps of
@@ -210,6 +234,9 @@ func Run(ctx context.Context, t Turn, o *RunOptions) (*Result, error) {
 	if o == nil {
 		o = &RunOptions{}
 	}
+	oc := *o // the Run's own metering, shared with its inner turns
+	oc.metering = &metering{}
+	o = &oc
 	start := time.Now()
 	e := &engine{t: t, o: o, red: credentials.NewRedactor()}
 	res, err := e.run(ctx)
@@ -254,9 +281,13 @@ type engine struct {
 	hold     conversation.Hold               // the resumed conversation's (sandbox/hold.go)
 	kl       keyless                         // the credential gateway (sandbox/keyless.go)
 	outerKl  *keyless                        // an inner turn's outer turn's
+
+	meterFrom int             // the Run's meter's calls before this engine's (metering.go)
+	spanCtx   context.Context // the turn's span (tracing.go)
+	span      trace.Span
 }
 
-func (e *engine) run(ctx context.Context) (*Result, error) {
+func (e *engine) runSteps(ctx context.Context) (*Result, error) {
 	e.step("begin")
 	// 1. Validate before allocation.
 	if err := e.validate(ctx); err != nil {
@@ -358,6 +389,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	e.step("run")
 	// 9. Usage by mode; transcript usage overrides.
 	e.usage(ctx, lease, res, st)
+	e.meterUsage(res)
 	e.step("usage")
 	// 10. Capture into the store.
 	runErr = e.captureStep(ctx, lease, res, st, runErr)
@@ -371,14 +403,22 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	return res, nil
 }
 
-// step logs the time since the previous step.
+// step ends a lifecycle step: one record to the Logger (the --trace
+// file) and one child span of the turn's, both timed since the previous
+// step.
 func (e *engine) step(name string) {
-	if e.o.Logger == nil {
+	tracing := e.span != nil && e.span.IsRecording()
+	if e.o.Logger == nil && !tracing {
 		return
 	}
 	now := time.Now()
 	if !e.mark.IsZero() {
-		e.o.Logger.Debug("step", "step", name, "ms", float64(now.Sub(e.mark).Microseconds())/1000, "agent", e.agentName())
+		if e.o.Logger != nil {
+			e.o.Logger.Debug("step", "step", name, "ms", float64(now.Sub(e.mark).Microseconds())/1000, "agent", e.agentName())
+		}
+		if tracing {
+			e.stepSpan(name, e.mark, now)
+		}
 	}
 	e.mark = now
 }

@@ -26,6 +26,9 @@ type ResultLine struct {
 	// ThreadUsage is the agent's own running total for the whole native
 	// conversation, when the preset reads one (Result.ThreadUsage).
 	ThreadUsage *harness.Usage `json:"thread_usage,omitempty"`
+	// Metered is the usage the credential gateway counted
+	// (Result.Metered, docs/metering.md).
+	Metered *harness.Metered `json:"metered,omitempty"`
 	// StartedAt, CompletedAt and DurationMS bound the turn
 	// (Result.StartedAt...); for an error before the turn began, the
 	// caller's own (the CLI's command).
@@ -58,7 +61,7 @@ func NewResultLine(res *Result, err error) ResultLine {
 	return ResultLine{
 		Type: "result", Conversation: res.Conversation, Parent: res.Parent, Agent: res.Agent,
 		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
-		ThreadUsage: res.ThreadUsage, StartedAt: res.StartedAt, CompletedAt: res.CompletedAt, DurationMS: res.DurationMS,
+		ThreadUsage: res.ThreadUsage, Metered: res.Metered, StartedAt: res.StartedAt, CompletedAt: res.CompletedAt, DurationMS: res.DurationMS,
 		Output: res.Output, Protocol: res.Protocol, ChangedFiles: res.ChangedFiles, Attempts: res.Attempts,
 		Secrets: res.Secrets, Egress: res.Egress,
 		ExitCode: outpost.ExitCode(err), Error: outpost.ToJSON(err),

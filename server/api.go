@@ -110,6 +110,12 @@ type Usage struct {
 	Agent        string        `json:"agent"`
 	Turns        int           `json:"turns"`
 	Usage        harness.Usage `json:"usage"`
+	// Metered is the credential gateway's count, per model; Budget the
+	// conversation's token budget and BudgetLeft what is left of it
+	// (docs/metering.md).
+	Metered    *harness.Metered `json:"metered,omitempty"`
+	Budget     int64            `json:"budget,omitempty"`
+	BudgetLeft *int64           `json:"budget_left,omitempty"`
 }
 
 // Health is GET /healthz.

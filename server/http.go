@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -174,6 +176,7 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 				return
 			}
 			peer = name
+			r = withPeer(r, name)
 		}
 		mux.ServeHTTP(w, r)
 	})
@@ -250,7 +253,7 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	t, err := s.admit(r.Context(), &req)
+	t, err := s.admit(trace.ContextWithRemoteSpanContext(r.Context(), callerTrace(r)), &req)
 	if err != nil {
 		ae := fromError(err)
 		if reason, _ := ae.err.Details["reason"].(string); reason == ReasonBusy || reason == ReasonDraining || reason == ReasonTooLarge {
@@ -448,7 +451,15 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, id stri
 }
 
 func (s *Server) conversationUsage(w http.ResponseWriter, r *http.Request, id string, m conversation.Meta) {
-	writeJSON(w, http.StatusOK, Usage{Conversation: m.ID, Agent: m.Agent, Turns: m.Turns, Usage: m.Usage})
+	u := Usage{Conversation: m.ID, Agent: m.Agent, Turns: m.Turns, Usage: m.Usage, Metered: m.Metered, Budget: m.Budget}
+	if m.Budget > 0 {
+		left := m.Budget
+		if m.Metered != nil {
+			left = max(left-m.Metered.Tokens(), 0)
+		}
+		u.BudgetLeft = &left
+	}
+	writeJSON(w, http.StatusOK, u)
 }
 
 func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, id string, m conversation.Meta) {

@@ -107,6 +107,9 @@ type Options struct {
 	// instead: only AllowUIDs (default: the server's own uid).
 	Tokens    *Tokens
 	AllowUIDs []int
+	// TokenLimits are the operator's token budgets by token name (the
+	// peer of a TCP request), per hour and per day (docs/metering.md).
+	TokenLimits map[string]TokenLimit
 
 	// Logger receives structured logs (default: discarded).
 	Logger *slog.Logger
@@ -133,6 +136,7 @@ type Server struct {
 	handler http.Handler
 	mcp     *mcp.Server
 
+	windows  windows         // TokenLimits' running budgets (budget.go)
 	base     context.Context // ends at the end of Shutdown: cancels every turn
 	baseStop context.CancelCauseFunc
 	sem      chan struct{}

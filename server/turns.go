@@ -12,8 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/gateway/meter"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
@@ -38,6 +41,9 @@ type turn struct {
 	ctx             context.Context
 	cancel          context.CancelCauseFunc
 	done            chan struct{} // closed once the result is in the log
+
+	limits []meter.Limiter   // the peer's token budgets (budget.go)
+	trace  trace.SpanContext // the caller's trace, continued
 
 	mu       sync.Mutex
 	state    string
@@ -184,7 +190,7 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.enqueue(st, key, conv, req)
+	return s.enqueue(ctx, st, key, conv, req)
 }
 
 // checkRequest refuses what is wrong in the request itself, and returns
@@ -283,7 +289,9 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 }
 
 // enqueue starts an admitted turn, unless the server is draining or full.
-func (s *Server) enqueue(st sandbox.Turn, key sandbox.PoolKey, conv string, req *TurnRequest) (*turn, error) {
+// enqueue queues the turn; ctx is the request's: its peer's budgets
+// and its caller's trace go with the turn.
+func (s *Server) enqueue(ctx context.Context, st sandbox.Turn, key sandbox.PoolKey, conv string, req *TurnRequest) (*turn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -302,6 +310,7 @@ func (s *Server) enqueue(st sandbox.Turn, key sandbox.PoolKey, conv string, req 
 		steer: make(chan string, steerBuffer), ctx: tctx, cancel: cancel, done: make(chan struct{}),
 		secrets: req.Secrets, egress: req.Egress, egressAllow: req.EgressAllow,
 		state: StateQueued, first: 1, maxBytes: int64(s.o.MaxTurnEvents), total: &s.retained, notify: make(chan struct{}),
+		limits: s.limitsFor(peerOf(ctx)), trace: trace.SpanContextFromContext(ctx),
 	}
 	s.turns[t.id] = t
 	s.queued++
@@ -432,6 +441,7 @@ func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, e
 		Egress:      t.egress,
 		EgressAllow: t.egressAllow,
 		Gateway:     s.gw,
+		Limits:      t.limits,
 	}
 	if s.o.PoolSize < 0 {
 		p, err := s.pool.Provider(t.key)
@@ -439,7 +449,7 @@ func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, e
 			return &sandbox.Result{Agent: t.agent, Sandbox: t.sandbox}, err
 		}
 		opts.Provider = p
-		return sandbox.Run(t.ctx, st, opts)
+		return sandbox.Run(t.runContext(), st, opts)
 	}
 	lease, err := s.pool.Get(t.ctx, t.key)
 	if err != nil {
@@ -447,7 +457,7 @@ func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, e
 	}
 	defer s.pool.Release(t.key, lease)
 	opts.Lease = lease
-	return sandbox.Run(t.ctx, st, opts)
+	return sandbox.Run(t.runContext(), st, opts)
 }
 
 // finish records a turn's result and schedules its removal.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -160,6 +161,11 @@ func (s *Memory) Delete(ctx context.Context, id string) error {
 
 func cloneMeta(m conversation.Meta) conversation.Meta {
 	m.Files = slices.Clone(m.Files)
+	if m.Metered != nil {
+		c := *m.Metered
+		c.ByModel = maps.Clone(c.ByModel)
+		m.Metered = &c
+	}
 	return m
 }
 

@@ -92,7 +92,17 @@ func meta(id string, updated time.Time) conversation.Meta {
 		Updated: updated,
 		Turns:   3,
 		Usage:   harness.Usage{InputTokens: 10, OutputTokens: 20, CacheReadTokens: 3, CacheWriteTokens: 4, Complete: true},
+		// The metered usage and the budget are kept with the
+		// conversation, so that a budget holds on every machine that
+		// shares the store.
+		Budget:  5000,
+		Metered: metered(),
 	}
+}
+
+func metered() *harness.Metered {
+	u := harness.MeteredUsage{Requests: 2, ReasoningTokens: 5, Usage: harness.Usage{InputTokens: 11, OutputTokens: 21, CacheReadTokens: 300, CacheWriteTokens: 40, Complete: true}}
+	return &harness.Metered{MeteredUsage: u, ByModel: map[string]harness.MeteredUsage{"m1": u}}
 }
 
 // paths returns the files' paths.

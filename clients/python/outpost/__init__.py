@@ -11,7 +11,7 @@ from .aio import AsyncClient
 from .client import Client
 from .errors import (BootstrapError, CancelledError, ConfigurationError,
                      ConversationError, OutpostError, OutputError,
-                     ProcessError, QuotaError, RefusedError, SandboxError,
+                     ProcessError, QuotaError, BudgetError, RefusedError, SandboxError,
                      TimeoutError, TransportError, UnavailableError)
 from .models import (Agent, Conversation, ConversationUsage, ErrorInfo, Event,
                      Health, Result, SteerResponse, Tool, Turn, TurnRequest,
@@ -23,7 +23,7 @@ __all__ = [
     "Client", "AsyncClient", "default_socket",
     "OutpostError", "ConfigurationError", "RefusedError", "SandboxError",
     "BootstrapError", "ConversationError", "ProcessError", "UnavailableError",
-    "QuotaError", "OutputError", "TimeoutError", "CancelledError", "TransportError",
+    "QuotaError", "OutputError", "BudgetError", "TimeoutError", "CancelledError", "TransportError",
     "Agent", "Conversation", "ConversationUsage", "ErrorInfo", "Event", "Health",
     "Result", "SteerResponse", "Tool", "Turn", "TurnRequest", "TurnStatus", "Usage",
 ]

@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional
 __all__ = [
     "OutpostError", "ConfigurationError", "RefusedError", "SandboxError",
     "BootstrapError", "ConversationError", "ProcessError", "UnavailableError",
-    "QuotaError", "OutputError", "TimeoutError", "CancelledError",
+    "QuotaError", "OutputError", "BudgetError", "TimeoutError", "CancelledError",
     "TransportError", "error_from",
 ]
 
@@ -98,6 +98,12 @@ class OutputError(OutpostError):
     code = "output"
 
 
+class BudgetError(OutpostError):
+    """A token budget of outpost's was spent (``details["budget"]``:
+    turn, conversation or token; ``limit`` and ``spent`` in tokens)."""
+    code = "budget"
+
+
 class TimeoutError(OutpostError, builtins.TimeoutError):
     """The turn's deadline passed."""
     code = "timeout"
@@ -116,8 +122,8 @@ class TransportError(OutpostError):
 
 _BY_CODE = {c.code: c for c in (
     ConfigurationError, RefusedError, SandboxError, BootstrapError,
-    ConversationError, ProcessError, QuotaError, OutputError, TimeoutError,
-    CancelledError)}
+    ConversationError, ProcessError, QuotaError, OutputError, BudgetError,
+    TimeoutError, CancelledError)}
 
 
 def error_from(body: Any, *, status: Optional[int] = None,

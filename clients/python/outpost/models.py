@@ -54,6 +54,33 @@ class Usage:
     complete: bool
 
 
+@_schema("MeteredUsage")
+class MeteredUsage:
+    """Token usage the credential gateway counted from the model API's
+    responses (docs/metering.md): Usage's counters, the model calls
+    (``requests``) and the reasoning part of ``output_tokens``."""
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+    complete: bool
+
+
+@_schema("Metered")
+class Metered:
+    """Metered usage in total and per model (``by_model``)."""
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+    complete: bool
+    by_model: Optional[Dict[str, MeteredUsage]] = None
+
+
 @_schema("Error")
 class ErrorInfo:
     """An outpost error as the API carries it (docs/errors.md)."""
@@ -130,6 +157,7 @@ class Result:
     sandbox: Optional[str] = None
     text: Optional[str] = None
     thread_usage: Optional[Usage] = None
+    metered: Optional[Metered] = None
     output: Any = None
     protocol: Optional[Dict[str, Any]] = None
     changed_files: Optional[ChangedFiles] = None
@@ -205,6 +233,8 @@ class Conversation:
     files: Optional[List[str]]
     parent: Optional[str] = None
     model: Optional[str] = None
+    metered: Optional[Metered] = None
+    budget: Optional[int] = None
 
 
 @_schema("ConversationUsage")
@@ -213,6 +243,9 @@ class ConversationUsage:
     agent: str
     turns: int
     usage: Usage
+    metered: Optional[Metered] = None
+    budget: Optional[int] = None
+    budget_left: Optional[int] = None
 
 
 @_schema("Agent")
@@ -259,6 +292,9 @@ def _convert(tp: Any, v: Any) -> Any:
     if origin in (list, List):
         (item,) = typing.get_args(tp)
         return [_convert(item, x) for x in v]
+    if origin in (dict, Dict) and isinstance(v, dict):
+        _, item = typing.get_args(tp)
+        return {k: _convert(item, x) for k, x in v.items()}
     if tp is datetime:
         return _parse_time(v)
     if dataclasses.is_dataclass(tp):
@@ -284,6 +320,8 @@ def _plain(v: Any) -> Any:
         return v.isoformat()
     if isinstance(v, list):
         return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
     return v
 
 

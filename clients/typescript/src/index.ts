@@ -36,6 +36,13 @@ export interface ClientOptions {
   agent?: http.Agent;
   /** Reconnection of event streams: attempts without progress (default 10). */
   maxReconnects?: number;
+  /**
+   * The caller's W3C trace context, when it has one: startTurn and run send
+   * it as the traceparent header, and the server runs the turn in that trace
+   * (e.g. with @opentelemetry/api, the traceparent that
+   * propagation.inject writes for the active context).
+   */
+  traceparent?: () => string | undefined;
 }
 
 /** An error the API returned: its HTTP status and outpost error. */
@@ -105,8 +112,8 @@ export class Outpost {
     });
   }
 
-  private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
-    const res = await this.request(method, path, body);
+  private async call<T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T> {
+    const res = await this.request(method, path, body, headers);
     const r = await collect(res);
     if (r.status >= 400) throw toError(r);
     return (r.body === "" ? undefined : JSON.parse(r.body)) as T;
@@ -114,7 +121,8 @@ export class Outpost {
 
   /** Start a turn; resolves at once with its id and state. */
   startTurn(req: TurnRequest): Promise<TurnStatus> {
-    return this.call("POST", "/v1/turns", req);
+    const tp = this.opts.traceparent?.();
+    return this.call("POST", "/v1/turns", req, tp ? { traceparent: tp } : {});
   }
 
   /** A turn's state, and its result once finished. */

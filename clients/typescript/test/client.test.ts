@@ -181,3 +181,23 @@ test("TCP with a bearer token", async () => {
   const none = new Outpost({ baseUrl: where });
   await assert.rejects(none.startTurn({ prompt: "x" }), (e: unknown) => e instanceof OutpostError && e.status === 401);
 });
+
+test("startTurn sends the caller's traceparent when it has one", async () => {
+  const seen: (string | undefined)[] = [];
+  const srv = http.createServer((req, res) => {
+    seen.push(req.headers["traceparent"] as string | undefined);
+    res.writeHead(202, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ id: "t1", state: "queued", agent: "echo", sandbox: "local", created: new Date().toISOString() }));
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  const base = `http://127.0.0.1:${(srv.address() as { port: number }).port}`;
+  try {
+    const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    await new Outpost({ baseUrl: base, traceparent: () => tp }).startTurn({ prompt: "x" });
+    await new Outpost({ baseUrl: base, traceparent: () => undefined }).startTurn({ prompt: "x" });
+    await new Outpost({ baseUrl: base }).startTurn({ prompt: "x" });
+    assert.deepEqual(seen, [tp, undefined, undefined]);
+  } finally {
+    srv.close();
+  }
+});

@@ -3,8 +3,10 @@ package cli
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/plural"
 	"github.com/outposthq/outpost/sandbox"
 )
@@ -264,12 +267,53 @@ func (a *app) meta(c *cobra.Command, ref string) (conversation.Meta, error) {
 }
 
 func (a *app) usageCmd() *cobra.Command {
-	return a.metaCmd("usage ID", "Show a conversation's token usage over the turns outpost ran",
+	return a.metaCmd("usage ID", "Show a conversation's token usage over the turns outpost ran: the agent's, the gateway's per model, the budget left",
 		func(m conversation.Meta) any {
-			return map[string]any{"conversation": m.ID, "agent": m.Agent, "turns": m.Turns, "usage": m.Usage}
+			v := map[string]any{"conversation": m.ID, "agent": m.Agent, "turns": m.Turns, "usage": m.Usage}
+			if m.Metered != nil {
+				v["metered"] = m.Metered
+			}
+			if m.Budget > 0 {
+				v["budget"], v["budget_left"] = m.Budget, budgetLeft(m)
+			}
+			return v
 		},
 		func(m conversation.Meta) error {
-			_, err := fmt.Fprintf(a.stdout, "%s (%s, %s): tokens %s\n", m.ID, m.Agent, plural.N(m.Turns, "turn"), usageText(m.Usage))
+			_, err := fmt.Fprintf(a.stdout, "%s (%s, %s): tokens %s\n%s", m.ID, m.Agent, plural.N(m.Turns, "turn"), usageText(m.Usage), meteredText(m))
 			return err
 		})
+}
+
+// budgetLeft is what is left of a conversation's budget, never below 0.
+func budgetLeft(m conversation.Meta) int64 {
+	var spent int64
+	if m.Metered != nil {
+		spent = m.Metered.Tokens()
+	}
+	return max(m.Budget-spent, 0)
+}
+
+// meteredText is the gateway's count of a conversation, per model, and
+// its budget, one line each, for a person; "" without either.
+func meteredText(m conversation.Meta) string {
+	var b strings.Builder
+	if mt := m.Metered; mt != nil {
+		fmt.Fprintf(&b, "  metered: %s\n", meteredUsageText(mt.MeteredUsage))
+		models := slices.Sorted(maps.Keys(mt.ByModel))
+		for _, name := range models {
+			fmt.Fprintf(&b, "    %s: %s\n", name, meteredUsageText(mt.ByModel[name]))
+		}
+	}
+	if m.Budget > 0 {
+		fmt.Fprintf(&b, "  budget: %d tokens, %d left\n", m.Budget, budgetLeft(m))
+	}
+	return b.String()
+}
+
+func meteredUsageText(u harness.MeteredUsage) string {
+	s := plural.N(int(u.Requests), "request") + ", " + usageText(u.Usage)
+	if u.ReasoningTokens > 0 {
+		s += fmt.Sprintf(", reasoning %d", u.ReasoningTokens)
+	}
+	return s
 }

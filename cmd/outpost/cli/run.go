@@ -38,6 +38,7 @@ type runFlags struct {
 	command, trace, secrets, egress                     string
 	schema, protocol                                    string
 	repairs                                             int
+	maxTokens, budget                                   int64
 	timeout, inactivity, retryBound, wait               time.Duration
 	env, set, options, egressAllow                      []string
 	json, raw, steerStdin, verbose                      bool
@@ -109,6 +110,8 @@ $XDG_CONFIG_HOME/outpost/agents/NAME.json.`,
 	fl.StringVar(&f.protocol, "protocol", "", "ask for the result/handoff block: handoff")
 	fl.StringVar(&f.command, "command", "", "run this executable in place of the preset's program (no bootstrap)")
 	fl.StringVar(&f.trace, "trace", "", "append a JSON-lines trace of the turn to this file (steps, events, classification; redacted)")
+	fl.Int64Var(&f.maxTokens, "max-tokens", 0, "stop the turn once its model calls spent this many tokens, repairs included (exit status 11; docs/metering.md)")
+	fl.Int64Var(&f.budget, "budget", 0, "the conversation's token budget over all its turns, kept with it (exit status 11 once spent; docs/metering.md)")
 	fl.DurationVar(&f.retryBound, "retry-bound", 0, "stop the turn when the agent only retries for this long (default: the preset's; negative: never)")
 	keylessFlags(fl, &f.secrets, &f.egress, &f.egressAllow)
 	c.MarkFlagsMutuallyExclusive("resume", "fork")
@@ -157,6 +160,9 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	if err != nil {
 		return a.failInput(f, err)
 	}
+	if f.maxTokens < 0 || f.budget < 0 {
+		return usageError{errors.New("--max-tokens and --budget take a positive number of tokens")}
+	}
 	if f.wait < 0 || (f.wait > 0 && f.resume == "") {
 		return usageError{errors.New("--wait takes a positive duration and applies to --resume (a fork never waits)")}
 	}
@@ -178,7 +184,8 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	}
 	out := a.eventWriter(f)
 	opts := &sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json,
-		Secrets: f.secrets, Egress: f.egress, EgressAllow: f.egressAllow}
+		Secrets: f.secrets, Egress: f.egress, EgressAllow: f.egressAllow, MaxTokens: f.maxTokens, Budget: f.budget}
+	defer a.tracing(ctx)()
 	if f.trace != "" {
 		tf, err := openTrace(f.trace)
 		if err != nil {

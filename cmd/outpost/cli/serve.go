@@ -24,6 +24,7 @@ import (
 type serveFlags struct {
 	socket, listen, tokens, workdir, agent, image, logFormat string
 	sandboxes, set, allow, poolAgents, warm                  []string
+	tokenLimits                                              []string
 	maxConcurrent, maxQueue, poolSize                        int
 	maxTurnEvents, maxRetained, maxStreams, maxTurnStreams   int
 	maxTimeout, grace, retention, spoolPush                  time.Duration
@@ -67,6 +68,7 @@ conversations are captured either way.`,
 	fl.IntVar(&f.maxTurnStreams, "max-turn-streams", 8, "open event streams per turn (429 beyond)")
 	fl.DurationVar(&f.spoolPush, "spool-push", 30*time.Second, "how often turns spooled while the store was down are pushed into it (negative: only at start)")
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "request body limit in bytes (413 beyond)")
+	fl.StringArrayVar(&f.tokenLimits, "token-limit", nil, "model-API tokens the turns of one token name may spend, NAME=PER_HOUR/PER_DAY (either empty: no limit); repeatable (docs/metering.md)")
 	c.MarkFlagsMutuallyExclusive("socket", "listen")
 	c.AddCommand(a.serveTokenCmd())
 	return c
@@ -142,6 +144,7 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 		ln.Close()
 		return err
 	}
+	defer a.tracing(ctx)()
 	log.Info("outpost serve: listening", "address", where, "sandboxes", opts.Sandboxes, "version", version())
 	fmt.Fprintln(a.stdout, "outpost serve: listening on", where)
 	return serveUntilDone(ctx, srv, ln, f.grace, log)
@@ -165,7 +168,11 @@ func (a *app) serverOptions(f serveFlags) (*server.Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &server.Options{
+	limits, err := tokenLimits(f.tokenLimits)
+	if err != nil {
+		return nil, err
+	}
+	return &server.Options{TokenLimits: limits,
 		Store: store, Spool: a.spool, SpoolPush: f.spoolPush, Workdir: f.workdir, DefaultAgent: f.agent, Sandboxes: f.sandboxes, Settings: settings,
 		AllowSettings: f.allow, MaxConcurrent: f.maxConcurrent, MaxQueue: f.maxQueue, MaxTimeout: f.maxTimeout,
 		MaxBody: f.maxBody, Retention: f.retention, MaxTurnEvents: f.maxTurnEvents, MaxRetained: f.maxRetained,
