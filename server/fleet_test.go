@@ -1,0 +1,137 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/outposthq/outpost/server"
+	"github.com/outposthq/outpost/server/turnstore"
+)
+
+// fleetOf starts n servers sharing one in-process turn store.
+func fleetOf(t *testing.T, st turnstore.Store, names ...string) []*testServer {
+	var out []*testServer
+	for _, n := range names {
+		out = append(out, start(t, func(o *server.Options) {
+			o.Turns, o.Replica, o.Heartbeat = st, n, 50*time.Millisecond
+		}))
+	}
+	return out
+}
+
+func raws(items []sseItem) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, fmt.Sprintf("%d %s", it.seq, it.raw))
+	}
+	return out
+}
+
+// TestFleetThroughAnotherReplica: a turn started on A is read, followed,
+// steered and cancelled through B, which never held it; B's stream is
+// A's, event for event.
+func TestFleetThroughAnotherReplica(t *testing.T) {
+	f := fleetOf(t, turnstore.NewMemory(), "a", "b")
+	a, b := f[0], f[1]
+
+	steered := a.startTurn(map[string]any{"prompt": "#slow=3000"})
+	code, body, _ := b.do("GET", "/v1/turns/"+steered.ID, nil)
+	var st server.TurnStatus
+	if json.Unmarshal(body, &st); code != 200 || st.ID != steered.ID || st.Agent != "echo" || st.State == server.StateFinished {
+		t.Fatalf("GET through B: %d %s", code, body)
+	}
+	b.events(steered.ID, 0, func(it sseItem) bool { return it.data["type"] == "message" })
+	if code, body, _ := b.do("POST", "/v1/turns/"+steered.ID+"/messages", map[string]any{"text": "wrap up"}); code != 202 {
+		t.Fatalf("steer through B: %d %s", code, body)
+	}
+	res := b.wait(steered.ID)
+	if !strings.Contains(fmt.Sprint(res["text"]), "steered: wrap up") {
+		t.Errorf("the turn steered through B answered %v", res["text"])
+	}
+	if d := cmp.Diff(raws(a.events(steered.ID, 0, nil)), raws(b.events(steered.ID, 0, nil))); d != "" {
+		t.Errorf("B's stream differs from A's (-A +B):\n%s", d)
+	}
+	if got := b.events(steered.ID, 2, nil); len(got) == 0 || got[0].seq != 3 {
+		t.Errorf("B's stream after Last-Event-ID 2 starts at %v", raws(got))
+	}
+	if code, body, _ := b.do("POST", "/v1/turns/"+steered.ID+"/messages", map[string]any{"text": "more"}); code != 409 {
+		t.Errorf("steer of a finished turn through B: %d %s, want 409", code, body)
+	}
+
+	slow := a.startTurn(map[string]any{"prompt": "#slow=30000"})
+	b.events(slow.ID, 0, func(it sseItem) bool { return it.data["type"] == "message" })
+	if code, body, _ := b.do("POST", "/v1/turns/"+slow.ID+"/cancel", nil); code != 202 {
+		t.Fatalf("cancel through B: %d %s", code, body)
+	}
+	r := b.wait(slow.ID)
+	if e, _ := r["error"].(map[string]any); e["code"] != "cancelled" || e["details"].(map[string]any)["cancelled_by"] != "client" {
+		t.Errorf("the turn cancelled through B: %v", r)
+	}
+	if code, body, _ := b.do("POST", "/v1/turns/"+slow.ID+"/cancel", nil); code != 200 || !strings.Contains(string(body), `"finished"`) {
+		t.Errorf("cancel of a finished turn through B: %d %s, want 200 finished", code, body)
+	}
+	if code, _, _ := b.do("GET", "/v1/turns/t000000000000000000000000", nil); code != 404 {
+		t.Errorf("GET of an unknown turn through B: %d, want 404", code)
+	}
+}
+
+// TestFleetLostReplica: the unfinished turns of a replica that stopped
+// beating (here one that never runs: its records are written directly)
+// end, as seen from B, with code sandbox and details.replica_lost; its
+// finished turn is left as it was.
+func TestFleetLostReplica(t *testing.T) {
+	st := turnstore.NewMemory()
+	ctx := context.Background()
+	if err := st.Beat(ctx, "ghost"); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"t00000000000000000000000a", "t00000000000000000000000b"}
+	for _, id := range ids {
+		st.Create(ctx, turnstore.Turn{ID: id, Owner: "ghost", Agent: "echo", Sandbox: "local", State: turnstore.StateRunning, Created: time.Now()})
+		st.Append(ctx, id, []turnstore.Event{{Seq: 1, Data: []byte(`{"type":"message","agent":"echo","text":"half","time":"2026-01-02T03:04:05Z"}`)}}, 1<<20)
+	}
+	b := fleetOf(t, st, "b")[0]
+	for _, id := range ids {
+		items := b.events(id, 0, nil)
+		if len(items) != 2 || items[0].data["text"] != "half" {
+			t.Fatalf("turn %s through B: %v", id, raws(items))
+		}
+		e, _ := items[1].data["error"].(map[string]any)
+		if items[1].data["type"] != "result" || e["code"] != "sandbox" || e["details"].(map[string]any)["replica_lost"] != "ghost" {
+			t.Errorf("turn %s of the lost replica ended with %s", id, items[1].raw)
+		}
+		code, body, _ := b.do("GET", "/v1/turns/"+id, nil)
+		if code != 200 || !strings.Contains(string(body), `"replica_lost":"ghost"`) || !strings.Contains(string(body), `"state":"finished"`) {
+			t.Errorf("GET %s through B: %d %s", id, code, body)
+		}
+	}
+}
+
+// TestFleetRestart: a turn's id outlives the replica that ran it: a new
+// replica on the same store answers for it after the first shut down.
+func TestFleetRestart(t *testing.T) {
+	st := turnstore.NewMemory()
+	a := fleetOf(t, st, "a")[0]
+	id := a.startTurn(map[string]any{"prompt": "before the restart"}).ID
+	want := raws(a.events(id, 0, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := fleetOf(t, st, "a-restarted")[0]
+	if d := cmp.Diff(want, raws(c.events(id, 0, nil))); d != "" {
+		t.Errorf("the restarted replica's replay (-before +after):\n%s", d)
+	}
+	code, body, _ := c.do("GET", "/v1/turns/"+id, nil)
+	if code != http.StatusOK || !strings.Contains(string(body), `"state":"finished"`) {
+		t.Errorf("GET after the restart: %d %s", code, body)
+	}
+}
