@@ -70,7 +70,17 @@ func newFleet(s *Server) (*fleet, error) {
 		ops: make(chan fleetOp, 1024), written: make(chan struct{}), subs: map[string]map[chan struct{}]struct{}{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := f.st.Beat(ctx, f.replica); err != nil {
+	// A replica of this name that ran before is gone: its unfinished
+	// turns (and those of other silent replicas) end now, before this one
+	// beats under the same name.
+	err := f.st.Leave(ctx, f.replica)
+	if err == nil {
+		_, err = f.st.Reap(ctx, f.beat*lostAfter, s.lostResult)
+	}
+	if err == nil {
+		err = f.st.Beat(ctx, f.replica)
+	}
+	if err != nil {
 		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
 	}
 	f.ctx, f.stop = context.WithCancel(context.Background())

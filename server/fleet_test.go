@@ -135,3 +135,19 @@ func TestFleetRestart(t *testing.T) {
 		t.Errorf("GET after the restart: %d %s", code, body)
 	}
 }
+
+// TestFleetSameNameRestarted: a replica started under the name of one
+// that ran before ends that one's unfinished turns at once, though its
+// heartbeat is fresh (they cannot be running: the name is this process's).
+func TestFleetSameNameRestarted(t *testing.T) {
+	st := turnstore.NewMemory()
+	ctx := context.Background()
+	st.Beat(ctx, "b")
+	id := "t0000000000000000000000cc"
+	st.Create(ctx, turnstore.Turn{ID: id, Owner: "b", Agent: "echo", Sandbox: "local", State: turnstore.StateRunning, Created: time.Now()})
+	b := start(t, func(o *server.Options) { o.Turns, o.Replica, o.Heartbeat = st, "b", time.Hour })
+	code, body, _ := b.do("GET", "/v1/turns/"+id, nil)
+	if code != 200 || !strings.Contains(string(body), `"replica_lost":"b"`) {
+		t.Errorf("the previous b's turn: %d %s, want finished with replica_lost", code, body)
+	}
+}
