@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -150,4 +151,46 @@ func TestFleetSameNameRestarted(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `"replica_lost":"b"`) {
 		t.Errorf("the previous b's turn: %d %s, want finished with replica_lost", code, body)
 	}
+}
+
+// TestFleetMemoryPerTurn measures what a running turn costs a replica's
+// process (docs/serve.md, "Limits per replica"): the heap and goroutines
+// of 32 turns running at once (echo #hang on the local sandbox: the
+// agent's own process is outside the measure), logged for the docs and
+// held under a loose ceiling.
+func TestFleetMemoryPerTurn(t *testing.T) {
+	const n = 32
+	ts := start(t, func(o *server.Options) {
+		o.Turns, o.Replica, o.Heartbeat = turnstore.NewMemory(), "m", time.Hour
+		o.MaxConcurrent, o.PoolSize = n, -1
+	})
+	ts.wait(ts.startTurn(map[string]any{"prompt": "warm up"}).ID)
+	before := heap()
+	goroutines := runtime.NumGoroutine()
+	var ids []string
+	for i := range n {
+		ids = append(ids, ts.startTurn(map[string]any{"prompt": fmt.Sprintf("hang %d #hang", i)}).ID)
+	}
+	for _, id := range ids {
+		ts.events(id, 0, func(sseItem) bool { return true })
+	}
+	per := (heap() - before) / n
+	perG := (runtime.NumGoroutine() - goroutines) / n
+	t.Logf("one running turn: %d KiB of heap, %d goroutines (%d turns)", per>>10, perG, n)
+	for _, id := range ids {
+		ts.do("POST", "/v1/turns/"+id+"/cancel", nil)
+	}
+	for _, id := range ids {
+		ts.wait(id)
+	}
+	if per > 4<<20 {
+		t.Errorf("one running turn takes %d KiB of heap", per>>10)
+	}
+}
+
+func heap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
 }
