@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,4 +204,42 @@ func TestFleetReplicaKilled(t *testing.T) {
 	if res := resultOf(t, a2, first); res["error"] != nil {
 		t.Errorf("the restarted A on A's first turn: %v", res)
 	}
+}
+
+// TestFleetDrain: SIGTERM to replica A (a rolling restart) while three
+// turns run there: A refuses new turns, and every turn, followed through
+// B, ends with its answer.
+func TestFleetDrain(t *testing.T) {
+	url := pgtest.NewDB(t)
+	a := startServe(t, "", "", "--store", url, "--replica", "a", "--heartbeat", fleetBeat, "--grace", "2m")
+	b := replica(t, url, "b")
+	var ids []string
+	for i := range 3 {
+		id, err := a.start(map[string]any{"prompt": fmt.Sprintf("drain %d #slow=40", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		b.follow(id, 0, func(it streamed) bool { return it.typ == "message" })
+	}
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	for {
+		code, _ := a.do("GET", "/healthz", nil)
+		if code == 503 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := a.start(map[string]any{"prompt": "too late"}); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("a new turn on the draining replica: %v, want 503", err)
+	}
+	for i, id := range ids {
+		res := resultOf(t, b, id)
+		if code, _ := errorOf(res); code != "" || !strings.Contains(fmt.Sprint(res["text"]), fmt.Sprintf("drain %d", i)) {
+			t.Errorf("turn %s of the draining replica: %v", id, res)
+		}
+	}
+	<-a.exited
 }
