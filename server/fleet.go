@@ -190,7 +190,7 @@ func (f *fleet) apply(o fleetOp) {
 			err = f.st.Append(ctx, o.id, o.events, o.max)
 		}
 		cancel()
-		if err == nil || o.create != nil {
+		if err == nil || o.create != nil || errors.Is(err, turnstore.ErrNotFound) {
 			break
 		}
 		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
