@@ -71,12 +71,8 @@ func newFleet(s *Server) (*fleet, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// A replica of this name that ran before is gone: its unfinished
-	// turns (and those of other silent replicas) end now, before this one
-	// beats under the same name.
-	err := f.st.Leave(ctx, f.replica)
-	if err == nil {
-		_, err = f.st.Reap(ctx, f.beat*lostAfter, s.lostResult)
-	}
+	// turns end now, before this one beats under the same name.
+	_, err := f.st.Abandon(ctx, f.replica, s.lostResult)
 	if err == nil {
 		err = f.st.Beat(ctx, f.replica)
 	}
@@ -204,11 +200,15 @@ func (f *fleet) apply(o fleetOp) {
 }
 
 // heartbeat beats, reaps the turns of lost replicas, expires old turns
-// and takes commands (in case a note was missed), every interval.
+// and takes commands (in case a note was missed), every interval. It
+// reaps only once it has beaten lostAfter+1 times in a row: after the
+// database was out of reach for everyone, every live replica has beaten
+// again by then, and only the lost ones are still silent.
 func (f *fleet) heartbeat() {
 	defer f.loops.Done()
 	tick := time.NewTicker(f.beat)
 	defer tick.Stop()
+	beats := 1 // the beat of newFleet
 	for {
 		select {
 		case <-f.ctx.Done():
@@ -218,19 +218,29 @@ func (f *fleet) heartbeat() {
 		ctx, cancel := context.WithTimeout(f.ctx, f.beat*lostAfter)
 		if err := f.st.Beat(ctx, f.replica); err != nil {
 			f.s.log.Warn("outpost serve: heartbeat", "err", err.Error())
+			beats = 0
+		} else {
+			beats++
 		}
-		ids, err := f.st.Reap(ctx, f.beat*lostAfter, f.s.lostResult)
-		if err != nil {
-			f.s.log.Warn("outpost serve: reaping lost turns", "err", err.Error())
-		}
-		for _, id := range ids {
-			f.s.log.Warn("outpost serve: turn of a lost replica ended", "turn", id)
+		if beats > lostAfter {
+			f.reap(ctx)
 		}
 		if _, err := f.st.Expire(ctx, time.Now().Add(-f.s.o.Retention)); err != nil {
 			f.s.log.Warn("outpost serve: expiring turns", "err", err.Error())
 		}
 		f.commands(ctx)
 		cancel()
+	}
+}
+
+// reap ends the turns of the replicas silent for lostAfter heartbeats.
+func (f *fleet) reap(ctx context.Context) {
+	ids, err := f.st.Reap(ctx, f.beat*lostAfter, f.s.lostResult)
+	if err != nil {
+		f.s.log.Warn("outpost serve: reaping lost turns", "err", err.Error())
+	}
+	for _, id := range ids {
+		f.s.log.Warn("outpost serve: turn of a lost replica ended", "turn", id)
 	}
 }
 

@@ -3,10 +3,12 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,4 +195,42 @@ func heap() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse)
+}
+
+// unreachable is a Memory store whose heartbeats fail while down, as when
+// the database is out of reach of every replica.
+type unreachable struct {
+	*turnstore.Memory
+	down   atomic.Bool
+	failed atomic.Int64
+	enough chan struct{} // closed after 10 failed heartbeats
+}
+
+func (u *unreachable) Beat(ctx context.Context, replica string) error {
+	if u.down.Load() {
+		if u.failed.Add(1) == 10 {
+			close(u.enough)
+		}
+		return errors.New("unreachable")
+	}
+	return u.Memory.Beat(ctx, replica)
+}
+
+// TestFleetOutageLosesNoLiveReplica: when no replica could beat for many
+// heartbeats (the database was out of reach), none takes the others for
+// lost once it is back: a turn running on A all along ends with its
+// answer.
+func TestFleetOutageLosesNoLiveReplica(t *testing.T) {
+	st := &unreachable{Memory: turnstore.NewMemory(), enough: make(chan struct{})}
+	f := fleetOf(t, st, "a", "b")
+	a, b := f[0], f[1]
+	id := a.startTurn(map[string]any{"prompt": "through the outage #slow=60"}).ID
+	b.events(id, 0, func(it sseItem) bool { return it.data["type"] == "message" })
+	st.down.Store(true)
+	<-st.enough // both replicas silent for about 5 heartbeats
+	st.down.Store(false)
+	res := b.wait(id)
+	if res["error"] != nil {
+		t.Errorf("the turn that ran through the outage ended with %v", res["error"])
+	}
 }

@@ -264,26 +264,40 @@ func (ts turns) Take(ctx context.Context, replica string) ([]turnstore.Command, 
 // those an owner is finishing), finished in one transaction, and the
 // replicas silent for ten times as long forgotten.
 func (ts turns) Reap(ctx context.Context, silent time.Duration, result func(turnstore.Turn) []byte) ([]string, error) {
+	return ts.end(ctx, "reap", result, `NOT EXISTS (SELECT 1 FROM outpost_replicas r
+		WHERE r.id = t.owner AND r.heartbeat > now() - make_interval(secs => $1))`, silent.Seconds(),
+		`DELETE FROM outpost_replicas WHERE heartbeat < now() - make_interval(secs => $1)`, 10*silent.Seconds())
+}
+
+// Abandon implements turnstore.Store.
+func (ts turns) Abandon(ctx context.Context, replica string, result func(turnstore.Turn) []byte) ([]string, error) {
+	return ts.end(ctx, "abandon", result, `t.owner = $1`, replica, "", nil)
+}
+
+// end finishes, in one transaction, the unfinished turns where lost
+// (with its argument) holds, and runs after (with its own) if given.
+func (ts turns) end(ctx context.Context, op string, result func(turnstore.Turn) []byte, lost string, arg any, after string, afterArg any) ([]string, error) {
 	var ids []string
-	err := ts.tx(ctx, "reap", func(tx pgx.Tx) error {
+	err := ts.tx(ctx, op, func(tx pgx.Tx) error {
 		ids = nil
-		rows, err := tx.Query(ctx, `SELECT `+turnColumns+` FROM outpost_turns t WHERE state <> 'finished' AND NOT EXISTS (
-			SELECT 1 FROM outpost_replicas r WHERE r.id = t.owner AND r.heartbeat > now() - make_interval(secs => $1))
-			ORDER BY id FOR UPDATE SKIP LOCKED`, silent.Seconds())
+		rows, err := tx.Query(ctx, `SELECT `+turnColumns+` FROM outpost_turns t WHERE state <> 'finished' AND `+lost+`
+			ORDER BY id FOR UPDATE SKIP LOCKED`, arg)
 		if err != nil {
 			return err
 		}
-		lost, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (turnstore.Turn, error) { return scanTurn(r) })
+		ended, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (turnstore.Turn, error) { return scanTurn(r) })
 		if err != nil {
 			return err
 		}
-		for _, t := range lost {
+		for _, t := range ended {
 			if err := finish(ctx, tx, t.ID, turnstore.Event{Seq: t.Last + 1, Data: result(t)}, time.Now().UTC()); err != nil {
 				return err
 			}
 			ids = append(ids, t.ID)
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM outpost_replicas WHERE heartbeat < now() - make_interval(secs => $1)`, 10*silent.Seconds())
+		if after != "" {
+			_, err = tx.Exec(ctx, after, afterArg)
+		}
 		return err
 	})
 	return ids, err

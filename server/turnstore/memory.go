@@ -184,13 +184,26 @@ func (m *Memory) Take(ctx context.Context, replica string) ([]Command, error) {
 
 // Reap implements Store.
 func (m *Memory) Reap(ctx context.Context, silent time.Duration, result func(Turn) []byte) ([]string, error) {
+	now := time.Now()
+	return m.end(ctx, result, func(t Turn) bool {
+		beat, ok := m.beats[t.Owner]
+		return !ok || now.Sub(beat) >= silent
+	})
+}
+
+// Abandon implements Store.
+func (m *Memory) Abandon(ctx context.Context, replica string, result func(Turn) []byte) ([]string, error) {
+	return m.end(ctx, result, func(t Turn) bool { return t.Owner == replica })
+}
+
+// end finishes the unfinished turns lost says are lost.
+func (m *Memory) end(ctx context.Context, result func(Turn) []byte, lost func(Turn) bool) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var ids []string
 	now := time.Now()
 	for id, t := range m.turns {
-		beat, ok := m.beats[t.rec.Owner]
-		if t.rec.State == StateFinished || (ok && now.Sub(beat) < silent) {
+		if t.rec.State == StateFinished || !lost(t.rec) {
 			continue
 		}
 		m.finish(t, Event{Seq: t.rec.Last + 1, Data: result(t.rec)}, now.UTC())

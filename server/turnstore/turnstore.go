@@ -95,6 +95,9 @@ type Store interface {
 	// longer than silent (or ever), with the result line result returns,
 	// and returns their ids.
 	Reap(ctx context.Context, silent time.Duration, result func(Turn) []byte) ([]string, error)
+	// Abandon finishes the unfinished turns of replica, whatever its
+	// heartbeat (a process restarted under its name), like Reap.
+	Abandon(ctx context.Context, replica string, result func(Turn) []byte) ([]string, error)
 	// Expire removes the turns finished before before, with their events
 	// and commands; it returns how many.
 	Expire(ctx context.Context, before time.Time) (int, error)

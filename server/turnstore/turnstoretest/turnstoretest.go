@@ -187,9 +187,18 @@ func reap(t *testing.T, s turnstore.Store) {
 	if rec, _ := s.Get(ctx, "t5"); rec.State != turnstore.StateQueued {
 		t.Errorf("the live replica's turn: %s", rec.State)
 	}
+	// Abandon: one replica's, though it beats.
+	must(t, s.Create(ctx, newTurn("t13", "other")))
+	must(t, s.Beat(ctx, "other"))
+	if ids, err := s.Abandon(ctx, "alive", lost); err != nil || !cmp.Equal(ids, []string{"t5"}) {
+		t.Errorf("Abandon(alive): %v %v, want [t5]", ids, err)
+	}
+	if rec, _ := s.Get(ctx, "t5"); string(rec.Result) != `{"type":"result","lost":"alive"}` {
+		t.Errorf("the abandoned turn: %+v", rec)
+	}
 	// silent 0: every heartbeat is too old.
-	if ids, _ := s.Reap(ctx, 0, lost); !cmp.Equal(ids, []string{"t5"}) {
-		t.Errorf("Reap(0): %v, want [t5]", ids)
+	if ids, _ := s.Reap(ctx, 0, lost); !cmp.Equal(ids, []string{"t13"}) {
+		t.Errorf("Reap(0): %v, want [t13]", ids)
 	}
 }
 
