@@ -157,14 +157,23 @@ func (f *fleet) write() {
 	}
 }
 
-// mergeEvents joins consecutive event writes of one turn.
+// mergeEvents joins the event writes of each turn in a batch into one,
+// keeping each turn's order: events after a turn's other write (its
+// start, its result) are not moved before it.
 func mergeEvents(batch []fleetOp) []fleetOp {
 	var out []fleetOp
+	open := map[string]int{} // turn → its events op in out still open to more
 	for _, o := range batch {
-		if n := len(out); n > 0 && o.events != nil && out[n-1].events != nil && out[n-1].id == o.id {
-			out[n-1].events = append(out[n-1].events, o.events...)
+		if o.events == nil {
+			delete(open, o.id)
+			out = append(out, o)
 			continue
 		}
+		if i, ok := open[o.id]; ok {
+			out[i].events = append(out[i].events, o.events...)
+			continue
+		}
+		open[o.id] = len(out)
 		out = append(out, o)
 	}
 	return out

@@ -119,11 +119,14 @@ func (ts turns) Append(ctx context.Context, id string, evs []turnstore.Event, ma
 			SELECT $1, s, d FROM unnest($2::bigint[], $3::bytea[]) AS u(s, d)`, id, seqs, data); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE outpost_turns SET last = $2, bytes = bytes + $3 WHERE id = $1`, id, last, size); err != nil {
+		var bytes int64
+		if err := tx.QueryRow(ctx, `UPDATE outpost_turns SET last = $2, bytes = bytes + $3 WHERE id = $1 RETURNING bytes`, id, last, size).Scan(&bytes); err != nil {
 			return err
 		}
-		if err := trim(ctx, tx, id, maxBytes); err != nil {
-			return err
+		if bytes > maxBytes {
+			if err := trim(ctx, tx, id, maxBytes); err != nil {
+				return err
+			}
 		}
 		return notify(ctx, tx, turnsChannel, id)
 	})
