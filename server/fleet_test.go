@@ -234,3 +234,14 @@ func TestFleetOutageLosesNoLiveReplica(t *testing.T) {
 		t.Errorf("the turn that ran through the outage ended with %v", res["error"])
 	}
 }
+
+// TestFleetStoreDownAtStart: a replica that cannot reach its turn store
+// does not start.
+func TestFleetStoreDownAtStart(t *testing.T) {
+	st := &unreachable{Memory: turnstore.NewMemory(), enough: make(chan struct{})}
+	st.down.Store(true)
+	_, err := server.New(&server.Options{Turns: st, Workdir: t.TempDir(), PoolSize: -1})
+	if err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("New with its turn store down: %v", err)
+	}
+}

@@ -197,7 +197,9 @@ func New(opts *Options) (*Server, error) {
 	if s.o.Turns != nil {
 		f, err := newFleet(s)
 		if err != nil {
-			return nil, err
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			return nil, errors.Join(err, s.pool.Close(ctx))
 		}
 		s.fleet = f
 	}
