@@ -11,6 +11,8 @@
 #                         nodejs, user agent 1000:1000 (docker import of a cached tarball)
 #   outpost/sshd:test     FROM outpost/debian:test + Debian's openssh-server (apt-get in
 #                         docker build; keys are given at container start by the tests)
+#   outpost/serve:test    FROM outpost/busybox:test + the static outpost command, for
+#                         deploy/kubernetes (only when named: scripts/build-images.sh serve)
 #
 # Environment:
 #   OUTPOST_CACHE           cache root (default $HOME/.cache/outpost); the debian
@@ -313,14 +315,41 @@ build_sshd() {
 	say "sshd: built $repo:test ($repo:$hash) [$(elapsed "$t0")]"
 }
 
+# ---- serve ---------------------------------------------------------------------
+# outpost/serve:test: the static outpost command on the busybox image, for
+# deploy/kubernetes (`outpost serve` in a cluster). Not in the default set:
+# its content tag changes with every change of the code.
+build_serve() {
+	local repo=outpost/serve t0 hash ctx old files
+	t0=$(now)
+	image_exists outpost/busybox:test || build_busybox
+	ctx=$(mktemp -d "${TMPDIR:-/tmp}/serve-ctx.XXXXXX")
+	CLEANUP+=("$ctx")
+	cp -a "$IMAGES_DIR/outpost/." "$ctx/"
+	(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/outpost" ./cmd/outpost) || die "serve: go build failed"
+	files=("$ctx/Dockerfile" "$ctx/outpost")
+	hash=$(hash_inputs "serve-base=$(old_id outpost/busybox:test)" "${files[@]}")
+	if up_to_date "$repo" "$hash"; then
+		say "serve: $repo:test is up to date ($repo:$hash) [$(elapsed "$t0")]"
+		return 0
+	fi
+	old=$(old_id "$repo:$hash")
+	docker build -q --label "$LABEL_KEY=$hash" -t "$repo:$hash" "$ctx" >/dev/null || die "serve: docker build failed"
+	retag "$repo" "$hash" "$old"
+	local out
+	out=$(docker run --rm --network none "$repo:test" serve --help 2>&1 | head -1)
+	[[ $out == *"HTTP API"* ]] || die "serve smoke test failed: $out"
+	say "serve: built $repo:test ($repo:$hash) [$(elapsed "$t0")]"
+}
+
 # ---- main --------------------------------------------------------------------
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(busybox debian sshd)
 for t in "${targets[@]}"; do
 	case $t in
-	busybox | debian | sshd) ;;
+	busybox | debian | sshd | serve) ;;
 	all) targets=(busybox debian sshd); break ;;
-	*) die "unknown image '$t' (known: busybox debian sshd all)" ;;
+	*) die "unknown image '$t' (known: busybox debian sshd serve all)" ;;
 	esac
 done
 

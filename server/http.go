@@ -21,6 +21,7 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/server/turnstore"
 )
 
 // OpenAPI is the API's OpenAPI 3.1 document, served at /v1/openapi.json.
@@ -45,10 +46,10 @@ func Routes() []string {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/turns", s.postTurn)
-	mux.HandleFunc("GET /v1/turns/{id}", s.turnRoute(s.getTurn))
-	mux.HandleFunc("GET /v1/turns/{id}/events", s.turnRoute(s.events))
-	mux.HandleFunc("POST /v1/turns/{id}/messages", s.turnRoute(s.steerTurn))
-	mux.HandleFunc("POST /v1/turns/{id}/cancel", s.turnRoute(s.cancelTurn))
+	mux.HandleFunc("GET /v1/turns/{id}", s.turnRoute(s.getTurn, s.getRemote))
+	mux.HandleFunc("GET /v1/turns/{id}/events", s.turnRoute(s.events, s.eventsRemote))
+	mux.HandleFunc("POST /v1/turns/{id}/messages", s.turnRoute(s.steerTurn, s.steerRemote))
+	mux.HandleFunc("POST /v1/turns/{id}/cancel", s.turnRoute(s.cancelTurn, s.cancelRemote))
 	mux.HandleFunc("GET /v1/conversations", s.listConversations)
 	mux.HandleFunc("GET /v1/conversations/{id}", s.conversationRoute(s.getConversation))
 	mux.HandleFunc("GET /v1/conversations/{id}/usage", s.conversationRoute(s.conversationUsage))
@@ -67,10 +68,21 @@ func (s *Server) routes() http.Handler {
 }
 
 // turnRoute is the handler of a turn's route: the turn is looked up
-// first (404 when unknown).
-func (s *Server) turnRoute(h func(http.ResponseWriter, *http.Request, *turn)) http.HandlerFunc {
+// first (404 when unknown); in a fleet, a turn this replica does not hold
+// is read from the turn store and handled by remote.
+func (s *Server) turnRoute(h func(http.ResponseWriter, *http.Request, *turn), remote func(http.ResponseWriter, *http.Request, turnstore.Turn)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		t, err := s.lookup(r.PathValue("id"))
+		id := r.PathValue("id")
+		t, err := s.lookup(id)
+		if err != nil && s.fleet != nil && validTurnID(id) {
+			rec, err := s.remoteTurn(r, id)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			remote(w, r, rec)
+			return
+		}
 		if err != nil {
 			writeErr(w, err)
 			return
@@ -270,14 +282,24 @@ func (s *Server) getTurn(w http.ResponseWriter, r *http.Request, t *turn) {
 	writeJSON(w, http.StatusOK, t.status())
 }
 
-func (s *Server) steerTurn(w http.ResponseWriter, r *http.Request, t *turn) {
+// steerText is the message of a steer request, or false once the error
+// is written.
+func (s *Server) steerText(w http.ResponseWriter, r *http.Request) (string, bool) {
 	var req SteerRequest
 	if err := s.readJSON(w, r, &req); err != nil {
 		writeErr(w, err)
-		return
+		return "", false
 	}
 	if strings.TrimSpace(req.Text) == "" {
 		writeErr(w, fail(outpost.Configuration, ReasonBadRequest, "empty message"))
+		return "", false
+	}
+	return req.Text, true
+}
+
+func (s *Server) steerTurn(w http.ResponseWriter, r *http.Request, t *turn) {
+	text, ok := s.steerText(w, r)
+	if !ok {
 		return
 	}
 	if t.isFinished() {
@@ -285,7 +307,7 @@ func (s *Server) steerTurn(w http.ResponseWriter, r *http.Request, t *turn) {
 		return
 	}
 	select {
-	case t.steer <- req.Text:
+	case t.steer <- text:
 		writeJSON(w, http.StatusAccepted, SteerResponse{Accepted: true})
 	default:
 		e := fail(outpost.Refused, ReasonBusy, fmt.Sprintf("%d messages are already waiting for the turn", steerBuffer))
@@ -309,6 +331,12 @@ func (s *Server) cancelTurn(w http.ResponseWriter, r *http.Request, t *turn) {
 // Events no longer retained are replaced by one notice of kind
 // "truncated" (with the id of the last of them), so a client knows.
 func (s *Server) events(w http.ResponseWriter, r *http.Request, t *turn) {
+	s.stream(w, r, t, t.agent, nil, func(after int64) (replay, error) { return t.since(after), nil })
+}
+
+// stream serves an event stream from next (a turn of this replica's, or
+// one in the fleet's store); it also looks again at every poll.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *turn, agent string, poll <-chan time.Time, next func(after int64) (replay, error)) {
 	after, err := lastEventID(r)
 	if err != nil {
 		writeErr(w, err)
@@ -340,11 +368,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, t *turn) {
 	defer ping.Stop()
 	var buf bytes.Buffer
 	for {
-		rp := t.since(after)
+		rp, err := next(after)
+		if err != nil {
+			s.log.Warn("outpost serve: reading a turn's events", "err", err.Error())
+			return // the client resumes with Last-Event-ID
+		}
 		if rp.missed > 0 || len(rp.entries) > 0 {
 			buf.Reset()
 			if rp.missed > 0 {
-				fmt.Fprintf(&buf, "id: %d\ndata: %s\n\n", rp.seq-1, truncated(t.agent, rp))
+				fmt.Fprintf(&buf, "id: %d\ndata: %s\n\n", rp.seq-1, truncated(agent, rp))
 			}
 			for i, e := range rp.entries {
 				fmt.Fprintf(&buf, "id: %d\ndata: %s\n\n", rp.seq+int64(i), e)
@@ -360,6 +392,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, t *turn) {
 		}
 		select {
 		case <-rp.notify:
+		case <-poll:
 		case <-ping.C:
 			if !write([]byte(": ping\n\n")) {
 				return
@@ -400,24 +433,31 @@ func truncated(agent string, rp replay) []byte {
 }
 
 // openStream counts an event stream against Options.MaxStreams and
-// MaxTurnStreams, or refuses it (429); the function returned closes it.
+// MaxTurnStreams (t nil: a turn of another replica, counted in all only),
+// or refuses it (429); the function returned closes it.
 func (s *Server) openStream(t *turn) (func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.streams >= s.o.MaxStreams || t.streams >= s.o.MaxTurnStreams {
+	var own *int
+	if t != nil {
+		own = &t.streams
+	} else {
+		own = new(int)
+	}
+	if s.streams >= s.o.MaxStreams || *own >= s.o.MaxTurnStreams {
 		s.metrics.rejected.WithLabelValues(ReasonBusy).Inc()
-		e := fail(outpost.Refused, ReasonBusy, fmt.Sprintf("%d event streams open (%d on this turn): the limit", s.streams, t.streams))
+		e := fail(outpost.Refused, ReasonBusy, fmt.Sprintf("%d event streams open (%d on this turn): the limit", s.streams, *own))
 		e.retryAfter = 1
 		return nil, e
 	}
 	s.streams++
-	t.streams++
+	*own++
 	s.metrics.streams.Set(float64(s.streams))
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.streams--
-		t.streams--
+		*own--
 		s.metrics.streams.Set(float64(s.streams))
 	}, nil
 }

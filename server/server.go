@@ -26,6 +26,7 @@ import (
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/server/turnstore"
 )
 
 // Options configure New; nil means defaults.
@@ -117,6 +118,17 @@ type Options struct {
 	Version string
 	// Keepalive is the SSE comment interval (default 15s).
 	Keepalive time.Duration
+
+	// Turns, when set, is the turn store this server shares with the
+	// other replicas of a fleet (docs/serve.md): any replica answers for
+	// any turn, and turn ids outlive the process. Replica names this
+	// server in it (default: the host name and a random suffix);
+	// Heartbeat is how often it beats (default 5s): a replica silent for
+	// 3 heartbeats is lost, and its unfinished turns are ended by the
+	// others with code sandbox and details.replica_lost.
+	Turns     turnstore.Store
+	Replica   string
+	Heartbeat time.Duration
 }
 
 // WarmKey is a sandbox kind to keep warm from the start.
@@ -135,6 +147,7 @@ type Server struct {
 	metrics *metrics
 	handler http.Handler
 	mcp     *mcp.Server
+	fleet   *fleet // nil without Options.Turns
 
 	windows  windows         // TokenLimits' running budgets (budget.go)
 	base     context.Context // ends at the end of Shutdown: cancels every turn
@@ -187,6 +200,15 @@ func New(opts *Options) (*Server, error) {
 	s.handler = s.routes()
 	if err := s.warm(); err != nil {
 		return nil, err
+	}
+	if s.o.Turns != nil {
+		f, err := newFleet(s)
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			return nil, errors.Join(err, s.pool.Close(ctx))
+		}
+		s.fleet = f
 	}
 	if s.o.Spool != nil && s.o.Store != nil {
 		go s.pushSpool()
@@ -253,6 +275,10 @@ func (o *Options) limits() {
 	orDefault(&o.MaxTurnStreams, 8)
 	orDefault(&o.Grace, 30*time.Second)
 	orDefault(&o.Keepalive, 15*time.Second)
+	orDefault(&o.Heartbeat, 5*time.Second)
+	if o.Replica == "" {
+		o.Replica = defaultReplica()
+	}
 	if o.SpoolPush == 0 {
 		o.SpoolPush = 30 * time.Second
 	}
@@ -387,6 +413,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = fmt.Errorf("server: shutdown: turns still running: %w", ctx.Err())
+	}
+	if s.fleet != nil {
+		err = errors.Join(err, s.fleet.close(ctx))
 	}
 	s.baseStop(errShutdown)
 	s.mu.Lock()

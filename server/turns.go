@@ -41,6 +41,7 @@ type turn struct {
 	ctx             context.Context
 	cancel          context.CancelCauseFunc
 	done            chan struct{} // closed once the result is in the log
+	stored          chan error    // the outcome of writing the record to the turn store (a fleet)
 
 	limits []meter.Limiter   // the peer's token budgets (budget.go)
 	trace  trace.SpanContext // the caller's trace, continued
@@ -66,7 +67,7 @@ type replay struct {
 	entries  [][]byte
 	seq      int64 // sequence number of entries[0]
 	finished bool
-	notify   chan struct{} // closed on the next change
+	notify   <-chan struct{} // closed (or sent on) on the next change
 	// missed is how many events after the one asked for are no longer
 	// retained (the log's oldest were dropped); dropped is how many bytes
 	// of the turn's events were dropped in all.
@@ -95,20 +96,23 @@ func (t *turn) last() int64 {
 }
 
 // append adds an event (or the result line) to the log, dropping the
-// oldest entries beyond the turn's bound.
-func (t *turn) append(v any) {
+// oldest entries beyond the turn's bound, and returns its sequence number
+// and encoding (nil when it cannot be encoded).
+func (t *turn) append(v any) (int64, []byte) {
 	b, err := encodeLine(v)
 	if err != nil {
-		return
+		return 0, nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.log = append(t.log, b)
+	seq := t.first + int64(len(t.log)) - 1
 	t.grow(int64(len(b)))
 	for t.bytes > t.maxBytes && len(t.log) > 1 {
 		t.drop(1)
 	}
 	t.changed()
+	return seq, b
 }
 
 // drop removes the log's n oldest entries. Call with t.mu.
@@ -190,7 +194,16 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.enqueue(ctx, st, key, conv, req)
+	t, err := s.enqueue(ctx, st, key, conv, req)
+	if err != nil || t.stored == nil {
+		return t, err
+	}
+	// A fleet's replicas must all see the turn once the client has its id.
+	if err := <-t.stored; err != nil {
+		t.cancel(errClientCancel)
+		return nil, storeError(err)
+	}
+	return t, nil
 }
 
 // checkRequest refuses what is wrong in the request itself, and returns
@@ -318,6 +331,9 @@ func (s *Server) enqueue(ctx context.Context, st sandbox.Turn, key sandbox.PoolK
 	if conv != "" {
 		s.convInUse[conv]++
 	}
+	if s.fleet != nil {
+		t.stored = s.fleet.create(t)
+	}
 	s.wg.Add(1)
 	go s.run(t, st, req.Raw)
 	return t, nil
@@ -396,7 +412,11 @@ func (s *Server) run(t *turn, st sandbox.Turn, raw bool) {
 		s.metrics.wait.Observe(time.Since(queuedAt).Seconds())
 		t.mu.Lock()
 		t.state, t.started = StateRunning, time.Now().UTC()
+		started := t.started
 		t.mu.Unlock()
+		if s.fleet != nil {
+			s.fleet.started(t, started)
+		}
 		res, err = s.execute(t, st, raw)
 		<-s.sem
 		s.mu.Lock()
@@ -430,7 +450,7 @@ func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, e
 	opts := &sandbox.RunOptions{
 		Store:     s.o.Store,
 		Spool:     s.o.Spool,
-		OnEvent:   func(ev harness.Event) { t.append(ev); s.trimRetained() },
+		OnEvent:   func(ev harness.Event) { s.record(t, ev) },
 		Steer:     t.steer,
 		Environ:   s.o.Environ,
 		Installer: s.o.Installer,
@@ -458,6 +478,15 @@ func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, e
 	defer s.pool.Release(t.key, lease)
 	opts.Lease = lease
 	return sandbox.Run(t.runContext(), st, opts)
+}
+
+// record adds an event to the turn's log (and the turn store's).
+func (s *Server) record(t *turn, ev harness.Event) {
+	seq, b := t.append(ev)
+	if s.fleet != nil {
+		s.fleet.event(t, seq, b)
+	}
+	s.trimRetained()
 }
 
 // finish records a turn's result and schedules its removal.
@@ -491,11 +520,15 @@ func (s *Server) finish(t *turn, res *sandbox.Result, err error) {
 	}
 	s.log.Info("outpost turn", attrs...)
 
-	t.append(line)
+	seq, b := t.append(line)
 	t.mu.Lock()
 	t.state, t.finished, t.result = StateFinished, time.Now().UTC(), &line
+	finished := t.finished
 	t.changed()
 	t.mu.Unlock()
+	if s.fleet != nil && b != nil {
+		s.fleet.finished(t, seq, b, finished)
+	}
 	close(t.done)
 	t.cancel(nil)
 

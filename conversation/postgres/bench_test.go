@@ -12,6 +12,7 @@ import (
 
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/internal/pgtest"
+	"github.com/outposthq/outpost/server/turnstore"
 )
 
 // These benchmarks give the figures of docs/benchmarks.md ("Stores"). Run
@@ -161,6 +162,42 @@ func BenchmarkLargeObject1MiB(b *testing.B) {
 				b.Fatal(err)
 			}
 			tx.Rollback(ctx)
+		}
+	})
+}
+
+// BenchmarkTurnAppend writes a fleet turn's events (docs/serve.md, "A
+// fleet"): one Append of 1 and of 16 events of 200 bytes, as the
+// replica's writer batches them, and one Replay of 256 events.
+func BenchmarkTurnAppend(b *testing.B) {
+	ctx := context.Background()
+	ts := open(b, pgtest.NewDB(b)).Turns()
+	ev := bytes.Repeat([]byte("x"), 200)
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			id := fmt.Sprintf("tbench%d", n)
+			if err := ts.Create(ctx, turnstore.Turn{ID: id, Owner: "bench", Agent: "echo", Sandbox: "local", State: turnstore.StateRunning}); err != nil {
+				b.Fatal(err)
+			}
+			seq := int64(0)
+			evs := make([]turnstore.Event, n)
+			for b.Loop() {
+				for i := range evs {
+					seq++
+					evs[i] = turnstore.Event{Seq: seq, Data: ev}
+				}
+				if err := ts.Append(ctx, id, evs, 8<<20); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(seq), "µs/event")
+		})
+	}
+	b.Run("replay=256", func(b *testing.B) {
+		for b.Loop() {
+			if _, evs, err := ts.Replay(ctx, "tbench16", 0, 256); err != nil || len(evs) == 0 {
+				b.Fatal(err, len(evs))
+			}
 		}
 	})
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/outposthq/outpost/conversation/postgres"
 	"github.com/outposthq/outpost/conversation/storetest"
 	"github.com/outposthq/outpost/internal/pgtest"
+	"github.com/outposthq/outpost/server/turnstore"
+	"github.com/outposthq/outpost/server/turnstore/turnstoretest"
 )
 
 func TestMain(m *testing.M) {
@@ -130,4 +132,8 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := postgres.Open(ctx, "postgres://%zz", nil); !errors.Is(err, conversation.ErrInvalid) {
 		t.Errorf("Open of a malformed URL: %v, want ErrInvalid", err)
 	}
+}
+
+func TestTurnsConformance(t *testing.T) {
+	turnstoretest.Run(t, func(t *testing.T) turnstore.Store { return open(t, pgtest.NewDB(t)).Turns() })
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
+	"github.com/outposthq/outpost/conversation/postgres"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/server"
@@ -27,7 +28,8 @@ type serveFlags struct {
 	tokenLimits                                              []string
 	maxConcurrent, maxQueue, poolSize                        int
 	maxTurnEvents, maxRetained, maxStreams, maxTurnStreams   int
-	maxTimeout, grace, retention, spoolPush                  time.Duration
+	maxTimeout, grace, retention, spoolPush, heartbeat       time.Duration
+	replica                                                  string
 	maxBody                                                  int64
 	verbose                                                  bool
 }
@@ -69,6 +71,8 @@ conversations are captured either way.`,
 	fl.DurationVar(&f.spoolPush, "spool-push", 30*time.Second, "how often turns spooled while the store was down are pushed into it (negative: only at start)")
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "request body limit in bytes (413 beyond)")
 	fl.StringArrayVar(&f.tokenLimits, "token-limit", nil, "model-API tokens the turns of one token name may spend, NAME=PER_HOUR/PER_DAY (either empty: no limit); repeatable (docs/metering.md)")
+	fl.StringVar(&f.replica, "replica", "", "with a PostgreSQL store, this replica's name in the fleet (default: the host name and a random suffix)")
+	fl.DurationVar(&f.heartbeat, "heartbeat", 5*time.Second, "with a PostgreSQL store, how often this replica beats; a replica silent for 3 beats is lost and its turns ended")
 	c.MarkFlagsMutuallyExclusive("socket", "listen")
 	c.AddCommand(a.serveTokenCmd())
 	return c
@@ -138,6 +142,10 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 	ln, where, err := serveListener(f, opts)
 	if err != nil {
 		return err
+	}
+	if pg, ok := opts.Store.(*postgres.Store); ok {
+		// A fleet: the replicas share their turns in the same database.
+		opts.Turns, opts.Replica, opts.Heartbeat = pg.Turns(), f.replica, f.heartbeat
 	}
 	srv, err := server.New(opts)
 	if err != nil {
