@@ -60,7 +60,7 @@ func TestKeylessDocker(t *testing.T) {
 	for _, c := range keylessCLIs {
 		t.Run(c.name, func(t *testing.T) {
 			p := keylessDocker(t, c)
-			key, probe := keylessProbe(t)
+			key, probe := testenv.KeylessProbe(t)
 			environ, fake := c.start(t, probe, key)
 			r := runKeylessOn(t, p, c, inSandbox(environ), sandbox.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, nil)
 			checkKeyless(t, r, fake, key, sandbox.SecretsGateway, sandbox.EgressGateway)
@@ -87,7 +87,7 @@ func TestKeylessSSH(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			c.path(t)
 			p := sshProvider(t, srv)
-			key, probe := keylessProbe(t)
+			key, probe := testenv.KeylessProbe(t)
 			environ, fake := c.start(t, probe, key)
 			environ = append(inSandbox(environ), "PATH=/usr/local/bin:/usr/bin:/bin")
 			r := runKeylessOn(t, p, c, environ, sandbox.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, func(o *sandbox.RunOptions) { o.Egress = tt.egress })

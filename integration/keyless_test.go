@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -112,9 +111,6 @@ var keylessCLIs = []keylessCLI{
 	},
 }
 
-// probeOutput is the line the probe command prints.
-var probeOutput = regexp.MustCompile(`env=[0-9]+ home=[0-9]+ procs=[0-9]+ token=[0-9]+`)
-
 func dirOf(bin string) string { return bin[:strings.LastIndex(bin, "/")] }
 
 // keylessRun is one turn of a keyless test.
@@ -177,7 +173,7 @@ func TestKeylessRealCLIs(t *testing.T) {
 	for _, c := range keylessCLIs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			key, probe := keylessProbe(t)
+			key, probe := testenv.KeylessProbe(t)
 			for _, mode := range []string{sandbox.SecretsGateway, sandbox.SecretsEnv} {
 				t.Run(mode, func(t *testing.T) {
 					environ, fake := c.start(t, probe, key)
@@ -189,18 +185,7 @@ func TestKeylessRealCLIs(t *testing.T) {
 	}
 }
 
-// keylessProbe is a random fake key and the tool command that counts it
-// in the turn's environment, under its home and in every process's
-// environment, and counts the processes that hold a gateway token.
-func keylessProbe(t *testing.T) (key, probe string) {
-	prefix := "sk-kl-" + randomHex(t, 4) + "-"
-	key = prefix + randomHex(t, 16)
-	pat := prefix + "[0-9a-f]{32}"
-	probe = fmt.Sprintf(`P='%s'; echo "env=$(env | grep -cE "$P") home=$(grep -rlE "$P" "$HOME" 2>/dev/null | wc -l) procs=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -cE "$P") token=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c '=outpost-')"`, pat)
-	return key, probe
-}
-
-// checkKeyless checks a FAKE_TOOL turn run with keylessProbe's probe in
+// checkKeyless checks a FAKE_TOOL turn run with testenv.KeylessProbe's probe in
 // secrets mode mode: it succeeded with secrets mode and egress, every
 // model request carried the real key, no request body holds it, and the
 // probe found it nowhere in the sandbox (gateway: while the token is
@@ -227,11 +212,11 @@ func checkKeyless(t *testing.T, r keylessRun, fake keylessFake, key, mode, egres
 	// (copilot keeps its provider variables from its tools: the tool's
 	// own env shows neither); in env mode the same check finds the key (it
 	// works).
-	want := regexp.MustCompile(`^env=0 home=0 procs=0 token=[1-9]`)
+	want := testenv.KeylessNoKey
 	if mode == sandbox.SecretsEnv {
 		want = regexp.MustCompile(`^env=[0-9]+ home=[0-9]+ procs=[1-9]`)
 	}
-	if got := probeOutput.FindAllString(bodies, -1); len(got) == 0 || !want.MatchString(got[0]) {
+	if got := testenv.KeylessProbeOutput.FindAllString(bodies, -1); len(got) == 0 || !want.MatchString(got[0]) {
 		t.Errorf("the tool's output %q, want %s", got, want)
 		for _, ev := range r.events {
 			if ev.Tool != nil {
