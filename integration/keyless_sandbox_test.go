@@ -68,7 +68,7 @@ func TestKeylessDocker(t *testing.T) {
 	}
 }
 
-// TestKeylessSSH: claude and codex on the real sshd, bootstrapped there.
+// TestKeylessSSH: claude, codex and copilot on the real sshd, bootstrapped there.
 // The turn's base URL is the gateway's address at the end of the ssh
 // connection's remote forward: no relay is needed for the model calls
 // (the fake listens on the host's loopback only). Egress is open by
@@ -82,6 +82,7 @@ func TestKeylessSSH(t *testing.T) {
 	}{
 		{0, "", sandbox.EgressOpen},
 		{1, sandbox.EgressGateway, sandbox.EgressUnenforced},
+		{2, "", sandbox.EgressOpen},
 	} {
 		c := keylessCLIs[tt.cli]
 		t.Run(c.name, func(t *testing.T) {
@@ -133,22 +134,28 @@ func bridgeGateway(t *testing.T) string {
 
 // egressProbe is a bash command (the image has no curl) that tries
 // direct, a TCP connection to direct, and through the agent's HTTP_PROXY
-// plain-HTTP GETs of allowed and denied, and prints what it got.
+// plain-HTTP GETs of allowed and denied and CONNECTs to them (a GET of /
+// through the CONNECT tunnel that opens), and prints what it got.
 func egressProbe(direct, allowed, denied string) string {
 	host, port, _ := net.SplitHostPort(direct)
-	return fmt.Sprintf(`px=${HTTP_PROXY#http://}; cred=${px%%@*}; hp=${px##*@}
-get() { exec 3<>/dev/tcp/${hp%%:*}/${hp##*:} || { echo fail; return; }; printf 'GET http://%%s/ HTTP/1.0\r\nHost: %%s\r\nProxy-Authorization: Basic %%s\r\n\r\n' "$1" "$1" "$(printf %%s "$cred" | base64 -w0)" >&3; read -r _ code _ <&3; echo "$code"; exec 3<&-; }
-echo "EGRESS direct=$(timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s && echo open' 2>/dev/null || echo closed) allowed=$(get %s) denied=$(get %s) proxy=${HTTPS_PROXY:+set}"`, host, port, allowed, denied)
+	return fmt.Sprintf(`px=${HTTP_PROXY#http://}; hp=${px##*@}; auth=$(printf %%s "${px%%@*}" | base64 -w0)
+popen() { exec 3<>/dev/tcp/${hp%%:*}/${hp##*:}; }
+get() { popen || { echo fail; return; }; printf 'GET http://%%s/ HTTP/1.0\r\nHost: %%s\r\nProxy-Authorization: Basic %%s\r\n\r\n' "$1" "$1" "$auth" >&3; read -r _ code _ <&3; echo "$code"; exec 3<&-; }
+conn() { popen || { echo fail; return; }; printf 'CONNECT %%s HTTP/1.1\r\nHost: %%s\r\nProxy-Authorization: Basic %%s\r\n\r\n' "$1" "$1" "$auth" >&3; read -r _ code _ <&3
+  while read -r l <&3 && [ -n "${l%%$'\r'}" ]; do :; done
+  if [ "$code" = 200 ]; then printf 'GET / HTTP/1.0\r\n\r\n' >&3; read -r _ code2 _ <&3; code="$code-$code2"; fi; echo "$code"; exec 3<&-; }
+echo "EGRESS direct=$(timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s && echo open' 2>/dev/null || echo closed) allowed=$(get %s) denied=$(get %s) connect-allowed=$(conn %s) connect-denied=$(conn %s) proxy=${HTTPS_PROXY:+set}"`, host, port, allowed, denied, allowed, denied)
 }
 
-var egressOutput = regexp.MustCompile(`EGRESS direct=\w+ allowed=\w* denied=\w* proxy=\w*`)
+var egressOutput = regexp.MustCompile(`EGRESS direct=\w+ allowed=\w* denied=\w* connect-allowed=[\w-]* connect-denied=[\w-]* proxy=\w*`)
 
 // TestKeylessDockerEgress: a claude turn in a docker container with
 // egress gateway and an allowlist naming one host loopback server. Its
 // tool call cannot reach a server on the host's docker bridge address
 // directly (network none); through the gateway's proxy (HTTP_PROXY and
-// HTTPS_PROXY are set for the agent) the allowlisted server answers 200
-// and a server off the list gets 403, and sees nothing.
+// HTTPS_PROXY are set for the agent), by a plain-HTTP request and by
+// CONNECT, the allowlisted server answers 200 and a server off the list
+// gets 403, and sees nothing.
 func TestKeylessDockerEgress(t *testing.T) {
 	c := keylessCLIs[0]
 	p := keylessDocker(t, c)
@@ -167,14 +174,14 @@ func TestKeylessDockerEgress(t *testing.T) {
 		t.Errorf("result secrets %q egress %q, want gateway and gateway", r.res.Secrets, r.res.Egress)
 	}
 	got := egressOutput.FindString(fake.bodies())
-	if want := "EGRESS direct=closed allowed=200 denied=403 proxy=set"; got != want {
+	if want := "EGRESS direct=closed allowed=200 denied=403 connect-allowed=200-200 connect-denied=403 proxy=set"; got != want {
 		t.Errorf("the tool's output %q, want %q", got, want)
 	}
 	if n := directSeen.Load(); n != 0 {
 		t.Errorf("the bridge server saw %d requests, want none", n)
 	}
-	if n := allowedSeen.Load(); n != 1 {
-		t.Errorf("the allowlisted server saw %d requests, want 1", n)
+	if n := allowedSeen.Load(); n != 2 {
+		t.Errorf("the allowlisted server saw %d requests, want 2", n)
 	}
 	if n := deniedSeen.Load(); n != 0 {
 		t.Errorf("the server off the list saw %d requests, want none", n)
