@@ -19,7 +19,7 @@ import (
 	"github.com/outposthq/outpost/sandbox"
 )
 
-// TestKeylessInPod: the real Claude Code and Codex in pods with the
+// TestKeylessInPod: the real Claude Code, Codex and Copilot CLI in pods with the
 // defaults (secrets gateway, egress gateway: the lease's NetworkPolicy),
 // bootstrapped from the host's cache. The fake listens on the host's
 // loopback only, with no forward to the pods' gateway: the turn's model
@@ -54,15 +54,12 @@ func TestKeylessInPod(t *testing.T) {
 		{name: "codex", model: "gpt-5.5", options: map[string]string{"sandbox": "danger-full-access", "request-max-retries": "0", "stream-max-retries": "0"},
 			start: func(t *testing.T, probe, key string) ([]string, func() ([]string, []byte)) {
 				api := openai.Start(t, openai.Config{Command: probe})
-				return []string{"OPENAI_API_KEY=" + key, "OPENAI_BASE_URL=" + api.URL()}, func() (creds []string, bodies []byte) {
-					for _, r := range api.Requests() {
-						if r.Method == http.MethodPost {
-							creds = append(creds, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
-						}
-						bodies = append(bodies, r.RawBody...)
-					}
-					return creds, bodies
-				}
+				return []string{"OPENAI_API_KEY=" + key, "OPENAI_BASE_URL=" + api.URL()}, openaiSeen(api)
+			}},
+		{name: "copilot", options: map[string]string{"permissions": "all"},
+			start: func(t *testing.T, probe, key string) ([]string, func() ([]string, []byte)) {
+				api := openai.Start(t, openai.Config{Command: probe})
+				return []string{"COPILOT_OFFLINE=true", "COPILOT_PROVIDER_BASE_URL=" + api.URL(), "COPILOT_PROVIDER_API_KEY=" + key, "COPILOT_MODEL=gpt-4.1"}, openaiSeen(api)
 			}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,5 +100,19 @@ func TestKeylessInPod(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// openaiSeen is what api saw: each model request's credential, and the
+// bodies.
+func openaiSeen(api *openai.Server) func() ([]string, []byte) {
+	return func() (creds []string, bodies []byte) {
+		for _, r := range api.Requests() {
+			if r.Method == http.MethodPost {
+				creds = append(creds, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+			}
+			bodies = append(bodies, r.RawBody...)
+		}
+		return creds, bodies
 	}
 }
