@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // keylessCLI is one real CLI against its fake, for the credential
@@ -111,9 +111,6 @@ var keylessCLIs = []keylessCLI{
 	},
 }
 
-// probeOutput is the line the probe command prints.
-var probeOutput = regexp.MustCompile(`env=[0-9]+ home=[0-9]+ procs=[0-9]+ token=[0-9]+`)
-
 func dirOf(bin string) string { return bin[:strings.LastIndex(bin, "/")] }
 
 // keylessRun is one turn of a keyless test.
@@ -137,6 +134,12 @@ func (r keylessRun) notices(kind string) []harness.Event {
 func runKeyless(t *testing.T, c keylessCLI, environ []string, tn sandbox.Turn, mod func(*sandbox.RunOptions)) keylessRun {
 	t.Helper()
 	p := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=" + c.path(t) + ":/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}})
+	return runKeylessOn(t, p, c, environ, tn, mod)
+}
+
+// runKeylessOn runs one turn of c on p with environ.
+func runKeylessOn(t *testing.T, p driver.Provider, c keylessCLI, environ []string, tn sandbox.Turn, mod func(*sandbox.RunOptions)) keylessRun {
+	t.Helper()
 	tn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: c.h, Model: c.model}
 	tn.Options = c.options
 	tn.Workdir = t.TempDir()
@@ -170,52 +173,59 @@ func TestKeylessRealCLIs(t *testing.T) {
 	for _, c := range keylessCLIs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			prefix := "sk-kl-" + randomHex(t, 4) + "-"
-			key := prefix + randomHex(t, 16)
-			pat := prefix + "[0-9a-f]{32}"
-			probe := fmt.Sprintf(`P='%s'; echo "env=$(env | grep -cE "$P") home=$(grep -rlE "$P" "$HOME" 2>/dev/null | wc -l) procs=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -cE "$P") token=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c '=outpost-')"`, pat)
+			key, probe := testenv.KeylessProbe(t)
 			for _, mode := range []string{sandbox.SecretsGateway, sandbox.SecretsEnv} {
 				t.Run(mode, func(t *testing.T) {
 					environ, fake := c.start(t, probe, key)
 					r := runKeyless(t, c, environ, sandbox.Turn{Prompt: "Run a command FAKE_TOOL"}, func(o *sandbox.RunOptions) { o.Secrets = mode })
-					if r.err != nil {
-						t.Fatalf("turn: %v", r.err)
-					}
-					if r.res.Secrets != mode || r.res.Egress != sandbox.EgressOpen {
-						t.Errorf("result secrets %q egress %q, want %s and open", r.res.Secrets, r.res.Egress, mode)
-					}
-					creds := fake.credentials()
-					if len(creds) < 2 {
-						t.Fatalf("the fake got %d model requests, want the turn and the tool's follow-up", len(creds))
-					}
-					for i, got := range creds {
-						if got != key {
-							t.Errorf("request %d carried %q, want the real key", i+1, got)
-						}
-					}
-					bodies := fake.bodies()
-					// The token is in the turn's processes' environment, the
-					// key nowhere (copilot keeps its provider variables from
-					// its tools: the tool's own env shows neither); in env
-					// mode the same check finds the key (it works).
-					want := regexp.MustCompile(`^env=0 home=0 procs=0 token=[1-9]`)
-					if mode == sandbox.SecretsEnv {
-						want = regexp.MustCompile(`^env=[0-9]+ home=[0-9]+ procs=[1-9]`)
-					}
-					if got := probeOutput.FindAllString(bodies, -1); len(got) == 0 || !want.MatchString(got[0]) {
-						t.Errorf("the tool's output %q, want %s", got, want)
-						for _, ev := range r.events {
-							if ev.Tool != nil {
-								t.Logf("%s %+v", ev.Type, *ev.Tool)
-							}
-						}
-					}
-					if strings.Contains(bodies, key) {
-						t.Error("a request body holds the real key")
-					}
+					checkKeyless(t, r, fake, key, mode, sandbox.EgressOpen)
 				})
 			}
 		})
+	}
+}
+
+// checkKeyless checks a FAKE_TOOL turn run with testenv.KeylessProbe's probe in
+// secrets mode mode: it succeeded with secrets mode and egress, every
+// model request carried the real key, no request body holds it, and the
+// probe found it nowhere in the sandbox (gateway: while the token is
+// there) or found it (env: the check works).
+func checkKeyless(t *testing.T, r keylessRun, fake keylessFake, key, mode, egress string) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("turn: %v", r.err)
+	}
+	if r.res.Secrets != mode || r.res.Egress != egress {
+		t.Errorf("result secrets %q egress %q, want %s and %s", r.res.Secrets, r.res.Egress, mode, egress)
+	}
+	creds := fake.credentials()
+	if len(creds) < 2 {
+		t.Fatalf("the fake got %d model requests, want the turn and the tool's follow-up", len(creds))
+	}
+	for i, got := range creds {
+		if got != key {
+			t.Errorf("request %d carried %q, want the real key", i+1, got)
+		}
+	}
+	bodies := fake.bodies()
+	// The token is in the turn's processes' environment, the key nowhere
+	// (copilot keeps its provider variables from its tools: the tool's
+	// own env shows neither); in env mode the same check finds the key (it
+	// works).
+	want := testenv.KeylessNoKey
+	if mode == sandbox.SecretsEnv {
+		want = regexp.MustCompile(`^env=[0-9]+ home=[0-9]+ procs=[1-9]`)
+	}
+	if got := testenv.KeylessProbeOutput.FindAllString(bodies, -1); len(got) == 0 || !want.MatchString(got[0]) {
+		t.Errorf("the tool's output %q, want %s", got, want)
+		for _, ev := range r.events {
+			if ev.Tool != nil {
+				t.Logf("%s %+v", ev.Type, *ev.Tool)
+			}
+		}
+	}
+	if strings.Contains(bodies, key) {
+		t.Error("a request body holds the real key")
 	}
 }
 
