@@ -1,0 +1,169 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
+	"github.com/outposthq/outpost/internal/fakeapi/openai"
+	"github.com/outposthq/outpost/sandbox"
+)
+
+// bigCall is the input tokens of every call of the budget tests' fakes:
+// one call spends a budget of bigCall.
+const bigCall = 100000
+
+// meteredCLI is one real CLI of keylessCLIs against its fake with a
+// usage of its own, for the metering tests through sandbox.Run.
+type meteredCLI struct {
+	keylessCLI
+	// start starts the fake answering every call with in input tokens
+	// (0: the fake's default usage), the first with a tool call when tool
+	// is set; want is the usage of n calls, calls the model calls the fake
+	// received.
+	start func(t *testing.T, in int, tool bool) (environ []string, want func(n int64) harness.MeteredUsage, calls func() int)
+}
+
+var meteredCLIs = []meteredCLI{
+	{
+		keylessCLI: keylessCLIs[0],
+		start: func(t *testing.T, in int, tool bool) ([]string, func(int64) harness.MeteredUsage, func() int) {
+			u := anthropic.Usage{InputTokens: anthropic.DefaultInputTokens, OutputTokens: anthropic.DefaultOutputToken}
+			if in > 0 {
+				u.InputTokens = in
+			}
+			srv := anthropic.New(t, anthropic.Options{Usage: u})
+			if tool {
+				srv.Enqueue(anthropic.ToolUse("Bash", map[string]any{"command": "echo hi"}))
+			}
+			want := func(n int64) harness.MeteredUsage {
+				return harness.MeteredUsage{Requests: n, Usage: harness.Usage{InputTokens: int64(u.InputTokens) * n, OutputTokens: int64(u.OutputTokens) * n, Complete: true}}
+			}
+			return []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=sk-ant-metered"}, want,
+				func() int { return len(srv.MessageRequests()) }
+		},
+	},
+	{
+		keylessCLI: keylessCLIs[1],
+		start: func(t *testing.T, in int, tool bool) ([]string, func(int64) harness.MeteredUsage, func() int) {
+			u := openai.DefaultUsage
+			if in > 0 {
+				u = openai.Usage{InputTokens: in, OutputTokens: 10}
+			}
+			srv := openai.Start(t, openai.Config{Usage: &u})
+			if tool {
+				srv.Enqueue(openai.ToolCall("echo hi"))
+			}
+			want := func(n int64) harness.MeteredUsage {
+				return harness.MeteredUsage{Requests: n, ReasoningTokens: int64(u.ReasoningTokens) * n, Usage: harness.Usage{InputTokens: int64(u.InputTokens-u.CachedTokens) * n,
+					CacheReadTokens: int64(u.CachedTokens) * n, OutputTokens: int64(u.OutputTokens) * n, Complete: true}}
+			}
+			return []string{"OPENAI_BASE_URL=" + srv.URL(), "OPENAI_API_KEY=sk-metered"}, want, func() int { return srv.Count() }
+		},
+	},
+}
+
+// runMetered runs one turn of c on a local sandbox with store, in
+// secrets mode gateway (the default).
+func runMetered(t *testing.T, c keylessCLI, store conversation.Store, environ []string, tn sandbox.Turn, mod func(*sandbox.RunOptions)) keylessRun {
+	t.Helper()
+	return runKeyless(t, c, environ, tn, func(o *sandbox.RunOptions) {
+		o.Store = store
+		if mod != nil {
+			mod(o)
+		}
+	})
+}
+
+// TestRunMetered: a real claude and codex turn through sandbox.Run, whose
+// model calls the credential gateway meters: Result.Metered equals the
+// fake's token counts exactly, per model too, and so does the CLI's own
+// usage (no metered notice).
+func TestRunMetered(t *testing.T) {
+	for _, c := range meteredCLIs {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			environ, want, calls := c.start(t, 0, false)
+			r := runMetered(t, c.keylessCLI, conversation.NewFS(t.TempDir()), environ, sandbox.Turn{Prompt: "say hi"}, nil)
+			if r.err != nil {
+				t.Fatalf("turn: %v", r.err)
+			}
+			n := int64(calls())
+			m := r.res.Metered
+			if n == 0 || m == nil {
+				t.Fatalf("%d calls, metered %+v", n, m)
+			}
+			if m.MeteredUsage != want(n) {
+				t.Errorf("metered %+v, want %+v", m.MeteredUsage, want(n))
+			}
+			if len(m.ByModel) != 1 {
+				t.Errorf("by model %+v, want one model", m.ByModel)
+			}
+			for model, u := range m.ByModel {
+				if u != want(n) {
+					t.Errorf("model %s: %+v", model, u)
+				}
+			}
+			if r.res.Usage != want(n).Usage {
+				t.Errorf("the CLI's usage %+v, want %+v", r.res.Usage, want(n).Usage)
+			}
+			if ns := r.notices("metered"); len(ns) != 0 {
+				t.Errorf("metered notices %+v", ns)
+			}
+		})
+	}
+}
+
+// TestRunBudgetMidTurn: a turn budget of one call's tokens through
+// sandbox.Run: the first call (a tool call) spends it, the call after the
+// tool's result is refused at the gateway, and the turn ends with code
+// budget and its details; the conversation is stored, the fake received
+// the one call, and a resume with a larger budget continues it.
+func TestRunBudgetMidTurn(t *testing.T) {
+	for _, c := range meteredCLIs {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			environ, want, calls := c.start(t, bigCall, true)
+			store := conversation.NewFS(t.TempDir())
+			r := runMetered(t, c.keylessCLI, store, environ, sandbox.Turn{Prompt: "run a command"},
+				func(o *sandbox.RunOptions) { o.MaxTokens = bigCall })
+			var oe *outpost.Error
+			if !errors.As(r.err, &oe) || oe.Code != outpost.Budget {
+				t.Fatalf("error %v, want code budget", r.err)
+			}
+			spent := want(1).Tokens()
+			if oe.Details["budget"] != "turn" || oe.Details["limit"] != int64(bigCall) || oe.Details["spent"] != spent {
+				t.Errorf("details %v, want budget turn, limit %d, spent %d", oe.Details, bigCall, spent)
+			}
+			if n := calls(); n != 1 {
+				t.Errorf("the fake received %d calls, want the one before the budget was spent", n)
+			}
+			if r.res == nil || r.res.Conversation == "" {
+				t.Fatalf("result %+v: the conversation was not stored", r.res)
+			}
+			if m := r.res.Metered; m == nil || m.MeteredUsage != want(1) {
+				t.Errorf("metered %+v, want the one call", m)
+			}
+			meta, _, err := store.Get(context.Background(), r.res.Conversation)
+			if err != nil || meta.Metered == nil || meta.Metered.Tokens() != spent {
+				t.Errorf("stored %+v (%v), want %d tokens metered", meta, err, spent)
+			}
+
+			r2 := runMetered(t, c.keylessCLI, store, environ, sandbox.Turn{Prompt: "and now?", Resume: r.res.Conversation},
+				func(o *sandbox.RunOptions) { o.MaxTokens = 10 * bigCall })
+			if r2.err != nil {
+				t.Fatalf("resume with a larger budget: %v", r2.err)
+			}
+			if r2.res.Conversation != r.res.Conversation || r2.res.Metered == nil || r2.res.Metered.Requests == 0 {
+				t.Errorf("resumed %+v", r2.res)
+			}
+			if n := calls(); n < 2 {
+				t.Errorf("the fake received %d calls after the resume", n)
+			}
+		})
+	}
+}
