@@ -3,13 +3,19 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
+	"github.com/outposthq/outpost/internal/pgtest"
+	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/sandbox"
 )
 
@@ -165,5 +171,81 @@ func TestRunBudgetMidTurn(t *testing.T) {
 				t.Errorf("the fake received %d calls after the resume", n)
 			}
 		})
+	}
+}
+
+// budgetWorld is one "machine" running the built outpost with claude
+// against fake, on the store spec, with its own OUTPOST_HOME and HOME.
+func budgetWorld(t *testing.T, spec string, fake *anthropic.Server) *storeWorld {
+	return &storeWorld{t: t, kind: "cli", spec: spec, home: t.TempDir(), dir: t.TempDir(), extra: []string{
+		"PATH=" + dirOf(testenv.RequireCLI(t, "claude")) + ":" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
+		"ANTHROPIC_BASE_URL=" + fake.URL(), "ANTHROPIC_API_KEY=sk-ant-budget",
+	}}
+}
+
+// claudeRun runs one claude turn with --json on w's store.
+func (w *storeWorld) claudeRun(args ...string) ran {
+	w.t.Helper()
+	return w.run(append([]string{"--store", w.spec, "--agent", "claude", "--option", claude.OptionMaxRetries + "=0",
+		"--option", claude.OptionPermissionMode + "=bypassPermissions"}, args...)...)
+}
+
+// wantBudget fails t unless r ended with exit status 11 and code budget
+// of kind budget, limit and spent.
+func wantBudget(t *testing.T, r ran, budget string, limit, spent int64) {
+	t.Helper()
+	if r.code != 11 || r.res.Error == nil || r.res.Error.Code != outpost.Budget {
+		t.Fatalf("exit %d, result %+v, want 11 and code budget\n%s", r.code, r.res, lastLines(r.stderr))
+	}
+	d := r.res.Error.Details
+	if d["budget"] != budget || d["limit"] != float64(limit) || d["spent"] != float64(spent) {
+		t.Errorf("details %v, want budget %s, limit %d, spent %d", d, budget, limit, spent)
+	}
+	if r.res.Conversation == "" {
+		t.Error("the conversation was not stored")
+	}
+}
+
+// TestRunBudgetCLI: `outpost run --max-tokens N` with the real claude
+// exits with status 11 when the call after a tool call would cross it,
+// and --resume with a larger --max-tokens continues the conversation.
+func TestRunBudgetCLI(t *testing.T) {
+	fake := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: bigCall, OutputTokens: 37}})
+	w := budgetWorld(t, filepath.Join(t.TempDir(), "store"), fake)
+	r := w.claudeRun("--max-tokens", fmt.Sprint(bigCall), "run a command FAKE_TOOL")
+	wantBudget(t, r, "turn", bigCall, bigCall+37)
+	if n := len(fake.MessageRequests()); n != 1 {
+		t.Errorf("the fake received %d calls, want the one before the budget was spent", n)
+	}
+	r2 := w.claudeRun("--max-tokens", fmt.Sprint(10*bigCall), "--resume", r.res.Conversation, "and now?")
+	if r2.code != 0 || r2.res.Conversation != r.res.Conversation {
+		t.Fatalf("resume: exit %d, result %+v\n%s", r2.code, r2.res, lastLines(r2.stderr))
+	}
+}
+
+// TestRunBudgetAcrossMachines: a conversation's --budget kept in a
+// PostgreSQL store two machines share (two outpost processes with their
+// own OUTPOST_HOME): the first machine's turn spends part of it, the
+// second resumes without --budget and is stopped by the stored budget,
+// counting what the first spent (its own turn alone would fit).
+func TestRunBudgetAcrossMachines(t *testing.T) {
+	fake := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: bigCall, OutputTokens: 37}})
+	spec := pgtest.NewDB(t)
+	a, b := budgetWorld(t, spec, fake), budgetWorld(t, spec, fake)
+	const budget = bigCall * 3 / 2
+	r := a.claudeRun("--budget", fmt.Sprint(budget), "say hi")
+	if r.code != 0 {
+		t.Fatalf("machine a: exit %d, result %+v\n%s", r.code, r.res, lastLines(r.stderr))
+	}
+	first := len(fake.MessageRequests())
+	if first != 1 {
+		t.Fatalf("machine a made %d calls, want 1", first)
+	}
+	// b's first call fits what is left (the prompt's estimate is some
+	// 10^4 tokens), the one after the tool call does not.
+	r2 := b.claudeRun("--resume", r.res.Conversation, "run a command FAKE_TOOL")
+	wantBudget(t, r2, "conversation", budget, 2*(bigCall+37))
+	if n := len(fake.MessageRequests()) - first; n != 1 {
+		t.Errorf("machine b made %d calls, want the one before the budget was spent", n)
 	}
 }
