@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/claude"
+	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/pgtest"
@@ -239,6 +241,9 @@ func TestRunBudgetAcrossMachines(t *testing.T) {
 	}
 	first := len(fake.MessageRequests())
 	if first != 1 {
+		for _, q := range fake.MessageRequests() {
+			t.Logf("%s stream=%v max=%d msgs=%d last=%.200q", q.Model, q.Stream, q.MaxTokens, q.NumMessages, q.LastUserText)
+		}
 		t.Fatalf("machine a made %d calls, want 1", first)
 	}
 	// b's first call fits what is left (the prompt's estimate is some
@@ -247,5 +252,50 @@ func TestRunBudgetAcrossMachines(t *testing.T) {
 	wantBudget(t, r2, "conversation", budget, 2*(bigCall+37))
 	if n := len(fake.MessageRequests()) - first; n != 1 {
 		t.Errorf("machine b made %d calls, want the one before the budget was spent", n)
+	}
+}
+
+// TestDeclarativeMetered: no real preset reports no usage (opencode, qwen
+// and aider read it from their CLIs' output), so the real claude CLI is
+// described by a preset file that reads none (usage "unavailable") and
+// declares its endpoint: with secrets mode env its turn has no usage;
+// through the credential gateway (the default) it gains the metered count,
+// which equals the fake's, as its usage.
+func TestDeclarativeMetered(t *testing.T) {
+	bin := testenv.RequireCLI(t, "claude")
+	file := strings.Replace(claudeFile, "PROGRAM", bin, 1)
+	file = strings.Replace(file, `"usage": "events",`, `"usage": "unavailable",
+  "endpoint": {"api": "anthropic", "secret": "ANTHROPIC_API_KEY", "base_url": "ANTHROPIC_BASE_URL"},`, 1)
+	path := filepath.Join(t.TempDir(), "claude-file.json")
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h, err := declarative.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Usage != harness.UsageUnavailable || len(h.Endpoints) != 1 {
+		t.Fatalf("usage %q, endpoints %+v", h.Usage, h.Endpoints)
+	}
+	c := keylessCLI{name: "claude-file", h: h, path: func(*testing.T) string { return filepath.Dir(bin) }}
+	for _, mode := range []string{sandbox.SecretsEnv, sandbox.SecretsGateway} {
+		t.Run(mode, func(t *testing.T) {
+			environ, want, calls := meteredCLIs[0].start(t, 0, false)
+			r := runMetered(t, c, conversation.NewFS(t.TempDir()), environ, sandbox.Turn{Prompt: "say hi"},
+				func(o *sandbox.RunOptions) { o.Secrets = mode })
+			if r.err != nil {
+				t.Fatalf("turn: %v", r.err)
+			}
+			n := int64(calls())
+			if mode == sandbox.SecretsEnv {
+				if r.res.Usage != (harness.Usage{}) || r.res.Metered != nil {
+					t.Errorf("usage %+v, metered %+v, want none", r.res.Usage, r.res.Metered)
+				}
+				return
+			}
+			if r.res.Metered == nil || r.res.Metered.MeteredUsage != want(n) || r.res.Usage != want(n).Usage {
+				t.Errorf("usage %+v, metered %+v, want %+v from %d calls", r.res.Usage, r.res.Metered, want(n), n)
+			}
+		})
 	}
 }
