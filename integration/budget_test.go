@@ -229,7 +229,8 @@ func TestRunBudgetCLI(t *testing.T) {
 // PostgreSQL store two machines share (two outpost processes with their
 // own OUTPOST_HOME): the first machine's turn spends part of it, the
 // second resumes without --budget and is stopped by the stored budget,
-// counting what the first spent (its own turn alone would fit).
+// counting what the first spent (its own turn alone would fit); a
+// larger --budget continues it.
 func TestRunBudgetAcrossMachines(t *testing.T) {
 	fake := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: bigCall, OutputTokens: 37}})
 	spec := pgtest.NewDB(t)
@@ -253,6 +254,11 @@ func TestRunBudgetAcrossMachines(t *testing.T) {
 	wantBudget(t, r2, "conversation", budget, int64(total)*(bigCall+37))
 	if n := total - first; n > 1 || int64(n)*(bigCall+37) >= budget {
 		t.Errorf("machine b made %d calls, want at most the one before the budget was spent", n)
+	}
+	// A larger --budget, on either machine, continues the conversation.
+	r3 := a.claudeRun("--budget", fmt.Sprint(10*bigCall), "--resume", r.res.Conversation, "and now?")
+	if r3.code != 0 || r3.res.Conversation != r.res.Conversation {
+		t.Fatalf("resume with a larger budget: exit %d, result %+v\n%s", r3.code, r3.res, lastLines(r3.stderr))
 	}
 }
 
