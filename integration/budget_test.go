@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -254,6 +255,19 @@ func TestRunBudgetAcrossMachines(t *testing.T) {
 	wantBudget(t, r2, "conversation", budget, int64(total)*(bigCall+37))
 	if n := total - first; n > 1 || int64(n)*(bigCall+37) >= budget {
 		t.Errorf("machine b made %d calls, want at most the one before the budget was spent", n)
+	}
+	// Either machine's `outpost usage` shows the stored budget spent.
+	code, js, errOut := runOutpost(t, a.home, a.dir, "usage", "--json", "--store", spec, r.res.Conversation)
+	var u struct {
+		Budget     int64           `json:"budget"`
+		BudgetLeft int64           `json:"budget_left"`
+		Metered    harness.Metered `json:"metered"`
+	}
+	if err := json.Unmarshal([]byte(js), &u); code != 0 || err != nil {
+		t.Fatalf("usage: exit %d, %v: %s %s", code, err, js, errOut)
+	}
+	if u.Budget != budget || u.BudgetLeft != 0 || u.Metered.Tokens() != int64(total)*(bigCall+37) {
+		t.Errorf("usage: budget %d, left %d, metered %+v", u.Budget, u.BudgetLeft, u.Metered)
 	}
 	// A larger --budget, on either machine, continues the conversation.
 	r3 := a.claudeRun("--budget", fmt.Sprint(10*bigCall), "--resume", r.res.Conversation, "and now?")
