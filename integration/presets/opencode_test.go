@@ -171,3 +171,33 @@ func testOpenCodeSchema(t *testing.T, kind string) {
 		t.Errorf("repair message %q", last)
 	}
 }
+
+// TestOpenCodeMetered: an OpenCode turn through the credential gateway
+// (the default) is metered at the gateway: every call the fake answered,
+// the session-title request OpenCode does not report included, with the
+// reasoning tokens inside output. OpenCode's own usage stays as it
+// reported it, and the difference is a metered notice.
+func TestOpenCodeMetered(t *testing.T) {
+	e := newOpenCodeEnv(t)
+	o := e.run("local", sandbox.Turn{Prompt: "FAKE_TOOL list the files"})
+	e.mustSucceed(o)
+	var n int64
+	for _, r := range e.fake.Requests() {
+		if r.Method == "POST" {
+			n++
+		}
+	}
+	u := openai.DefaultUsage
+	want := harness.MeteredUsage{Requests: n, ReasoningTokens: n * int64(u.ReasoningTokens), Usage: harness.Usage{
+		InputTokens: n * int64(u.InputTokens-u.CachedTokens), CacheReadTokens: n * int64(u.CachedTokens), OutputTokens: n * int64(u.OutputTokens), Complete: true}}
+	if o.res.Metered == nil || o.res.Metered.MeteredUsage != want || n != 3 {
+		t.Errorf("metered %+v, want %+v (%d calls)", o.res.Metered, want, n)
+	}
+	if own := (harness.Usage{InputTokens: 2 * int64(u.InputTokens-u.CachedTokens), CacheReadTokens: 2 * int64(u.CachedTokens),
+		OutputTokens: 2 * int64(u.OutputTokens-u.ReasoningTokens), Complete: true}); o.res.Usage != own {
+		t.Errorf("usage %+v, want OpenCode's own %+v", o.res.Usage, own)
+	}
+	if ns := o.kind("metered"); len(ns) != 1 {
+		t.Errorf("metered notices %+v, want one", ns)
+	}
+}
