@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -172,9 +174,36 @@ func (g *Gateway) modelProxy() *httputil.ReverseProxy {
 				// hold the secret: never log it unredacted.
 				g.log.Debug("gateway: upstream failed", "upstream", c.up.Host, "error", redact(err.Error(), c.route.Secret))
 			}
+			if unreachable(err) && dropConnection(w) {
+				return
+			}
 			refuse(w, http.StatusBadGateway, "upstream unreachable")
 		},
 	}
+}
+
+// unreachable reports whether err is a failure to connect to the
+// upstream (refused, no route, a name that does not resolve, a dial
+// timeout), not one of an exchange that began.
+func unreachable(err error) bool {
+	var oe *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &oe) && oe.Op == "dial" || errors.As(err, &dns)
+}
+
+// dropConnection closes the agent's connection without an answer, so
+// that an upstream the gateway cannot reach looks to the agent as it
+// would without the gateway (a connection error, which CLIs retry and
+// outpost classifies as an outage), not as an HTTP 502 some CLIs give up
+// on at once. It reports false when the connection cannot be taken over
+// (HTTP/2).
+func dropConnection(w http.ResponseWriter) bool {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
 }
 
 // rewrite points the outgoing request at the route's upstream, with the

@@ -319,8 +319,11 @@ func TestCancelPropagates(t *testing.T) {
 	<-ended // hangs (test timeout) when the cancellation is not propagated
 }
 
-// TestUpstreamUnreachable: 502 with a JSON body naming no secret, even
-// when the secret is in the upstream URL's query.
+// TestUpstreamUnreachable: an upstream that refuses the connection looks
+// to the agent as it would without the gateway: its connection closes
+// without an answer (CLIs retry that; some give up on a 502 at once).
+// The failure is logged, naming no secret even when the secret is in the
+// upstream URL's query.
 func TestUpstreamUnreachable(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -331,13 +334,15 @@ func TestUpstreamUnreachable(t *testing.T) {
 	f := newFixture(t, Options{})
 	gr := f.grant(GrantOptions{Routes: []Route{{Upstream: "http://" + dead + "/v1beta", Secret: secret, Credential: QueryKey}}})
 	req, _ := http.NewRequest(http.MethodPost, gr.BaseURL(f.addr, 0)+"/models/x?key="+gr.Token(), strings.NewReader("{}"))
-	g := do(t, req)
-	if g.code != http.StatusBadGateway || g.header.Get("Content-Type") != "application/json" || !strings.Contains(g.body, `"upstream unreachable`) && !strings.Contains(g.body, "upstream unreachable") {
-		t.Errorf("got %d %v %q", g.code, g.header, g.body)
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("got %d, want the connection closed without an answer", resp.StatusCode)
 	}
 	if !strings.Contains(f.logs.String(), "upstream failed") {
 		t.Errorf("no log record of the failure: %s", f.logs)
 	}
+	noLeak(t, "log", f.logs.String())
 }
 
 // meter refuses calls when refuse is set, and counts response bytes.

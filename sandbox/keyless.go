@@ -125,6 +125,7 @@ func EgressFor(caps driver.Capabilities, egress string, allow []string) driver.E
 func (e *engine) planKeyless() {
 	k := &e.kl
 	k.egress = e.egressMode()
+	defer e.openForEnv()
 	if e.o.Secrets == SecretsEnv {
 		k.secrets = e.secretsInSandbox()
 		return
@@ -150,6 +151,21 @@ func (e *engine) planKeyless() {
 		k.why = "a variable of the preset's endpoint is given explicitly (--env), and is passed as it is"
 	default:
 		k.why = "the credential in use is not one the gateway can hold (set the preset's API key, and the base URL where it has no default)"
+	}
+}
+
+// openForEnv leaves the sandbox's network open, unless the caller asked
+// for gateway egress, when the agent's secrets enter the sandbox: its
+// model calls then go straight to the model API, which a sandbox cut off
+// from every network but the gateway could not reach.
+func (e *engine) openForEnv() {
+	k := &e.kl
+	if k.secrets != SecretsEnv || e.o.Egress != "" || len(e.o.EgressAllow) > 0 || k.egress != driver.EgressGateway {
+		return
+	}
+	k.egress = driver.EgressOpen
+	if k.why != "" {
+		k.why += "; the sandbox's network stays open (egress open) for the agent's own model calls"
 	}
 }
 

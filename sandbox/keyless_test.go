@@ -114,9 +114,20 @@ type tunneling struct {
 	driver.Provider
 	mu      sync.Mutex
 	tunnels int
+	enforce bool          // Capabilities.Egress
+	opened  driver.Egress // the last Options.Egress
+}
+
+func (p *tunneling) Capabilities() driver.Capabilities {
+	c := p.Provider.Capabilities()
+	c.Egress = p.enforce
+	return c
 }
 
 func (p *tunneling) Open(ctx context.Context, o driver.Options) (driver.Sandbox, error) {
+	p.mu.Lock()
+	p.opened = o.Egress
+	p.mu.Unlock()
 	sb, err := p.Provider.Open(ctx, o)
 	if err != nil {
 		return nil, err
@@ -180,6 +191,16 @@ type keyRun struct {
 // runKeyAgent runs one keyagent turn with environ on p.
 func runKeyAgent(t *testing.T, p driver.Provider, h *harness.Harness, seen *keyEnv, environ []string, mod func(*sandbox.RunOptions)) keyRun {
 	t.Helper()
+	if tn, ok := p.(*tunneling); ok && tn.enforce {
+		// The engine opens the sandbox, with the turn's egress.
+		own := func(o *sandbox.RunOptions) {
+			if mod != nil {
+				mod(o)
+			}
+			o.Lease, o.Provider = nil, p
+		}
+		return runOnLease(t, nil, h, seen, environ, own)
+	}
 	lease, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -207,6 +228,9 @@ func runOnLease(t *testing.T, lease *sandbox.Lease, h *harness.Harness, seen *ke
 	out.res, out.err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: prompt, Workdir: t.TempDir()}, o)
 	out.env = seen.last()
 	out.files = map[string]string{}
+	if lease == nil {
+		return out
+	}
 	sb := lease.Sandbox()
 	if ts, ok := sb.(*tunnelSandbox); ok {
 		sb = ts.Sandbox
@@ -319,6 +343,7 @@ func TestKeylessModes(t *testing.T) {
 		tunnel   bool
 		environ  []string
 		mod      func(*sandbox.RunOptions)
+		enforce  bool // the provider enforces egress
 		secrets  string
 		egress   string
 		notice   bool
@@ -334,6 +359,16 @@ func TestKeylessModes(t *testing.T) {
 			secrets: sandbox.SecretsEnv, egress: sandbox.EgressOpen, notice: true, agentKey: "real"},
 		{name: "no secret", h: keyHarness(""), tunnel: true, environ: []string{keyBaseVar + "=" + up.URL},
 			secrets: sandbox.SecretsNone, egress: sandbox.EgressOpen},
+		{name: "gateway on a provider that enforces egress", h: keyHarness(up.URL), tunnel: true, enforce: true, environ: []string{keyVar + "=" + realKey},
+			secrets: sandbox.SecretsGateway, egress: sandbox.EgressGateway, agentKey: "token"},
+		// The secrets enter the sandbox: its model calls go out directly,
+		// so the default egress leaves the network open.
+		{name: "env fallback on a provider that enforces egress", h: keyHarness(""), tunnel: true, enforce: true, environ: []string{keyVar + "=" + realKey},
+			secrets: sandbox.SecretsEnv, egress: sandbox.EgressOpen, notice: true, agentKey: "real"},
+		{name: "asked env on a provider that enforces egress", h: keyHarness(""), tunnel: true, enforce: true, environ: withKey,
+			mod: func(o *sandbox.RunOptions) { o.Secrets = sandbox.SecretsEnv }, secrets: sandbox.SecretsEnv, egress: sandbox.EgressOpen, agentKey: "real"},
+		{name: "env fallback with gateway egress asked", h: keyHarness(""), tunnel: true, enforce: true, environ: []string{keyVar + "=" + realKey},
+			mod: func(o *sandbox.RunOptions) { o.Egress = sandbox.EgressGateway }, secrets: sandbox.SecretsEnv, egress: sandbox.EgressGateway, notice: true, agentKey: "real"},
 		{name: "allowlist on a provider that cannot enforce it", h: keyHarness(""), tunnel: true, environ: withKey,
 			mod:     func(o *sandbox.RunOptions) { o.EgressAllow = []string{"docs.example.com", "*.example.org:443"} },
 			secrets: sandbox.SecretsGateway, egress: sandbox.EgressUnenforced, agentKey: "token"},
@@ -341,8 +376,10 @@ func TestKeylessModes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			seen := &keyEnv{}
 			var p driver.Provider = memProvider(seen)
+			var tn *tunneling
 			if tt.tunnel {
-				p = &tunneling{Provider: p}
+				tn = &tunneling{Provider: p, enforce: tt.enforce}
+				p = tn
 			}
 			r := runKeyAgent(t, p, tt.h, seen, tt.environ, tt.mod)
 			if r.err != nil {
@@ -350,6 +387,9 @@ func TestKeylessModes(t *testing.T) {
 			}
 			if got := [2]string{r.res.Secrets, r.res.Egress}; got != [2]string{tt.secrets, tt.egress} {
 				t.Errorf("secrets, egress = %v, want %s %s", got, tt.secrets, tt.egress)
+			}
+			if tt.enforce && string(tn.opened) != tt.egress {
+				t.Errorf("the sandbox was opened with egress %q, want %q", tn.opened, tt.egress)
 			}
 			var notices []string
 			for _, ev := range r.events {

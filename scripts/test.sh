@@ -116,7 +116,7 @@ fi
 if [[ ${#pkgs[@]} -gt 0 ]]; then
 	step "go test"
 	# shellcheck disable=SC2086
-	go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} "${pkgs[@]}" || fail=1
+	go test -race -count=1 -timeout 30m ${GOTESTFLAGS:-} "${pkgs[@]}" || fail=1
 fi
 for s in "${side[@]}"; do
 	IFS=: read -r pid log what <<<"$s"
