@@ -43,7 +43,9 @@ if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 		step "Docker Engine"
 		scripts/docker-up.sh
 		step "test images"
-		OUTPOST_SKIP_DOCKER_UP=1 scripts/build-images.sh
+		# serve: deploy/kubernetes's image, which integration/kubernetes
+		# (TestFleetOnCluster) loads into the test cluster
+		OUTPOST_SKIP_DOCKER_UP=1 scripts/build-images.sh busybox debian sshd serve
 	else
 		echo "test.sh: not root: skipping the Docker Engine install; docker tests need a running engine" >&2
 	fi

@@ -148,10 +148,17 @@ func TestDeployManifests(t *testing.T) {
 			tokens = v.Name
 		}
 	}
-	if tokens == "" || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-		return m.Name == tokens && slices.Contains(c.Args, "--tokens="+m.MountPath+"/serve-tokens")
-	}) {
-		t.Errorf("the tokens file is not --tokens from the Secret %s", store.Name)
+	// The Secret's file is copied by an init container into the state
+	// volume (serve refuses a tokens file that is not its user's own).
+	copied := false
+	for _, ic := range pod.Spec.InitContainers {
+		if slices.ContainsFunc(ic.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == tokens }) &&
+			strings.Contains(strings.Join(ic.Command, " "), "/var/lib/outpost/tokens/serve-tokens") {
+			copied = true
+		}
+	}
+	if tokens == "" || !copied || !slices.Contains(c.Args, "--tokens=/var/lib/outpost/tokens/serve-tokens") {
+		t.Errorf("the tokens file is not --tokens copied from the Secret %s", store.Name)
 	}
 	grace := 30 * time.Second // serve's default
 	for _, a := range c.Args {
