@@ -647,11 +647,13 @@ func TestCodexWatchdog(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.environ[0] = "OPENAI_BASE_URL=" + refused
-		// The measured case: Codex prints "Reconnecting... waiting for
+		// The measured case, Codex connecting to the model API itself
+		// (secrets mode env): it prints "Reconnecting... waiting for
 		// network" forever. Its retry notices are no activity (no
 		// inactivity watchdog here), and a turn of only retries is an
 		// outage once the retry bound passes.
-		tr := e.run(context.Background(), sandbox.Turn{Prompt: "hello", Inactivity: -1, RetryBound: 2 * time.Second, Timeout: 2 * time.Minute, Options: fastFailures}, nil, nil)
+		tr := e.run(context.Background(), sandbox.Turn{Prompt: "hello", Inactivity: -1, RetryBound: 2 * time.Second, Timeout: 2 * time.Minute, Options: fastFailures},
+			&sandbox.RunOptions{Secrets: sandbox.SecretsEnv}, nil)
 		var oe *outpost.Error
 		if !errors.As(tr.err, &oe) || oe.Code != outpost.Process || oe.Details["retrying"] != true || !outpost.UnavailableFault(tr.err) {
 			t.Fatalf("error %v, want process with details.retrying and details.unavailable", tr.err)
@@ -662,6 +664,23 @@ func TestCodexWatchdog(t *testing.T) {
 		}
 		if !waiting {
 			t.Errorf("no waiting-for-network notice in %+v", tr.events)
+		}
+		checkNoCodexLeft(t, e.base)
+	})
+	t.Run("refused through the gateway", func(t *testing.T) {
+		t.Parallel()
+		e := newCodexEnv(t, openai.Config{})
+		refused, err := openai.RefusedURL()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.environ[0] = "OPENAI_BASE_URL=" + refused
+		// Codex reaches the gateway, which drops the connection when the
+		// upstream refuses it: Codex retries its stream, then gives up
+		// ("stream disconnected before completion"), an outage.
+		tr := e.run(context.Background(), sandbox.Turn{Prompt: "hello", Inactivity: -1, RetryBound: 2 * time.Second, Timeout: 2 * time.Minute, Options: fastFailures}, nil, nil)
+		if outpost.CodeOf(tr.err) != outpost.Process || !outpost.UnavailableFault(tr.err) || tr.res == nil || tr.res.Secrets != sandbox.SecretsGateway {
+			t.Fatalf("error %v, want process with details.unavailable through the gateway", tr.err)
 		}
 		checkNoCodexLeft(t, e.base)
 	})
