@@ -143,3 +143,13 @@ func TestOpenCodeResumePrepare(t *testing.T) {
 		t.Errorf("a new conversation's prepare: %v, %v", c.Prepare, err)
 	}
 }
+
+// TestOpenCodeDroppedConnectionIsUnavailable: OpenCode's message when the
+// credential gateway drops its connection (the upstream refused the
+// gateway's), measured with the real CLI, is an outage.
+func TestOpenCodeDroppedConnectionIsUnavailable(t *testing.T) {
+	msg := "Cannot connect to API: The socket connection was closed unexpectedly. For more information, pass `verbose: true` in the second argument to fetch()"
+	if h := declarative.OpenCode(); !h.Unavailable(msg) || h.Quota(msg) {
+		t.Errorf("%q: unavailable %v, quota %v", msg, h.Unavailable(msg), h.Quota(msg))
+	}
+}
