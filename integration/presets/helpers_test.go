@@ -3,10 +3,12 @@ package presets
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/sandbox"
 )
@@ -104,4 +106,18 @@ func (o *outcome) kind(kind string) []harness.Event {
 		}
 	}
 	return out
+}
+
+// checkShellTool checks a tool turn's first call and result: the shell
+// tool name ran the fake's default command, whose output came back.
+func checkShellTool(t *testing.T, o *outcome, name string) {
+	t.Helper()
+	tools := toolEvents(o)
+	call, result := tools[0].Tool, tools[1].Tool
+	var input map[string]any
+	json.Unmarshal(call.Input, &input)
+	if call.Name != name || input["command"] != openai.DefaultCommand || result.ID != call.ID || call.ID == "" ||
+		!strings.Contains(result.Output, "hi") || result.Error {
+		t.Errorf("tool call %+v, result %+v", call, result)
+	}
 }

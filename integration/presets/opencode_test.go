@@ -53,14 +53,7 @@ func testOpenCodeToolTurn(t *testing.T, kind string) {
 	if !equalTypes(types, want) {
 		t.Fatalf("events %v, want %v", types, want)
 	}
-	tools := toolEvents(o)
-	call, result := tools[0].Tool, tools[1].Tool
-	var input map[string]any
-	json.Unmarshal(call.Input, &input)
-	if call.Name != "bash" || input["command"] != openai.DefaultCommand || result.ID != call.ID || call.ID == "" ||
-		!strings.Contains(result.Output, "hi") || result.Error {
-		t.Errorf("tool call %+v, result %+v", call, result)
-	}
+	checkShellTool(t, o, "bash")
 	if !strings.HasPrefix(o.res.Text, "Tool output was: ") {
 		t.Errorf("text %q", o.res.Text)
 	}

@@ -47,14 +47,7 @@ func testQwenToolTurn(t *testing.T, kind string) {
 	if !equalTypes(types, want) {
 		t.Fatalf("events %v, want %v", types, want)
 	}
-	tools := toolEvents(o)
-	call, result := tools[0].Tool, tools[1].Tool
-	var input map[string]any
-	json.Unmarshal(call.Input, &input)
-	if call.Name != "run_shell_command" || input["command"] != openai.DefaultCommand || result.ID != call.ID || call.ID == "" ||
-		!strings.Contains(result.Output, "hi") || result.Error {
-		t.Errorf("tool call %+v, result %+v", call, result)
-	}
+	checkShellTool(t, o, "run_shell_command")
 	if !strings.HasPrefix(o.res.Text, "Tool output was: ") {
 		t.Errorf("text %q", o.res.Text)
 	}
