@@ -88,3 +88,42 @@ func TestNoDefaultDebianHost(t *testing.T) {
 		}
 	}
 }
+
+// TestNoEarlyExitPipes: the scripts run under `set -o pipefail`, where a
+// reader that stops early (`head`, `grep -q`, `grep -m`) can end the writer
+// with SIGPIPE and fail the whole pipeline with exit 141. A fresh-clone CI
+// run once stopped after 12 s on `docker run … | head -1`.
+func TestNoEarlyExitPipes(t *testing.T) {
+	var files []string
+	for _, dir := range []string{"scripts", "scripts/lib", ".ci"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				files = append(files, filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte("pipefail")) {
+			continue
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			code := strings.TrimSpace(line)
+			if strings.HasPrefix(code, "#") {
+				continue
+			}
+			for _, bad := range []string{"| head", "|head", "| grep -q", "| grep -m"} {
+				if strings.Contains(code, bad) {
+					t.Errorf("%s:%d: %q under pipefail can exit 141 (SIGPIPE); read the whole output instead: %s", f, i+1, bad, code)
+				}
+			}
+		}
+	}
+}

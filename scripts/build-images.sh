@@ -337,7 +337,10 @@ build_serve() {
 	docker build -q --label "$LABEL_KEY=$hash" -t "$repo:$hash" "$ctx" >/dev/null || die "serve: docker build failed"
 	retag "$repo" "$hash" "$old"
 	local out
-	out=$(docker run --rm --network none "$repo:test" serve --help 2>&1 | head -1)
+	# The whole help, not `| head -1`: under pipefail head's early exit
+	# would end the pipeline with SIGPIPE (exit 141).
+	out=$(docker run --rm --network none "$repo:test" serve --help 2>&1) || true
+	out=${out%%$'\n'*}
 	[[ $out == *"HTTP API"* ]] || die "serve smoke test failed: $out"
 	say "serve: built $repo:test ($repo:$hash) [$(elapsed "$t0")]"
 }

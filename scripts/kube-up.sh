@@ -248,7 +248,7 @@ ENV
 done >"$R/sysctl.saved"
 [[ -f $R/netns.before ]] || ls /var/run/netns >"$R/netns.before" 2>/dev/null || : >"$R/netns.before"
 if [[ ! -f $R/iptables.saved ]]; then
-	(iptables-save 2>/dev/null; ip6tables-save 2>/dev/null) | grep -q KUBE- || touch "$R/iptables.clean"
+	(iptables-save 2>/dev/null; ip6tables-save 2>/dev/null) | grep -c KUBE- >/dev/null || touch "$R/iptables.clean"
 	touch "$R/iptables.saved"
 fi
 
@@ -266,7 +266,7 @@ if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 	ip link add "$BRIDGE" type bridge
 	touch "$R/bridge.created"
 fi
-ip addr show dev "$BRIDGE" | grep -q "inet $GATEWAY/" || ip addr add "$GATEWAY/24" dev "$BRIDGE"
+ip addr show dev "$BRIDGE" | grep -c "inet $GATEWAY/" >/dev/null || ip addr add "$GATEWAY/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
 
 hostip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
@@ -279,7 +279,7 @@ start etcd etcd --name outpost-kube --data-dir "$V/etcd" \
 start containerd containerd --config "$E/containerd.toml"
 waitfor containerd 30 ctr -a "$SOCK" version
 say "import images"
-ctr -a "$SOCK" -n k8s.io images ls -q | grep -qx "docker.io/$PAUSE" || ctr -a "$SOCK" -n k8s.io images import "$KCACHE/pause.tar" >/dev/null
+ctr -a "$SOCK" -n k8s.io images ls -q | grep -cx "docker.io/$PAUSE" >/dev/null || ctr -a "$SOCK" -n k8s.io images import "$KCACHE/pause.tar" >/dev/null
 imgs=${OUTPOST_KUBE_IMAGES-outpost/busybox:test outpost/debian:test}
 present=()
 for i in $imgs; do
