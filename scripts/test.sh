@@ -26,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*" >&2; }
+step() { printf '\n== [+%ss] %s\n' "$SECONDS" "$*" >&2; }
 
 kube_pid=
 if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
@@ -127,4 +127,5 @@ for s in "${side[@]}"; do
 	cat "$log"
 	rm -f "$log"
 done
+step "done (exit $fail): set-up and tests took ${SECONDS}s"
 exit "$fail"
