@@ -20,9 +20,9 @@ import (
 // OTEL_TRACES_EXPORTER=otlp, or an OTLP endpoint
 // (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
 // with OTEL_TRACES_EXPORTER unset; never with OTEL_SDK_DISABLED=true or
-// OTEL_TRACES_EXPORTER=none. Another exporter is an error: only OTLP
-// over HTTP is built in, sent in OTLP's JSON encoding (http/json;
-// http/protobuf is taken as asking for OTLP/HTTP too).
+// OTEL_TRACES_EXPORTER=none. Another exporter is an error, and so is
+// OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL=grpc: only OTLP over HTTP is
+// built in, in protobuf (http/protobuf, the default) or JSON (http/json).
 func Wanted(getenv func(string) string) (bool, error) {
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return false, nil
@@ -51,7 +51,7 @@ func Wanted(getenv func(string) string) (bool, error) {
 
 // Setup installs, when Wanted, a global tracer provider that batches
 // spans to an OTLP/HTTP endpoint (OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT,
-// _HEADERS and _TIMEOUT; default http://localhost:4318) and the W3C trace
+// _PROTOCOL, _HEADERS and _TIMEOUT; default http://localhost:4318) and the W3C trace
 // context propagator; the resource's service.name is "outpost" unless
 // OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise. The
 // returned shutdown flushes the spans; it is a no-op when nothing was

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -19,21 +21,25 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// exporter posts spans to an OTLP/HTTP endpoint in OTLP's JSON encoding
-// (which every OTLP/HTTP receiver, the OpenTelemetry Collector's
-// included, takes beside protobuf). It is written here rather than
-// taken from the exporters/otlp module, whose generated gRPC service
-// would add some 30 MB and 3 ms of package initialisation to every
-// outpost command, traced or not.
+// exporter posts spans to an OTLP/HTTP endpoint, in protobuf's binary
+// encoding (http/protobuf, OTLP's default) or in OTLP's JSON encoding
+// (OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL=http/json). It is written here
+// rather than taken from the exporters/otlp module, whose generated gRPC
+// service would add some 30 MB and 3 ms of package initialisation to
+// every outpost command, traced or not (docs/metering.md).
 type exporter struct {
 	url     string
+	json    bool
 	headers map[string]string
 	client  *http.Client
+	stopped atomic.Bool
 }
 
-// NewExporter is the OTLP/HTTP JSON span exporter Setup installs, with
-// its endpoint, headers and timeout from getenv's standard variables
-// (the traces-specific one first).
+var _ sdktrace.SpanExporter = (*exporter)(nil)
+
+// NewExporter is the OTLP/HTTP span exporter Setup installs, with its
+// endpoint, protocol, headers and timeout from getenv's standard
+// variables (the traces-specific one first).
 func NewExporter(getenv func(string) string) (sdktrace.SpanExporter, error) {
 	return newExporter(getenv)
 }
@@ -45,7 +51,8 @@ func newExporter(getenv func(string) string) (*exporter, error) {
 		}
 		return getenv("OTEL_EXPORTER_OTLP_" + name)
 	}
-	x := &exporter{url: getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), headers: map[string]string{}, client: &http.Client{Timeout: 10 * time.Second}}
+	x := &exporter{url: getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), json: pick("PROTOCOL") == "http/json",
+		headers: map[string]string{}, client: &http.Client{Timeout: 10 * time.Second}}
 	if x.url == "" {
 		base := getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 		if base == "" {
@@ -54,12 +61,15 @@ func newExporter(getenv func(string) string) (*exporter, error) {
 		x.url = strings.TrimSuffix(base, "/") + "/v1/traces"
 	}
 	if u, err := url.Parse(x.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("OTLP endpoint %q is not an http(s) URL", x.url)
+		// The URL is not repeated: it may hold a password.
+		return nil, fmt.Errorf("the OTLP traces endpoint is not an http(s) URL")
 	}
+	// W3C baggage's format: name=value pairs, the values percent-encoded
+	// ("+" is a plus). A value is never said anywhere: it may be a secret.
 	for _, kv := range strings.Split(pick("HEADERS"), ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if k = strings.TrimSpace(k); ok && k != "" {
-			if d, err := url.QueryUnescape(strings.TrimSpace(v)); err == nil {
+			if d, err := url.PathUnescape(strings.TrimSpace(v)); err == nil {
 				x.headers[k] = d
 			}
 		}
@@ -72,15 +82,25 @@ func newExporter(getenv func(string) string) (*exporter, error) {
 
 // ExportSpans posts one ExportTraceServiceRequest.
 func (x *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	b, err := json.Marshal(request(spans))
+	if x.stopped.Load() {
+		return errors.New("OTLP export: the exporter is shut down")
+	}
+	if len(spans) == 0 {
+		return nil
+	}
+	body, ctype := protoRequest(spans), "application/x-protobuf"
+	if x.json {
+		b, err := json.Marshal(request(spans))
+		if err != nil {
+			return err
+		}
+		body, ctype = b, "application/json"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.url, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", ctype)
 	for k, v := range x.headers {
 		req.Header.Set(k, v)
 	}
@@ -96,36 +116,64 @@ func (x *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 	return nil
 }
 
-// Shutdown has nothing to release.
-func (x *exporter) Shutdown(context.Context) error { return nil }
+// Shutdown stops the exporter: later exports fail, as the SDK's contract
+// asks.
+func (x *exporter) Shutdown(context.Context) error {
+	x.stopped.Store(true)
+	return nil
+}
 
 type obj = map[string]any
 
-// request is the JSON ExportTraceServiceRequest of spans, grouped by
-// resource and instrumentation scope.
-func request(spans []sdktrace.ReadOnlySpan) obj {
+// batch is the spans of one resource and instrumentation scope.
+type batch struct {
+	res   *resource.Resource
+	scope instrumentation.Scope
+	spans []sdktrace.ReadOnlySpan
+}
+
+// group groups spans by resource and instrumentation scope, in the order
+// they come.
+func group(spans []sdktrace.ReadOnlySpan) []*batch {
 	type key struct {
 		res   *resource.Resource
 		scope instrumentation.Scope
 	}
-	var order []key
-	byKey := map[key][]any{}
+	var out []*batch
+	byKey := map[key]*batch{}
 	for _, s := range spans {
 		k := key{s.Resource(), s.InstrumentationScope()}
-		if _, ok := byKey[k]; !ok {
-			order = append(order, k)
+		b := byKey[k]
+		if b == nil {
+			b = &batch{res: k.res, scope: k.scope}
+			byKey[k] = b
+			out = append(out, b)
 		}
-		byKey[k] = append(byKey[k], span(s))
+		b.spans = append(b.spans, s)
 	}
+	return out
+}
+
+// resAttrs is a batch's resource attributes.
+func (b *batch) resAttrs() []attribute.KeyValue {
+	if b.res == nil {
+		return nil
+	}
+	return b.res.Attributes()
+}
+
+// request is the JSON ExportTraceServiceRequest of spans, grouped by
+// resource and instrumentation scope.
+func request(spans []sdktrace.ReadOnlySpan) obj {
 	var rs []any
-	for _, k := range order {
-		var attrs []attribute.KeyValue
-		if k.res != nil {
-			attrs = k.res.Attributes()
+	for _, b := range group(spans) {
+		var ss []any
+		for _, s := range b.spans {
+			ss = append(ss, span(s))
 		}
 		rs = append(rs, obj{
-			"resource":   obj{"attributes": attributes(attrs)},
-			"scopeSpans": []any{obj{"scope": obj{"name": k.scope.Name, "version": k.scope.Version}, "spans": byKey[k]}},
+			"resource":   obj{"attributes": attributes(b.resAttrs())},
+			"scopeSpans": []any{obj{"scope": obj{"name": b.scope.Name, "version": b.scope.Version}, "spans": ss}},
 		})
 	}
 	return obj{"resourceSpans": rs}
@@ -159,11 +207,14 @@ func span(s sdktrace.ReadOnlySpan) obj {
 	return o
 }
 
-func nanos(t time.Time) string {
+func nanos(t time.Time) string { return strconv.FormatUint(unixNanos(t), 10) }
+
+// unixNanos is t in nanoseconds since the epoch, 0 for the zero time.
+func unixNanos(t time.Time) uint64 {
 	if t.IsZero() {
-		return "0"
+		return 0
 	}
-	return strconv.FormatInt(t.UnixNano(), 10)
+	return uint64(t.UnixNano())
 }
 
 func attributes(kvs []attribute.KeyValue) []any {

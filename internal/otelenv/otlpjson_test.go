@@ -46,11 +46,12 @@ type otlpRequest struct {
 	} `json:"resourceSpans"`
 }
 
-// TestExporterJSON: what the exporter posts is an OTLP
+// TestExporterJSON: what the exporter posts with http/json is an OTLP
 // ExportTraceServiceRequest in OTLP's JSON encoding: ids in hex, the
 // parent, kind and status as OTLP numbers them (client 3, error 2),
 // times in nanoseconds as strings, attributes of every type, resource
-// and scope; with the configured headers.
+// and scope; with the configured headers, their values percent-decoded
+// as W3C baggage is (a "+" stays a plus).
 func TestExporterJSON(t *testing.T) {
 	got := make(chan otlpRequest, 2)
 	var auth string
@@ -64,7 +65,8 @@ func TestExporterJSON(t *testing.T) {
 		got <- req
 	}))
 	t.Cleanup(srv.Close)
-	x, err := newExporter(env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/", "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20abc"}))
+	x, err := newExporter(env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+		"OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Basic%20ab+c%3D"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func TestExporterJSON(t *testing.T) {
 	req := <-got
 	parent.End()
 	<-got
-	if auth != "Bearer abc" {
+	if auth != "Basic ab+c=" { // percent-decoded, "+" kept
 		t.Errorf("Authorization %q", auth)
 	}
 	rs := req.ResourceSpans
