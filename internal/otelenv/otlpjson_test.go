@@ -121,7 +121,7 @@ func TestExporterRefusedEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := x.ExportSpans(context.Background(), nil); err == nil {
+	if err := x.ExportSpans(context.Background(), spansOf(t)); err == nil {
 		t.Error("a 503 was taken for success")
 	}
 }

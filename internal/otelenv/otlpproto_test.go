@@ -174,8 +174,13 @@ func TestExporterSecrets(t *testing.T) {
 			t.Errorf("endpoint %q: error %v: want an error without the secret", endpoint, err)
 		}
 	}
-	x, err := newExporter(env(nil))
+	ok := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(ok.Close)
+	x, err := newExporter(env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ok.URL}))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.ExportSpans(context.Background(), spansOf(t)); err != nil {
 		t.Fatal(err)
 	}
 	_ = x.Shutdown(context.Background())
