@@ -163,7 +163,7 @@ const otelcolConfig = `receivers:
       http:
         endpoint: 127.0.0.1:%s
 exporters:
-  otlphttp:
+  otlp_http:
     traces_endpoint: %s/v1/traces
     encoding: json
     compression: none
@@ -180,7 +180,7 @@ service:
   pipelines:
     traces:
       receivers: [otlp]
-      exporters: [otlphttp]
+      exporters: [otlp_http]
 `
 
 func freePort(t *testing.T) string {
