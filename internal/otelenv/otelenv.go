@@ -22,7 +22,8 @@ import (
 // with OTEL_TRACES_EXPORTER unset; never with OTEL_SDK_DISABLED=true or
 // OTEL_TRACES_EXPORTER=none. Another exporter is an error, and so is
 // OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL=grpc: only OTLP over HTTP is
-// built in, in protobuf (http/protobuf, the default) or JSON (http/json).
+// built in, in protobuf's encoding (http/protobuf, the default; like
+// OpenTelemetry's own Go exporters, outpost does not send http/json).
 func Wanted(getenv func(string) string) (bool, error) {
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return false, nil
@@ -40,8 +41,8 @@ func Wanted(getenv func(string) string) (bool, error) {
 	}
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
 		if p := getenv(v); p != "" {
-			if p != "http/protobuf" && p != "http/json" {
-				return false, fmt.Errorf("%s=%s: only OTLP over HTTP (http/json, http/protobuf) is supported", v, p)
+			if p != "http/protobuf" {
+				return false, fmt.Errorf("%s=%s: only OTLP over HTTP in protobuf (http/protobuf) is supported", v, p)
 			}
 			break
 		}
@@ -62,7 +63,7 @@ func Setup(ctx context.Context, getenv func(string) string) (shutdown func(conte
 	if !ok || err != nil {
 		return none, err
 	}
-	exp, err := newExporter(getenv)
+	exp, err := NewExporter(ctx, getenv)
 	if err != nil {
 		return none, fmt.Errorf("OpenTelemetry exporter: %w", err)
 	}
