@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -127,3 +129,46 @@ func TestExporterRefusedEndpoint(t *testing.T) {
 }
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// TestExporterConfig: the standard variables, the traces-specific one
+// first: the endpoint (the traces one as it is, the general one with
+// /v1/traces), the protocol (protobuf unless http/json), the headers
+// (trimmed, percent-decoded) and the timeout in milliseconds.
+func TestExporterConfig(t *testing.T) {
+	type want struct {
+		url     string
+		json    bool
+		headers map[string]string
+		timeout time.Duration
+	}
+	def := want{"http://localhost:4318/v1/traces", false, map[string]string{}, 10 * time.Second}
+	with := func(f func(*want)) want { w := def; w.headers = map[string]string{}; f(&w); return w }
+	for _, tc := range []struct {
+		env  map[string]string
+		want want
+	}{
+		{nil, def},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:1/base/"}, with(func(w *want) { w.url = "http://h:1/base/v1/traces" })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://h:2/custom", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:1"},
+			with(func(w *want) { w.url = "https://h:2/custom" })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, with(func(w *want) { w.json = true })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, def},
+		{map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "a=1, b = x%20y ,bad,=v"},
+			with(func(w *want) { w.headers = map[string]string{"a": "1", "b": "x y"} })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "c=3", "OTEL_EXPORTER_OTLP_HEADERS": "a=1"},
+			with(func(w *want) { w.headers = map[string]string{"c": "3"} })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "250"}, with(func(w *want) { w.timeout = 250 * time.Millisecond })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "50", "OTEL_EXPORTER_OTLP_TIMEOUT": "250"}, with(func(w *want) { w.timeout = 50 * time.Millisecond })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}, def},
+	} {
+		x, err := newExporter(env(tc.env))
+		if err != nil {
+			t.Errorf("%v: %v", tc.env, err)
+			continue
+		}
+		got := want{x.url, x.json, x.headers, x.client.Timeout}
+		if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+			t.Errorf("%v: (-want +got)\n%s", tc.env, diff)
+		}
+	}
+}
