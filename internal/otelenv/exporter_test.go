@@ -8,6 +8,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -153,3 +156,43 @@ func TestExporterRefusedEndpoint(t *testing.T) {
 }
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// TestExporterConfig: the standard variables, the traces-specific one
+// first: the endpoint (the traces one as it is, the general one with
+// /v1/traces), the headers (trimmed, percent-decoded) and the timeout in
+// milliseconds.
+func TestExporterConfig(t *testing.T) {
+	type want struct {
+		url     string
+		headers map[string]string
+		timeout time.Duration
+	}
+	def := want{"http://localhost:4318/v1/traces", map[string]string{}, 10 * time.Second}
+	with := func(f func(*want)) want { w := def; w.headers = map[string]string{}; f(&w); return w }
+	for _, tc := range []struct {
+		env  map[string]string
+		want want
+	}{
+		{nil, def},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:1/base/"}, with(func(w *want) { w.url = "http://h:1/base/v1/traces" })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://h:2/custom", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:1"},
+			with(func(w *want) { w.url = "https://h:2/custom" })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "a=1, b = x%20y+z ,bad,=v"},
+			with(func(w *want) { w.headers = map[string]string{"a": "1", "b": "x y+z"} })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "c=3", "OTEL_EXPORTER_OTLP_HEADERS": "a=1"},
+			with(func(w *want) { w.headers = map[string]string{"c": "3"} })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "250"}, with(func(w *want) { w.timeout = 250 * time.Millisecond })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "50", "OTEL_EXPORTER_OTLP_TIMEOUT": "250"}, with(func(w *want) { w.timeout = 50 * time.Millisecond })},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}, def},
+	} {
+		c, err := newClient(env(tc.env))
+		if err != nil {
+			t.Errorf("%v: %v", tc.env, err)
+			continue
+		}
+		got := want{c.url, c.headers, c.http.Timeout}
+		if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+			t.Errorf("%v: (-want +got)\n%s", tc.env, diff)
+		}
+	}
+}
