@@ -56,7 +56,7 @@ func exportingProvider(b *testing.B) *sdktrace.TracerProvider {
 		io.Copy(io.Discard, r.Body) //nolint:errcheck
 	}))
 	b.Cleanup(sink.Close)
-	exp, err := otelenv.NewExporter(func(k string) string {
+	exp, err := otelenv.NewExporter(context.Background(), func(k string) string {
 		if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
 			return sink.URL
 		}

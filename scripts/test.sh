@@ -8,7 +8,9 @@
 # python3 packages of the Python client's tests (httpx, pytest, setuptools,
 # wheel, venv), and the Kubernetes test cluster's packages and binaries
 # (scripts/kube-up.sh --prepare: built from source, cached;
-# integration/kubernetes starts the cluster and stops it). Then runs go
+# integration/kubernetes starts the cluster and stops it), and the trace
+# test's OpenTelemetry Collector (scripts/build-otelcol.sh: built from its
+# Go modules, cached). Then runs go
 # vet, the gofmt check, every test with the race detector and the Python
 # client's pytest suite (clients/python).
 #
@@ -30,6 +32,13 @@ step() { printf '\n== [+%ss] %s\n' "$SECONDS" "$*" >&2; }
 
 kube_pid=
 if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
+	# The trace test's OpenTelemetry Collector, built from its Go modules
+	# (CPU-bound, cached): beside the other installs.
+	step "OpenTelemetry Collector (in the background)"
+	mkdir -p "${TMPDIR:-/tmp}"
+	otelcol_log=$(mktemp "${TMPDIR:-/tmp}/outpost-otelcol.XXXXXX")
+	scripts/build-otelcol.sh >"$otelcol_log" 2>&1 &
+	otelcol_pid=$!
 	if [[ $(id -u) == 0 ]]; then
 		# The cluster's cold build is CPU-bound (minutes) and the other
 		# installs mostly wait on the network and disks: run it beside them.
@@ -79,6 +88,10 @@ if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 		rm -f "$kube_log"
 		scripts/kube-up.sh --prepare
 	fi
+	step "OpenTelemetry Collector: waiting for the build"
+	wait "$otelcol_pid" || { cat "$otelcol_log" >&2; echo "test.sh: scripts/build-otelcol.sh failed" >&2; exit 1; }
+	cat "$otelcol_log" >&2
+	rm -f "$otelcol_log"
 fi
 
 step "go vet"

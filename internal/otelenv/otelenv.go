@@ -20,9 +20,10 @@ import (
 // OTEL_TRACES_EXPORTER=otlp, or an OTLP endpoint
 // (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
 // with OTEL_TRACES_EXPORTER unset; never with OTEL_SDK_DISABLED=true or
-// OTEL_TRACES_EXPORTER=none. Another exporter is an error: only OTLP
-// over HTTP is built in, sent in OTLP's JSON encoding (http/json;
-// http/protobuf is taken as asking for OTLP/HTTP too).
+// OTEL_TRACES_EXPORTER=none. Another exporter is an error, and so is
+// OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL=grpc: only OTLP over HTTP is
+// built in, in protobuf's encoding (http/protobuf, the default; like
+// OpenTelemetry's own Go exporters, outpost does not send http/json).
 func Wanted(getenv func(string) string) (bool, error) {
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return false, nil
@@ -40,8 +41,8 @@ func Wanted(getenv func(string) string) (bool, error) {
 	}
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
 		if p := getenv(v); p != "" {
-			if p != "http/protobuf" && p != "http/json" {
-				return false, fmt.Errorf("%s=%s: only OTLP over HTTP (http/json, http/protobuf) is supported", v, p)
+			if p != "http/protobuf" {
+				return false, fmt.Errorf("%s=%s: only OTLP over HTTP in protobuf (http/protobuf) is supported", v, p)
 			}
 			break
 		}
@@ -51,7 +52,7 @@ func Wanted(getenv func(string) string) (bool, error) {
 
 // Setup installs, when Wanted, a global tracer provider that batches
 // spans to an OTLP/HTTP endpoint (OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT,
-// _HEADERS and _TIMEOUT; default http://localhost:4318) and the W3C trace
+// _PROTOCOL, _HEADERS and _TIMEOUT; default http://localhost:4318) and the W3C trace
 // context propagator; the resource's service.name is "outpost" unless
 // OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise. The
 // returned shutdown flushes the spans; it is a no-op when nothing was
@@ -62,7 +63,7 @@ func Setup(ctx context.Context, getenv func(string) string) (shutdown func(conte
 	if !ok || err != nil {
 		return none, err
 	}
-	exp, err := newExporter(getenv)
+	exp, err := NewExporter(ctx, getenv)
 	if err != nil {
 		return none, fmt.Errorf("OpenTelemetry exporter: %w", err)
 	}
