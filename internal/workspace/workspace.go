@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 // PrivateDir is the directory of the caller's working directory that never
@@ -35,6 +36,7 @@ const ConflictSuffix = ".outpost-conflict"
 // slash-separated path relative to the workspace.
 type Manifest struct {
 	entries map[string]entry
+	written bool // made by Write: entries have their times
 }
 
 // NewManifest returns an empty manifest.
@@ -49,11 +51,41 @@ func (m *Manifest) Len() int {
 }
 
 type entry struct {
-	typ  byte        // tar.TypeDir, tar.TypeReg, tar.TypeSymlink
-	mode fs.FileMode // permission bits
-	size int64
-	sum  [sha256.Size]byte
-	link string
+	typ   byte        // tar.TypeDir, tar.TypeReg, tar.TypeSymlink
+	mode  fs.FileMode // permission bits
+	size  int64
+	sum   [sha256.Size]byte
+	link  string
+	mtime int64 // Unix nanoseconds; Write's entries only (Snapshot)
+}
+
+// Snapshot is the snapshot (sandbox/snapshot.Walk) of a directory into
+// which the archive Write made m has just been extracted, with modes and
+// times kept: its files and links, without walking it again. ok is false
+// when only a walk can tell: more than limit files, a directory its owner
+// cannot list (the walk skips it), or a manifest not made by Write.
+func (m *Manifest) Snapshot(limit int) (s snapshot.Snapshot, ok bool) {
+	if m == nil || !m.written {
+		return snapshot.Snapshot{}, false
+	}
+	s = snapshot.Snapshot{Files: map[string]snapshot.FileStat{}, Complete: true}
+	for rel, e := range m.entries {
+		switch {
+		case snapshot.Skip(rel):
+		case e.typ == tar.TypeDir:
+			if e.mode&0o500 != 0o500 {
+				return snapshot.Snapshot{}, false
+			}
+		case e.typ == tar.TypeReg:
+			s.Files[rel] = snapshot.FileStat{Size: e.size, ModTime: e.mtime, Mode: uint32(e.mode)}
+		case e.typ == tar.TypeSymlink:
+			s.Files[rel] = snapshot.FileStat{Size: int64(len(e.link)), ModTime: e.mtime, Mode: uint32(fs.ModeSymlink | 0o777)}
+		}
+		if len(s.Files) > limit {
+			return snapshot.Snapshot{}, false
+		}
+	}
+	return s, true
 }
 
 func (e entry) same(o entry) bool {
@@ -70,6 +102,7 @@ func Write(ctx context.Context, tw *tar.Writer, dir, rootName, prefix string, ui
 		return err
 	}
 	defer root.Close()
+	m.written = true
 	fi, err := root.Stat(".")
 	if err != nil {
 		return err
@@ -128,7 +161,7 @@ func Write(ctx context.Context, tw *tar.Writer, dir, rootName, prefix string, ui
 // header for one that is not copied (sockets, fifos, devices).
 func header(p, name string, info fs.FileInfo, uid, gid int) (*tar.Header, entry, error) {
 	h := &tar.Header{Name: name, Mode: int64(info.Mode().Perm()), Uid: uid, Gid: gid, ModTime: info.ModTime(), Format: tar.FormatPAX}
-	e := entry{mode: info.Mode().Perm()}
+	e := entry{mode: info.Mode().Perm(), mtime: info.ModTime().UnixNano()}
 	switch {
 	case info.IsDir():
 		h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"

@@ -4,12 +4,16 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/internal/workspace"
+	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
 var errConflict = errors.New("conflict")
@@ -131,6 +135,56 @@ func TestCheckEntry(t *testing.T) {
 	} {
 		if err := workspace.CheckEntry(h, links); !errors.Is(err, tarsafe.ErrUnsafe) {
 			t.Errorf("%s: %v, want tarsafe.ErrUnsafe", h.Name, err)
+		}
+	}
+}
+
+// TestManifestSnapshot: the manifest Write made describes the directory
+// as snapshot.Walk does (files and links, not .git, not .outpost), and
+// declines when only a walk can tell: over the limit, a directory its
+// owner cannot list, a manifest Write did not make.
+func TestManifestSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{"a.txt": "one\n", "sub/b.sh": "#!/bin/sh\n", ".git/HEAD": "ref\n", ".outpost/.env": "K=v\n"} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("a.txt", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	write := func() *workspace.Manifest {
+		m := workspace.NewManifest()
+		if err := workspace.Write(t.Context(), tar.NewWriter(io.Discard), dir, "", "", 0, 0, m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	got, ok := write().Snapshot(10)
+	want, err := snapshot.Walk(t.Context(), dir, 10)
+	if err != nil || !ok {
+		t.Fatalf("Snapshot ok %v, Walk %v", ok, err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("the manifest's snapshot differs from the walk (-walk +manifest):\n%s", d)
+	}
+	if _, ok := write().Snapshot(2); ok {
+		t.Error("a snapshot over its limit is taken from the manifest")
+	}
+	if _, ok := workspace.NewManifest().Snapshot(10); ok {
+		t.Error("a manifest Write did not make gives a snapshot")
+	}
+	if err := os.Chmod(filepath.Join(dir, "sub"), 0o300); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(filepath.Join(dir, "sub"), 0o755) })
+	if os.Getuid() == 0 { // root reads it to write the archive; the sandbox's user could not list it
+		if _, ok := write().Snapshot(10); ok {
+			t.Error("a directory its owner cannot list is described from the manifest")
 		}
 	}
 }

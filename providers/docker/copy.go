@@ -26,6 +26,7 @@ import (
 // root filesystem refuses directories outside the home, the workspace and
 // /outpost).
 func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
+	s.pristine.Store(false)
 	base, missing, err := s.existingParent(ctx, dir)
 	if err != nil {
 		return err

@@ -38,6 +38,7 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	if err != nil {
 		return nil, err
 	}
+	s.pristine.Store(false)
 	if sp := s.takeSpare(); sp != nil {
 		p, err := s.startSpare(ctx, sp, req, dir, false)
 		if err == nil {
@@ -317,8 +318,13 @@ func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, e
 
 // SnapshotWorkspace describes the workspace's files, inside the container
 // (the shim walks it: no content is copied), skipping .git directories and
-// .outpost. It implements driver.Snapshotter, in both workspace modes.
+// .outpost. It implements driver.Snapshotter, in both workspace modes. A
+// workspace copied in that nothing can have changed since (no process
+// has run) is described from what was copied, without an exec.
 func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Snapshot, error) {
+	if snap, ok := s.pristineSnapshot(limit); ok {
+		return snap, nil
+	}
 	cmd := shim.SnapshotArgs(layout.BinaryPath, layout.Workspace, limit)
 	if p, err := s.spareHelper(ctx, cmd[1:]); err != nil {
 		return snapshot.Snapshot{}, err
@@ -340,4 +346,15 @@ func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Sn
 		snap.Files = map[string]snapshot.FileStat{}
 	}
 	return snap, nil
+}
+
+// pristineSnapshot is the workspace's snapshot taken from the archive
+// that copied it in, while nothing can have changed it (Sandbox.pristine).
+func (s *Sandbox) pristineSnapshot(limit int) (snapshot.Snapshot, bool) {
+	if !s.pristine.Load() {
+		return snapshot.Snapshot{}, false
+	}
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	return s.manifest.Snapshot(limit)
 }

@@ -1,6 +1,10 @@
 package docker
 
-import "context"
+import (
+	"context"
+
+	"github.com/outposthq/outpost/sandbox/snapshot"
+)
 
 // SpareRuns is how many requests s handed to a spare exec.
 func SpareRuns(s *Sandbox) int64 { return s.spareRuns.Load() }
@@ -16,4 +20,10 @@ func DropSpare(s *Sandbox) { s.dropSpare() }
 func Processes(s *Sandbox) (string, error) {
 	res, err := s.run(context.Background(), []string{"/bin/ps", "-o", "pid,args"}, nil)
 	return string(res.stdout), err
+}
+
+// PristineSnapshot is the snapshot SnapshotWorkspace takes from what was
+// copied in, without an exec; ok is false when it would walk instead.
+func PristineSnapshot(s *Sandbox, limit int) (snapshot.Snapshot, bool) {
+	return s.pristineSnapshot(limit)
 }

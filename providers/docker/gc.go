@@ -176,19 +176,27 @@ func gc(ctx context.Context, eng *engine, opts GCOptions) (GCReport, error) {
 // sweepInterval bounds how often a provider sweeps orphans on Open.
 const sweepInterval = time.Minute
 
-// sweep runs GC for dead owners, on the first Open and at most once per
-// sweepInterval after. Failures are ignored: the sweep is a courtesy,
-// `outpost gc` reports them.
-func (p *Provider) sweep(ctx context.Context, eng *engine) {
+// sweep starts GC for dead owners, on the first Open and at most once per
+// sweepInterval after, and returns a function that waits for it to end:
+// Open overlaps the sweep's requests with its own and waits before it
+// returns. Failures are ignored: the sweep is a courtesy, `outpost gc`
+// reports them.
+func (p *Provider) sweep(ctx context.Context, eng *engine) (wait func()) {
 	p.mu.Lock()
 	due := !p.swept || time.Since(p.sweptAt) > sweepInterval
 	if due {
 		p.swept, p.sweptAt = true, time.Now()
 	}
 	p.mu.Unlock()
-	if due {
-		_, _ = gc(ctx, eng, GCOptions{})
+	if !due {
+		return func() {}
 	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = gc(ctx, eng, GCOptions{})
+	}()
+	return func() { <-done }
 }
 
 func shortID(id string) string {

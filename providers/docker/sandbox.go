@@ -63,6 +63,10 @@ type Sandbox struct {
 
 	wsMu     sync.Mutex          // serializes workspace copies back
 	manifest *workspace.Manifest // copy mode: the workspace as last copied
+	// pristine: copy mode, and nothing that could change the workspace
+	// (a process, a copy in, a tunnel, a copy back) has happened since it
+	// was copied in: its snapshot is the manifest's (SnapshotWorkspace).
+	pristine atomic.Bool
 }
 
 // ID is the lease id, also the container's name ("outpost-<12 hex>").
@@ -98,11 +102,11 @@ func newID() string {
 	return "outpost-" + hex.EncodeToString(b[:])
 }
 
-// Open creates and starts the lease's container. It sweeps orphans first
-// (see GC). Errors: ErrNoEngine when no engine answers, ErrImage when the
-// image is unavailable, the working directory's error, the engine's
-// errors; on ctx cancel, an error wrapping ctx's, and nothing is left
-// behind.
+// Open creates and starts the lease's container. It sweeps orphans (see
+// GC) beside its own requests, and returns once the sweep has ended.
+// Errors: ErrNoEngine when no engine answers, ErrImage when the image is
+// unavailable, the working directory's error, the engine's errors; on ctx
+// cancel, an error wrapping ctx's, and nothing is left behind.
 func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -115,7 +119,9 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	p.sweep(ctx, eng)
+	// The sweep's requests run beside the image's, the container's
+	// creation and its start; Open returns once it has ended.
+	defer p.sweep(ctx, eng)()
 	img, err := p.image(ctx, eng)
 	if err != nil {
 		return nil, err
@@ -311,6 +317,7 @@ func (s *Sandbox) prepare(ctx context.Context) error {
 	if err := s.eng.cli.ContainerStart(ctx, s.cid, container.StartOptions{}); err != nil {
 		return fmt.Errorf("docker: starting the container: %w", err)
 	}
+	s.pristine.Store(m != nil)
 	return nil
 }
 
@@ -461,6 +468,7 @@ func (s *Sandbox) Vanished(ctx context.Context) bool {
 // on the bridge, no socket, and it works with the network none of
 // EgressGateway. It implements driver.Tunneler.
 func (s *Sandbox) Tunnel(ctx context.Context) (string, net.Listener, error) {
+	s.pristine.Store(false)
 	return tunnel.Open(ctx, s, layout.BinaryPath, s.closing.Load)
 }
 

@@ -53,6 +53,7 @@ func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
 	}
 	s.wsMu.Lock()
 	defer s.wsMu.Unlock()
+	s.pristine.Store(false)
 	rc, _, err := s.eng.cli.CopyFromContainer(ctx, s.cid, layout.Workspace)
 	if err != nil {
 		if errdefs.IsNotFound(err) {

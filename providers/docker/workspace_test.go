@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/sandbox/driver"
 
@@ -170,4 +173,76 @@ func TestWorkspaceBind(t *testing.T) {
 			t.Errorf("user %q, want the directory's owner 1000", got)
 		}
 	}
+}
+
+// TestPristineSnapshot: a workspace just copied in is described from the
+// archive that copied it (no exec), and exactly as the shim's walk inside
+// the container describes it: sizes, nanosecond times, modes, links,
+// without .git and .outpost. The first process ends that.
+func TestPristineSnapshot(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	host := t.TempDir()
+	write(t, host, "a.txt", "one\n")
+	write(t, host, "sub/deep/b.sh", "#!/bin/sh\n")
+	write(t, host, ".git/config", "[core]\n")
+	write(t, host, ".outpost/.env", "SECRET=s3cr3t\n")
+	write(t, host, "empty", "")
+	if err := os.Chmod(filepath.Join(host, "sub/deep/b.sh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("a.txt", filepath.Join(host, "link")); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2020, 1, 2, 3, 4, 5, 123456789, time.UTC)
+	if err := os.Chtimes(filepath.Join(host, "a.txt"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	p := dockertest.Provider(t, dockertest.Busybox)
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	s := l.Sandbox().(*docker.Sandbox)
+	copied, ok := docker.PristineSnapshot(s, 100)
+	if !ok {
+		t.Fatal("a sandbox whose workspace was just copied in is not described from the copy")
+	}
+	if got, err := l.SnapshotWorkspace(t.Context(), 100); err != nil || cmp.Diff(copied, got) != "" {
+		t.Fatalf("SnapshotWorkspace = %v, %v; want the snapshot from the copy %v", got, err, copied)
+	}
+	if got := len(copied.Files); got != 4 {
+		t.Errorf("the copied-in snapshot has %d files, want 4: %v", got, copied.Files)
+	}
+	if _, ok := docker.PristineSnapshot(s, 3); ok {
+		t.Error("a snapshot over its limit is taken from the copy: only the walk knows where it stops")
+	}
+	// A process (it changes nothing) ends that: the next snapshot is the
+	// shim's walk.
+	runTrue(t, l)
+	if _, ok := docker.PristineSnapshot(s, 100); ok {
+		t.Fatal("the workspace is described from the copy after a process ran")
+	}
+	walked, err := l.SnapshotWorkspace(t.Context(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(walked, copied); d != "" {
+		t.Errorf("the snapshot from the copy differs from the walk inside the container (-walk +copy):\n%s", d)
+	}
+	if copied.Files["a.txt"].ModTime != old.UnixNano() {
+		t.Errorf("a.txt: %+v, want its time %v kept to the nanosecond", copied.Files["a.txt"], old)
+	}
+}
+
+func runTrue(t *testing.T, l *sandbox.Lease) {
+	t.Helper()
+	pr, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/true", Env: map[string]string{"PATH": "/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := pr.Wait(); err != nil || !st.Success() {
+		t.Fatalf("/bin/true: %+v %v", st, err)
+	}
+	pr.Close()
 }

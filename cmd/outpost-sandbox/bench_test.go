@@ -1,0 +1,58 @@
+package main_test
+
+import (
+	"io"
+	"os/exec"
+	"testing"
+
+	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/internal/testenv"
+)
+
+// Figures from this benchmark are in docs/benchmarks.md ("Process
+// start"):
+//
+//	COUNT=10 BENCHTIME=200x PKGS=./cmd/outpost-sandbox scripts/bench.sh BenchmarkFirstByte
+
+// BenchmarkFirstByte: the in-sandbox binary started until the first byte
+// of its output, as every process of a docker, kubernetes or ssh sandbox
+// starts it: its `version` (the bootstrap check; nothing but the start)
+// and the echo agent's turn (its answer is written at the end: the first
+// byte is the whole turn). "direct" is /bin/echo, the smallest process
+// that prints.
+func BenchmarkFirstByte(b *testing.B) {
+	bin := testenv.SandboxBinary(b)
+	home := b.TempDir()
+	for _, bc := range []struct {
+		name string
+		argv []string
+	}{
+		{"direct", []string{"/bin/echo", "hello"}},
+		{"version", []string{bin, "version"}},
+		{"echo-agent", []string{bin, echo.Subcommand, "--", "hello"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			buf := make([]byte, 1)
+			for i := 0; i < b.N; i++ {
+				cmd := exec.Command(bc.argv[0], bc.argv[1:]...)
+				cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+				out, err := cmd.StdoutPipe()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := cmd.Start(); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(out, buf); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				_, _ = io.Copy(io.Discard, out)
+				if err := cmd.Wait(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
