@@ -115,6 +115,12 @@ up_to_date() {
 	return 0
 }
 
+# current NAME REPO HASH T0 : up_to_date, said.
+current() {
+	up_to_date "$2" "$3" || return 1
+	say "$1: $2:test is up to date ($2:$3) [$(elapsed "$4")]"
+}
+
 # ---- busybox -------------------------------------------------------------------
 build_busybox() {
 	local repo=outpost/busybox t0 bb hash ctx files
@@ -322,7 +328,7 @@ build_sshd() {
 # the ssh host of the CLIs that need node >= 20 (Gemini CLI, Qwen Code).
 # The content tag covers the recipe, the sshd image and the node binary.
 build_sshd_node() {
-	local repo=outpost/sshd-node t0 hash files node major ctx old out
+	local repo=outpost/sshd-node t0 hash node major ctx old out
 	t0=$(now)
 	image_exists outpost/sshd:test || build_sshd
 	node=$(command -v node || true)
@@ -330,19 +336,15 @@ build_sshd_node() {
 	node=$(readlink -f "$node")
 	major=$("$node" -p 'process.versions.node.split(".")[0]')
 	((major >= 20)) || die "sshd-node: $node is Node.js $major; Gemini CLI and Qwen Code need 20 or later"
-	mapfile -t files < <(find "$IMAGES_DIR/sshd-node" -type f | LC_ALL=C sort)
-	hash=$(hash_inputs "base=$(old_id outpost/sshd:test) node=$(sha256sum <"$node" | cut -d' ' -f1)" "${files[@]}")
-	if up_to_date "$repo" "$hash"; then
-		say "sshd-node: $repo:test is up to date ($repo:$hash) [$(elapsed "$t0")]"
-		return 0
-	fi
+	hash=$(hash_inputs "base=$(old_id outpost/sshd:test) node=$(sha256sum <"$node" | cut -d' ' -f1)" "$IMAGES_DIR/sshd-node/Dockerfile")
+	current sshd-node "$repo" "$hash" "$t0" && return 0
+	# The context holds only node; the Dockerfile is read from images/.
 	mkdir -p "$CACHE"
 	ctx=$(mktemp -d "$CACHE/sshd-node-ctx.XXXXXX")
 	CLEANUP+=("$ctx")
-	cp -a "$IMAGES_DIR/sshd-node/." "$ctx/"
 	cp "$node" "$ctx/node"
 	old=$(old_id "$repo:$hash")
-	docker build -q --label "$LABEL_KEY=$hash" -t "$repo:$hash" "$ctx" >/dev/null || die "sshd-node: docker build failed"
+	docker build -q --label "$LABEL_KEY=$hash" -t "$repo:$hash" -f "$IMAGES_DIR/sshd-node/Dockerfile" "$ctx" >/dev/null || die "sshd-node: docker build failed"
 	retag "$repo" "$hash" "$old"
 	out=$(docker run --rm --network none --user 1000:1000 --entrypoint /bin/sh "$repo:test" -c 'test -x /usr/sbin/sshd && node -p process.versions.node')
 	[[ ${out%%.*} -ge 20 ]] || die "sshd-node smoke test failed: $out"

@@ -209,9 +209,9 @@ func benchPairs(b *testing.B, sides ...benchSide) {
 		b.Log(line)
 	}
 	for j, s := range sides {
-		b.ReportMetric(median(ms[j]), s.name+"-ms")
+		b.ReportMetric(testenv.Median(ms[j]), s.name+"-ms")
 		if j > 0 && len(ratios[j]) > 0 {
-			b.ReportMetric(median(ratios[j]), s.name+"-ratio")
+			b.ReportMetric(testenv.Median(ratios[j]), s.name+"-ratio")
 			b.ReportMetric(slices.Min(ratios[j]), s.name+"-ratio-min")
 			b.ReportMetric(slices.Max(ratios[j]), s.name+"-ratio-max")
 		}
@@ -231,15 +231,4 @@ func loadAverage(b *testing.B) float64 {
 		b.Fatal(err)
 	}
 	return f
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(v))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -274,10 +274,8 @@ type sharedServer struct {
 	err  error
 }
 
-var (
-	sharedMu sync.Mutex
-	shared   = map[string]*sharedServer{}
-)
+// shared are the shared servers, by image (the map is never written).
+var shared = map[string]*sharedServer{Image: {}, NodeImage: {}}
 
 // Shared returns the test process's shared server, started on first use
 // and terminated by Main: one container per test package.
@@ -290,14 +288,11 @@ func Shared(tb testing.TB) *Server {
 // container per image.
 func SharedImage(tb testing.TB, image string) *Server {
 	tb.Helper()
-	RequireImage(tb, image)
-	sharedMu.Lock()
-	sh := shared[image]
-	if sh == nil {
-		sh = &sharedServer{}
-		shared[image] = sh
+	sh, ok := shared[image]
+	if !ok {
+		tb.Fatalf("sshtest: no shared server of %s (images: %s, %s)", image, Image, NodeImage)
 	}
-	sharedMu.Unlock()
+	RequireImage(tb, image)
 	sh.once.Do(func() { sh.s, sh.err = StartImage(context.Background(), image) })
 	if sh.err != nil {
 		tb.Fatal(sh.err)
@@ -329,8 +324,6 @@ func Leftovers() string {
 // Cleanup terminates the shared servers and removes the built binary:
 // TestMain functions that do not use Main call it after m.Run.
 func Cleanup() {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
 	for _, sh := range shared {
 		if sh.s != nil {
 			sh.s.Terminate()
