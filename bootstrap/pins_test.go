@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,6 +64,52 @@ func TestEmbeddedPins(t *testing.T) {
 	}
 	if d := cmp.Diff(string(canon), string(raw)); d != "" {
 		t.Errorf("pins.json is not canonical (-want +got):\n%s", d)
+	}
+}
+
+// TestPinnedPlatforms: every npm pin covers the same platforms —
+// linux-x64, linux-arm64, darwin-arm64 and darwin-x64, with musl variants
+// beside them where a CLI ships them — each artifact from the npm
+// registry with its SHA-512 integrity. The one exception is written here,
+// so that it cannot spread unnoticed or outlive its cause: OpenCode's,
+// whose other platform packages of 1.18.33 the registry the pins are made
+// from does not serve (opencode-linux-arm64 stops at 1.18.18, no darwin
+// package at all); its note says so. A pin that gains a platform listed
+// as missing fails too: drop it from the list.
+func TestPinnedPlatforms(t *testing.T) {
+	want := []string{"darwin-arm64", "darwin-x64", "linux-arm64", "linux-x64"}
+	missing := map[string][]string{"opencode": {"darwin-arm64", "darwin-x64", "linux-arm64"}}
+	p, err := bootstrap.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var npm []string
+	for _, name := range p.Names() {
+		pin, _ := p.Lookup(name)
+		if pin.Kind != bootstrap.KindNPM {
+			continue
+		}
+		npm = append(npm, name)
+		var got []string
+		for key, a := range pin.Platforms {
+			if !strings.HasPrefix(a.URL, bootstrap.DefaultRegistry+"/") || !strings.HasPrefix(a.Integrity, "sha512-") {
+				t.Errorf("%s %s: not an npm artifact with its SHA-512: %+v", name, key, a)
+			}
+			if !strings.HasSuffix(key, "-musl") {
+				got = append(got, key)
+			}
+		}
+		slices.Sort(got)
+		expect := slices.DeleteFunc(slices.Clone(want), func(k string) bool { return slices.Contains(missing[name], k) })
+		if d := cmp.Diff(expect, got); d != "" {
+			t.Errorf("%s: pinned platforms (-want +got):\n%s", name, d)
+		}
+		if len(missing[name]) > 0 && !strings.Contains(pin.Note, "linux-x64") {
+			t.Errorf("%s: the note does not say which platform is pinned: %q", name, pin.Note)
+		}
+	}
+	if d := cmp.Diff([]string{"claude", "codex", "copilot", "gemini", "opencode", "qwen"}, npm); d != "" {
+		t.Errorf("npm pins (-want +got):\n%s", d)
 	}
 }
 

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -78,13 +77,4 @@ func BenchmarkGatewayClaudeTurn(b *testing.B) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(v))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+var median = testenv.Median

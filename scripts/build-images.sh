@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build-images.sh — build outpost's local test images, without pulling anything.
 #
-#   scripts/build-images.sh              # all: busybox debian sshd
+#   scripts/build-images.sh              # all: busybox debian sshd sshd-node
 #   scripts/build-images.sh busybox      # just one (or several, by name)
 #
 # Images (each also tagged with a content tag, outpost/NAME:<12 hex>, computed
@@ -11,6 +11,8 @@
 #                         nodejs, user agent 1000:1000 (docker import of a cached tarball)
 #   outpost/sshd:test     FROM outpost/debian:test + Debian's openssh-server (apt-get in
 #                         docker build; keys are given at container start by the tests)
+#   outpost/sshd-node:test  FROM outpost/sshd:test + this machine's node (>= 20) at
+#                         /usr/local/bin/node, for the ssh tests of Gemini CLI and Qwen Code
 #   outpost/serve:test    FROM outpost/busybox:test + the static outpost command, for
 #                         deploy/kubernetes (only when named: scripts/build-images.sh serve)
 #
@@ -111,6 +113,12 @@ up_to_date() {
 	image_exists "$repo:$hash" || return 1
 	docker tag "$repo:$hash" "$repo:test"
 	return 0
+}
+
+# current NAME REPO HASH T0 : up_to_date, said.
+current() {
+	up_to_date "$2" "$3" || return 1
+	say "$1: $2:test is up to date ($2:$3) [$(elapsed "$4")]"
 }
 
 # ---- busybox -------------------------------------------------------------------
@@ -315,6 +323,35 @@ build_sshd() {
 	say "sshd: built $repo:test ($repo:$hash) [$(elapsed "$t0")]"
 }
 
+# ---- sshd-node -----------------------------------------------------------------
+# outpost/sshd:test plus this machine's node (20 or later) at /usr/local/bin:
+# the ssh host of the CLIs that need node >= 20 (Gemini CLI, Qwen Code).
+# The content tag covers the recipe, the sshd image and the node binary.
+build_sshd_node() {
+	local repo=outpost/sshd-node t0 hash node major ctx old out
+	t0=$(now)
+	image_exists outpost/sshd:test || build_sshd
+	node=$(command -v node || true)
+	[[ -n $node ]] || die "sshd-node: no node on this machine (Node.js 20 or later is needed)"
+	node=$(readlink -f "$node")
+	major=$("$node" -p 'process.versions.node.split(".")[0]')
+	((major >= 20)) || die "sshd-node: $node is Node.js $major; Gemini CLI and Qwen Code need 20 or later"
+	hash=$(hash_inputs "base=$(old_id outpost/sshd:test) node=$(sha256sum <"$node" | cut -d' ' -f1)" "$IMAGES_DIR/sshd-node/Dockerfile")
+	current sshd-node "$repo" "$hash" "$t0" && return 0
+	# The context holds only node; the Dockerfile is read from images/.
+	mkdir -p "$CACHE"
+	ctx=$(mktemp -d "$CACHE/sshd-node-ctx.XXXXXX")
+	CLEANUP+=("$ctx")
+	cp "$node" "$ctx/node"
+	old=$(old_id "$repo:$hash")
+	docker build -q --label "$LABEL_KEY=$hash" -t "$repo:$hash" -f "$IMAGES_DIR/sshd-node/Dockerfile" "$ctx" >/dev/null || die "sshd-node: docker build failed"
+	retag "$repo" "$hash" "$old"
+	out=$(docker run --rm --network none --user 1000:1000 --entrypoint /bin/sh "$repo:test" -c 'test -x /usr/sbin/sshd && node -p process.versions.node')
+	[[ ${out%%.*} -ge 20 ]] || die "sshd-node smoke test failed: $out"
+	cleanup
+	say "sshd-node: built $repo:test ($repo:$hash; node $out) [$(elapsed "$t0")]"
+}
+
 # ---- serve ---------------------------------------------------------------------
 # outpost/serve:test: the static outpost command on the busybox image, for
 # deploy/kubernetes (`outpost serve` in a cluster). Not in the default set:
@@ -347,12 +384,12 @@ build_serve() {
 
 # ---- main --------------------------------------------------------------------
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(busybox debian sshd)
+[[ ${#targets[@]} -eq 0 ]] && targets=(busybox debian sshd sshd-node)
 for t in "${targets[@]}"; do
 	case $t in
-	busybox | debian | sshd | serve) ;;
-	all) targets=(busybox debian sshd); break ;;
-	*) die "unknown image '$t' (known: busybox debian sshd serve all)" ;;
+	busybox | debian | sshd | sshd-node | serve) ;;
+	all) targets=(busybox debian sshd sshd-node); break ;;
+	*) die "unknown image '$t' (known: busybox debian sshd sshd-node serve all)" ;;
 	esac
 done
 
@@ -364,6 +401,6 @@ docker version --format '{{.Server.APIVersion}}' >/dev/null 2>&1 || die "no Dock
 
 T0=$(now)
 for t in "${targets[@]}"; do
-	"build_$t"
+	"build_${t//-/_}"
 done
 say "done: ${targets[*]} [$(elapsed "$T0")]"

@@ -54,7 +54,7 @@ if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 		step "test images"
 		# serve: deploy/kubernetes's image, which integration/kubernetes
 		# (TestFleetOnCluster) loads into the test cluster
-		OUTPOST_SKIP_DOCKER_UP=1 scripts/build-images.sh busybox debian sshd serve
+		OUTPOST_SKIP_DOCKER_UP=1 scripts/build-images.sh busybox debian sshd sshd-node serve
 	else
 		echo "test.sh: not root: skipping the Docker Engine install; docker tests need a running engine" >&2
 	fi

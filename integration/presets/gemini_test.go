@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,12 +15,13 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/gemini"
-	"github.com/outposthq/outpost/harness/kit"
 	fakegemini "github.com/outposthq/outpost/internal/fakeapi/gemini"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
+	sshp "github.com/outposthq/outpost/providers/ssh"
+	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -233,30 +233,33 @@ func TestGeminiRepair(t *testing.T) {
 	}
 }
 
-// TestGeminiDocker: a conversation begun on the local provider resumes in
-// a container and forks in another, each installing the pinned CLI with
-// the bootstrap step (the Debian test image has no gemini; its node 18 is
-// too old, so the image gets the host's node). The turns reach the fake
-// on the host's loopback (host network).
-func TestGeminiDocker(t *testing.T) {
+// TestGeminiResumeAndFork: a conversation begun on the local provider
+// resumes in a container and forks on an ssh host, each installing the
+// pinned CLI with the bootstrap step (the Debian test images have no
+// gemini and node 18, too old: the container's image gets the host's
+// node, the ssh host is sshtest.NodeImage). The container reaches the
+// fake on the host's loopback (host network), the ssh host through a
+// relay on the Docker bridge.
+func TestGeminiResumeAndFork(t *testing.T) {
 	t.Parallel()
 	e := newGeminiEnv(t, "")
 	dockertest.Require(t, dockertest.Debian)
-	prov := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) {
-		o.Network = "host"
-		o.Binary = testenv.OutpostBinary(t)
-	})
+	sshd := sshtest.SharedImage(t, sshtest.NodeImage)
 	first := e.run(sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}})
 	if first.err != nil {
 		t.Fatalf("local turn: %v", first.err)
 	}
-	docker := func(turn sandbox.Turn) geminiTurn {
+	on := func(prov driver.Provider, environ []string, turn sandbox.Turn) geminiTurn {
 		t.Helper()
 		e.fake.Reset()
 		turn.Agent.Model = geminiModel
-		return runGemini(t, turn, &sandbox.RunOptions{Provider: prov, Store: e.store, Environ: e.environ})
+		return runGemini(t, turn, &sandbox.RunOptions{Provider: prov, Store: e.store, Environ: environ})
 	}
-	resumed := docker(sandbox.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation})
+	dock := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) {
+		o.Network = "host"
+		o.Binary = testenv.OutpostBinary(t)
+	})
+	resumed := on(dock, e.environ, sandbox.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation})
 	if resumed.err != nil {
 		t.Fatalf("resumed turn: %v", resumed.err)
 	}
@@ -264,12 +267,15 @@ func TestGeminiDocker(t *testing.T) {
 		!strings.HasPrefix(resumed.res.Text, "ECHO ncontents=5 ") || resumed.res.Usage != geminiCall {
 		t.Errorf("resumed turn %+v", resumed.res)
 	}
-	tool := docker(sandbox.Turn{Prompt: "fork FAKE_TOOL", Fork: first.res.Conversation})
+	ssh := sshtest.Provider(t, sshd, func(o *sshp.Options) { o.Binary = testenv.OutpostBinary(t) })
+	relay := "http://" + sshd.Relay(t, strings.TrimPrefix(e.fake.URL(), "http://"))
+	environ := []string{"GEMINI_API_KEY=" + geminiKey, "GOOGLE_GEMINI_BASE_URL=" + relay}
+	tool := on(ssh, environ, sandbox.Turn{Prompt: "fork FAKE_TOOL", Fork: first.res.Conversation})
 	if tool.err != nil {
 		t.Fatalf("forked turn: %v", tool.err)
 	}
-	if tool.res.Session == first.res.Session || len(tool.of(harness.EventToolCall)) != 1 ||
-		!strings.Contains(tool.res.Text, "tool-ran") || tool.res.Usage != times(geminiCall, 2) {
+	if tool.res.Sandbox != "ssh" || tool.res.Session == first.res.Session || tool.res.Parent != first.res.Conversation ||
+		len(tool.of(harness.EventToolCall)) != 1 || !strings.Contains(tool.res.Text, "tool-ran") || tool.res.Usage != times(geminiCall, 2) {
 		t.Errorf("forked turn %+v", tool.res)
 	}
 	if reqs := e.fake.Turns(); len(reqs) != 2 || reqs[0].NumContents < 5 {
@@ -301,58 +307,14 @@ func TestGeminiBootstrapCommand(t *testing.T) {
 }
 
 // BenchmarkGeminiTurn is one "Say hello" turn of the pinned Gemini CLI
-// against the fake Gemini API, run directly (a fresh home with the
-// preset's settings) and through outpost (docs/benchmarks.md, "Gemini"):
+// (--model gemini-2.5-flash: no router call) against the fake Gemini API,
+// direct and through outpost in alternating order (benchPairs,
+// docs/benchmarks.md):
 //
-//	COUNT=6 BENCHTIME=3x PKGS=./integration scripts/bench.sh BenchmarkGeminiTurn
+//	go test ./integration/presets -run '^$' -bench BenchmarkGeminiTurn -benchtime 8x -v
 func BenchmarkGeminiTurn(b *testing.B) {
-	bin := filepath.Dir(testenv.RequireCLI(b, "gemini"))
 	fake := fakegemini.Start(b, fakegemini.Config{})
-	env := []string{"GEMINI_API_KEY=" + geminiKey, "GOOGLE_GEMINI_BASE_URL=" + fake.URL()}
-	path := bin + ":" + os.Getenv("PATH")
-	b.Run("direct", func(b *testing.B) {
-		conf, err := gemini.Configuration(harness.Vars{"GEMINI_API_KEY": geminiKey})
-		if err != nil {
-			b.Fatal(err)
-		}
-		wd := b.TempDir()
-		for b.Loop() {
-			home := b.TempDir()
-			if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(home, gemini.SettingsFile), conf.Files[0].Content, 0o600); err != nil {
-				b.Fatal(err)
-			}
-			cmd := exec.Command(filepath.Join(bin, "gemini"), "--prompt=Say hello", "--output-format", "stream-json", "--skip-trust",
-				"--session-id", uuidFor(b), "--model", geminiModel, "--approval-mode", "yolo")
-			cmd.Dir = wd
-			cmd.Env = append([]string{"PATH=" + path, "HOME=" + home, "TMPDIR=" + home, "GEMINI_CLI_TRUST_WORKSPACE=true"}, env...)
-			out, err := cmd.Output()
-			if err != nil || !strings.Contains(string(out), `"status":"success"`) {
-				b.Fatalf("gemini: %v\n%s", err, out)
-			}
-		}
-	})
-	b.Run("outpost", func(b *testing.B) {
-		p := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + path}})
-		o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: env}
-		h := gemini.Harness()
-		wd := b.TempDir()
-		for b.Loop() {
-			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h, Model: geminiModel},
-				Prompt: "Say hello", Workdir: wd}, o)
-			if err != nil || res.Text != fakegemini.DefaultText || res.Usage != geminiCall {
-				b.Fatalf("turn: %v %+v", err, res)
-			}
-		}
-	})
-}
-
-func uuidFor(b *testing.B) string {
-	id, err := kit.NewUUID()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return id
+	benchCLI{h: gemini.Harness(), bin: testenv.RequireCLI(b, "gemini"), model: geminiModel, text: fakegemini.DefaultText,
+		done: `"status":"success"`, // the text comes in deltas
+		vars: map[string]string{"GEMINI_API_KEY": geminiKey, "GOOGLE_GEMINI_BASE_URL": fake.URL()}}.run(b)
 }

@@ -3,12 +3,16 @@ package presets
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -17,84 +21,214 @@ import (
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// BenchmarkOpenAICLITurn compares one turn of Qwen Code and of OpenCode
-// through outpost (local provider: lease a private home, write the
-// preset's configuration, run and decode, capture the conversation into
-// the store, release) with the same command run directly — the arguments
-// and files the preset builds, in a fresh home — against the same fake
-// Chat Completions API (docs/benchmarks.md, "Qwen Code and OpenCode").
+// The preset benchmarks (docs/benchmarks.md, "Gemini CLI, Qwen Code and
+// OpenCode: paired turns") compare one "Say hello" turn of a real CLI
+// against its fake API run three ways, in alternating order within each
+// iteration so that a change of the machine's load falls on all three:
+//
+//   - direct: the command the preset builds (its Request), run with
+//     os/exec in one home prepared once (the preset's configuration files,
+//     the same HOME, XDG_* and TMPDIR layout a lease has);
+//   - outpost: sandbox.Run of the same turn on a local lease held across
+//     the iterations (its home prepared once, as direct's): the engine's
+//     steps, the credential gateway, decoding, the capture into a store;
+//   - outpost-fresh: sandbox.Run on the local provider, a new lease (a
+//     new private home, the preset's configuration written again) every
+//     turn, as a one-off `outpost run` has.
+//
+// One untimed turn of each comes first, so that neither side pays the
+// CLI's first-run set-up (or the host's cold caches) in the figures. The
+// reported metrics: for each way, its median turn in ms; for outpost and
+// outpost-fresh, the median, smallest and largest of the per-iteration
+// ratios to direct; the 1-minute load average before and after. -v logs
+// every iteration.
+
+// BenchmarkOpenAICLITurn: Qwen Code and OpenCode against the fake Chat
+// Completions API.
+//
+//	go test ./integration/presets -run '^$' -bench BenchmarkOpenAICLITurn -benchtime 8x -v
 func BenchmarkOpenAICLITurn(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		h    *harness.Harness
 	}{{"qwen", declarative.Qwen()}, {"opencode", declarative.OpenCode()}} {
 		b.Run(c.name, func(b *testing.B) {
-			bin := testenv.RequireCLI(b, c.name)
 			fake := openai.Start(b, openai.Config{})
-			vars := map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "sk-bench", "OPENAI_MODEL": oaiModel}
-			path := filepath.Dir(bin) + ":/usr/local/bin:/usr/bin:/bin"
-			b.Run("direct", func(b *testing.B) { benchDirect(b, c.h, bin, path, vars) })
-			b.Run("outpost", func(b *testing.B) { benchOutpost(b, c.h, path, vars) })
+			benchCLI{h: c.h, bin: testenv.RequireCLI(b, c.name), text: openai.DefaultText,
+				vars: map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "sk-bench", "OPENAI_MODEL": oaiModel}}.run(b)
 		})
 	}
 }
 
-func benchDirect(b *testing.B, h *harness.Harness, bin, path string, vars map[string]string) {
+// benchCLI is one preset's benchmark turn.
+type benchCLI struct {
+	h     *harness.Harness
+	bin   string            // the CLI's executable
+	model string            // the turn's model ("": the preset's default)
+	vars  map[string]string // the fake's endpoint and key
+	text  string            // the fake's answer: the turn's final text
+	done  string            // what the direct run's output holds when it succeeded (default text)
+}
+
+func (c benchCLI) path() string { return filepath.Dir(c.bin) + ":/usr/local/bin:/usr/bin:/bin" }
+
+// run measures the three ways in alternating order.
+func (c benchCLI) run(b *testing.B) {
 	wd := b.TempDir()
-	conf, err := h.Configuration(harness.Vars(vars))
+	benchPairs(b, benchSide{"direct", c.direct(b, wd)}, benchSide{"outpost", c.held(b, wd)}, benchSide{"outpost-fresh", c.fresh(b, wd)})
+}
+
+// direct returns one direct turn in a home prepared once.
+func (c benchCLI) direct(b *testing.B, wd string) func() {
+	home := b.TempDir()
+	env := []string{"PATH=" + c.path(), "LANG=C.UTF-8"}
+	for k, v := range driver.HomeEnv(home, filepath.Join(home, "tmp")) {
+		env = append(env, k+"="+v)
+	}
+	for _, vars := range []map[string]string{c.vars, c.h.Variables} {
+		for k, v := range vars {
+			env = append(env, k+"="+v)
+		}
+	}
+	conf, err := c.h.Configuration(harness.Vars(c.vars))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for b.Loop() {
-		home := b.TempDir()
-		cmd, err := h.Request(harness.Input{Prompt: "Say hello", Workdir: wd, Home: home})
+	for _, f := range conf.Files {
+		p := filepath.Join(home, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, f.Content, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(home, "tmp"), 0o700); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		cmd, err := c.h.Request(harness.Input{Prompt: "Say hello", Model: c.model, Workdir: wd, Home: home})
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, f := range conf.Files {
-			p := filepath.Join(home, f.Path)
-			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.WriteFile(p, f.Content, 0o600); err != nil {
-				b.Fatal(err)
-			}
-		}
-		c := exec.Command(bin, cmd.Args...)
-		c.Dir, c.Stdin = wd, bytes.NewReader(cmd.Stdin)
-		c.Env = []string{"PATH=" + path, "HOME=" + home, "LANG=C.UTF-8"}
-		for k, v := range vars {
-			c.Env = append(c.Env, k+"="+v)
-		}
+		x := exec.Command(c.bin, cmd.Args...)
+		x.Dir, x.Stdin = wd, bytes.NewReader(cmd.Stdin)
+		x.Env = slices.Clone(env)
 		for k, v := range cmd.Env {
-			c.Env = append(c.Env, k+"="+v)
+			x.Env = append(x.Env, k+"="+v)
 		}
-		out, _ := c.StdoutPipe()
-		if err := c.Start(); err != nil {
+		out, _ := x.StdoutPipe()
+		if err := x.Start(); err != nil {
 			b.Fatal(err)
 		}
 		got, _ := io.ReadAll(out)
-		if err := c.Wait(); err != nil || !strings.Contains(string(got), openai.DefaultText) {
+		done := c.done
+		if done == "" {
+			done = c.text
+		}
+		if err := x.Wait(); err != nil || !strings.Contains(string(got), done) {
 			b.Fatalf("%v\n%s", err, got)
 		}
 	}
 }
 
-func benchOutpost(b *testing.B, h *harness.Harness, path string, vars map[string]string) {
-	prov := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + path, "LANG=C.UTF-8"}})
-	store := conversation.NewFS(b.TempDir())
-	environ := []string{"HOME=" + b.TempDir()}
-	for k, v := range vars {
-		environ = append(environ, k+"="+v)
+// turn is sandbox.Run of the benchmark's turn with o.
+func (c benchCLI) turn(b *testing.B, wd string, o *sandbox.RunOptions) {
+	res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: c.h, Model: c.model},
+		Prompt: "Say hello", Workdir: wd}, o)
+	if err != nil || res.Text != c.text {
+		b.Fatalf("%v %+v", err, res)
 	}
-	wd := b.TempDir()
-	for b.Loop() {
-		res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "Say hello", Workdir: wd},
-			&sandbox.RunOptions{Provider: prov, Store: store, Environ: environ})
-		if err != nil || res.Text != openai.DefaultText {
-			b.Fatalf("%v %+v", err, res)
+}
+
+func (c benchCLI) options(b *testing.B) (*local.Provider, *sandbox.RunOptions) {
+	prov := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + c.path(), "LANG=C.UTF-8"}})
+	o := &sandbox.RunOptions{Store: conversation.NewFS(b.TempDir())}
+	for k, v := range c.vars {
+		o.Environ = append(o.Environ, k+"="+v)
+	}
+	return prov, o
+}
+
+// held returns one turn through outpost on a lease held across turns.
+func (c benchCLI) held(b *testing.B, wd string) func() {
+	prov, o := c.options(b)
+	l, err := sandbox.Acquire(context.Background(), prov, driver.Options{Workdir: wd})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close(context.Background()) })
+	o.Lease = l
+	return func() { c.turn(b, wd, o) }
+}
+
+// fresh returns one turn through outpost on a new lease.
+func (c benchCLI) fresh(b *testing.B, wd string) func() {
+	prov, o := c.options(b)
+	o.Provider = prov
+	return func() { c.turn(b, wd, o) }
+}
+
+// benchSide is one way of running a benchmark's turn.
+type benchSide struct {
+	name string
+	run  func()
+}
+
+// benchPairs runs one untimed turn of each side, then, per iteration, one
+// timed turn of each, the first side of each iteration rotating; the
+// ratios are each side's turn over the first side's in the same
+// iteration.
+func benchPairs(b *testing.B, sides ...benchSide) {
+	for _, s := range sides {
+		s.run()
+	}
+	load0 := loadAverage(b)
+	ms := make([][]float64, len(sides))
+	ratios := make([][]float64, len(sides))
+	for i := 0; b.Loop(); i++ {
+		d := make([]float64, len(sides))
+		for k := range sides {
+			j := (i + k) % len(sides)
+			start := time.Now()
+			sides[j].run()
+			d[j] = float64(time.Since(start)) / float64(time.Millisecond)
+		}
+		line := fmt.Sprintf("iteration %d, load %.1f:", i+1, loadAverage(b))
+		for j, s := range sides {
+			ms[j] = append(ms[j], d[j])
+			line += fmt.Sprintf(" %s %.0f ms", s.name, d[j])
+			if j > 0 {
+				ratios[j] = append(ratios[j], d[j]/d[0])
+				line += fmt.Sprintf(" (%.3f×)", d[j]/d[0])
+			}
+		}
+		b.Log(line)
+	}
+	for j, s := range sides {
+		b.ReportMetric(testenv.Median(ms[j]), s.name+"-ms")
+		if j > 0 && len(ratios[j]) > 0 {
+			b.ReportMetric(testenv.Median(ratios[j]), s.name+"-ratio")
+			b.ReportMetric(slices.Min(ratios[j]), s.name+"-ratio-min")
+			b.ReportMetric(slices.Max(ratios[j]), s.name+"-ratio-max")
 		}
 	}
+	b.ReportMetric(load0, "load-before")
+	b.ReportMetric(loadAverage(b), "load-after")
+}
+
+// loadAverage is the machine's 1-minute load average.
+func loadAverage(b *testing.B) float64 {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := strconv.ParseFloat(strings.Fields(string(raw))[0], 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f
 }

@@ -49,11 +49,16 @@ type oaiEnv struct {
 	store *conversation.FS
 	key   string
 	vars  map[string]string
+	// sshImage is the ssh host's image: sshtest.Image (Debian's node
+	// 18, enough for OpenCode's native binary), or sshtest.NodeImage
+	// for the CLIs that need node 20 (Qwen Code).
+	sshImage string
 }
 
 func newOAIEnv(t *testing.T, h *harness.Harness, bin string, cfg openai.Config) *oaiEnv {
 	t.Helper()
-	e := &oaiEnv{t: t, h: h, bin: bin, fake: openai.Start(t, cfg), store: conversation.NewFS(t.TempDir()), key: "sk-oai-fake-" + randomHex(t, 12)}
+	e := &oaiEnv{t: t, h: h, bin: bin, fake: openai.Start(t, cfg), store: conversation.NewFS(t.TempDir()), key: "sk-oai-fake-" + randomHex(t, 12),
+		sshImage: sshtest.Image}
 	e.vars = map[string]string{
 		"OPENAI_BASE_URL": e.fake.URL(),
 		"OPENAI_API_KEY":  e.key,
@@ -77,9 +82,9 @@ func (e *oaiEnv) provider(kind string) driver.Provider {
 		dockertest.Require(e.t, dockertest.Debian)
 		return dockertest.Provider(e.t, nodeImage(e.t), func(o *docker.Options) { o.Network = "host" })
 	case "ssh":
-		// The shared sshd (Debian: glibc, no node), outpost's own binary
-		// copied there; the fake is reached through a relay.
-		return sshtest.Provider(e.t, sshtest.Shared(e.t), func(o *sshp.Options) { o.Binary = testenv.OutpostBinary(e.t) })
+		// The shared sshd of the env's image (Debian: glibc), outpost's
+		// own binary copied there; the fake is reached through a relay.
+		return sshtest.Provider(e.t, sshtest.SharedImage(e.t, e.sshImage), func(o *sshp.Options) { o.Binary = testenv.OutpostBinary(e.t) })
 	}
 	e.t.Fatalf("unknown provider %q", kind)
 	return nil
@@ -105,7 +110,7 @@ func (e *oaiEnv) run(kind string, tn sandbox.Turn) *outcome {
 		if k == "OPENAI_BASE_URL" && kind == "ssh" {
 			// The sshd container reaches the fake only through a relay on
 			// the Docker bridge.
-			v = "http://" + sshtest.Shared(e.t).Relay(e.t, strings.TrimPrefix(e.fake.Root(), "http://")) + "/v1"
+			v = "http://" + sshtest.SharedImage(e.t, e.sshImage).Relay(e.t, strings.TrimPrefix(e.fake.Root(), "http://")) + "/v1"
 		}
 		environ = append(environ, k+"="+v)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox"
 )
 
@@ -21,7 +22,9 @@ import (
 func newQwenEnv(t *testing.T, cfg openai.Config) *oaiEnv {
 	t.Helper()
 	bin := testenv.RequireCLI(t, "qwen")
-	return newOAIEnv(t, declarative.Qwen(), strings.TrimSuffix(bin, "/qwen"), cfg)
+	e := newOAIEnv(t, declarative.Qwen(), strings.TrimSuffix(bin, "/qwen"), cfg)
+	e.sshImage = sshtest.NodeImage // Qwen Code needs node 20
+	return e
 }
 
 // TestQwenToolTurn: a turn whose model calls the shell tool, then
@@ -66,8 +69,9 @@ func testQwenToolTurn(t *testing.T, kind string) {
 }
 
 // TestQwenResumeAndFork: a conversation begun on local resumes on docker
-// (another working directory: the session file moves to its project
-// folder) and forks back on local.
+// and forks on an ssh host (the pinned CLI bootstrapped onto each; node
+// 20 from the image), each in another working directory: the session
+// file moves to its project folder.
 func TestQwenResumeAndFork(t *testing.T) {
 	t.Parallel()
 	e := newQwenEnv(t, openai.Config{})
@@ -81,10 +85,10 @@ func TestQwenResumeAndFork(t *testing.T) {
 	if !strings.HasPrefix(again.res.Text, "ECHO nmsg=4 ") || !strings.HasSuffix(strings.TrimSpace(again.res.Text), "FAKE_ECHO again") || again.res.Session != first.res.Session {
 		t.Errorf("resume on docker: %q session %s", again.res.Text, again.res.Session)
 	}
-	child := e.run("local", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	child := e.run("ssh", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
 	e.mustSucceed(child)
-	if !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
-		t.Errorf("fork on local: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
+	if child.res.Sandbox != "ssh" || !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
+		t.Errorf("fork on ssh: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
 	}
 	_, files, err := e.store.Get(t.Context(), child.res.Conversation)
 	if err != nil || len(files) != 1 || !strings.HasSuffix(files[0].Path, "/chats/"+child.res.Session+".jsonl") {

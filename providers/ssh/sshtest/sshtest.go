@@ -1,6 +1,7 @@
 // Package sshtest is test scaffolding for the ssh provider and the
 // integration tests: it starts a real OpenSSH server (the image
-// outpost/sshd:test, built locally by scripts/build-images.sh) with
+// outpost/sshd:test, or outpost/sshd-node:test with Node.js 20, built
+// locally by scripts/build-images.sh) with
 // testcontainers-go, each start with a freshly generated host key and user
 // key and a known_hosts file written for it; it builds the static outpost
 // binary the provider copies to the host (once per test process), and
@@ -44,6 +45,11 @@ import (
 
 // Image is the sshd image scripts/build-images.sh builds.
 const Image = "outpost/sshd:test"
+
+// NodeImage is Image with Node.js 20 or later ahead of Debian's node 18
+// on the login PATH (scripts/build-images.sh sshd-node): the host of the
+// CLIs that need it (Gemini CLI, Qwen Code).
+const NodeImage = "outpost/sshd-node:test"
 
 // User is the image's login user.
 const User = "agent"
@@ -92,10 +98,13 @@ func (s *Server) Addr() string {
 
 // Require fails or skips the test when no Docker Engine answers or the
 // image is missing.
-func Require(tb testing.TB) {
+func Require(tb testing.TB) { RequireImage(tb, Image) }
+
+// RequireImage is Require for another sshd image (NodeImage).
+func RequireImage(tb testing.TB, image string) {
 	tb.Helper()
 	testenv.RequireDocker(tb)
-	testenv.RequireImage(tb, Image)
+	testenv.RequireImage(tb, image)
 }
 
 func pemKey(priv ed25519.PrivateKey) ([]byte, error) {
@@ -106,8 +115,12 @@ func pemKey(priv ed25519.PrivateKey) ([]byte, error) {
 	return pem.EncodeToMemory(b), nil
 }
 
-// Start starts a server with fresh keys. The caller terminates it.
-func Start(ctx context.Context) (*Server, error) {
+// Start starts a server of Image with fresh keys. The caller terminates
+// it.
+func Start(ctx context.Context) (*Server, error) { return StartImage(ctx, Image) }
+
+// StartImage is Start with another sshd image (NodeImage).
+func StartImage(ctx context.Context, image string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "outpost-sshtest-")
 	if err != nil {
 		return nil, err
@@ -134,7 +147,7 @@ func Start(ctx context.Context) (*Server, error) {
 	uk, _ := ssh.NewPublicKey(userPub)
 	s.HostKey, _ = ssh.NewPublicKey(hostPub)
 	req := testcontainers.ContainerRequest{
-		Image:        Image,
+		Image:        image,
 		ExposedPorts: []string{"22/tcp"},
 		Env: map[string]string{
 			"OUTPOST_SSHD_HOST_KEY":       base64.StdEncoding.EncodeToString(hostPEM),
@@ -146,7 +159,7 @@ func Start(ctx context.Context) (*Server, error) {
 	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{ContainerRequest: req, Started: true})
 	s.c = c
 	if err != nil {
-		return fail(fmt.Errorf("sshtest: starting %s: %w", Image, err))
+		return fail(fmt.Errorf("sshtest: starting %s: %w", image, err))
 	}
 	if err := s.locate(ctx); err != nil {
 		return fail(err)
@@ -254,25 +267,40 @@ func New(tb testing.TB) *Server {
 	return s
 }
 
-var (
-	sharedOnce sync.Once
-	shared     *Server
-	sharedErr  error
-)
+// sharedServer is the test process's shared server of one image.
+type sharedServer struct {
+	once sync.Once
+	s    *Server
+	err  error
+}
+
+// shared are the shared servers, by image (the map is never written).
+var shared = map[string]*sharedServer{Image: {}, NodeImage: {}}
 
 // Shared returns the test process's shared server, started on first use
 // and terminated by Main: one container per test package.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
-	Require(tb)
-	sharedOnce.Do(func() { shared, sharedErr = Start(context.Background()) })
-	if sharedErr != nil {
-		tb.Fatal(sharedErr)
-	}
-	return shared
+	return SharedImage(tb, Image)
 }
 
-// Main runs the tests, then terminates the shared server and removes the
+// SharedImage is Shared for another sshd image (NodeImage): one shared
+// container per image.
+func SharedImage(tb testing.TB, image string) *Server {
+	tb.Helper()
+	sh, ok := shared[image]
+	if !ok {
+		tb.Fatalf("sshtest: no shared server of %s (images: %s, %s)", image, Image, NodeImage)
+	}
+	RequireImage(tb, image)
+	sh.once.Do(func() { sh.s, sh.err = StartImage(context.Background(), image) })
+	if sh.err != nil {
+		tb.Fatal(sh.err)
+	}
+	return sh.s
+}
+
+// Main runs the tests, then terminates the shared servers and removes the
 // built binary. TestMain functions call it after their own setup.
 func Main(m *testing.M) { testenv.Main(m, "sshd containers", Cleanup, Leftovers) }
 
@@ -293,11 +321,13 @@ func Leftovers() string {
 	return strings.Join(ids, "\n")
 }
 
-// Cleanup terminates the shared server and removes the built binary:
+// Cleanup terminates the shared servers and removes the built binary:
 // TestMain functions that do not use Main call it after m.Run.
 func Cleanup() {
-	if shared != nil {
-		shared.Terminate()
+	for _, sh := range shared {
+		if sh.s != nil {
+			sh.s.Terminate()
+		}
 	}
 	testenv.RemoveBuilds()
 }
