@@ -95,6 +95,7 @@ if [[ -f $R/iptables.clean ]]; then # no KUBE-* chain existed before: drop the k
 		done
 	done
 fi
+while iptables -D FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment outpost-kube -j ACCEPT 2>/dev/null; do :; done
 [[ -f $R/sysctl.saved ]] && sysctl -q -p "$R/sysctl.saved"
 rm -rf "$V" "$R" "$D/log" "$D/cluster.env"
 [[ ${OUTPOST_KUBE_PURGE:-0} == 1 ]] && rm -rf "$D"

@@ -25,7 +25,8 @@
 # rights until a Role binds it, CONTAINERD_ADDRESS, GATEWAY...). Host
 # changes (undone by kube-down.sh): the kubelet's and kube-proxy's sysctls
 # and iptables chains, the bridge outpostkube0 (10.244.0.1/24, pods' gateway to the
-# host), and the fixed host paths the kubelet and containerd use.
+# host; a fixed MAC address) with one FORWARD rule (bridge to bridge), and the
+# fixed host paths the kubelet and containerd use.
 # Ports: 6443 (apiserver, every address: pods reach it through 10.0.0.1),
 # 12379/12380 (etcd), 10250/10248 (kubelet), 10257/10259 (controller-manager,
 # scheduler), 10249/10256 (kube-proxy, 127.0.0.1). Needs root,
@@ -47,6 +48,7 @@ readonly D=${OUTPOST_KUBE_DIR:-/tmp/outpost-kube}
 readonly P=$D/pki E=$D/etc V=$D/var R=$D/run L=$D/log
 readonly SOCK=$R/containerd.sock
 readonly NODE=outpost-kube BRIDGE=outpostkube0 SUBNET=10.244.0.0/24 GATEWAY=10.244.0.1
+readonly BRIDGE_MAC=02:6f:75:74:00:01 # locally administered
 readonly PAUSE=outpost/kube-pause:1
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 export KUBECONFIG=$E/admin.kubeconfig KUBECACHEDIR=$V/kubecache
@@ -277,8 +279,18 @@ if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 	ip link add "$BRIDGE" type bridge
 	touch "$R/bridge.created"
 fi
+# A fixed address: a bridge without one takes the lowest of its ports',
+# which changes as pods come and go, and the pods' ARP entries for the
+# gateway go stale (their connections to the host and to 10.0.0.1 stall:
+# exec streams of a serve replica timed out during a rolling restart).
+ip link set dev "$BRIDGE" address "$BRIDGE_MAC"
 [[ $(ip -4 addr show dev "$BRIDGE") == *"inet $GATEWAY/"* ]] || ip addr add "$GATEWAY/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
+# Pod to pod across the bridge (a pod reaching a Service whose endpoint is
+# a pod): the host's FORWARD policy may be DROP (Docker's), and kube-proxy
+# accepts only established flows. kube-down.sh deletes the rule.
+iptables -C FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment outpost-kube -j ACCEPT 2>/dev/null ||
+	iptables -I FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment outpost-kube -j ACCEPT
 
 hostip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
 [[ -n $hostip ]] || hostip=$(hostname -I | awk '{print $1}')
