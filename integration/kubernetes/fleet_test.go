@@ -176,6 +176,10 @@ func (f *fleet) serviceAnswers(t *testing.T) {
 			return
 		}
 		last = fmt.Errorf("%d %v", code, err)
+		// A kept-alive connection keeps the backend kube-proxy's rules
+		// gave it (a pod of a Service deleted before, whose address the
+		// ClusterIP had): each try on a new one.
+		f.client.CloseIdleConnections()
 		time.Sleep(500 * time.Millisecond) // kube-proxy's sync is not an event the test can wait on
 	}
 	t.Fatalf("the Service %s does not answer /healthz: %v", f.svc, last)
