@@ -2,10 +2,11 @@
 # kube-build.sh — build the Kubernetes binaries the test cluster runs, from the
 # Go module proxy, and cache them. Called by scripts/kube-up.sh; idempotent.
 #
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
-# kubectl from k8s.io/kubernetes@$OUTPOST_KUBE_VERSION into
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kube-proxy and kubectl from k8s.io/kubernetes@$OUTPOST_KUBE_VERSION into
 #   ${OUTPOST_CACHE:-~/.cache/outpost}/kube/<version>/bin
-# and does nothing when they are already there. The Go build cache it needs
+# and does nothing when they are already there; a cache missing some of them
+# (one from before kube-proxy was added) gets only the missing ones built. The Go build cache it needs
 # (~3 GB) is private and deleted after the build; the modules (~560 MB) go to
 # the ordinary module cache.
 #
@@ -22,14 +23,19 @@ readonly GO
 
 say() { printf 'kube-build: %s\n' "$*" >&2; }
 
+readonly CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+missing=()
 if [[ -f $BIN/.complete && "$(cat "$BIN/.complete")" == "$VERSION" ]]; then
-	exit 0
+	for c in "${CMDS[@]}"; do [[ -x $BIN/$c ]] || missing+=("$c"); done
+	((${#missing[@]})) || exit 0
+else
+	missing=("${CMDS[@]}")
 fi
 
 start=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/tmp}/outpost-kube-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-say "building Kubernetes $VERSION (cold: about 10 minutes on 2 cores, ≥4 GB of memory)"
+say "building ${missing[*]} of Kubernetes $VERSION (cold, all: about 10 minutes on 2 cores, ≥4 GB of memory)"
 export GOCACHE=$work/gocache GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
 cd "$work"
 kdir=$("$GO" mod download -json "k8s.io/kubernetes@$VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
@@ -40,19 +46,13 @@ kdir=$("$GO" mod download -json "k8s.io/kubernetes@$VERSION" | sed -n 's/.*"Dir"
 	sed -n '/^replace (/,/^)/p' "$kdir/go.mod" | grep '=>' | awk -v v="$STAGING" '{print "\t"$1" => "$1" "v}'
 	printf ')\n'
 } >go.mod
-cat >tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-)
-GO
+pkgs=()
+for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+{
+	printf '//go:build tools\n\npackage tools\n\nimport (\n'
+	printf '\t_ "%s"\n' "${pkgs[@]}"
+	printf ')\n'
+} >tools.go
 "$GO" mod tidy
 mm=${VERSION#v}
 major=${mm%%.*}
@@ -64,11 +64,15 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ldflags+=" -X $pkg.gitCommit=0000000000000000000000000000000000000000 -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 mkdir -p "$work/bin"
-"$GO" build -trimpath -ldflags "$ldflags" -o "$work/bin/" \
-	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
-rm -rf "$BIN"
-mkdir -p "$CACHE"
-mv "$work/bin" "$BIN"
+gostart=$(date +%s)
+"$GO" build -trimpath -ldflags "$ldflags" -o "$work/bin/" "${pkgs[@]}"
+say "go build of ${missing[*]}: $(($(date +%s) - gostart))s"
+if ((${#missing[@]} < ${#CMDS[@]})); then
+	mv "$work/bin/"* "$BIN/"
+else
+	rm -rf "$BIN"
+	mkdir -p "$CACHE"
+	mv "$work/bin" "$BIN"
+fi
 echo "$VERSION" >"$BIN/.complete"
 say "built in $(($(date +%s) - start))s into $BIN"

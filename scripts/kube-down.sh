@@ -2,7 +2,8 @@
 # kube-down.sh — stop the cluster scripts/kube-up.sh started and undo its
 # changes to the host: only the processes whose pids kube-up.sh recorded
 # (and the containerd shims bound to its own socket), its mounts, network
-# namespaces, cgroups, bridge, iptables chains (when none existed before),
+# namespaces, cgroups, bridge, iptables chains of the kubelet and kube-proxy
+# (when none existed before),
 # sysctls and the fixed host paths it created. The cached binaries stay
 # ($OUTPOST_CACHE/kube); OUTPOST_KUBE_PURGE=1 also removes the PKI and the
 # images kept under $OUTPOST_KUBE_DIR.
@@ -38,7 +39,7 @@ if alive kube-apiserver && alive kubelet; then
 	timeout 90 "$BIN/kubectl" delete pods --all -A --grace-period=1 --wait=true >/dev/null 2>&1 || true
 fi
 stop kubelet
-for c in kube-scheduler kube-controller-manager kube-apiserver; do stop $c & done
+for c in kube-proxy kube-scheduler kube-controller-manager kube-apiserver; do stop $c & done
 wait
 
 # 2. what is left in our containerd
@@ -83,7 +84,8 @@ if [[ -f $R/created.list ]]; then
 		esac
 	done <"$R/created.list"
 fi
-if [[ -f $R/iptables.clean ]]; then # no KUBE-* chain existed before: drop the kubelet's
+if [[ -f $R/iptables.clean ]]; then # no KUBE-* chain existed before: drop the kubelet's and kube-proxy's
+	[[ -x $BIN/kube-proxy ]] && "$BIN/kube-proxy" --cleanup >/dev/null 2>&1
 	for ipt in iptables ip6tables; do
 		for t in mangle nat filter; do
 			$ipt -t $t -S 2>/dev/null | grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j KUBE-' |
@@ -93,6 +95,7 @@ if [[ -f $R/iptables.clean ]]; then # no KUBE-* chain existed before: drop the k
 		done
 	done
 fi
+while iptables -D FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment outpost-kube -j ACCEPT 2>/dev/null; do :; done
 [[ -f $R/sysctl.saved ]] && sysctl -q -p "$R/sysctl.saved"
 rm -rf "$V" "$R" "$D/log" "$D/cluster.env"
 [[ ${OUTPOST_KUBE_PURGE:-0} == 1 ]] && rm -rf "$D"

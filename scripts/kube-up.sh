@@ -7,8 +7,9 @@
 #   scripts/kube-down.sh      # stop it and undo every change to the host
 #
 # No cluster image can be pulled, so the cluster is built from parts:
-#   - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
-#     kubectl from the module k8s.io/kubernetes (scripts/kube-build.sh;
+#   - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+#     kube-proxy (iptables mode: ClusterIP Services and 10.0.0.1:443 route
+#     from the host and from pods) and kubectl from the module k8s.io/kubernetes (scripts/kube-build.sh;
 #     cached in $OUTPOST_CACHE/kube/<version>/bin: ~10 min cold on 2 cores, nothing after);
 #   - etcd, containerd (+ runc) and the CNI plugins from Debian;
 #   - the pause image (images/kube-pause, static Go, FROM scratch) and the
@@ -22,11 +23,13 @@
 # What it writes: state under $OUTPOST_KUBE_DIR (default /tmp/outpost-kube),
 # with cluster.env (KUBECONFIG=admin, OUTPOST_KUBECONFIG=a user with no
 # rights until a Role binds it, CONTAINERD_ADDRESS, GATEWAY...). Host
-# changes (undone by kube-down.sh): the kubelet's sysctls and iptables
-# chains, the bridge outpostkube0 (10.244.0.1/24, pods' gateway to the
-# host), and the fixed host paths the kubelet and containerd use.
-# Ports: 6443 (apiserver, 127.0.0.1), 12379/12380 (etcd), 10250/10248
-# (kubelet), 10257/10259 (controller-manager, scheduler). Needs root,
+# changes (undone by kube-down.sh): the kubelet's and kube-proxy's sysctls
+# and iptables chains, the bridge outpostkube0 (10.244.0.1/24, pods' gateway to the
+# host; a fixed MAC address) with one FORWARD rule (bridge to bridge), and the
+# fixed host paths the kubelet and containerd use.
+# Ports: 6443 (apiserver, every address: pods reach it through 10.0.0.1),
+# 12379/12380 (etcd), 10250/10248 (kubelet), 10257/10259 (controller-manager,
+# scheduler), 10249/10256 (kube-proxy, 127.0.0.1). Needs root,
 # overlayfs, bridge/veth; amd64 is what is tested.
 #
 # Environment: OUTPOST_CACHE, OUTPOST_KUBE_DIR, OUTPOST_KUBE_VERSION,
@@ -45,6 +48,7 @@ readonly D=${OUTPOST_KUBE_DIR:-/tmp/outpost-kube}
 readonly P=$D/pki E=$D/etc V=$D/var R=$D/run L=$D/log
 readonly SOCK=$R/containerd.sock
 readonly NODE=outpost-kube BRIDGE=outpostkube0 SUBNET=10.244.0.0/24 GATEWAY=10.244.0.1
+readonly BRIDGE_MAC=02:6f:75:74:00:01 # locally administered
 readonly PAUSE=outpost/kube-pause:1
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 export KUBECONFIG=$E/admin.kubeconfig KUBECACHEDIR=$V/kubecache
@@ -159,9 +163,17 @@ if [[ ! -f $P/outpost.crt ]]; then
 		openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 	)
 fi
+if [[ ! -f $P/kube-proxy.crt ]]; then # also for a PKI made before kube-proxy was added
+	(
+		cd "$P"
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout kube-proxy.key -out kube-proxy.csr -subj "/CN=system:kube-proxy" 2>/dev/null
+		printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >kube-proxy.ext
+		openssl x509 -req -in kube-proxy.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile kube-proxy.ext -out kube-proxy.crt 2>/dev/null
+	)
+fi
 
 # ---- configuration
-for u in admin controller-manager scheduler kubelet outpost; do
+for u in admin controller-manager scheduler kubelet kube-proxy outpost; do
 	cat >"$E/$u.kubeconfig" <<KC
 apiVersion: v1
 kind: Config
@@ -238,12 +250,13 @@ OUTPOST_KUBE_USER=outpost-ci
 CONTAINERD_ADDRESS=$SOCK
 CONTAINERD_NAMESPACE=k8s.io
 GATEWAY=$GATEWAY
+POD_CIDR=$SUBNET
 NODE=$NODE
 KUBECTL=$BIN/kubectl
 ENV
 
 # ---- what the host looked like, for kube-down.sh
-[[ -f $R/sysctl.saved ]] || for s in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
+[[ -f $R/sysctl.saved ]] || for s in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet; do
 	echo "$s=$(sysctl -n $s)"
 done >"$R/sysctl.saved"
 [[ -f $R/netns.before ]] || ls /var/run/netns >"$R/netns.before" 2>/dev/null || : >"$R/netns.before"
@@ -266,8 +279,18 @@ if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 	ip link add "$BRIDGE" type bridge
 	touch "$R/bridge.created"
 fi
-ip addr show dev "$BRIDGE" | grep -c "inet $GATEWAY/" >/dev/null || ip addr add "$GATEWAY/24" dev "$BRIDGE"
+# A fixed address: a bridge without one takes the lowest of its ports',
+# which changes as pods come and go, and the pods' ARP entries for the
+# gateway go stale (their connections to the host and to 10.0.0.1 stall:
+# exec streams of a serve replica timed out during a rolling restart).
+ip link set dev "$BRIDGE" address "$BRIDGE_MAC"
+[[ $(ip -4 addr show dev "$BRIDGE") == *"inet $GATEWAY/"* ]] || ip addr add "$GATEWAY/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
+# Pod to pod across the bridge (a pod reaching a Service whose endpoint is
+# a pod): the host's FORWARD policy may be DROP (Docker's), and kube-proxy
+# accepts only established flows. kube-down.sh deletes the rule.
+iptables -C FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment outpost-kube -j ACCEPT 2>/dev/null ||
+	iptables -I FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment outpost-kube -j ACCEPT
 
 hostip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
 [[ -n $hostip ]] || hostip=$(hostname -I | awk '{print $1}')
@@ -303,7 +326,7 @@ waitfor etcd 30 curl -sf http://127.0.0.1:12379/health
 if [[ -z ${up:-} ]]; then
 	say "kube-apiserver"
 	start kube-apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:12379 \
-		--bind-address=127.0.0.1 --advertise-address="$hostip" --secure-port=6443 \
+		--bind-address=0.0.0.0 --advertise-address="$hostip" --secure-port=6443 \
 		--tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
 		--service-cluster-ip-range=10.0.0.0/24 --authorization-mode=Node,RBAC \
 		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
@@ -322,6 +345,13 @@ if [[ -z ${up:-} ]]; then
 	start kubelet "$BIN/kubelet" --config="$E/kubelet.yaml" --kubeconfig="$E/kubelet.kubeconfig" \
 		--root-dir="$V/kubelet" --cert-dir="$V/kubelet/pki" --hostname-override="$NODE" --node-ip="$hostip"
 fi
+# kube-proxy (iptables mode) routes ClusterIP Services, 10.0.0.1:443 (the
+# API server, for in-cluster config) included, from the host and from pods.
+# conntrack-max-per-core=0 leaves the host's conntrack table size alone.
+start kube-proxy "$BIN/kube-proxy" --kubeconfig="$E/kube-proxy.kubeconfig" --proxy-mode=iptables \
+	--hostname-override="$NODE" --cluster-cidr="$SUBNET" --conntrack-max-per-core=0 \
+	--bind-address=127.0.0.1 --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256
+waitfor kube-proxy 60 curl -sf http://127.0.0.1:10256/healthz
 waitfor "node Ready" 120 "$BIN/kubectl" wait --for=condition=Ready "node/$NODE" --timeout=2s
 waitfor "the default service account" 60 "$BIN/kubectl" get serviceaccount default
 say "up: export KUBECONFIG=$KUBECONFIG (or source $D/cluster.env)"

@@ -9,4 +9,8 @@
 // the package's TestMain calls Stop (or returns through Run); each test
 // gets its own database. When PostgreSQL is not installed the test fails
 // under CI and is skipped loudly elsewhere (testenv.Missing).
+//
+// Listening starts a private server of one test that also listens on TCP
+// at a given address, trusting only clients of a given CIDR: the pods of
+// the test cluster reach it on the cluster bridge's host address.
 package pgtest

@@ -33,6 +33,7 @@ type Server struct {
 	bin  string // directory of initdb, pg_ctl, postgres
 	port int
 	cred *syscall.Credential // nil: run as ourselves
+	host string              // TCP listen address; "" for none
 
 	mu      sync.Mutex
 	running bool
@@ -102,6 +103,44 @@ func NewDB(t testing.TB) string {
 		}
 	})
 	return s.URL(name)
+}
+
+// Listening starts a private server for this test that also listens on
+// TCP at host (an address of this machine, such as the test cluster's
+// bridge), with trust authentication for clients in cidr only (pg_hba.conf;
+// every other TCP client is refused), for clients that cannot reach the
+// Unix socket, such as pods. It is stopped and removed when the test ends.
+// Its URLs: URL (the socket) and TCPURL.
+func Listening(t testing.TB, host, cidr string) *Server {
+	t.Helper()
+	if _, err := binDir(); errors.Is(err, errNotInstalled) {
+		testenv.Missing(t, "PostgreSQL (initdb, pg_ctl)", "scripts/postgres-up.sh (as root)")
+	}
+	if _, _, err := net.ParseCIDR(cidr); err != nil || net.ParseIP(host) == nil {
+		t.Fatalf("pgtest: Listening(%q, %q): want an IP address and a CIDR", host, cidr)
+	}
+	s, err := start()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		s.stop("fast")
+		os.RemoveAll(s.dir)
+	})
+	s.host = host
+	hba := fmt.Sprintf("host all all %s trust\n", cidr)
+	if out, err := s.cmd("sh", "-c", `printf '%s' "$1" >>"$2"`, "sh", hba, filepath.Join(s.dataDir(), "pg_hba.conf")).CombinedOutput(); err != nil {
+		t.Fatalf("pgtest: pg_hba.conf: %v\n%s", err, out)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return s
+}
+
+// TCPURL returns the URL of database db over TCP (a server of Listening).
+func (s *Server) TCPURL(db string) string {
+	return "postgres://postgres@" + net.JoinHostPort(s.host, strconv.Itoa(s.port)) + "/" + db + "?sslmode=disable"
 }
 
 // URL returns the URL of database db.
@@ -189,8 +228,8 @@ func start() (*Server, error) {
 
 func (s *Server) cmd(name string, args ...string) *exec.Cmd {
 	path := filepath.Join(s.bin, name)
-	if name == "mkdir" {
-		path = "mkdir"
+	if name == "mkdir" || name == "sh" {
+		path = name
 	}
 	c := exec.Command(path, args...)
 	c.Dir = s.dir
@@ -209,7 +248,7 @@ func (s *Server) Start() error {
 		return nil
 	}
 	opts := strings.Join([]string{
-		"-k", s.sockDir(), "-p", strconv.Itoa(s.port), "-c", "listen_addresses=",
+		"-k", s.sockDir(), "-p", strconv.Itoa(s.port), "-c", "listen_addresses=" + s.host,
 		"-c", "max_connections=300", "-c", "unix_socket_permissions=0777",
 	}, " ")
 	if os.Getenv("OUTPOST_PGTEST_FSYNC") != "on" {

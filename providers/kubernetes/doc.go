@@ -25,12 +25,14 @@
 // RuntimeDefault, no service account token, CPU, memory and
 // ephemeral-storage limits, optionally a read-only root filesystem.
 //
-// Orphans are removed by the cluster's own garbage collector: each
-// provider holds a coordination.k8s.io Lease that it renews, and owns its
-// pods through ownerReferences. Any outpost that finds a Lease past its
-// renew deadline deletes it (on Open, and `outpost gc --sandbox
-// kubernetes`), and Kubernetes deletes its pods, whichever machine their
-// outpost ran on. activeDeadlineSeconds is the last net.
+// Orphans: each provider holds a coordination.k8s.io Lease that it
+// renews, and owns its pods through ownerReferences. Every provider runs
+// GC from its first Open until Close, every third of the lease duration
+// (SweepPeriod), as `outpost gc --sandbox kubernetes` does on demand: a
+// Lease past its renew deadline and a margin is deleted, then its pods
+// (the cluster's garbage collector would delete them too), whichever
+// machine their outpost ran on, within SweepBound of its death.
+// activeDeadlineSeconds is the last net.
 //
 // The provider registers itself as "kubernetes"; see Settings for the keys
 // sandbox.Open accepts and docs/sandboxes/kubernetes.md for the user's

@@ -284,14 +284,16 @@ type Provider struct {
 	ns   string
 	host string // the API server, for messages
 
-	mu      sync.Mutex
-	closed  bool
-	binary  string // resolved static binary
-	image   string // resolved outpost image
-	owner   *owner // nil until the first Open
-	swept   time.Time
-	leases  int // open sandboxes
-	ownerWG sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	binary string // resolved static binary
+	image  string // resolved outpost image
+	owner  *owner // nil until the first Open
+	// The periodic GC (startSweeper): cancel and done.
+	sweepStop context.CancelFunc
+	sweepDone chan struct{}
+	leases    int // open sandboxes
+	ownerWG   sync.WaitGroup
 }
 
 // New returns a kubernetes provider; nil opts means defaults. It loads
@@ -448,9 +450,9 @@ func (p *Provider) Preflight(ctx context.Context) error {
 	return nil
 }
 
-// Close stops renewing the provider's owner Lease and deletes it once its
-// last sandbox is closed (so the garbage collector deletes nothing
-// still in use). Calling it again returns nil.
+// Close stops the periodic GC, stops renewing the provider's owner Lease
+// and deletes it once its last sandbox is closed (so the garbage
+// collector deletes nothing still in use). Calling it again returns nil.
 func (p *Provider) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -460,6 +462,7 @@ func (p *Provider) Close() error {
 	p.closed = true
 	o, n := p.owner, p.leases
 	p.mu.Unlock()
+	p.stopSweeper()
 	if o != nil && n == 0 {
 		o.release()
 	}

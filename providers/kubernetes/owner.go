@@ -90,6 +90,7 @@ func (p *Provider) ensureOwner(ctx context.Context) (*owner, error) {
 	o := &owner{p: p, name: created.Name, uid: created.UID, lease: created, stop: make(chan struct{}), done: make(chan struct{})}
 	p.owner = o
 	go o.renew()
+	p.startSweeper()
 	return o, nil
 }
 
@@ -168,7 +169,13 @@ func (o *owner) release() {
 	})
 }
 
-// expired reports whether an owner Lease is past its renew deadline.
+// expiryMargin is how long past its renew deadline (renew time +
+// duration) an owner Lease is still taken for alive: room for clock skew
+// between its renewer and a sweeper, and for a late renewal.
+const expiryMargin = 5 * time.Second
+
+// expired reports whether an owner Lease is past its renew deadline and
+// expiryMargin.
 func expired(l *coordv1.Lease, now time.Time) bool {
 	if l.Spec.LeaseDurationSeconds == nil {
 		return false
@@ -177,7 +184,7 @@ func expired(l *coordv1.Lease, now time.Time) bool {
 	if l.Spec.RenewTime != nil {
 		last = l.Spec.RenewTime.Time
 	}
-	return now.After(last.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
+	return now.After(last.Add(time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second + expiryMargin))
 }
 
 // GCOptions configure GC.
@@ -210,11 +217,14 @@ type GCReport struct {
 	Kept int `json:"kept"`
 }
 
-// GC deletes the owner Leases past their renew deadline (all of them with
-// GCOptions.All) — the cluster's garbage collector then deletes their
-// pods — and outpost pods that ended or lost their owner. It is what
-// `outpost gc --sandbox kubernetes` runs, and what every provider does
-// (without All) on its first Open and at most once a minute after.
+// GC deletes the owner Leases past their renew deadline and expiryMargin
+// (all of them with GCOptions.All) and their pods, and outpost pods that
+// ended or lost their owner. A Lease goes first, conditional on its
+// resourceVersion (a Lease renewed since the list is kept), then its pods:
+// their deletion does not wait for the cluster's garbage collector, which
+// would also delete them (and a NetworkPolicy the Lease owns). It is what
+// `outpost gc --sandbox kubernetes` runs, and what every provider runs
+// every SweepPeriod from its first Open until Close (Sweeper).
 func (p *Provider) GC(ctx context.Context, opts GCOptions) (GCReport, error) {
 	rep := GCReport{Namespace: p.ns}
 	// Pods first: the owner of a pod listed was made before it, so it is
@@ -228,65 +238,29 @@ func (p *Provider) GC(ctx context.Context, opts GCOptions) (GCReport, error) {
 		return rep, p.apiErr(ctx, "listing owner Leases", err)
 	}
 	now := time.Now()
-	byOwner := map[types.UID][]string{}
 	live := map[types.UID]bool{}
 	for _, l := range leases.Items {
 		live[l.UID] = true
 	}
-	var errs []error
-	bg := metav1.DeletePropagationBackground
+	byOwner, errs := p.gcPods(ctx, pods.Items, live, now, opts, &rep)
 	var mine types.UID
 	p.mu.Lock()
 	if p.owner != nil {
 		mine = p.owner.uid
 	}
 	p.mu.Unlock()
-	for _, pod := range pods.Items {
-		owned := false
-		for _, r := range pod.OwnerReferences {
-			if r.Kind == "Lease" && live[r.UID] {
-				byOwner[r.UID] = append(byOwner[r.UID], pod.Name)
-				owned = true
-			}
-		}
-		ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-		orphan := !owned && now.Sub(pod.CreationTimestamp.Time) > p.opts.LeaseDuration
-		if (orphan || ended) && pod.DeletionTimestamp == nil {
-			if !opts.DryRun {
-				if err := p.cs.CoreV1().Pods(p.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}); err != nil && !apierrors.IsNotFound(err) {
-					errs = append(errs, fmt.Errorf("kubernetes: deleting pod %s: %w", pod.Name, err))
-					continue
-				}
-			}
-			rep.Pods = append(rep.Pods, pod.Name)
-		}
-	}
 	for _, l := range leases.Items {
 		if l.UID == mine || (!opts.All && !expired(&l, now)) {
 			rep.Kept++
 			continue
 		}
-		c := Collected{Lease: l.Name, Pods: byOwner[l.UID]}
-		if l.Spec.HolderIdentity != nil {
-			c.Holder = *l.Spec.HolderIdentity
+		c, kept, err := p.collectLease(ctx, &l, byOwner[l.UID], opts.DryRun)
+		if err != nil {
+			errs = append(errs, err)
 		}
-		if l.Spec.RenewTime != nil {
-			c.RenewedAt = l.Spec.RenewTime.Time
-		}
-		if !opts.DryRun {
-			// The preconditions keep a Lease renewed since the list.
-			uid, rv := l.UID, l.ResourceVersion
-			err := p.cs.CoordinationV1().Leases(p.ns).Delete(ctx, l.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
-			switch {
-			case err == nil || apierrors.IsNotFound(err):
-				c.Deleted = true
-			case apierrors.IsConflict(err):
-				rep.Kept++ // renewed meanwhile: alive
-				continue
-			default:
-				c.Error = err.Error()
-				errs = append(errs, fmt.Errorf("kubernetes: deleting Lease %s: %w", l.Name, err))
-			}
+		if kept {
+			rep.Kept++ // renewed meanwhile: alive
+			continue
 		}
 		rep.Leases = append(rep.Leases, c)
 	}
@@ -294,26 +268,136 @@ func (p *Provider) GC(ctx context.Context, opts GCOptions) (GCReport, error) {
 	return rep, errors.Join(errs...)
 }
 
-// sweepInterval bounds how often a provider sweeps on Open.
-const sweepInterval = time.Minute
-
-// sweep runs GC on the first Open and at most once per sweepInterval
-// after; its failures are left to `outpost gc` to report.
-func (p *Provider) sweep(ctx context.Context) {
-	p.mu.Lock()
-	due := time.Since(p.swept) > sweepInterval
-	if due {
-		p.swept = time.Now()
+// gcPods deletes the pods that ended or whose owner is not among live
+// (listed in rep.Pods), and returns the others by owner Lease.
+func (p *Provider) gcPods(ctx context.Context, pods []corev1.Pod, live map[types.UID]bool, now time.Time, opts GCOptions, rep *GCReport) (map[types.UID][]corev1.Pod, []error) {
+	byOwner := map[types.UID][]corev1.Pod{}
+	var errs []error
+	for _, pod := range pods {
+		owned := false
+		for _, r := range pod.OwnerReferences {
+			if r.Kind == "Lease" && live[r.UID] {
+				byOwner[r.UID] = append(byOwner[r.UID], pod)
+				owned = true
+			}
+		}
+		ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+		orphan := !owned && now.Sub(pod.CreationTimestamp.Time) > p.opts.LeaseDuration
+		if (orphan || ended) && pod.DeletionTimestamp == nil {
+			if !opts.DryRun {
+				if err := p.deletePodOf(ctx, &pod); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
+			rep.Pods = append(rep.Pods, pod.Name)
+		}
 	}
+	return byOwner, errs
+}
+
+// collectLease deletes an owner Lease that GC found expired, then its
+// pods. kept: the Lease was renewed since the list (it is alive).
+func (p *Provider) collectLease(ctx context.Context, l *coordv1.Lease, pods []corev1.Pod, dryRun bool) (c Collected, kept bool, err error) {
+	c = Collected{Lease: l.Name}
+	for _, pod := range pods {
+		c.Pods = append(c.Pods, pod.Name)
+	}
+	if l.Spec.HolderIdentity != nil {
+		c.Holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.RenewTime != nil {
+		c.RenewedAt = l.Spec.RenewTime.Time
+	}
+	if dryRun {
+		return c, false, nil
+	}
+	bg := metav1.DeletePropagationBackground
+	uid, rv := l.UID, l.ResourceVersion
+	err = p.cs.CoordinationV1().Leases(p.ns).Delete(ctx, l.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+	switch {
+	case err == nil || apierrors.IsNotFound(err):
+		c.Deleted = true
+	case apierrors.IsConflict(err):
+		return c, true, nil
+	default:
+		c.Error = err.Error()
+		return c, false, fmt.Errorf("kubernetes: deleting Lease %s: %w", l.Name, err)
+	}
+	var errs []error
+	for _, pod := range pods {
+		if pod.DeletionTimestamp == nil {
+			errs = append(errs, p.deletePodOf(ctx, &pod))
+		}
+	}
+	return c, false, errors.Join(errs...)
+}
+
+// deletePodOf deletes an outpost pod GC found (conditional on its UID:
+// not a pod made since under the same name); gone already is done.
+func (p *Provider) deletePodOf(ctx context.Context, pod *corev1.Pod) error {
+	zero := int64(0)
+	err := p.cs.CoreV1().Pods(p.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: deleting pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// SweepPeriod is how often a provider runs GC, from its first Open until
+// Close: a third of lease_duration. With it, the pods of an outpost that
+// died are deleted at most SweepBound after its death.
+func (p *Provider) SweepPeriod() time.Duration { return p.opts.LeaseDuration / 3 }
+
+// SweepBound is how long after an outpost process died its owner Lease
+// and its pods are deleted at most, as long as one provider on the
+// namespace lives: the Lease's duration (its last renewal was at most
+// then), expiryMargin, and one SweepPeriod; then the pods' deletion by
+// their node (a grace period of 0, the kubelet's reaction).
+func (p *Provider) SweepBound() time.Duration {
+	return p.opts.LeaseDuration + expiryMargin + p.SweepPeriod()
+}
+
+// startSweeper starts the periodic GC once per provider: a sweep at once,
+// then every SweepPeriod until Close. Its failures are left to `outpost
+// gc` to report. Call with p.mu held.
+func (p *Provider) startSweeper() {
+	if p.sweepStop != nil || p.closed {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.sweepStop, p.sweepDone = cancel, make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		t := time.NewTicker(p.SweepPeriod())
+		defer t.Stop()
+		for {
+			gctx, gcancel := context.WithTimeout(ctx, p.SweepPeriod())
+			_, _ = p.GC(gctx, GCOptions{})
+			gcancel()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}(p.sweepDone)
+}
+
+// stopSweeper stops the periodic GC and waits for it. Call without p.mu.
+func (p *Provider) stopSweeper() {
+	p.mu.Lock()
+	stop, done := p.sweepStop, p.sweepDone
 	p.mu.Unlock()
-	if due {
-		_, _ = p.GC(ctx, GCOptions{})
+	if stop != nil {
+		stop()
+		<-done
 	}
 }
 
 // Collect implements driver.Collector: GC, its report also in the
-// portable form `outpost gc` prints. A Lease's pods are not listed: the
-// cluster's garbage collector deletes them with it.
+// portable form `outpost gc` prints. A Lease's pods are not listed apart:
+// they go with it (GCReport lists them under their Lease).
 func (p *Provider) Collect(ctx context.Context, opts driver.CollectOptions) (driver.Collection, error) {
 	rep, err := p.GC(ctx, GCOptions{All: opts.All, DryRun: opts.DryRun})
 	col := driver.Collection{Where: "namespace " + p.ns, Kept: rep.Kept, Report: rep}

@@ -102,7 +102,6 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	p.sweep(ctx)
 	host, _ := os.Hostname()
 	s := &Sandbox{p: p, id: "outpost-" + randomHex(6), uid: int(p.opts.UID), gid: int(p.opts.GID), host: host, hostDir: wd, env: environment(), procs: map[*process]bool{}}
 	s.shared = sharedMounts(&p.opts, opts.Mounts)
