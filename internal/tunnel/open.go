@@ -262,14 +262,33 @@ func (l *listener) failed(err error) error {
 	case errors.Is(err, driver.ErrVanished) || errors.Is(err, driver.ErrDisconnected):
 		return err
 	}
-	if v, ok := l.sb.(driver.Vanisher); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if v.Vanished(ctx) {
-			return fmt.Errorf("%w: %w", driver.ErrVanished, err)
-		}
+	if v, ok := l.sb.(driver.Vanisher); ok && vanishedSoon(v) {
+		return fmt.Errorf("%w: %w", driver.ErrVanished, err)
 	}
 	return err
+}
+
+// vanishWindow is how long a tunnel that ended unexplained looks for its
+// sandbox's removal: an engine removing a container kills its processes
+// (the tunnel ends with status 137) a moment before it stops reporting
+// the container as running.
+const vanishWindow = 2 * time.Second
+
+// vanishedSoon reports whether v's sandbox is gone, or is gone within
+// vanishWindow.
+func vanishedSoon(v driver.Vanisher) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	delay, waited := 20*time.Millisecond, time.Duration(0)
+	for !v.Vanished(ctx) {
+		if waited >= vanishWindow {
+			return false
+		}
+		time.Sleep(delay)
+		waited += delay
+		delay = min(2*delay, 400*time.Millisecond)
+	}
+	return true
 }
 
 // signalReader closes done once r's reads end.

@@ -176,6 +176,42 @@ func TestTunnelEnds(t *testing.T) {
 	}
 }
 
+// lateVanisher is a sandbox whose removal its engine reports only from the
+// third look on, as Docker's does while it removes a container whose
+// processes it has already killed.
+type lateVanisher struct {
+	driver.Sandbox
+	looks atomic.Int32
+}
+
+func (v *lateVanisher) Vanished(context.Context) bool { return v.looks.Add(1) >= 3 }
+
+// TestTunnelVanishesLate: a tunnel killed by its sandbox's removal (exit
+// 137) says driver.ErrVanished even when the engine still reports the
+// sandbox for a moment (providers/docker's TestTunnelVanished met it).
+func TestTunnelVanishesLate(t *testing.T) {
+	kill := make(chan struct{})
+	f := newFixture(t, func(_ context.Context, p *memsandbox.Proc) int {
+		go inside.Serve(p.Stdin, p.Stdout, p.Stderr)
+		<-kill
+		return 137
+	})
+	sb := &lateVanisher{Sandbox: f.sb}
+	_, l, err := tunnel.Open(t.Context(), sb, binary, f.released.Load)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	done := echoServe(l)
+	close(kill)
+	if err := <-done; !errors.Is(err, driver.ErrVanished) {
+		t.Errorf("Accept: %v, want driver.ErrVanished", err)
+	}
+	if n := sb.looks.Load(); n < 3 {
+		t.Errorf("looked %d times, want until it vanished", n)
+	}
+}
+
 // TestTunnelStartFails: a sandbox side that gives no address fails Open
 // with what it said; a released sandbox gives driver.ErrClosed.
 func TestTunnelStartFails(t *testing.T) {
