@@ -109,27 +109,17 @@ pkgs=() python_tests=$(($# == 0))
 for p in "$@"; do
 	if [[ ${p%/} == ./clients/python || ${p%/} == clients/python ]]; then python_tests=1; else pkgs+=("$p"); fi
 done
-# The whole suite runs four things at once: integration/presets (the real
+# The whole suite runs three things at once: integration/presets (the real
 # CLIs of the last presets, mostly waiting on their retries and bootstraps:
-# four tests at a time), integration/kubernetes (mostly waiting on the test
-# cluster) and the Python client's tests beside every other package, whose
-# longest two (integration, providers/docker) are listed first so that they
-# start first. The side runs' output follows the main run's.
+# four tests at a time) and the Python client's tests beside every other
+# package. Their output follows the main run's.
 side=() fail=0
 if [[ $# -eq 0 ]]; then
-	mapfile -t pkgs < <(
-		printf '%s\n' ./integration ./providers/docker
-		go list ./... | grep -vE '/integration(/presets|/kubernetes)?$|/providers/docker$'
-	)
-	side_test() { # log name, package, go test flags...
-		local log
-		log=$(mktemp "${TMPDIR:-/tmp}/outpost-$1.XXXXXX")
-		# shellcheck disable=SC2086
-		go test -race -count=1 "${@:3}" ${GOTESTFLAGS:-} "$2" >"$log" 2>&1 &
-		side+=("$!:$log:go test $2")
-	}
-	side_test presets ./integration/presets -timeout 20m -parallel 4
-	side_test kubernetes ./integration/kubernetes -timeout 30m
+	mapfile -t pkgs < <(go list ./... | grep -v '/integration/presets$')
+	presets_log=$(mktemp "${TMPDIR:-/tmp}/outpost-presets.XXXXXX")
+	# shellcheck disable=SC2086
+	go test -race -count=1 -timeout 20m -parallel 4 ${GOTESTFLAGS:-} ./integration/presets >"$presets_log" 2>&1 &
+	side+=("$!:$presets_log:go test ./integration/presets")
 fi
 if [[ $python_tests == 1 ]]; then
 	# Debian's Python, whose packages the set-up installed (the tests
