@@ -457,9 +457,26 @@ func TestCodexSteerDuringStream(t *testing.T) {
 	if tr.err != nil {
 		t.Fatal(tr.err)
 	}
+	// Codex aborts the streaming request and samples again with the message
+	// appended. On a loaded machine it can sample once more before the
+	// message joins the history (seen in a full run: the second request
+	// repeated the first, the third carried the message), so what is
+	// asserted is that the last request carries both texts and every
+	// earlier one is the original prompt's.
 	reqs := e.fake.Requests()
-	if len(reqs) != 2 || reqs[1].LastUserText != "Stop counting and say hello" || !containsText(reqs[1].UserTexts, "Count slowly") {
-		t.Fatalf("requests: %d, last user text %q", len(reqs), reqs[len(reqs)-1].LastUserText)
+	last := reqs[len(reqs)-1]
+	ok := len(reqs) >= 2 && last.LastUserText == "Stop counting and say hello" && containsText(last.UserTexts, "Count slowly")
+	for _, r := range reqs[:len(reqs)-1] {
+		ok = ok && strings.HasPrefix(r.LastUserText, "Count slowly") && !containsText(r.UserTexts, "Stop counting and say hello")
+	}
+	if !ok {
+		for _, r := range reqs {
+			t.Logf("request %d %s %s: user texts %q", r.Seq, r.Method, r.Path, r.UserTexts)
+		}
+		t.Fatalf("requests: %d, last user text %q", len(reqs), last.LastUserText)
+	}
+	if len(reqs) > 2 {
+		t.Logf("Codex sampled %d times before the message reached the model", len(reqs)-1)
 	}
 	if tr.res.Steered != 1 || tr.res.Text != openai.DefaultText {
 		t.Errorf("steered %d text %q", tr.res.Steered, tr.res.Text)
