@@ -19,7 +19,8 @@
 #   scripts/test.sh ./clients/python  # only the Python client's pytest suite
 #
 # The whole suite runs integration/presets and the Python tests beside the
-# other packages (see below).
+# other packages (see below). The log ends with the CPU time of each
+# package's test binary (scripts/lib/cputime.sh) and the Docker Engine's.
 #
 # Environment: OUTPOST_CACHE (install cache, default ~/.cache/outpost),
 # OUTPOST_TEST_SKIP_SETUP=1 (run the tests with whatever is installed),
@@ -29,6 +30,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n== [+%ss] %s\n' "$SECONDS" "$*" >&2; }
+
+# engine_cpu prints the CPU seconds (user and system) that dockerd and
+# containerd have used, 0 when neither runs.
+engine_cpu() {
+	local pid total=0 f
+	for pid in $(pgrep -x 'dockerd|containerd' || true); do
+		read -ra f <"/proc/$pid/stat" 2>/dev/null || continue
+		# utime and stime are fields 14 and 15 (the command has no space).
+		total=$((total + f[13] + f[14]))
+	done
+	echo $((total / $(getconf CLK_TCK)))
+}
 
 kube_pid=
 if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
@@ -114,11 +127,18 @@ done
 # four tests at a time) and the Python client's tests beside every other
 # package. Their output follows the main run's.
 side=() fail=0
+# Every test binary runs under scripts/lib/cputime.sh, which notes its CPU
+# time; the end of the log lists the packages that took the most, and the
+# Docker Engine's own CPU over the tests.
+export OUTPOST_ROOT=$PWD OUTPOST_TEST_CPU_LOG
+OUTPOST_TEST_CPU_LOG=$(mktemp "${TMPDIR:-/tmp}/outpost-cpu.XXXXXX")
+cpuexec=(-exec "$PWD/scripts/lib/cputime.sh")
+engine_cpu0=$(engine_cpu)
 if [[ $# -eq 0 ]]; then
 	mapfile -t pkgs < <(go list ./... | grep -v '/integration/presets$')
 	presets_log=$(mktemp "${TMPDIR:-/tmp}/outpost-presets.XXXXXX")
 	# shellcheck disable=SC2086
-	go test -race -count=1 -timeout 20m -parallel 4 ${GOTESTFLAGS:-} ./integration/presets >"$presets_log" 2>&1 &
+	go test -race -count=1 -timeout 20m -parallel 4 "${cpuexec[@]}" ${GOTESTFLAGS:-} ./integration/presets >"$presets_log" 2>&1 &
 	side+=("$!:$presets_log:go test ./integration/presets")
 fi
 if [[ $python_tests == 1 ]]; then
@@ -131,7 +151,7 @@ fi
 if [[ ${#pkgs[@]} -gt 0 ]]; then
 	step "go test"
 	# shellcheck disable=SC2086
-	go test -race -count=1 -timeout 30m ${GOTESTFLAGS:-} "${pkgs[@]}" || fail=1
+	go test -race -count=1 -timeout 30m "${cpuexec[@]}" ${GOTESTFLAGS:-} "${pkgs[@]}" || fail=1
 fi
 for s in "${side[@]}"; do
 	IFS=: read -r pid log what <<<"$s"
@@ -140,5 +160,13 @@ for s in "${side[@]}"; do
 	cat "$log"
 	rm -f "$log"
 done
+step "CPU seconds of the test binaries, the most first"
+{
+	echo "     cpu     user   system     wall  package"
+	awk '{printf "%8.1f %8.1f %8.1f %8.1f  %s\n", $1 + $2, $1, $2, $3, $4}' "$OUTPOST_TEST_CPU_LOG" | sort -g -r | awk 'NR <= 12'
+} >&2
+awk '{u += $1; s += $2} END {printf "all %d packages: %.0f s user, %.0f s system\n", NR, u, s}' "$OUTPOST_TEST_CPU_LOG" >&2
+printf 'the Docker Engine (dockerd and containerd): %s s\n' "$(($(engine_cpu) - engine_cpu0))" >&2
+rm -f "$OUTPOST_TEST_CPU_LOG"
 step "done (exit $fail): set-up and tests took ${SECONDS}s"
 exit "$fail"
