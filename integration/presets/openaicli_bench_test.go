@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/declarative"
@@ -78,7 +81,10 @@ func (c benchCLI) path() string { return filepath.Dir(c.bin) + ":/usr/local/bin:
 // run measures the three ways in alternating order.
 func (c benchCLI) run(b *testing.B) {
 	wd := b.TempDir()
-	benchPairs(b, benchSide{"direct", c.direct(b, wd)}, benchSide{"outpost", c.held(b, wd)}, benchSide{"outpost-fresh", c.fresh(b, wd)})
+	held, heldOwn := c.held(b, wd)
+	fresh, freshOwn := c.fresh(b, wd)
+	benchPairs(b, benchSide{name: "direct", run: c.direct(b, wd)},
+		benchSide{name: "outpost", run: held, own: heldOwn}, benchSide{name: "outpost-fresh", run: fresh, own: freshOwn})
 }
 
 // direct returns one direct turn in a home prepared once.
@@ -144,38 +150,68 @@ func (c benchCLI) turn(b *testing.B, wd string, o *sandbox.RunOptions) {
 	}
 }
 
-func (c benchCLI) options(b *testing.B) (*local.Provider, *sandbox.RunOptions) {
+// options returns the turn's provider and options, the options recording
+// the turn's spans, and a function returning outpost's own time in the
+// last turn.
+func (c benchCLI) options(b *testing.B) (*local.Provider, *sandbox.RunOptions, func() float64) {
 	prov := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + c.path(), "LANG=C.UTF-8"}})
-	o := &sandbox.RunOptions{Store: conversation.NewFS(b.TempDir())}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	o := &sandbox.RunOptions{Store: conversation.NewFS(b.TempDir()), TracerProvider: tp}
 	for k, v := range c.vars {
 		o.Environ = append(o.Environ, k+"="+v)
 	}
-	return prov, o
+	return prov, o, func() float64 { return ownTime(b, rec) }
 }
 
-// held returns one turn through outpost on a lease held across turns.
-func (c benchCLI) held(b *testing.B, wd string) func() {
-	prov, o := c.options(b)
+// ownTime is outpost's own time in the turn rec recorded last, in ms: the
+// turn's span less its "run" step's (the step that starts the CLI's
+// process and reads its events until it exits). It does not vary with the
+// CLI's own time, which varies by up to 1.4× between runs.
+func ownTime(b *testing.B, rec *tracetest.SpanRecorder) float64 {
+	defer rec.Reset()
+	var turn, run time.Duration
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "outpost.turn":
+			turn = s.EndTime().Sub(s.StartTime())
+		case "run":
+			run = s.EndTime().Sub(s.StartTime())
+		}
+	}
+	if turn == 0 || run == 0 {
+		b.Fatalf("the turn's spans lack outpost.turn or run: %d spans", len(rec.Ended()))
+	}
+	return float64(turn-run) / float64(time.Millisecond)
+}
+
+// held returns one turn through outpost on a lease held across turns, and
+// outpost's own time in the last one.
+func (c benchCLI) held(b *testing.B, wd string) (func(), func() float64) {
+	prov, o, own := c.options(b)
 	l, err := sandbox.Acquire(context.Background(), prov, driver.Options{Workdir: wd})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close(context.Background()) })
 	o.Lease = l
-	return func() { c.turn(b, wd, o) }
+	return func() { c.turn(b, wd, o) }, own
 }
 
-// fresh returns one turn through outpost on a new lease.
-func (c benchCLI) fresh(b *testing.B, wd string) func() {
-	prov, o := c.options(b)
+// fresh returns one turn through outpost on a new lease, and outpost's
+// own time in the last one.
+func (c benchCLI) fresh(b *testing.B, wd string) (func(), func() float64) {
+	prov, o, own := c.options(b)
 	o.Provider = prov
-	return func() { c.turn(b, wd, o) }
+	return func() { c.turn(b, wd, o) }, own
 }
 
 // benchSide is one way of running a benchmark's turn.
 type benchSide struct {
 	name string
 	run  func()
+	own  func() float64 // outpost's own time in the last run, ms (nil: not outpost)
 }
 
 // benchPairs runs one untimed turn of each side, then, per iteration, one
@@ -185,9 +221,13 @@ type benchSide struct {
 func benchPairs(b *testing.B, sides ...benchSide) {
 	for _, s := range sides {
 		s.run()
+		if s.own != nil {
+			s.own()
+		}
 	}
 	load0 := loadAverage(b)
 	ms := make([][]float64, len(sides))
+	own := make([][]float64, len(sides))
 	ratios := make([][]float64, len(sides))
 	for i := 0; b.Loop(); i++ {
 		d := make([]float64, len(sides))
@@ -196,6 +236,9 @@ func benchPairs(b *testing.B, sides ...benchSide) {
 			start := time.Now()
 			sides[j].run()
 			d[j] = float64(time.Since(start)) / float64(time.Millisecond)
+			if sides[j].own != nil {
+				own[j] = append(own[j], sides[j].own())
+			}
 		}
 		line := fmt.Sprintf("iteration %d, load %.1f:", i+1, loadAverage(b))
 		for j, s := range sides {
@@ -204,6 +247,9 @@ func benchPairs(b *testing.B, sides ...benchSide) {
 			if j > 0 {
 				ratios[j] = append(ratios[j], d[j]/d[0])
 				line += fmt.Sprintf(" (%.3f×)", d[j]/d[0])
+			}
+			if s.own != nil {
+				line += fmt.Sprintf(" [own %.0f ms]", own[j][len(own[j])-1])
 			}
 		}
 		b.Log(line)
@@ -214,6 +260,12 @@ func benchPairs(b *testing.B, sides ...benchSide) {
 			b.ReportMetric(testenv.Median(ratios[j]), s.name+"-ratio")
 			b.ReportMetric(slices.Min(ratios[j]), s.name+"-ratio-min")
 			b.ReportMetric(slices.Max(ratios[j]), s.name+"-ratio-max")
+		}
+		if len(own[j]) > 0 {
+			// The ratio outpost's own work alone makes: the direct turn's
+			// median plus outpost's own median, over the direct turn's.
+			b.ReportMetric(testenv.Median(own[j]), s.name+"-own-ms")
+			b.ReportMetric((testenv.Median(ms[0])+testenv.Median(own[j]))/testenv.Median(ms[0]), s.name+"-own-ratio")
 		}
 	}
 	b.ReportMetric(load0, "load-before")
