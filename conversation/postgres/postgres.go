@@ -534,14 +534,23 @@ func (s *Store) Hold(ctx context.Context, id string, o conversation.Owner) (conv
 		return nil, fmt.Errorf("conversation: hold %s: %w", id, err)
 	}
 	key := lockKey(id)
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
-		return fail(err)
-	}
-	if !ok {
+	// A lock held with no holder's row is being taken (the row follows the
+	// lock) or freed (the row goes first): after a short wait for the row,
+	// try the lock again, so that a hold freed meanwhile is taken rather
+	// than reported busy without its holder.
+	for try := 1; ; try++ {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
+			return fail(err)
+		}
+		if ok {
+			break
+		}
 		h := conversation.AwaitHolder(ctx, func() (conversation.Holder, bool) { return holder(ctx, conn.Conn(), id, key) })
-		conn.Release()
-		return nil, &conversation.BusyError{ID: id, Holder: h}
+		if !h.Since.IsZero() || try == holdTries || ctx.Err() != nil {
+			conn.Release()
+			return nil, &conversation.BusyError{ID: id, Holder: h}
+		}
 	}
 	since := time.Now().UTC()
 	if _, err := conn.Exec(ctx, `INSERT INTO outpost_holds (id, host, pid, lease, since, backend) VALUES ($1, $2, $3, $4, $5, pg_backend_pid())
@@ -551,6 +560,10 @@ func (s *Store) Hold(ctx context.Context, id string, o conversation.Owner) (conv
 	}
 	return &hold{conn: conn, id: id, key: key}, nil
 }
+
+// holdTries is how many times Hold tries a lock whose holder it cannot
+// read before it reports the conversation busy without one.
+const holdTries = 4
 
 // holder reads who holds id: the row of the backend that holds the lock;
 // false while there is none (the lock is being taken or freed).

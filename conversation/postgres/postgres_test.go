@@ -137,3 +137,56 @@ func TestOpenErrors(t *testing.T) {
 func TestTurnsConformance(t *testing.T) {
 	turnstoretest.Run(t, func(t *testing.T) turnstore.Store { return open(t, pgtest.NewDB(t)).Turns() })
 }
+
+// TestHoldFreedWhileLooking: a lock whose holder has no row yet (or no
+// longer) and that is freed while Hold looks for the row is taken, not
+// reported busy without a holder (a full run saw that busy error when a
+// resume ended just as another began).
+func TestHoldFreedWhileLooking(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDB(t)
+	s := open(t, url)
+	raw, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close(ctx)
+	id := conversation.NewID()
+	key := postgres.LockKey(id)
+	if _, err := raw.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	type held struct {
+		h   conversation.Hold
+		err error
+	}
+	done := make(chan held, 1)
+	go func() {
+		h, err := s.Hold(ctx, id, conversation.Owner{Host: "test", PID: 1})
+		done <- held{h, err}
+	}()
+	// Once Hold has failed to take the lock and looked for the holder's
+	// row, the lock is freed.
+	for looked := false; !looked; {
+		select {
+		case r := <-done:
+			t.Fatalf("Hold returned before it looked for a holder: %v", r.err)
+		default:
+		}
+		err := raw.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database()
+			AND pid <> pg_backend_pid() AND query LIKE '%FROM outpost_holds h%'`).Scan(&looked)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := raw.Exec(ctx, `SELECT pg_advisory_unlock($1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("a hold freed while Hold looked for its holder: %v", r.err)
+	}
+	if err := r.h.Release(); err != nil {
+		t.Fatal(err)
+	}
+}

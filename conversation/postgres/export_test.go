@@ -1,0 +1,4 @@
+package postgres
+
+// LockKey is lockKey, for the hold tests.
+var LockKey = lockKey
