@@ -138,20 +138,32 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	}
 	s.env = environment(img.env)
 	cfg, hc := p.containerConfig(eng, s, img, opts.Labels)
-	created, err := eng.cli.ContainerCreate(ctx, cfg, hc, nil, nil, s.id)
+	// The create is not cancelled midway: the engine goes on making a
+	// container whose request was dropped, and a removal by name that
+	// arrives first finds nothing (a cancelled Acquire left containers in
+	// state created). A cancelled ctx removes it once it exists.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.ReleaseTimeout)
+	created, err := eng.cli.ContainerCreate(cctx, cfg, hc, nil, nil, s.id)
+	timedOut := cctx.Err() != nil
+	cancel()
 	if err != nil {
-		if ctx.Err() != nil {
-			// The engine may have made it before the request was dropped.
+		if timedOut {
+			// Our own bound ran out: the engine may still make it.
 			rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 			defer cancel()
 			if rerr := eng.cli.ContainerRemove(rctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
-				return nil, errors.Join(ctx.Err(), fmt.Errorf("docker: removing %s after a cancelled create: %w", s.id, rerr))
+				return nil, errors.Join(err, fmt.Errorf("docker: removing %s after a create that timed out: %w", s.id, rerr))
 			}
-			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("docker: creating the container (image %s): %w", img.ref, err)
 	}
 	s.cid = created.ID
+	if ctx.Err() != nil {
+		rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+		defer cancel()
+		s.closing.Store(true)
+		return nil, errors.Join(ctx.Err(), s.remove(rctx))
+	}
 	if err := s.prepare(ctx); err != nil {
 		rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 		defer cancel()
