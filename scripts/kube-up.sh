@@ -281,8 +281,8 @@ if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 fi
 # A fixed address: a bridge without one takes the lowest of its ports',
 # which changes as pods come and go, and the pods' ARP entries for the
-# gateway go stale (their connections to the host and to 10.0.0.1 stall:
-# exec streams of a serve replica timed out during a rolling restart).
+# gateway go stale (their connections to the host and to 10.0.0.1 would
+# stall).
 ip link set dev "$BRIDGE" address "$BRIDGE_MAC"
 [[ $(ip -4 addr show dev "$BRIDGE") == *"inet $GATEWAY/"* ]] || ip addr add "$GATEWAY/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up

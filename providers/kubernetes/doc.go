@@ -2,7 +2,8 @@
 // Kubernetes cluster, driven through client-go: the standard loading
 // rules (KUBECONFIG, ~/.kube/config, in-cluster), a context and a
 // namespace, and exec through remotecommand (WebSocket, falling back to
-// SPDY, as kubectl does).
+// SPDY, as kubectl does; SPDY first for a stdin that stays open while its
+// program runs, see Provider.executor).
 //
 // One lease is one pod, kept alive between the lease's turns by outpost's
 // own static binary in its sandbox-shim init mode. An init container from

@@ -28,16 +28,39 @@ import (
 // A command that exits non-zero gives an error satisfying
 // utilexec.ExitError.
 func (s *Sandbox) stream(ctx context.Context, cmd []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	return s.streamWith(ctx, cmd, stdin, false, stdout, stderr)
+}
+
+// streamWith is stream; live says stdin stays open while the program
+// runs, which goes SPDY first (executor).
+func (s *Sandbox) streamWith(ctx context.Context, cmd []string, stdin io.Reader, live bool, stdout, stderr io.Writer) error {
 	req := s.p.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(s.p.ns).Name(s.id).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: cmd, Stdin: stdin != nil, Stdout: stdout != nil, Stderr: stderr != nil}, scheme.ParameterCodec)
-	ex, err := s.p.executor(req.URL())
+	ex, err := s.p.executor(req.URL(), live)
 	if err != nil {
 		return err
 	}
 	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: stderr})
 }
 
-func (p *Provider) executor(u *url.URL) (remotecommand.Executor, error) {
+// executor returns the exec executor of u: WebSocket first, SPDY when
+// the upgrade is refused; for a live stdin, SPDY first.
+//
+// A live stdin stays open while its program runs (a turn's agent): it may
+// be idle for minutes before it ends, and client-go's WebSocket executor
+// (v0.34) cannot end a stdin idle for a minute. Each write of stdin sets
+// the connection's write deadline a minute ahead, and the stream's Close
+// (the v5 CLOSE signal) is written under the last one: past it, the
+// write fails at once with a timeout, the connection is marked broken,
+// and every later heartbeat ping fails too, silently (client-go takes a
+// timeout for a passing failure). The program never sees the end of its
+// input, so an agent waiting for it (a live session's end) never exits,
+// and 61 s later, no pong having come, the read deadline fails the
+// stream (`next reader: ... i/o timeout`). `(echo hi; sleep 65) |
+// kubectl exec -i POD -- cat` hangs the same way. SPDY half-closes a
+// stream with a FIN frame and no deadline. Behind a proxy that refuses
+// SPDY's upgrade, WebSocket remains the fallback, with that limit.
+func (p *Provider) executor(u *url.URL, live bool) (remotecommand.Executor, error) {
 	spdy, err := remotecommand.NewSPDYExecutor(p.cfg, "POST", u)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: exec: %w", err)
@@ -46,9 +69,19 @@ func (p *Provider) executor(u *url.URL) (remotecommand.Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: exec: %w", err)
 	}
-	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	first, second := ws, spdy
+	if live {
+		first, second = spdy, ws
+	}
+	return remotecommand.NewFallbackExecutor(first, second, refused)
+}
+
+// refused reports whether an exec's upgrade was refused, by the server or
+// a proxy, before anything ran: WebSocket's typed errors, and SPDY's,
+// which client-go (v0.34) gives only as text.
+func refused(err error) bool {
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err) ||
+		(err != nil && strings.HasPrefix(err.Error(), "unable to upgrade connection"))
 }
 
 // exitCode returns the exit status of a stream's error: 0 for nil, the
@@ -152,7 +185,7 @@ type podExec struct {
 }
 
 func (t *podExec) Stream(stdout, stderr io.Writer) error {
-	err := t.s.stream(t.ctx, t.cmd, t.stdin, stdout, stderr)
+	err := t.s.streamWith(t.ctx, t.cmd, t.stdin, t.stdinR != nil, stdout, stderr)
 	t.err = err
 	if t.stdinR != nil {
 		t.stdinR.CloseWithError(io.ErrClosedPipe)

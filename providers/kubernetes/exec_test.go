@@ -1,0 +1,66 @@
+package kubernetes
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// TestExecProtocols checks which upgrade each exec of Start asks the API
+// server for first: a program with a live stdin (open while it runs) goes
+// SPDY first, as client-go's WebSocket executor cannot end a stdin idle
+// for a minute (Provider.executor); the others WebSocket first. The fake
+// API server refuses every upgrade, so each Start also shows its
+// fallback.
+func TestExecProtocols(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stdin bool
+		want  []string
+	}{
+		{"live stdin", true, []string{"SPDY/3.1", "websocket"}},
+		{"no stdin", false, []string{"websocket", "SPDY/3.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var upgrades []string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasSuffix(r.URL.Path, "/pods/outpost-exec/exec") {
+					mu.Lock()
+					upgrades = append(upgrades, r.Header.Get("Upgrade"))
+					mu.Unlock()
+					http.Error(w, "no upgrade here", http.StatusBadRequest)
+					return
+				}
+				http.NotFound(w, r)
+			}))
+			defer srv.Close()
+			cfg := &rest.Config{Host: srv.URL}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &Sandbox{p: &Provider{cfg: cfg, cs: cs, ns: "agents"}, id: "outpost-exec", procs: map[*process]bool{}}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := s.Start(ctx, driver.ExecRequest{Path: "cat", Stdin: tc.stdin}); err == nil {
+				t.Fatal("Start succeeded against a server that refuses every upgrade")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if d := cmp.Diff(tc.want, upgrades); d != "" {
+				t.Errorf("upgrades asked for (-want +got):\n%s", d)
+			}
+		})
+	}
+}
