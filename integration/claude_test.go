@@ -714,9 +714,25 @@ func testClaudeSteerDuringTextIsQueued(t *testing.T, kind string) {
 	if o.res.Usage != usageOf(202, 74) {
 		t.Errorf("usage %+v: both turns of the process", o.res.Usage)
 	}
-	if reqs := e.messages(); len(reqs) != 2 || reqs[1].NumMessages != 4 {
-		t.Errorf("requests %+v", reqs)
+	// Claude Code may send a request again (a loaded full run saw three
+	// requests, the last two the same): a repeat of the request before it
+	// is the CLI's retry, not a turn of its own.
+	if reqs := withoutRetries(e.messages()); len(reqs) != 2 || reqs[1].NumMessages != 4 {
+		t.Errorf("requests (retries left out) %+v", reqs)
 	}
+}
+
+// withoutRetries leaves out every request that repeats the one before it
+// (the same number of messages and the same last user text).
+func withoutRetries(reqs []anthropic.Request) []anthropic.Request {
+	var out []anthropic.Request
+	for _, r := range reqs {
+		if n := len(out); n > 0 && out[n-1].NumMessages == r.NumMessages && out[n-1].LastUserText == r.LastUserText {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func TestClaudeCancelInterruptsLiveTurn(t *testing.T) {

@@ -389,6 +389,17 @@ func TestCodexResumeOnFreshSandbox(t *testing.T) {
 	}
 }
 
+// countText is how many of texts contain s.
+func countText(texts []string, s string) int {
+	n := 0
+	for _, x := range texts {
+		if strings.Contains(x, s) {
+			n++
+		}
+	}
+	return n
+}
+
 func containsText(texts []string, s string) bool {
 	for _, x := range texts {
 		if strings.Contains(x, s) {
@@ -458,16 +469,18 @@ func TestCodexSteerDuringStream(t *testing.T) {
 		t.Fatal(tr.err)
 	}
 	// Codex aborts the streaming request and samples again with the message
-	// appended. On a loaded machine it can sample once more before the
-	// message joins the history (seen in a full run: the second request
-	// repeated the first, the third carried the message), so what is
-	// asserted is that the last request carries both texts and every
-	// earlier one is the original prompt's.
+	// appended. On a loaded machine it can sample once more, before the
+	// message joins the history or after (seen in full runs: [prompt],
+	// [prompt], [prompt+message] and [prompt], [prompt+message],
+	// [prompt+message]), so what is asserted is that the first request is
+	// the prompt alone, the last carries both texts, and no request
+	// carries the message twice.
 	reqs := e.fake.Requests()
 	last := reqs[len(reqs)-1]
-	ok := len(reqs) >= 2 && last.LastUserText == "Stop counting and say hello" && containsText(last.UserTexts, "Count slowly")
-	for _, r := range reqs[:len(reqs)-1] {
-		ok = ok && strings.HasPrefix(r.LastUserText, "Count slowly") && !containsText(r.UserTexts, "Stop counting and say hello")
+	ok := len(reqs) >= 2 && last.LastUserText == "Stop counting and say hello" && containsText(last.UserTexts, "Count slowly") &&
+		!containsText(reqs[0].UserTexts, "Stop counting")
+	for _, r := range reqs {
+		ok = ok && containsText(r.UserTexts, "Count slowly") && countText(r.UserTexts, "Stop counting and say hello") <= 1
 	}
 	if !ok {
 		for _, r := range reqs {

@@ -50,3 +50,15 @@ func Collect(ctx context.Context, p driver.Provider, opts driver.CollectOptions)
 	}
 	return col, &outpost.Error{Code: outpost.Sandbox, Op: "gc", Err: err}
 }
+
+// Sweep starts p's periodic removal of what dead owners left behind
+// (driver.Sweeper) and reports whether p has one. A process that serves
+// sandboxes calls it at start; a provider otherwise starts it with its
+// first sandbox.
+func Sweep(p driver.Provider) bool {
+	sw, ok := p.(driver.Sweeper)
+	if ok {
+		sw.Sweep()
+	}
+	return ok
+}

@@ -317,8 +317,22 @@ func (s *Server) newPool() error {
 	return nil
 }
 
-// warm starts filling the sandbox kinds of Options.Warm.
+// warm starts the sweep of every served sandbox kind whose provider has
+// one (driver.Sweeper), then fills the kinds of Options.Warm.
 func (s *Server) warm() error {
+	for _, name := range s.o.Sandboxes {
+		key, err := s.poolKey(name, nil, true)
+		if err != nil {
+			return err
+		}
+		// A provider that cannot be opened yet (no cluster configuration,
+		// an unreachable host) fails the turns that need it, as before.
+		if pr, err := s.pool.Provider(key); err != nil {
+			s.log.Warn("outpost serve: opening a sandbox provider", "sandbox", name, "err", err)
+		} else {
+			sandbox.Sweep(pr)
+		}
+	}
 	if s.o.PoolSize <= 0 {
 		return nil
 	}

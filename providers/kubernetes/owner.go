@@ -358,6 +358,16 @@ func (p *Provider) SweepBound() time.Duration {
 	return p.opts.LeaseDuration + expiryMargin + p.SweepPeriod()
 }
 
+var _ driver.Sweeper = (*Provider)(nil)
+
+// Sweep starts the periodic GC now rather than with the provider's first
+// owner Lease. It implements driver.Sweeper.
+func (p *Provider) Sweep() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.startSweeper()
+}
+
 // startSweeper starts the periodic GC once per provider: a sweep at once,
 // then every SweepPeriod until Close. Its failures are left to `outpost
 // gc` to report. Call with p.mu held.

@@ -69,6 +69,16 @@ const (
 	EgressGateway Egress = "gateway"
 )
 
+// Sweeper is implemented by providers that remove, on a timer, the
+// sandboxes of owners that died (kubernetes: the pods of expired owner
+// Leases). A provider starts it with its first sandbox; a long-lived
+// process that serves sandboxes (outpost serve) starts it at once, so
+// that a replica which has not run a turn yet still removes what a lost
+// one left. Sweep returns at once; Close stops it.
+type Sweeper interface {
+	Sweep()
+}
+
 // Tunneler is implemented by sandboxes whose processes cannot reach the
 // host's loopback (docker, ssh, kubernetes): it carries connections made
 // to an address on the sandbox's own loopback back to the host, over the
