@@ -156,8 +156,11 @@ func TestDotEnvBroken(t *testing.T) {
 			if !strings.Contains(msg, tt.wantWhy) {
 				t.Errorf("message %q does not say %q", msg, tt.wantWhy)
 			}
+			// The path is left out: its temporary directory's random digits
+			// can hold "7731" (a full run's did).
+			rest := strings.ReplaceAll(msg, path, "")
 			for _, leak := range []string{"7731", "SECRET", "zq", "TOKEN", "some.name", "LIVES"} {
-				if strings.Contains(msg, leak) {
+				if strings.Contains(rest, leak) {
 					t.Errorf("message %q contains %q from the file", msg, leak)
 				}
 			}
