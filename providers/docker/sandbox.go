@@ -158,13 +158,12 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		return nil, fmt.Errorf("docker: creating the container (image %s): %w", img.ref, err)
 	}
 	s.cid = created.ID
-	if ctx.Err() != nil {
-		rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
-		defer cancel()
-		s.closing.Store(true)
-		return nil, errors.Join(ctx.Err(), s.remove(rctx))
+	// A ctx that ended during the create removes the container as a failed
+	// start does.
+	if err = ctx.Err(); err == nil {
+		err = s.prepare(ctx)
 	}
-	if err := s.prepare(ctx); err != nil {
+	if err != nil {
 		rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
 		defer cancel()
 		s.closing.Store(true)
