@@ -11,17 +11,48 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/outposthq/outpost/internal/testenv"
 )
 
-// TestReadmeFirstCommand: the README's first command, on the built binary.
+// TestReadmeFirstCommand: the README's first command is `go run
+// ./cmd/outpost-hello "hello"`; built, it answers, names the conversation,
+// and that conversation continues with the full CLI and with itself.
 func TestReadmeFirstCommand(t *testing.T) {
-	home, dir := t.TempDir(), t.TempDir()
-	code, out, errOut := runOutpost(t, home, dir, "run", "hello")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(out, "echo: hello (turn 1)") || !strings.Contains(errOut, "conversation c") {
-		t.Errorf("stdout %q stderr %q", out, errOut)
+	const first = `go run ./cmd/outpost-hello "hello"`
+	_, block, _ := strings.Cut(string(readme), "```sh\n")
+	if line, _, _ := strings.Cut(block, "\n"); !strings.HasPrefix(line, first+" ") {
+		t.Fatalf("the README's first command is %q; this test runs %q", line, first)
+	}
+	home, dir := t.TempDir(), t.TempDir()
+	hello := func(args ...string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(testenv.GoBuild(t, "github.com/outposthq/outpost/cmd/outpost-hello"), args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "OUTPOST_HOME="+home)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("outpost-hello %q: %v: %s", args, err, errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	out, errOut := hello("hello")
+	_, id, _ := strings.Cut(errOut, "· conversation ")
+	id, _, _ = strings.Cut(id, "\n")
+	if out != "echo: hello (turn 1)\n" || !strings.HasPrefix(id, "c") {
+		t.Fatalf("stdout %q stderr %q", out, errOut)
+	}
+	code, out, errOut := runOutpost(t, home, dir, "run", "--resume", id, "and then?")
+	if code != 0 || !strings.Contains(out, "echo: and then? (turn 2)") {
+		t.Fatalf("outpost run --resume: exit %d, stdout %q, stderr %s", code, out, errOut)
+	}
+	if out, _ := hello("--resume", id, "more"); out != "echo: more (turn 3)\n" {
+		t.Errorf("outpost-hello --resume: %q", out)
 	}
 }
 
