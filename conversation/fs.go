@@ -277,7 +277,7 @@ func (s *FS) read(ctx context.Context, op, id string, files bool) (Meta, []File,
 func readFile(name, id string, files bool) (Meta, []File, error) {
 	f, err := os.Open(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Meta{}, nil, fmt.Errorf("conversation: %w: %s", ErrNotFound, id)
+		return Meta{}, nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
 		return Meta{}, nil, fmt.Errorf("conversation: %s: %w", id, err)

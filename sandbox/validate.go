@@ -174,6 +174,11 @@ func (e *engine) locate(ctx context.Context) error {
 			return err
 		}
 		m, files, err := e.o.Store.Get(ctx, ref)
+		if errors.Is(err, conversation.ErrNotFound) {
+			// The store's own text names the id again: "conversation
+			// nope: conversation: conversation: not found: nope".
+			return outpost.Errorf(outpost.Conversation, "locate", "%s: %w", ref, conversation.ErrNotFound)
+		}
 		if err != nil {
 			return outpost.Wrap(outpost.Conversation, "locate", fmt.Errorf("conversation %s: %w", ref, err))
 		}

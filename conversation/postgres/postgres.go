@@ -363,7 +363,7 @@ func (s *Store) read(ctx context.Context, op, id string, withFiles bool) (conver
 	var js []byte
 	err = tx.QueryRow(ctx, `SELECT revision, meta FROM outpost_conversations WHERE id = $1`, id).Scan(&rev, &js)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return conversation.Meta{}, nil, fmt.Errorf("conversation: %w: %s", conversation.ErrNotFound, id)
+		return conversation.Meta{}, nil, fmt.Errorf("%w: %s", conversation.ErrNotFound, id)
 	}
 	if err != nil {
 		return conversation.Meta{}, nil, fmt.Errorf("conversation: %s %s: %w", op, id, err)
