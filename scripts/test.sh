@@ -24,7 +24,8 @@
 #
 # Environment: OUTPOST_CACHE (install cache, default ~/.cache/outpost),
 # OUTPOST_TEST_SKIP_SETUP=1 (run the tests with whatever is installed),
-# GOTESTFLAGS (extra go test flags), OUTPOST_PYTHON (the Python of the
+# GOTESTFLAGS (extra go test flags), OUTPOST_TEST_P (packages at a time,
+# default 3), OUTPOST_PYTHON (the Python of the
 # client's tests, default Debian's /usr/bin/python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,12 +36,21 @@ step() { printf '\n== [+%ss] %s\n' "$SECONDS" "$*" >&2; }
 # containerd have used, 0 when neither runs.
 engine_cpu() {
 	local pid total=0 f
-	for pid in $(pgrep -x 'dockerd|containerd' || true); do
+	for pid in $(pgrep -x dockerd || true) $(pgrep -x containerd || true); do
 		read -ra f <"/proc/$pid/stat" 2>/dev/null || continue
 		# utime and stime are fields 14 and 15 (the command has no space).
 		total=$((total + f[13] + f[14]))
 	done
 	echo $((total / $(getconf CLK_TCK)))
+}
+
+# machine_cpu prints the machine's busy and idle clock ticks since boot
+# (/proc/stat: idle and iowait are idle, the rest busy), to say how much
+# of the cores the tests left unused.
+machine_cpu() {
+	local cpu user nice system idle iowait irq softirq steal
+	read -r cpu user nice system idle iowait irq softirq steal _ </proc/stat
+	echo "$((user + nice + system + irq + softirq + steal)) $((idle + iowait))"
 }
 
 kube_pid=
@@ -134,8 +144,14 @@ export OUTPOST_ROOT=$PWD OUTPOST_TEST_CPU_LOG
 OUTPOST_TEST_CPU_LOG=$(mktemp "${TMPDIR:-/tmp}/outpost-cpu.XXXXXX")
 cpuexec=(-exec "$PWD/scripts/lib/cputime.sh")
 engine_cpu0=$(engine_cpu)
+read -r busy0 idle0 < <(machine_cpu)
 if [[ $# -eq 0 ]]; then
-	mapfile -t pkgs < <(go list ./... | grep -v '/integration/presets$')
+	# The longest packages first (integration ~19 min, integration/kubernetes
+	# ~15 min and providers/docker ~7 min on a loaded two-core machine), so
+	# that the rest fills the slots beside them instead of waiting behind.
+	long=(./integration ./integration/kubernetes ./providers/docker)
+	mapfile -t pkgs < <(go list ./... | grep -v -e '/integration/presets$' -e '/integration$' -e '/integration/kubernetes$' -e '/providers/docker$')
+	pkgs=("${long[@]}" "${pkgs[@]}")
 	presets_log=$(mktemp "${TMPDIR:-/tmp}/outpost-presets.XXXXXX")
 	# shellcheck disable=SC2086
 	go test -race -count=1 -timeout 20m -parallel 4 "${cpuexec[@]}" ${GOTESTFLAGS:-} ./integration/presets >"$presets_log" 2>&1 &
@@ -151,7 +167,10 @@ fi
 if [[ ${#pkgs[@]} -gt 0 ]]; then
 	step "go test"
 	# shellcheck disable=SC2086
-	go test -race -count=1 -timeout 30m "${cpuexec[@]}" ${GOTESTFLAGS:-} "${pkgs[@]}" || fail=1
+	# Three packages at a time on two cores: the test binaries keep the cores
+	# about a third busy (the CPU table below), most of their time waiting on
+	# containers, CLIs and the cluster. OUTPOST_TEST_P sets another number.
+	go test -race -count=1 -timeout 30m -p "${OUTPOST_TEST_P:-3}" "${cpuexec[@]}" ${GOTESTFLAGS:-} "${pkgs[@]}" || fail=1
 fi
 for s in "${side[@]}"; do
 	IFS=: read -r pid log what <<<"$s"
@@ -167,6 +186,10 @@ step "CPU seconds of the test binaries, the most first"
 } >&2
 awk '{u += $1; s += $2} END {printf "all %d packages: %.0f s user, %.0f s system\n", NR, u, s}' "$OUTPOST_TEST_CPU_LOG" >&2
 printf 'the Docker Engine (dockerd and containerd): %s s\n' "$(($(engine_cpu) - engine_cpu0))" >&2
+read -r busy1 idle1 < <(machine_cpu)
+awk -v b=$((busy1 - busy0)) -v i=$((idle1 - idle0)) -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" 'BEGIN {
+	if (b + i > 0) printf "the machine over the tests (%d cores, compiles, cluster and containers included): %.0f s busy, %.0f s idle (%.0f%% busy)\n", n, b / hz, i / hz, 100 * b / (b + i)
+}' >&2
 rm -f "$OUTPOST_TEST_CPU_LOG"
 step "done (exit $fail): set-up and tests took ${SECONDS}s"
 exit "$fail"
