@@ -168,9 +168,9 @@ if [[ ${#pkgs[@]} -gt 0 ]]; then
 	step "go test"
 	# shellcheck disable=SC2086
 	# Two packages at a time (go test's default on two cores). Three were
-	# tried: the machine was then 97% busy over the tests, the real CLIs'
-	# retries in integration/presets outran its 20 min bound and integration
-	# took 29 min. OUTPOST_TEST_P sets another number.
+	# tried once, beside another build on the machine: it was 97% busy over
+	# the tests, the real CLIs' retries in integration/presets outran its
+	# 20 min bound and integration took 29 min. OUTPOST_TEST_P sets another number.
 	go test -race -count=1 -timeout 30m -p "${OUTPOST_TEST_P:-2}" "${cpuexec[@]}" ${GOTESTFLAGS:-} "${pkgs[@]}" || fail=1
 fi
 for s in "${side[@]}"; do
