@@ -280,3 +280,57 @@ func TestExpired(t *testing.T) {
 		})
 	}
 }
+
+// TestAPI: the provider's REST clients send the calls as client-go's
+// typed clients do (names, bodies, a label selector as a query parameter)
+// and give the API server's refusals as *StatusError, so that
+// apierrors.IsNotFound and the like keep classifying them.
+func TestAPI(t *testing.T) {
+	l := ownerLease("outpost-owner-a", time.Now(), 3)
+	tr := clienttesting.NewObjectTracker(apiCodecs().scheme, apiCodecs().codecs.UniversalDecoder())
+	for _, o := range []runtime.Object{l, sandboxPod("outpost-a", l)} {
+		if err := tr.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := newAPI(trackerServer(t, tr), sweepNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	got, err := a.leases.get(ctx, l.Name)
+	if err != nil || got.Name != l.Name || *got.Spec.LeaseDurationSeconds != 3 {
+		t.Fatalf("get = %+v, %v", got, err)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		is   func(error) bool
+	}{
+		{"get of a missing Lease", func() error { _, err := a.leases.get(ctx, "missing"); return err }(), apierrors.IsNotFound},
+		{"create of an existing pod", func() error { _, err := a.pods.create(ctx, sandboxPod("outpost-a", l)); return err }(), apierrors.IsAlreadyExists},
+		{"update of a missing Lease", func() error { _, err := a.leases.update(ctx, ownerLease("missing", time.Now(), 3)); return err }(), apierrors.IsNotFound},
+		{"delete of a missing pod", a.pods.delete(ctx, "missing", metav1.DeleteOptions{}), apierrors.IsNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.is(tc.err) {
+				t.Errorf("error %v (%T)", tc.err, tc.err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		selector string
+		want     []string
+	}{
+		{LabelRole + "=sandbox", []string{"outpost-a"}},
+		{LabelRole + "=owner", nil},
+	} {
+		var pods corev1.PodList
+		if err := a.pods.list(ctx, metav1.ListOptions{LabelSelector: tc.selector}, &pods); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, names(pods.Items, func(p *corev1.Pod) string { return p.Name })); diff != "" {
+			t.Errorf("pods of %s (-want +got):\n%s", tc.selector, diff)
+		}
+	}
+}
