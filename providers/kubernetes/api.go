@@ -105,7 +105,7 @@ type apiResource[T any, P object[T]] struct {
 }
 
 func (r apiResource[T, P]) req(verb string) *rest.Request {
-	return r.c.Verb(verb).UseProtobufAsDefault().Namespace(r.ns).Resource(r.name)
+	return r.c.Verb(verb).UseProtobufAsDefault().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.name)
 }
 
 // into runs req and decodes its answer into a new T.
