@@ -45,7 +45,6 @@ var heavyInit = map[string]struct {
 	why           string
 }{
 	"github.com/santhosh-tekuri/jsonschema/v6": {1900 << 10, 23500, "compiles the meta-schemas of five drafts; the structured-answer validator (docs/output.md says why it is kept)"},
-	"k8s.io/client-go/kubernetes/scheme":       {720 << 10, 6000, "registers every built-in Kubernetes type; the kubernetes provider (-tags nokubernetes leaves it out)"},
 	"github.com/distribution/reference":        {460 << 10, 4000, "compiles the image reference grammar; Docker's client"},
 }
 
@@ -137,7 +136,7 @@ func TestLibrariesOverBudget(t *testing.T) {
 		name, trace string
 		want        []string
 	}{
-		{"within", `init k8s.io/client-go/kubernetes/scheme @100 ms, 11 ms clock, 653128 bytes, 5363 allocs
+		{"within", `init github.com/santhosh-tekuri/jsonschema/v6 @100 ms, 11 ms clock, 1782000 bytes, 21290 allocs
 init github.com/spf13/cobra @101 ms, 0.1 ms clock, 4096 bytes, 40 allocs
 `, nil},
 		{"a new heavy library", `init github.com/pb33f/jsonschema/v6 @100 ms, 6 ms clock, 1782000 bytes, 21290 allocs
@@ -174,6 +173,32 @@ func TestNoKubernetesBuild(t *testing.T) {
 		if got := strings.Contains(string(out), "\nk8s.io/client-go/"); got != tc.want {
 			t.Errorf("-tags %q: the Kubernetes client is linked: %v, want %v", tc.tags, got, tc.want)
 		}
+	}
+}
+
+// TestNoClientset: the kubernetes provider reaches the API server through
+// client-go's REST client over its own scheme of the four API groups it
+// uses: the CLI links neither client-go's clientset (its typed clients)
+// nor its scheme (every built-in group, registered at init in every
+// outpost process), nor any other API group.
+func TestNoClientset(t *testing.T) {
+	out, err := exec.Command(goTool(), "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	allowed := map[string]bool{
+		"k8s.io/api/core/v1": true, "k8s.io/api/coordination/v1": true,
+		"k8s.io/api/networking/v1": true, "k8s.io/api/authorization/v1": true,
+	}
+	var linked []string
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "k8s.io/client-go/kubernetes" || strings.HasPrefix(pkg, "k8s.io/client-go/kubernetes/") ||
+			(strings.HasPrefix(pkg, "k8s.io/api/") && !allowed[pkg]) {
+			linked = append(linked, pkg)
+		}
+	}
+	if len(linked) > 0 {
+		t.Errorf("cmd/outpost links %q; the kubernetes provider must use its own scheme (providers/kubernetes/api.go)", linked)
 	}
 }
 

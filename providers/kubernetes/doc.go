@@ -1,7 +1,9 @@
 // Package kubernetes is the sandbox provider whose sandboxes are pods of a
-// Kubernetes cluster, driven through client-go: the standard loading
-// rules (KUBECONFIG, ~/.kube/config, in-cluster), a context and a
-// namespace, and exec through remotecommand (WebSocket, falling back to
+// Kubernetes cluster, driven through client-go's REST client over a
+// scheme of only the API groups it uses (api.go; not the clientset, whose
+// scheme registers every group at init): the standard loading rules
+// (KUBECONFIG, ~/.kube/config, in-cluster), a context and a namespace,
+// and exec through remotecommand (WebSocket, falling back to
 // SPDY, as kubectl does; SPDY first for a stdin that stays open while its
 // program runs, see Provider.executor).
 //

@@ -44,7 +44,7 @@ func networkPolicy(s *Sandbox, o *owner) *networkingv1.NetworkPolicy {
 
 // createPolicy makes the lease's NetworkPolicy (networkPolicy).
 func (s *Sandbox) createPolicy(ctx context.Context, o *owner) error {
-	if _, err := s.p.cs.NetworkingV1().NetworkPolicies(s.p.ns).Create(ctx, networkPolicy(s, o), metav1.CreateOptions{}); err != nil {
+	if _, err := s.p.api.policies.create(ctx, networkPolicy(s, o)); err != nil {
 		return s.p.apiErr(ctx, "creating the pod's NetworkPolicy", err)
 	}
 	s.policy = true
@@ -57,7 +57,7 @@ func (s *Sandbox) deletePolicy(ctx context.Context) error {
 	if !s.policy {
 		return nil
 	}
-	err := s.p.cs.NetworkingV1().NetworkPolicies(s.p.ns).Delete(ctx, s.id, metav1.DeleteOptions{})
+	err := s.p.api.policies.delete(ctx, s.id, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return s.p.apiErr(ctx, "deleting NetworkPolicy "+s.id, err)
 	}

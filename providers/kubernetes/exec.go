@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
@@ -34,8 +33,8 @@ func (s *Sandbox) stream(ctx context.Context, cmd []string, stdin io.Reader, std
 // streamWith is stream; live says stdin stays open while the program
 // runs, which goes SPDY first (executor).
 func (s *Sandbox) streamWith(ctx context.Context, cmd []string, stdin io.Reader, live bool, stdout, stderr io.Writer) error {
-	req := s.p.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(s.p.ns).Name(s.id).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: cmd, Stdin: stdin != nil, Stdout: stdout != nil, Stderr: stderr != nil}, scheme.ParameterCodec)
+	req := s.p.api.core.Post().Resource("pods").Namespace(s.p.ns).Name(s.id).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: cmd, Stdin: stdin != nil, Stdout: stdout != nil, Stderr: stderr != nil}, apiCodecs().params)
 	ex, err := s.p.executor(req.URL(), live)
 	if err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -46,11 +45,11 @@ func TestExecProtocols(t *testing.T) {
 			}))
 			defer srv.Close()
 			cfg := &rest.Config{Host: srv.URL}
-			cs, err := kubernetes.NewForConfig(cfg)
+			a, err := newAPI(cfg, "agents")
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := &Sandbox{p: &Provider{cfg: cfg, cs: cs, ns: "agents"}, id: "outpost-exec", procs: map[*process]bool{}}
+			s := &Sandbox{p: &Provider{cfg: cfg, api: a, ns: "agents"}, id: "outpost-exec", procs: map[*process]bool{}}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if _, err := s.Start(ctx, driver.ExecRequest{Path: "cat", Stdin: tc.stdin}); err == nil {

@@ -19,8 +19,6 @@ import (
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -280,7 +278,7 @@ type Provider struct {
 	opts Options
 	res  resources
 	cfg  *rest.Config
-	cs   kubernetes.Interface
+	api  *api
 	ns   string
 	host string // the API server, for messages
 
@@ -347,11 +345,11 @@ func New(opts *Options) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	a, err := newAPI(cfg, ns)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return &Provider{opts: o, res: res, cfg: cfg, cs: cs, ns: ns, host: cfg.Host}, nil
+	return &Provider{opts: o, res: res, cfg: cfg, api: a, ns: ns, host: cfg.Host}, nil
 }
 
 // loadConfig applies client-go's standard loading rules.
@@ -406,8 +404,9 @@ func (p *Provider) Options() Options { return p.opts }
 // Namespace is the namespace of the provider's pods and Leases.
 func (p *Provider) Namespace() string { return p.ns }
 
-// Client is the provider's clientset (for tests and diagnostics).
-func (p *Provider) Client() kubernetes.Interface { return p.cs }
+// RESTConfig is a copy of the provider's cluster configuration (for tests
+// and diagnostics: client-go's clientset is built from it where needed).
+func (p *Provider) RESTConfig() *rest.Config { return rest.CopyConfig(p.cfg) }
 
 // needed are the permissions the provider needs in its namespace (the
 // Role of providers/kubernetes/rbac.yaml grants exactly these).
@@ -429,7 +428,7 @@ func (p *Provider) Preflight(ctx context.Context) error {
 	var missing []string
 	for _, ra := range needed {
 		ra.Namespace = p.ns
-		r, err := p.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra}}, metav1.CreateOptions{})
+		r, err := p.api.reviews.create(ctx, &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra}})
 		if err != nil {
 			return p.apiErr(ctx, "checking access", err)
 		}

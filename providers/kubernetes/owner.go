@@ -83,7 +83,7 @@ func (p *Provider) ensureOwner(ctx context.Context) (*owner, error) {
 		},
 		Spec: coordv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
 	}
-	created, err := p.cs.CoordinationV1().Leases(p.ns).Create(ctx, l, metav1.CreateOptions{})
+	created, err := p.api.leases.create(ctx, l)
 	if err != nil {
 		return nil, p.apiErr(ctx, "creating the owner Lease", err)
 	}
@@ -135,9 +135,9 @@ func (o *owner) renewOnce(ctx context.Context) error {
 	o.mu.Unlock()
 	now := metav1.NewMicroTime(time.Now())
 	l.Spec.RenewTime = &now
-	updated, err := o.p.cs.CoordinationV1().Leases(o.p.ns).Update(ctx, l, metav1.UpdateOptions{})
+	updated, err := o.p.api.leases.update(ctx, l)
 	if apierrors.IsConflict(err) {
-		fresh, gerr := o.p.cs.CoordinationV1().Leases(o.p.ns).Get(ctx, o.name, metav1.GetOptions{})
+		fresh, gerr := o.p.api.leases.get(ctx, o.name)
 		if gerr != nil {
 			return gerr
 		}
@@ -145,7 +145,7 @@ func (o *owner) renewOnce(ctx context.Context) error {
 			return apierrors.NewNotFound(coordv1.Resource("leases"), o.name)
 		}
 		fresh.Spec.RenewTime = &now
-		updated, err = o.p.cs.CoordinationV1().Leases(o.p.ns).Update(ctx, fresh, metav1.UpdateOptions{})
+		updated, err = o.p.api.leases.update(ctx, fresh)
 	}
 	if err != nil {
 		return err
@@ -165,7 +165,7 @@ func (o *owner) release() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		bg := metav1.DeletePropagationBackground
-		_ = o.p.cs.CoordinationV1().Leases(o.p.ns).Delete(ctx, o.name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &o.uid}})
+		_ = o.p.api.leases.delete(ctx, o.name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &o.uid}})
 	})
 }
 
@@ -229,12 +229,12 @@ func (p *Provider) GC(ctx context.Context, opts GCOptions) (GCReport, error) {
 	rep := GCReport{Namespace: p.ns}
 	// Pods first: the owner of a pod listed was made before it, so it is
 	// in the list of Leases that follows, unless it is gone.
-	pods, err := p.cs.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{LabelSelector: LabelRole + "=sandbox"})
-	if err != nil {
+	var pods corev1.PodList
+	if err := p.api.pods.list(ctx, metav1.ListOptions{LabelSelector: LabelRole + "=sandbox"}, &pods); err != nil {
 		return rep, p.apiErr(ctx, "listing outpost pods", err)
 	}
-	leases, err := p.cs.CoordinationV1().Leases(p.ns).List(ctx, metav1.ListOptions{LabelSelector: LabelRole + "=owner"})
-	if err != nil {
+	var leases coordv1.LeaseList
+	if err := p.api.leases.list(ctx, metav1.ListOptions{LabelSelector: LabelRole + "=owner"}, &leases); err != nil {
 		return rep, p.apiErr(ctx, "listing owner Leases", err)
 	}
 	now := time.Now()
@@ -314,7 +314,7 @@ func (p *Provider) collectLease(ctx context.Context, l *coordv1.Lease, pods []co
 	}
 	bg := metav1.DeletePropagationBackground
 	uid, rv := l.UID, l.ResourceVersion
-	err = p.cs.CoordinationV1().Leases(p.ns).Delete(ctx, l.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+	err = p.api.leases.delete(ctx, l.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 	switch {
 	case err == nil || apierrors.IsNotFound(err):
 		c.Deleted = true
@@ -337,7 +337,7 @@ func (p *Provider) collectLease(ctx context.Context, l *coordv1.Lease, pods []co
 // not a pod made since under the same name); gone already is done.
 func (p *Provider) deletePodOf(ctx context.Context, pod *corev1.Pod) error {
 	zero := int64(0)
-	err := p.cs.CoreV1().Pods(p.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	err := p.api.pods.delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("kubernetes: deleting pod %s: %w", pod.Name, err)
 	}

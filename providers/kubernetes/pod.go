@@ -229,10 +229,10 @@ var pullFailures = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": tru
 func (p *Provider) waitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
 	wctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
-	pods := p.cs.CoreV1().Pods(p.ns)
+	pods := p.api.pods
 	var last *corev1.Pod
 	for {
-		pod, err := pods.Get(wctx, name, metav1.GetOptions{})
+		pod, err := pods.get(wctx, name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -249,7 +249,7 @@ func (p *Provider) waitRunning(ctx context.Context, name string) (*corev1.Pod, e
 		if done, err := p.started(ctx, pod); done {
 			return pod, err
 		}
-		w, err := pods.Watch(wctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: pod.ResourceVersion})
+		w, err := pods.watch(wctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: pod.ResourceVersion})
 		if err != nil {
 			continue // read again (the deadline ends the loop)
 		}
@@ -330,10 +330,10 @@ func (p *Provider) startErr(ctx context.Context, pod *corev1.Pod, what string) e
 	}
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	evs, err := p.cs.CoreV1().Events(p.ns).List(ectx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+	var evs corev1.EventList
+	if err := p.api.events.list(ectx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
 		fields.OneTermEqualSelector("involvedObject.name", pod.Name),
-		fields.OneTermEqualSelector("type", corev1.EventTypeWarning)).String()})
-	if err == nil {
+		fields.OneTermEqualSelector("type", corev1.EventTypeWarning)).String()}, &evs); err == nil {
 		sort.Slice(evs.Items, func(i, j int) bool { return evs.Items[i].LastTimestamp.Before(&evs.Items[j].LastTimestamp) })
 		seen := map[string]bool{}
 		for _, e := range evs.Items {

@@ -124,7 +124,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 			return fail(err)
 		}
 	}
-	if _, err := p.cs.CoreV1().Pods(p.ns).Create(ctx, p.podSpec(s, img, o, opts.Labels), metav1.CreateOptions{}); err != nil {
+	if _, err := p.api.pods.create(ctx, p.podSpec(s, img, o, opts.Labels)); err != nil {
 		if ctx.Err() != nil {
 			return fail(ctx.Err()) // it may have been made before the request was dropped
 		}
@@ -208,7 +208,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 // stopped or abandoned). A pod already gone is not an error.
 func (s *Sandbox) deletePod(ctx context.Context) error {
 	zero := int64(0)
-	err := s.p.cs.CoreV1().Pods(s.p.ns).Delete(ctx, s.id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	err := s.p.api.pods.delete(ctx, s.id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return s.p.apiErr(ctx, "deleting pod "+s.id, err)
 	}
@@ -253,7 +253,7 @@ func (s *Sandbox) Vanished(ctx context.Context) bool {
 	}
 	gctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	pod, err := s.p.cs.CoreV1().Pods(s.p.ns).Get(gctx, s.id, metav1.GetOptions{})
+	pod, err := s.p.api.pods.get(gctx, s.id)
 	why := ""
 	switch {
 	case apierrors.IsNotFound(err):
