@@ -33,8 +33,8 @@ const (
 const (
 	libraryBytes  = 192 << 10
 	libraryAllocs = 2000
-	totalBytes    = 5 << 20
-	totalAllocs   = 48000
+	totalBytes    = 4 << 20
+	totalAllocs   = 38000
 )
 
 // heavyInit are the library packages allowed more than libraryBytes or
@@ -144,7 +144,7 @@ init github.com/spf13/cobra @101 ms, 0.1 ms clock, 4096 bytes, 40 allocs
 		{"over its ceiling", `init github.com/distribution/reference @100 ms, 8 ms clock, 900000 bytes, 3599 allocs
 `, []string{"github.com/distribution/reference: 900000 bytes in 3599 allocations (budget 471040, 4000)"}},
 		{"the sum", strings.Repeat(`init example.com/lib @1 ms, 1 ms clock, 100000 bytes, 1000 allocs
-`, 60), []string{"the whole binary: 6000000 bytes in 60000 allocations (budget 5242880, 48000)"}},
+`, 60), []string{"the whole binary: 6000000 bytes in 60000 allocations (budget 4194304, 38000)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			trace, err := testenv.ParseInitTrace(tc.trace)
