@@ -149,7 +149,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if err != nil {
 		if timedOut {
 			// Our own bound ran out: the engine may still make it.
-			rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+			rctx, cancel := driver.RemovalContext(ctx)
 			defer cancel()
 			if rerr := eng.cli.ContainerRemove(rctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
 				return nil, errors.Join(err, fmt.Errorf("docker: removing %s after a create that timed out: %w", s.id, rerr))
@@ -164,7 +164,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		err = s.prepare(ctx)
 	}
 	if err != nil {
-		rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+		rctx, cancel := driver.RemovalContext(ctx)
 		defer cancel()
 		s.closing.Store(true)
 		rerr := s.remove(rctx)
@@ -417,7 +417,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := s.remove(cctx); err != nil {
+	rctx, rcancel := driver.RemovalContext(ctx)
+	defer rcancel()
+	if err := s.remove(rctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

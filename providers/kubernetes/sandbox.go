@@ -110,7 +110,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	p.mu.Unlock()
 	fail := func(err error) (driver.Sandbox, error) {
 		s.closing.Store(true)
-		dctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+		dctx, cancel := driver.RemovalContext(ctx)
 		defer cancel()
 		derr := errors.Join(s.deletePod(dctx), s.deletePolicy(dctx))
 		s.released()
@@ -130,7 +130,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		}
 		err = p.apiErr(ctx, "creating the pod", err)
 		if s.policy {
-			dctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+			dctx, cancel := driver.RemovalContext(ctx)
 			defer cancel()
 			err = errors.Join(err, s.deletePolicy(dctx))
 		}
@@ -195,10 +195,12 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	if err := s.SyncWorkspace(cctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.deletePod(cctx); err != nil {
+	rctx, rcancel := driver.RemovalContext(ctx)
+	defer rcancel()
+	if err := s.deletePod(rctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.deletePolicy(cctx); err != nil {
+	if err := s.deletePolicy(rctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

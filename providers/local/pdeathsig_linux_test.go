@@ -26,6 +26,12 @@ func TestParentDeathThread(t *testing.T) {
 		err error
 	}
 	ch := make(chan started)
+	// A goroutine that lands on the main thread (which never ends) keeps
+	// it, locked and waiting, until the test has its thread: the next
+	// goroutine then runs on another one. (Unlocking it at once let every
+	// retry land on the main thread again on a loaded machine.)
+	release := make(chan struct{})
+	defer close(release)
 	var s started
 	for i := 0; s.p == nil; i++ {
 		if i == 100 {
@@ -34,9 +40,9 @@ func TestParentDeathThread(t *testing.T) {
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
 			if syscall.Gettid() == os.Getpid() {
-				// The main thread never ends: try another one.
-				runtime.UnlockOSThread()
 				ch <- started{}
+				<-release
+				runtime.UnlockOSThread()
 				return
 			}
 			p, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "echo $$; exec sleep 100000"}, Env: env(l)})

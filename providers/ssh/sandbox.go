@@ -179,7 +179,7 @@ func (s *Sandbox) make(ctx context.Context, labels map[string]string) error {
 		}
 		// A cancelled open may have made the directory before the session
 		// closed: remove it.
-		rctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+		rctx, cancel := driver.RemovalContext(ctx)
 		defer cancel()
 		_, _ = run(rctx, s.c, "rm -rf "+shq(s.dir), nil)
 		return ctx.Err()
@@ -270,7 +270,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	} else {
 		reap += "; "
 	}
-	res, err := run(cctx, c, reap+removeCmd(s.dir), nil)
+	rctx, rcancel := driver.RemovalContext(ctx)
+	defer rcancel()
+	res, err := run(rctx, c, reap+removeCmd(s.dir), nil)
 	if err == nil && res.code != 0 {
 		err = fmt.Errorf("exit %d: %s", res.code, strings.TrimSpace(string(res.stderr)))
 	}

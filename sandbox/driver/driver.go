@@ -390,6 +390,16 @@ func ReleaseContext(ctx context.Context, fallback time.Duration) (context.Contex
 	return context.WithTimeout(cctx, fallback)
 }
 
+// RemovalContext is the context of a release's last step, removing what
+// the lease holds (its container, pod or directory): ctx's values, bounded
+// by a ReleaseTimeout of its own. The steps before it (stopping the
+// processes, copying the workspace back) may have used the whole of the
+// release's deadline; the removal must still run, or the sandbox would be
+// left running until a sweep finds it.
+func RemovalContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+}
+
 // HomeEnv is the fixed environment of a lease's private home: HOME, the
 // XDG base directories under it, and TMPDIR (tmp), each an absolute path
 // with forward slashes.

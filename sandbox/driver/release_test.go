@@ -29,3 +29,31 @@ func TestReleaseContext(t *testing.T) {
 		t.Errorf("deadline %v, %v; want the caller's %v", d, ok, want)
 	}
 }
+
+// TestRemovalContext: the removal at the end of a release gets a
+// ReleaseTimeout of its own, whatever is left of the caller's deadline
+// (the copy back before it may have used it all), and ctx's values.
+func TestRemovalContext(t *testing.T) {
+	type key struct{}
+	spent, cancel := context.WithDeadline(context.WithValue(context.Background(), key{}, "v"), time.Now().Add(time.Millisecond))
+	defer cancel()
+	<-spent.Done()
+	ctx, stop := RemovalContext(spent)
+	defer stop()
+	if ctx.Err() != nil {
+		t.Fatalf("removal context of a spent release is done: %v", ctx.Err())
+	}
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) < ReleaseTimeout-time.Minute/2 {
+		t.Errorf("deadline %v, %v; want about ReleaseTimeout from now", d, ok)
+	}
+	if ctx.Value(key{}) != "v" {
+		t.Error("the caller's values are lost")
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	ctx2, stop2 := RemovalContext(short)
+	defer stop2()
+	if d, _ := ctx2.Deadline(); time.Until(d) < ReleaseTimeout-time.Minute/2 {
+		t.Errorf("a caller's deadline 1 s ahead cut the removal's to %v", time.Until(d))
+	}
+}
