@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"time"
 
 	"github.com/outposthq/outpost/sandbox/snapshot"
 )
@@ -26,4 +27,12 @@ func Processes(s *Sandbox) (string, error) {
 // copied in, without an exec; ok is false when it would walk instead.
 func PristineSnapshot(s *Sandbox, limit int) (snapshot.Snapshot, bool) {
 	return s.pristineSnapshot(limit)
+}
+
+// SetCopyBackIdle sets how long a release's copy back may go without a
+// byte, until the test ends.
+func SetCopyBackIdle(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := copyBackIdle
+	copyBackIdle = d
+	t.Cleanup(func() { copyBackIdle = old })
 }

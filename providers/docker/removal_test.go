@@ -13,42 +13,85 @@ import (
 
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
+	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// TestCopyBackOutOfTimeStillRemoves: a release whose deadline runs out
-// while the workspace is copied back still removes the container. The
-// copy back and the removal shared one deadline, so a copy back that used
-// it all (a large workspace: 60 s was not enough for a copy in that took
-// 70 s) left the container running until a later process's sweep.
-func TestCopyBackOutOfTimeStillRemoves(t *testing.T) {
+// bigLease is a copy-mode lease of a workspace holding 72 MiB, in which
+// the sandbox has written new.txt.
+func bigLease(t *testing.T) (wd string, sb *docker.Sandbox) {
+	t.Helper()
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox)
-	wd := workdir(t)
-	// Enough to copy that the copy back cannot finish in the deadline below.
+	wd = workdir(t)
 	big := strings.Repeat("outpost copy back\n", 2<<20) // 36 MiB
-	for i := range 2 {
-		f := filepath.Join(wd, "big"+string(rune('a'+i)))
-		if err := os.WriteFile(f, []byte(big), 0o644); err != nil {
+	for _, name := range []string{"biga", "bigb"} {
+		if err := os.WriteFile(filepath.Join(wd, name), []byte(big), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sb, err := p.Open(t.Context(), driver.Options{Workdir: wd})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: wd})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cid := sb.(*docker.Sandbox).ContainerID()
+	env := map[string]string{}
+	for k, v := range l.Environment().Defaults {
+		env[k] = v
+	}
+	for k, v := range l.Environment().Fixed {
+		env[k] = v
+	}
+	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "echo made inside > /workspace/new.txt"}, Env: env}, 1<<20)
+	if err != nil || res.Status.Code != 0 {
+		t.Fatalf("writing in the sandbox: %v %+v", err, res)
+	}
+	sb = l.Sandbox().(*docker.Sandbox)
+	t.Cleanup(func() {
+		dockertest.Client(t).ContainerRemove(context.Background(), sb.ContainerID(), container.RemoveOptions{Force: true, RemoveVolumes: true})
+	})
+	return wd, sb
+}
+
+func gone(t *testing.T, cid string) {
+	t.Helper()
+	if _, err := dockertest.Client(t).ContainerInspect(context.Background(), cid); !errdefs.IsNotFound(err) {
+		t.Errorf("the container outlived its release (inspect: %v)", err)
+	}
+}
+
+// TestCopyBackOutlivesReleaseDeadline: a release's copy back is bounded by
+// its progress, not by the release's deadline. It shared that deadline, so
+// a workspace that took longer to copy back than the release allowed (60
+// s; a copy in had taken 70 s) lost the agent's changes.
+func TestCopyBackOutlivesReleaseDeadline(t *testing.T) {
+	wd, sb := bigLease(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
-	err = sb.Close(ctx)
-	if err == nil || !strings.Contains(err.Error(), "copying the workspace") {
-		t.Errorf("Close with 150 ms for the copy back of 72 MiB: %v, want the copy back's error", err)
+	if err := sb.Close(ctx); err != nil {
+		t.Errorf("Close with 150 ms of deadline for the copy back of 72 MiB: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(wd, "new.txt")); err != nil || string(b) != "made inside\n" {
+		t.Errorf("the sandbox's new file on the host: %q, %v", b, err)
+	}
+	gone(t, sb.ContainerID())
+}
+
+// TestStalledCopyBackStillRemoves: a copy back that stops making progress
+// fails the release with an error that says so, and the container is
+// removed all the same. The removal shared the copy back's deadline, so a
+// copy back that used it all left the container running until a later
+// process's sweep.
+func TestStalledCopyBackStillRemoves(t *testing.T) {
+	_, sb := bigLease(t)
+	// No byte within a millisecond: the engine takes longer than that to
+	// start sending the archive.
+	docker.SetCopyBackIdle(t, time.Millisecond)
+	err := sb.Close(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "no byte for 1ms") {
+		t.Errorf("Close of a stalled copy back: %v, want its stall named", err)
 	}
 	if err != nil && strings.Contains(err.Error(), "removing") {
 		t.Errorf("the removal failed too: %v", err)
 	}
-	if _, err := dockertest.Client(t).ContainerInspect(context.Background(), cid); !errdefs.IsNotFound(err) {
-		t.Errorf("the container outlived its release (inspect: %v)", err)
-		dockertest.Client(t).ContainerRemove(context.Background(), cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	}
+	gone(t, sb.ContainerID())
 }

@@ -411,7 +411,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 			err = s.stop(cctx)
 		}
 		if err == nil {
-			err = s.SyncWorkspace(cctx)
+			err = s.releaseSync(cctx)
 		}
 		if err != nil {
 			errs = append(errs, err)

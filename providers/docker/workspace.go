@@ -3,8 +3,11 @@ package docker
 import (
 	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"path"
+	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -48,6 +51,39 @@ func (s *Sandbox) writeWorkspace(ctx context.Context, tw *tar.Writer, rootName, 
 // rest is written in any case. Writes go through an os.Root of the host
 // directory: nothing outside it is touched.
 func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
+	return s.syncWorkspace(ctx, nil)
+}
+
+// copyBackIdle bounds a release's copy back by progress: it fails once no
+// byte of the archive has arrived for this long, however long it has run
+// (a variable for the tests).
+var copyBackIdle = driver.ReleaseTimeout
+
+// errCopyBackStalled is the cause of a release's copy back that stopped
+// making progress.
+var errCopyBackStalled = errors.New("no progress")
+
+// releaseSync is Close's copy back: bounded by progress (copyBackIdle
+// without a byte), not by the release's deadline, so that a large
+// workspace that takes longer to copy back than the release allows is not
+// lost while its bytes still flow. ctx's values are kept; its deadline and
+// cancellation are not.
+func (s *Sandbox) releaseSync(ctx context.Context) error {
+	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	idle := copyBackIdle
+	timer := time.AfterFunc(idle, func() { cancel(errCopyBackStalled) })
+	defer timer.Stop()
+	err := s.syncWorkspace(pctx, func() { timer.Reset(idle) })
+	if err != nil && errors.Is(context.Cause(pctx), errCopyBackStalled) {
+		return fmt.Errorf("docker: copying the workspace of %s back: no byte for %s; the changes not yet copied are lost: %w", s.id, idle, err)
+	}
+	return err
+}
+
+// syncWorkspace is SyncWorkspace; progress, when set, is called as bytes of
+// the archive arrive.
+func (s *Sandbox) syncWorkspace(ctx context.Context, progress func()) error {
 	if s.mode != Copy {
 		return nil
 	}
@@ -62,7 +98,11 @@ func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
 		return fmt.Errorf("docker: copying the workspace of %s back: %w", s.id, err)
 	}
 	defer rc.Close()
-	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(rc))
+	var r io.Reader = rc
+	if progress != nil {
+		r = progressReader{rc, progress}
+	}
+	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(r))
 	if err != nil {
 		return fmt.Errorf("docker: copying the workspace of %s back: %w", s.id, err)
 	}
@@ -71,4 +111,18 @@ func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
 		return fmt.Errorf("docker: %w", err)
 	}
 	return nil
+}
+
+// progressReader calls progress after every read that returned bytes.
+type progressReader struct {
+	r        io.Reader
+	progress func()
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.progress()
+	}
+	return n, err
 }
