@@ -34,14 +34,7 @@ func bigLease(t *testing.T) (wd string, sb *docker.Sandbox) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{}
-	for k, v := range l.Environment().Defaults {
-		env[k] = v
-	}
-	for k, v := range l.Environment().Fixed {
-		env[k] = v
-	}
-	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "echo made inside > /workspace/new.txt"}, Env: env}, 1<<20)
+	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "echo made inside > /workspace/new.txt"}, Env: fullEnv(l)}, 1<<20)
 	if err != nil || res.Status.Code != 0 {
 		t.Fatalf("writing in the sandbox: %v %+v", err, res)
 	}
