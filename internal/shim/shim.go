@@ -4,7 +4,9 @@
 // needs nothing of the image: no shell, no C library, no ps or kill.
 //
 //   - init is the container's PID 1: it keeps the container alive between
-//     turns, reaps orphans, and exits on SIGTERM or SIGINT.
+//     turns, reaps orphans, and exits on SIGTERM or SIGINT. With --serve
+//     it also starts the lease's processes for the provider, over its
+//     attached stdin and stdout (serve.go), so that they cost no exec.
 //   - exec runs one process of the lease (every Sandbox.Start) in a
 //     process group of its own, with exactly the environment it is given.
 //     It writes a one-line handshake on stdout before the process starts,
@@ -104,7 +106,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "init":
-		return initMain()
+		return initMain(args[1:])
 	case "exec":
 		return execMain(args[1:], stdout, stderr)
 	case "signal":
@@ -131,26 +133,6 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "outpost sandbox-shim: unknown mode %q\n", args[0])
 	return 2
-}
-
-// initMain is PID 1: it sleeps, reaps every child reparented to it, and
-// exits on SIGTERM or SIGINT.
-func initMain() int {
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
-	for s := range sigs {
-		if s != syscall.SIGCHLD {
-			return 0
-		}
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if pid <= 0 || err != nil {
-				break
-			}
-		}
-	}
-	return 0
 }
 
 // StatusFile is where the exec shim with token records that its program

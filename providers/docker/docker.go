@@ -211,6 +211,8 @@ type Provider struct {
 	sweptAt time.Time
 	imageMu sync.Mutex
 	images  map[string]*imageFacts // by reference, once resolved
+
+	serveOff bool // tests: the init does not serve, every process is an exec
 }
 
 // engine is what the provider learned of the engine it talks to.

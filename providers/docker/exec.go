@@ -49,6 +49,12 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 			return nil, err
 		}
 	}
+	if sp := s.servedSpare(ctx); sp != nil {
+		p, err := s.startSpare(ctx, sp, req, dir, false)
+		if !errors.Is(err, errSpareDead) {
+			return p, err
+		}
+	}
 	return s.startExec(ctx, req, dir)
 }
 
@@ -64,6 +70,7 @@ func (s *Sandbox) startExec(ctx context.Context, req driver.ExecRequest, dir str
 	b, _ := json.Marshal(names) // strings: cannot fail
 	env = append(env, shim.EnvNames+"="+string(b))
 	token := shim.Token()
+	s.execs.Add(1)
 	ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
 		AttachStdin:  req.Stdin,
 		AttachStdout: true,
@@ -119,7 +126,7 @@ type process struct {
 func (p *process) Signal(sig driver.Signal) error { return p.Kill(sig == driver.Kill) }
 
 // newProcess reads conn, the attach stream of an exec of the shim that
-// has its request. up, when not nil, is called once the program is up:
+// has its request, or (execID "") a stream of the init's connection. up, when not nil, is called once the program is up:
 // its first output, or the end of the stream.
 func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedResponse, withStdin bool, up func()) *process {
 	p := &process{}
@@ -132,7 +139,12 @@ func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedRespo
 	if withStdin {
 		x.Stdin = &stdinWriter{conn: conn}
 	}
-	p.Process = shim.NewProcess(x, &execStream{s: s, execID: execID, path: path, conn: conn})
+	var t shim.Transport = &execStream{s: s, execID: execID, path: path, conn: conn}
+	if execID == "" {
+		// A stream of the init's connection (serve.go).
+		t = &servedStream{execStream: execStream{s: s, path: path, conn: conn}}
+	}
+	p.Process = shim.NewProcess(x, t)
 	return p
 }
 
@@ -255,6 +267,10 @@ func (s *Sandbox) run(ctx context.Context, cmd, env []string) (result, error) {
 
 // runLimit is run keeping at most max bytes of standard output.
 func (s *Sandbox) runLimit(ctx context.Context, cmd, env []string, max int) (result, error) {
+	if res, ok, err := s.runServed(ctx, cmd, env, max); ok {
+		return res, err
+	}
+	s.execs.Add(1)
 	ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{AttachStdout: true, AttachStderr: true, Env: env, Cmd: cmd})
 	if err != nil {
 		return result{}, s.execErr(ctx, cmd[len(cmd)-1], err)

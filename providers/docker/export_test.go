@@ -7,7 +7,8 @@ import (
 	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
-// SpareRuns is how many requests s handed to a spare exec.
+// SpareRuns is how many requests s handed to a spare kept ahead (not
+// counting those made on the init's connection for the request itself).
 func SpareRuns(s *Sandbox) int64 { return s.spareRuns.Load() }
 
 // Active is how many processes of s's lease run.
@@ -36,3 +37,13 @@ func SetCopyBackIdle(t interface{ Cleanup(func()) }, d time.Duration) {
 	copyBackIdle = d
 	t.Cleanup(func() { copyBackIdle = old })
 }
+
+// Execs is how many execs s made through the engine.
+func Execs(s *Sandbox) int64 { return s.execs.Load() }
+
+// ServeOff makes p's sandboxes start every process with an exec: their
+// init does not serve.
+func ServeOff(p *Provider) { p.serveOff = true }
+
+// Serving reports whether s's processes go through its init's connection.
+func Serving(s *Sandbox) bool { return s.session(context.Background()) != nil }

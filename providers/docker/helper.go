@@ -29,7 +29,9 @@ import (
 func (s *Sandbox) spareHelper(ctx context.Context, args []string) (driver.Process, error) {
 	sp := s.takeSpare()
 	if sp == nil {
-		return nil, nil
+		if sp = s.servedSpare(ctx); sp == nil {
+			return nil, nil
+		}
 	}
 	p, err := s.startSpare(ctx, sp, driver.ExecRequest{Path: layout.BinaryPath, Args: args, Env: map[string]string{}}, "/", true)
 	if errors.Is(err, errSpareDead) {

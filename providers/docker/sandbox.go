@@ -67,6 +67,9 @@ type Sandbox struct {
 	// (a process, a copy in, a tunnel, a copy back) has happened since it
 	// was copied in: its snapshot is the manifest's (SnapshotWorkspace).
 	pristine atomic.Bool
+
+	serve *served      // the connection to the container's init (serve.go); nil without one
+	execs atomic.Int64 // execs made through the engine (tests, diagnostics)
 }
 
 // ID is the lease id, also the container's name ("outpost-<12 hex>").
@@ -168,6 +171,9 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		defer cancel()
 		s.closing.Store(true)
 		rerr := s.remove(rctx)
+		if s.serve != nil {
+			s.serve.close()
+		}
 		if ctx.Err() != nil {
 			return nil, errors.Join(fmt.Errorf("docker: starting the sandbox: %w", ctx.Err()), rerr)
 		}
@@ -206,11 +212,17 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	cfg := &container.Config{
 		Image:      img.ref,
 		User:       s.user,
-		Entrypoint: []string{layout.BinaryPath, shim.Subcommand, "init"},
-		Cmd:        []string{},
-		WorkingDir: layout.Workspace,
-		Labels:     labels,
-		StopSignal: "SIGTERM",
+		Entrypoint: []string{layout.BinaryPath, shim.Subcommand, "init", shim.ServeFlag},
+		// The init serves the lease's processes over its stdin and stdout
+		// (serve.go), which the provider attaches before the start.
+		OpenStdin:    !p.serveOff,
+		AttachStdin:  !p.serveOff,
+		AttachStdout: !p.serveOff,
+		AttachStderr: !p.serveOff,
+		Cmd:          []string{},
+		WorkingDir:   layout.Workspace,
+		Labels:       labels,
+		StopSignal:   "SIGTERM",
 	}
 	hc := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(o.Network),
@@ -325,8 +337,12 @@ func (s *Sandbox) prepare(ctx context.Context) error {
 		}
 	}
 	s.manifest = m
+	s.attachInit(ctx)
 	if err := s.eng.cli.ContainerStart(ctx, s.cid, container.StartOptions{}); err != nil {
 		return fmt.Errorf("docker: starting the container: %w", err)
+	}
+	if s.serve != nil {
+		go s.serve.handshake()
 	}
 	s.pristine.Store(m != nil)
 	return nil
@@ -421,6 +437,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	defer rcancel()
 	if err := s.remove(rctx); err != nil {
 		errs = append(errs, err)
+	}
+	if s.serve != nil {
+		s.serve.close()
 	}
 	return errors.Join(errs...)
 }

@@ -45,6 +45,8 @@ type spare struct {
 	// Set before made is closed.
 	execID string
 	conn   types.HijackedResponse
+	served bool // a stream of the init's connection (serve.go), not an exec
+	now    bool // made for the request at hand (servedSpare), not kept ahead
 	err    error
 }
 
@@ -116,6 +118,14 @@ func (s *Sandbox) makeSpareLocked() *spare {
 	go func() {
 		defer s.spareWG.Done()
 		defer close(sp.made)
+		if s.makeServed(ctx, sp) {
+			return
+		}
+		if ctx.Err() != nil {
+			sp.err = ctx.Err()
+			return
+		}
+		s.execs.Add(1)
 		ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
 			AttachStdin:  true,
 			AttachStdout: true,
@@ -275,7 +285,9 @@ func (s *Sandbox) startSpare(ctx context.Context, sp *spare, req driver.ExecRequ
 	}
 	// A request written in full runs: from here on, ctx ending stops the
 	// program (await), as for an ordinary exec.
-	s.spareRuns.Add(1)
+	if !sp.now {
+		s.spareRuns.Add(1)
+	}
 	if !req.Stdin {
 		// The program has /dev/null; the shim reads no more.
 		_ = sp.conn.CloseWrite()

@@ -1,0 +1,397 @@
+package shim
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/outposthq/outpost/internal/tunnel/inside"
+)
+
+// The init's serving mode (init --serve): PID 1 of a docker sandbox also
+// starts the lease's processes, so that a turn costs the engine no exec.
+// The provider attaches to the container's standard streams before it
+// starts it; the init writes HelloLine on stdout, then runs a yamux
+// server over its stdin and stdout. Every stream the provider opens is one
+// process: a request line (ServeRequest, JSON), then the process's stdin
+// from the provider, and back its stdout and stderr in frames, and last
+// its exit status (Frame*). A process so started is the init's child, with
+// the init's user, environment (the container's) and working directory,
+// as an exec of the engine would have; what the provider starts this way
+// is the exec shim and its helper modes, so the handshake, the process
+// group, signals and status files are those of an exec. The init still
+// reaps every orphan; it tells its own children's statuses to the streams
+// that wait for them. When the stream ends (the provider is gone), it goes
+// on as a plain init.
+
+// ServeFlag is the init's argument that turns its serving mode on. An
+// init that does not know it ignores it, writes no HelloLine, and the
+// provider falls back to the engine's execs.
+const ServeFlag = "--serve"
+
+// HelloLine is the first thing the serving init writes on stdout, before
+// yamux begins.
+const HelloLine = handshake + "serve 1\n"
+
+// Frame types on a served stream: an 8-byte header (type, three zero
+// bytes, the payload's length as a big-endian uint32), then the payload.
+// The layout is the Engine's attach multiplexing (stdcopy), so that one
+// reader serves both; FrameExit is ours: its payload is the exit code in
+// decimal, the stream's last frame. A process killed by signal n exits
+// 128+n, as the engine reports an exec's.
+const (
+	FrameStdout = 1
+	FrameStderr = 2
+	FrameExit   = 4
+)
+
+// maxRequest bounds a served stream's request line.
+const maxRequest = 1 << 20
+
+// ServeRequest is a served stream's first line: the command line (the
+// program first, a path or a name looked up on the init's PATH) and
+// variables added to the container's environment (NAME=VALUE; a name
+// given again replaces the container's).
+type ServeRequest struct {
+	Args []string `json:"args"`
+	Env  []string `json:"env,omitempty"`
+}
+
+// MuxConfig is yamux's configuration on both ends of the init's stream:
+// no logging, no keep-alives (the attach stream's end is the signal that
+// matters, and a loaded machine must not lose a lease to a late ping), and
+// a half-closed stream waits for its peer as long as it takes (a process
+// whose stdin ended may run for hours).
+func MuxConfig() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.LogOutput = io.Discard
+	c.EnableKeepAlive = false
+	c.StreamCloseTimeout = 0
+	c.ConnectionWriteTimeout = time.Minute
+	return c
+}
+
+// reaper is PID 1's wait loop: it reaps every child, and hands the status
+// of those the init started itself to whoever waits for it.
+type reaper struct {
+	mu      sync.Mutex // held across a start and its registration, and each wait
+	waiting map[int]chan syscall.WaitStatus
+}
+
+// loop reaps on every SIGCHLD, and returns on SIGTERM or SIGINT.
+func (r *reaper) loop(sigs chan os.Signal) {
+	for s := range sigs {
+		if s != syscall.SIGCHLD {
+			return
+		}
+		for {
+			var ws syscall.WaitStatus
+			r.mu.Lock()
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid > 0 && err == nil {
+				if c, ok := r.waiting[pid]; ok {
+					c <- ws
+					delete(r.waiting, pid)
+				}
+			}
+			r.mu.Unlock()
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+}
+
+// start starts a child and registers it before the loop can reap it.
+func (r *reaper) start(path string, args []string, attr *os.ProcAttr) (chan syscall.WaitStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, err := os.StartProcess(path, args, attr)
+	if err != nil {
+		return nil, err
+	}
+	c := make(chan syscall.WaitStatus, 1)
+	r.waiting[p.Pid] = c
+	_ = p.Release()
+	return c, nil
+}
+
+// initMain is PID 1: it sleeps, reaps every child reparented to it, and
+// exits on SIGTERM or SIGINT; with ServeFlag it also serves its stdin.
+func initMain(args []string) int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
+	r := &reaper{waiting: map[int]chan syscall.WaitStatus{}}
+	if len(args) == 1 && args[0] == ServeFlag {
+		go serve(r, os.Stdin, os.Stdout)
+	}
+	r.loop(sigs)
+	return 0
+}
+
+// serve runs the yamux server over stdin and stdout until they end.
+func serve(r *reaper, stdin io.Reader, stdout io.Writer) {
+	if _, err := io.WriteString(stdout, HelloLine); err != nil {
+		return
+	}
+	sess, err := yamux.Server(inside.Stdio{Reader: stdin, Writer: stdout}, MuxConfig())
+	if err != nil {
+		return
+	}
+	defer sess.Close()
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		go serveStream(r, st)
+	}
+}
+
+// frameWriter writes frames to a served stream, one at a time.
+type frameWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (f *frameWriter) frame(typ byte, b []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var hdr [8]byte
+	hdr[0] = typ
+	binary.BigEndian.PutUint32(hdr[4:], uint32(len(b)))
+	if _, err := f.w.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := f.w.Write(b)
+	return err
+}
+
+// pump copies r to frames of typ until r ends. A stream that can no longer
+// be written still drains r, so that the process never blocks on it.
+func (f *frameWriter) pump(typ byte, r io.Reader) {
+	buf := make([]byte, 32<<10)
+	broken := false
+	for {
+		n, err := r.Read(buf)
+		if n > 0 && !broken {
+			broken = f.frame(typ, buf[:n]) != nil
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// serveStream runs one served stream's process.
+func serveStream(r *reaper, st *yamux.Stream) {
+	defer st.Close()
+	fw := &frameWriter{w: st}
+	fail := func(code int, format string, a ...any) {
+		_ = fw.frame(FrameStderr, []byte("outpost sandbox-shim init: "+fmt.Sprintf(format, a...)+"\n"))
+		_ = fw.frame(FrameExit, []byte(strconv.Itoa(code)))
+	}
+	br := bufio.NewReaderSize(st, 64<<10)
+	req, err := readRequest(br)
+	if err != nil {
+		fail(ExitCannot, "%v", err)
+		return
+	}
+	path := req.Args[0]
+	if !strings.Contains(path, "/") {
+		if path, err = exec.LookPath(path); err != nil {
+			fail(ExitNotFound, "%v", err)
+			return
+		}
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		fail(ExitCannot, "%v", err)
+		return
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		fail(ExitCannot, "%v", err)
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		fail(ExitCannot, "%v", err)
+		return
+	}
+	wd, _ := os.Getwd()
+	done, err := r.start(path, req.Args, &os.ProcAttr{Dir: wd, Env: mergeEnv(os.Environ(), req.Env), Files: []*os.File{inR, outW, errW}})
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		code := ExitCannot
+		if errors.Is(err, os.ErrNotExist) {
+			code = ExitNotFound
+		}
+		fail(code, "starting %s: %v", req.Args[0], err)
+		return
+	}
+	// The process's stdin is what the provider writes after the request,
+	// until it closes its side.
+	go func() {
+		_, _ = io.Copy(inW, br)
+		inW.Close()
+	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); defer outR.Close(); fw.pump(FrameStdout, outR) }()
+	go func() { defer wg.Done(); defer errR.Close(); fw.pump(FrameStderr, errR) }()
+	ws := <-done
+	wg.Wait()
+	code := ws.ExitStatus()
+	if ws.Signaled() {
+		code = 128 + int(ws.Signal())
+	}
+	_ = fw.frame(FrameExit, []byte(strconv.Itoa(code)))
+}
+
+// readRequest reads a served stream's request line.
+func readRequest(br *bufio.Reader) (ServeRequest, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > maxRequest {
+			return ServeRequest{}, fmt.Errorf("request over %d bytes", maxRequest)
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return ServeRequest{}, fmt.Errorf("reading the request: %w", err)
+		}
+	}
+	var req ServeRequest
+	if err := json.Unmarshal(line, &req); err != nil {
+		return ServeRequest{}, fmt.Errorf("malformed request: %w", err)
+	}
+	if len(req.Args) == 0 || req.Args[0] == "" {
+		return ServeRequest{}, errors.New("malformed request: no program")
+	}
+	for _, kv := range req.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return ServeRequest{}, fmt.Errorf("malformed request: variable %q", k)
+		}
+	}
+	return req, nil
+}
+
+// ServeLine is the request line of a served stream.
+func ServeLine(args, env []string) []byte {
+	b, _ := json.Marshal(ServeRequest{Args: args, Env: env}) // strings: cannot fail
+	return append(b, '\n')
+}
+
+// mergeEnv is base with add's variables, a name in add replacing base's.
+func mergeEnv(base, add []string) []string {
+	if len(add) == 0 {
+		return base
+	}
+	names := map[string]bool{}
+	for _, kv := range add {
+		k, _, _ := strings.Cut(kv, "=")
+		names[k] = true
+	}
+	out := make([]string, 0, len(base)+len(add))
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); !names[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, add...)
+}
+
+// ReadFrames reads a served stream's frames (or an engine attach stream's,
+// which has no FrameExit) into stdout and stderr until FrameExit or the
+// stream's end. A writer that fails is written no more, and the stream is
+// still read to its exit. exited reports whether FrameExit came; err is
+// the stream's, io.ErrUnexpectedEOF for an end without FrameExit.
+func ReadFrames(r io.Reader, stdout, stderr io.Writer) (code int, exited bool, err error) {
+	out, errw := &sticky{w: stdout}, &sticky{w: stderr}
+	var hdr [8]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, false, err
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[4:]))
+		switch hdr[0] {
+		case FrameStdout:
+			if _, err := io.CopyN(out, r, n); err != nil {
+				return 0, false, unexpected(err)
+			}
+		case FrameStderr:
+			if _, err := io.CopyN(errw, r, n); err != nil {
+				return 0, false, unexpected(err)
+			}
+		case FrameExit:
+			if n > 16 {
+				return 0, false, fmt.Errorf("malformed exit frame (%d bytes)", n)
+			}
+			b := make([]byte, n)
+			if _, err := io.ReadFull(r, b); err != nil {
+				return 0, false, unexpected(err)
+			}
+			c, err := strconv.Atoi(string(b))
+			if err != nil {
+				return 0, false, fmt.Errorf("malformed exit frame %q", b)
+			}
+			return c, true, nil
+		default:
+			return 0, false, fmt.Errorf("unknown frame type %d", hdr[0])
+		}
+	}
+}
+
+// unexpected is err, an end of the stream inside a frame said so.
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// sticky writes to w until a write fails, then discards.
+type sticky struct {
+	w      io.Writer
+	broken bool
+}
+
+func (s *sticky) Write(b []byte) (int, error) {
+	if !s.broken {
+		if _, err := s.w.Write(b); err != nil {
+			s.broken = true
+		}
+	}
+	return len(b), nil
+}
