@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/snapshot"
 )
 
@@ -33,9 +34,9 @@ func PristineSnapshot(s *Sandbox, limit int) (snapshot.Snapshot, bool) {
 // SetCopyBackIdle sets how long a release's copy back may go without a
 // byte, until the test ends.
 func SetCopyBackIdle(t interface{ Cleanup(func()) }, d time.Duration) {
-	old := copyBackIdle
-	copyBackIdle = d
-	t.Cleanup(func() { copyBackIdle = old })
+	old := driver.CopyBackIdle
+	driver.CopyBackIdle = d
+	t.Cleanup(func() { driver.CopyBackIdle = old })
 }
 
 // Execs is how many execs s made through the engine.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -54,36 +53,19 @@ func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
 	return s.syncWorkspace(ctx, nil)
 }
 
-// copyBackIdle bounds a release's copy back by progress: it fails once no
-// byte of the archive has arrived for this long, however long it has run
-// (a variable for the tests).
-var copyBackIdle = driver.ReleaseTimeout
-
-// errCopyBackStalled is the cause of a release's copy back that stopped
-// making progress.
-var errCopyBackStalled = errors.New("no progress")
-
-// releaseSync is Close's copy back: bounded by progress (copyBackIdle
-// without a byte), not by the release's deadline, so that a large
-// workspace that takes longer to copy back than the release allows is not
-// lost while its bytes still flow. ctx's values are kept; its deadline and
-// cancellation are not.
+// releaseSync is Close's copy back, bounded by its progress
+// (driver.ProgressBound), not by the release's deadline.
 func (s *Sandbox) releaseSync(ctx context.Context) error {
-	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancel(nil)
-	idle := copyBackIdle
-	timer := time.AfterFunc(idle, func() { cancel(errCopyBackStalled) })
-	defer timer.Stop()
-	err := s.syncWorkspace(pctx, func() { timer.Reset(idle) })
-	if err != nil && errors.Is(context.Cause(pctx), errCopyBackStalled) {
-		return fmt.Errorf("docker: copying the workspace of %s back: no byte for %s; the changes not yet copied are lost: %w", s.id, idle, err)
+	err := driver.ProgressBound(ctx, s.syncWorkspace)
+	if err != nil && errors.Is(err, driver.ErrStalled) {
+		return fmt.Errorf("docker: copying the workspace of %s back: %w", s.id, err)
 	}
 	return err
 }
 
-// syncWorkspace is SyncWorkspace; progress, when set, is called as bytes of
-// the archive arrive.
-func (s *Sandbox) syncWorkspace(ctx context.Context, progress func()) error {
+// syncWorkspace is SyncWorkspace; wrap, when set, wraps the archive's
+// stream (driver.ProgressBound).
+func (s *Sandbox) syncWorkspace(ctx context.Context, wrap func(io.Reader) io.Reader) error {
 	if s.mode != Copy {
 		return nil
 	}
@@ -99,8 +81,8 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, progress func()) error {
 	}
 	defer rc.Close()
 	var r io.Reader = rc
-	if progress != nil {
-		r = progressReader{rc, progress}
+	if wrap != nil {
+		r = wrap(rc)
 	}
 	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(r))
 	if err != nil {
@@ -111,18 +93,4 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, progress func()) error {
 		return fmt.Errorf("docker: %w", err)
 	}
 	return nil
-}
-
-// progressReader calls progress after every read that returned bytes.
-type progressReader struct {
-	r        io.Reader
-	progress func()
-}
-
-func (p progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if n > 0 {
-		p.progress()
-	}
-	return n, err
 }

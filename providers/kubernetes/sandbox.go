@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path"
@@ -192,7 +193,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		case <-cctx.Done():
 		}
 	}
-	if err := s.SyncWorkspace(cctx); err != nil {
+	// The copy back is bounded by its progress, not by the release's
+	// deadline (driver.ProgressBound).
+	if err := driver.ProgressBound(ctx, s.syncWorkspace); err != nil {
 		errs = append(errs, err)
 	}
 	rctx, rcancel := driver.RemovalContext(ctx)
@@ -225,6 +228,12 @@ func (s *Sandbox) deletePod(ctx context.Context) error {
 // and the error wraps driver.ErrConflict. Unsafe entries and .outpost/ are not
 // written (tarsafe.ErrUnsafe). See workspace.Sync.
 func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
+	return s.syncWorkspace(ctx, nil)
+}
+
+// syncWorkspace is SyncWorkspace; wrap, when set, wraps the archive's
+// stream (driver.ProgressBound).
+func (s *Sandbox) syncWorkspace(ctx context.Context, wrap func(io.Reader) io.Reader) error {
 	s.wsMu.Lock()
 	defer s.wsMu.Unlock()
 	rc, err := s.tarOut(ctx, layout.Workspace)
@@ -235,7 +244,11 @@ func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
 		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.id, err)
 	}
 	defer rc.Close()
-	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(rc))
+	var r io.Reader = rc
+	if wrap != nil {
+		r = wrap(rc)
+	}
+	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(r))
 	if err != nil {
 		if s.Vanished(context.WithoutCancel(ctx)) {
 			return fmt.Errorf("kubernetes: %w: %s; its workspace changes are lost", driver.ErrVanished, s.reason())

@@ -182,12 +182,13 @@ func (s *Sandbox) SyncWorkspace(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.syncWorkspace(ctx, c, "")
+	return s.syncWorkspace(ctx, c, "", nil)
 }
 
 // syncWorkspace streams <dir>/workspace back after running pre (a shell
-// prefix, e.g. the release's reap) in the same session.
-func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string) error {
+// prefix, e.g. the release's reap) in the same session; wrap, when set,
+// wraps the archive's stream (driver.ProgressBound).
+func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string, wrap func(io.Reader) io.Reader) error {
 	s.wsMu.Lock()
 	defer s.wsMu.Unlock()
 	sess, err := c.newSession()
@@ -206,7 +207,11 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string) error 
 	}
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
-	res, err := workspace.Sync(ctx, s.hostDir, "workspace", s.wsMan, tar.NewReader(out))
+	var r io.Reader = out
+	if wrap != nil {
+		r = wrap(out)
+	}
+	res, err := workspace.Sync(ctx, s.hostDir, "workspace", s.wsMan, tar.NewReader(r))
 	werr := sess.Wait()
 	if err == nil && werr != nil {
 		err = fmt.Errorf("tar: %w: %s", werr, errb.String())

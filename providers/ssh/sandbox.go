@@ -263,7 +263,12 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	var errs []error
 	reap := command(shim.ReapArgs(c.remote.binary, s.runDir)...) + " >/dev/null 2>&1"
 	if s.mode == Copy {
-		if err := s.syncWorkspace(cctx, c, reap+"; "); err != nil {
+		// The copy back is bounded by its progress, not by the release's
+		// deadline (driver.ProgressBound).
+		err := driver.ProgressBound(ctx, func(pctx context.Context, wrap func(io.Reader) io.Reader) error {
+			return s.syncWorkspace(pctx, c, reap+"; ", wrap)
+		})
+		if err != nil {
 			errs = append(errs, err)
 		}
 		reap = ""

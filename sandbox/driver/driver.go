@@ -400,6 +400,50 @@ func RemovalContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 }
 
+// ErrStalled is the cause of a release's copy back that went
+// CopyBackIdle without a byte (ProgressBound).
+var ErrStalled = errors.New("no progress")
+
+// CopyBackIdle bounds a release's copy back by its progress: it fails once
+// no byte has arrived for this long, however long it has run. A variable
+// for tests.
+var CopyBackIdle = ReleaseTimeout
+
+// ProgressBound runs a release's copy back (copy) bounded by its progress,
+// not by ctx's deadline: a large workspace that takes longer to copy back
+// than the release allows is not lost while its bytes still flow. copy
+// gets a context with ctx's values that ends once CopyBackIdle passes
+// without progress, and wrap, which it puts around the stream it reads
+// (every read that returns bytes is progress). When the copy stalled,
+// the error says so and wraps ErrStalled.
+func ProgressBound(ctx context.Context, copy func(ctx context.Context, wrap func(io.Reader) io.Reader) error) error {
+	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	idle := CopyBackIdle
+	timer := time.AfterFunc(idle, func() { cancel(ErrStalled) })
+	defer timer.Stop()
+	wrap := func(r io.Reader) io.Reader { return progressReader{r, func() { timer.Reset(idle) }} }
+	err := copy(pctx, wrap)
+	if err != nil && errors.Is(context.Cause(pctx), ErrStalled) {
+		return fmt.Errorf("no byte for %s; the changes not yet copied are lost: %w: %w", idle, ErrStalled, err)
+	}
+	return err
+}
+
+// progressReader calls progress after every read that returned bytes.
+type progressReader struct {
+	r        io.Reader
+	progress func()
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.progress()
+	}
+	return n, err
+}
+
 // HomeEnv is the fixed environment of a lease's private home: HOME, the
 // XDG base directories under it, and TMPDIR (tmp), each an absolute path
 // with forward slashes.

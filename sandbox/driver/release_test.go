@@ -2,6 +2,9 @@ package driver
 
 import (
 	"context"
+	"errors"
+	"io"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,5 +58,65 @@ func TestRemovalContext(t *testing.T) {
 	defer stop2()
 	if d, _ := ctx2.Deadline(); time.Until(d) < ReleaseTimeout-time.Minute/2 {
 		t.Errorf("a caller's deadline 1 s ahead cut the removal's to %v", time.Until(d))
+	}
+}
+
+// slowReader returns one byte every gap, n times.
+type slowReader struct {
+	n   int
+	gap time.Duration
+}
+
+func (r *slowReader) Read(b []byte) (int, error) {
+	if r.n == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(r.gap)
+	r.n--
+	b[0] = 'x'
+	return 1, nil
+}
+
+// TestProgressBound: a copy back that keeps making progress outlives the
+// caller's deadline (a large workspace is not lost for taking longer than
+// the release); one that makes none fails with ErrStalled named, and ctx's
+// values are kept.
+func TestProgressBound(t *testing.T) {
+	old := CopyBackIdle
+	t.Cleanup(func() { CopyBackIdle = old })
+	type key struct{}
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), key{}, "v"), 5*time.Millisecond)
+	defer cancel()
+
+	CopyBackIdle = 200 * time.Millisecond
+	var got []byte
+	err := ProgressBound(ctx, func(pctx context.Context, wrap func(io.Reader) io.Reader) error {
+		if pctx.Value(key{}) != "v" {
+			t.Error("the copy's context lost ctx's values")
+		}
+		var err error
+		// 30 bytes, 10 ms apart: 300 ms in all, past ctx's 5 ms and past
+		// CopyBackIdle, but never that long without a byte.
+		got, err = io.ReadAll(wrap(&slowReader{n: 30, gap: 10 * time.Millisecond}))
+		if err == nil {
+			err = pctx.Err()
+		}
+		return err
+	})
+	if err != nil || len(got) != 30 {
+		t.Errorf("a copy making progress: %d bytes, %v", len(got), err)
+	}
+
+	CopyBackIdle = 20 * time.Millisecond
+	err = ProgressBound(ctx, func(pctx context.Context, wrap func(io.Reader) io.Reader) error {
+		_, err := io.ReadAll(wrap(&slowReader{n: 2, gap: 5 * time.Millisecond}))
+		if err != nil {
+			return err
+		}
+		<-pctx.Done() // then nothing more arrives
+		return pctx.Err()
+	})
+	if !errors.Is(err, ErrStalled) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "no byte for 20ms") {
+		t.Errorf("a stalled copy: %v, want ErrStalled named", err)
 	}
 }
