@@ -33,10 +33,13 @@ func TestCopyBackOutlivesReleaseDeadline(t *testing.T) {
 	if err != nil || !res.Status.Success() {
 		t.Fatalf("exec: %v %+v %s", err, res.Status, res.Stderr)
 	}
-	pod := l.Sandbox().(*kubernetes.Sandbox).ID()
+	sb := l.Sandbox().(*kubernetes.Sandbox)
+	pod := sb.ID()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := l.Close(ctx); err != nil {
+	// The provider's Close itself: the lease's gives it a deadline of its
+	// own.
+	if err := sb.Close(ctx); err != nil {
 		t.Errorf("Close with 50 ms of deadline for the copy back of 18 MiB: %v", err)
 	}
 	if got := read(t, dir, "new.txt"); got != "made inside\n" {

@@ -2,11 +2,13 @@ package kubernetes
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,15 +62,29 @@ func TestClusterNetwork(t *testing.T) {
 	if out, err := kubectl("wait", "--for=jsonpath={.subsets[0].addresses[0].ip}", "endpoints/net-web", "--timeout=1m"); err != nil {
 		t.Fatalf("endpoints: %v\n%s", err, out)
 	}
+	// kube-proxy programs the Service's rules after the endpoints exist,
+	// on its own schedule: until then the address may lead nowhere, or to
+	// a deleted Service's endpoint that had it before (an earlier test's
+	// outpost serve answered 404 ""). Ask until the web pod answers.
 	url := "http://" + svc.Spec.ClusterIP + ":80/"
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("the Service from the host: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "hello-from-web") {
-		t.Errorf("the Service from the host answered %d %q", resp.StatusCode, body)
+	var last string
+	for deadline := time.Now().Add(time.Minute); ; {
+		last = ""
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+		if err != nil {
+			last = err.Error()
+		} else {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(body), "hello-from-web") {
+				break
+			}
+			last = fmt.Sprintf("%d %q", resp.StatusCode, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Service from the host, for a minute: %s", last)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	// busybox's nc, not its wget: the image's static wget crashes (SIGSEGV,
 	// exit status 139) on any request.
