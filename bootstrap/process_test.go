@@ -51,7 +51,9 @@ func TestTwoProcessesOneDownload(t *testing.T) {
 	srv := newServer(t)
 	pkg := npmPackage(t, "fakecli", "9.9.9")
 	url := srv.add("/fakecli.tgz", pkg)
+	srv.mu.Lock() // the server's goroutines read it under the lock
 	srv.gate = make(chan struct{})
+	srv.mu.Unlock()
 	cache := t.TempDir()
 	exe, err := os.Executable()
 	if err != nil {

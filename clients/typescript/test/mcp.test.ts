@@ -69,7 +69,13 @@ async function exercise(client: Client, cancelled?: () => Promise<void>) {
   const { res, events, sc } = await runTurn(client, { prompt: "hello from typescript #tool", agent: "echo" });
   assert.equal(res.isError, undefined);
   assert.match(text(res), /echo: hello from typescript #tool \(turn 1\)/);
-  assert.deepEqual([...new Set(events.map((e) => e.type))], ["session", "tool_call", "tool_result", "message", "finished"]);
+  // The SDK's client handles a notification in a later microtask but a
+  // response at once, and drops a progress notification whose call has
+  // already been answered: the last one ("finished", sent just before the
+  // answer) can be lost when both arrive in one read. The answer carries
+  // the outcome.
+  const types = [...new Set(events.map((e) => e.type))];
+  assert.deepEqual(types.filter((t) => t !== "finished"), ["session", "tool_call", "tool_result", "message"]);
   assert.match(sc.conversation, /^c/);
 
   const schema = { type: "object", properties: { n: { type: "integer" } }, required: ["n"] };
