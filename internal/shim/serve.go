@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/internal/tunnel/inside"
 )
 
@@ -37,10 +38,21 @@ import (
 // that wait for them. When the stream ends (the provider is gone), it goes
 // on as a plain init.
 
+// With SetupFlag as well, the init starts as root (with CAP_CHOWN,
+// CAP_SETUID and CAP_SETGID only) and its first stream is a Setup: it
+// lays out the sandbox from the archive the provider sends, then becomes
+// the sandbox's user for good, before it starts any process. So the
+// layout that the engine's archive endpoint wrote before the start (a
+// second process of the engine, about as long as the start itself)
+// costs one stream.
+
 // ServeFlag is the init's argument that turns its serving mode on. An
 // init that does not know it ignores it, writes no HelloLine, and the
 // provider falls back to the engine's execs.
 const ServeFlag = "--serve"
+
+// SetupFlag, after ServeFlag, makes the init's first stream a Setup.
+const SetupFlag = "--setup"
 
 // HelloLine is the first thing the serving init writes on stdout, before
 // yamux begins.
@@ -66,8 +78,24 @@ const maxRequest = 1 << 20
 // variables added to the container's environment (NAME=VALUE; a name
 // given again replaces the container's).
 type ServeRequest struct {
-	Args []string `json:"args"`
-	Env  []string `json:"env,omitempty"`
+	Args  []string `json:"args,omitempty"`
+	Env   []string `json:"env,omitempty"`
+	Setup *Setup   `json:"setup,omitempty"`
+}
+
+// Setup is the first request to an init started with SetupFlag, and the
+// only one it takes until it has succeeded: the stream's input is a tar
+// archive, extracted at / with its entries' owners and times
+// (tarsafe.ExtractOwned); then the init drops its supplementary groups,
+// becomes GID and UID (not root: the capabilities go with it) and adds
+// Env to its environment, which its processes inherit. The answer is an
+// exit frame: 0, or ExitUnsafe for an unsafe entry, 1 for any other
+// failure, with the reason on stderr. After a failure the init serves no
+// more.
+type Setup struct {
+	UID int      `json:"uid"`
+	GID int      `json:"gid"`
+	Env []string `json:"env,omitempty"`
 }
 
 // MuxConfig is yamux's configuration on both ends of the init's stream:
@@ -135,15 +163,19 @@ func initMain(args []string) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
 	r := &reaper{waiting: map[int]chan syscall.WaitStatus{}}
-	if len(args) == 1 && args[0] == ServeFlag {
-		go serve(r, os.Stdin, os.Stdout)
+	switch {
+	case len(args) == 1 && args[0] == ServeFlag:
+		go serve(r, os.Stdin, os.Stdout, false)
+	case len(args) == 2 && args[0] == ServeFlag && args[1] == SetupFlag:
+		go serve(r, os.Stdin, os.Stdout, true)
 	}
 	r.loop(sigs)
 	return 0
 }
 
-// serve runs the yamux server over stdin and stdout until they end.
-func serve(r *reaper, stdin io.Reader, stdout io.Writer) {
+// serve runs the yamux server over stdin and stdout until they end; with
+// setup, its first stream must be a Setup that succeeds.
+func serve(r *reaper, stdin io.Reader, stdout io.Writer, setup bool) {
 	if _, err := io.WriteString(stdout, HelloLine); err != nil {
 		return
 	}
@@ -152,6 +184,18 @@ func serve(r *reaper, stdin io.Reader, stdout io.Writer) {
 		return
 	}
 	defer sess.Close()
+	if setup {
+		st, err := sess.AcceptStream()
+		if err != nil || !serveSetup(st) {
+			// The provider sees the connection end (stdout first: the
+			// session's Close waits for the provider to end its side):
+			// the init serves no more, and goes on as a plain init.
+			if c, ok := stdout.(io.Closer); ok {
+				_ = c.Close()
+			}
+			return
+		}
+	}
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
@@ -206,6 +250,9 @@ func serveStream(r *reaper, st *yamux.Stream) {
 	}
 	br := bufio.NewReaderSize(st, 64<<10)
 	req, err := readRequest(br)
+	if err == nil && req.Setup != nil {
+		err = errors.New("setup: the sandbox is set up already")
+	}
 	if err != nil {
 		fail(ExitCannot, "%v", err)
 		return
@@ -293,20 +340,104 @@ func readRequest(br *bufio.Reader) (ServeRequest, error) {
 	if err := json.Unmarshal(line, &req); err != nil {
 		return ServeRequest{}, fmt.Errorf("malformed request: %w", err)
 	}
-	if len(req.Args) == 0 || req.Args[0] == "" {
+	if req.Setup != nil {
+		if len(req.Args) != 0 {
+			return ServeRequest{}, errors.New("malformed request: a setup runs no program")
+		}
+		if req.Setup.UID <= 0 || req.Setup.GID < 0 {
+			return ServeRequest{}, fmt.Errorf("malformed request: setup as %d:%d (the user must not be root)", req.Setup.UID, req.Setup.GID)
+		}
+		if err := checkEnv(req.Setup.Env); err != nil {
+			return ServeRequest{}, err
+		}
+	} else if len(req.Args) == 0 || req.Args[0] == "" {
 		return ServeRequest{}, errors.New("malformed request: no program")
 	}
-	for _, kv := range req.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
-			return ServeRequest{}, fmt.Errorf("malformed request: variable %q", k)
-		}
+	if err := checkEnv(req.Env); err != nil {
+		return ServeRequest{}, err
 	}
 	return req, nil
+}
+
+// checkEnv refuses a variable that is not NAME=VALUE.
+func checkEnv(env []string) error {
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return fmt.Errorf("malformed request: variable %q", k)
+		}
+	}
+	return nil
+}
+
+// serveSetup runs the Setup stream st, and reports whether it succeeded.
+func serveSetup(st *yamux.Stream) bool {
+	defer st.Close()
+	fw := &frameWriter{w: st}
+	br := bufio.NewReaderSize(st, 64<<10)
+	// A failure is answered, and the rest of the archive read, so that
+	// the provider's writes end and it reads the answer before the
+	// connection closes.
+	fail := func(code int, format string, a ...any) bool {
+		_ = fw.frame(FrameStderr, []byte("outpost sandbox-shim init: setup: "+fmt.Sprintf(format, a...)+"\n"))
+		_ = fw.frame(FrameExit, []byte(strconv.Itoa(code)))
+		_, _ = io.Copy(io.Discard, br)
+		return false
+	}
+	req, err := readRequest(br)
+	if err == nil && req.Setup == nil {
+		err = errors.New("the first request must be a setup")
+	}
+	if err != nil {
+		return fail(ExitCannot, "%v", err)
+	}
+	if err := tarsafe.ExtractOwned(br, "/"); err != nil {
+		code := 1
+		if errors.Is(err, tarsafe.ErrUnsafe) {
+			code = ExitUnsafe
+		}
+		return fail(code, "%v", err)
+	}
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		return fail(1, "reading the archive: %v", err)
+	}
+	if err := becomeUser(req.Setup.UID, req.Setup.GID); err != nil {
+		return fail(1, "%v", err)
+	}
+	for _, kv := range req.Setup.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		_ = os.Setenv(k, v)
+	}
+	return fw.frame(FrameExit, []byte("0")) == nil
+}
+
+// becomeUser makes the process (every thread of it) uid and gid with no
+// supplementary group, for good: a root process that changes its user
+// loses its capabilities.
+func becomeUser(uid, gid int) error {
+	if err := syscall.Setgroups([]int{}); err != nil {
+		return fmt.Errorf("dropping the supplementary groups: %w", err)
+	}
+	if err := syscall.Setgid(gid); err != nil {
+		return fmt.Errorf("becoming group %d: %w", gid, err)
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		return fmt.Errorf("becoming user %d: %w", uid, err)
+	}
+	if syscall.Getuid() != uid || syscall.Geteuid() != uid || syscall.Getgid() != gid || syscall.Getegid() != gid {
+		return fmt.Errorf("still %d:%d after becoming %d:%d", syscall.Geteuid(), syscall.Getegid(), uid, gid)
+	}
+	return nil
 }
 
 // ServeLine is the request line of a served stream.
 func ServeLine(args, env []string) []byte {
 	b, _ := json.Marshal(ServeRequest{Args: args, Env: env}) // strings: cannot fail
+	return append(b, '\n')
+}
+
+// SetupLine is the request line of a Setup stream.
+func SetupLine(s Setup) []byte {
+	b, _ := json.Marshal(ServeRequest{Setup: &s}) // cannot fail
 	return append(b, '\n')
 }
 

@@ -20,9 +20,9 @@ import (
 
 // servingInit starts the test binary as `init --serve` and returns a yamux
 // client on its stdin and stdout, after checking its hello.
-func servingInit(t *testing.T) *yamux.Session {
+func servingInit(t *testing.T, flags ...string) *yamux.Session {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], Subcommand, "init", ServeFlag)
+	cmd := exec.Command(os.Args[0], append([]string{Subcommand, "init", ServeFlag}, flags...)...)
 	cmd.Env = append(os.Environ(), childEnv+"=1", "SERVE_TEST_BASE=base", "SERVE_TEST_KEEP=keep")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -196,16 +196,44 @@ func Read(r io.Reader, maxBytes int64) ([]File, error) {
 // Extract extracts a tar stream into dir, which must exist, through an
 // os.Root so that no entry — and no symbolic link met on the way — can
 // write outside dir. Existing files are replaced.
-func Extract(r io.Reader, dir string) error {
+func Extract(r io.Reader, dir string) error { return extract(r, dir, false) }
+
+// ExtractOwned is Extract for a process with CAP_CHOWN laying out files
+// for another user (a docker sandbox's init, before it becomes that
+// user): every entry also gets its header's owner (Uid, Gid), regular
+// files, directories and symbolic links their modification time, and a directory that
+// exists already takes its entry's mode. Directories' modes, times and
+// owners are set once every entry is written, the last entry first, so
+// children before their parents: until then every directory is the
+// extracting user's and writable by it, and no other capability (to
+// search or write another user's directory) is needed.
+func ExtractOwned(r io.Reader, dir string) error { return extract(r, dir, true) }
+
+// owned is an entry whose owner and time ExtractOwned sets last.
+type owned struct {
+	name     string
+	uid, gid int
+	mtime    time.Time
+	link     bool // a symbolic or hard link
+	symlink  bool
+	dir      bool
+	mode     fs.FileMode // a directory's
+}
+
+func extract(r io.Reader, dir string, own bool) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
+	var done []owned
 	tr := tar.NewReader(r)
 	for {
 		h, err := Next(tr)
 		if err == io.EOF {
+			if own {
+				return setOwners(root, done)
+			}
 			return nil
 		}
 		if err != nil {
@@ -228,7 +256,16 @@ func Extract(r io.Reader, dir string) error {
 			if mode == 0 {
 				mode = 0o700
 			}
-			if err := root.MkdirAll(h.Name, mode); err != nil {
+			if own {
+				// Its mode is set last: until then its entries are
+				// written into it whatever it says.
+				if err := root.MkdirAll(h.Name, 0o700); err != nil {
+					return err
+				}
+				if err := root.Chmod(h.Name, 0o700); err != nil {
+					return err
+				}
+			} else if err := root.MkdirAll(h.Name, mode); err != nil {
 				return err
 			}
 		case tar.TypeSymlink:
@@ -255,7 +292,39 @@ func Extract(r io.Reader, dir string) error {
 				return fmt.Errorf("writing %s: %w", h.Name, err)
 			}
 		}
+		if own {
+			link := h.Typeflag == tar.TypeSymlink || h.Typeflag == tar.TypeLink
+			done = append(done, owned{name: h.Name, uid: h.Uid, gid: h.Gid, mtime: h.ModTime, symlink: h.Typeflag == tar.TypeSymlink, link: link, dir: h.Typeflag == tar.TypeDir, mode: mode})
+		}
 	}
+}
+
+// setOwners gives ExtractOwned's entries their times and owners, the
+// last entry first.
+func setOwners(root *os.Root, done []owned) error {
+	for i := len(done) - 1; i >= 0; i-- {
+		e := done[i]
+		if e.dir {
+			if err := root.Chmod(e.name, e.mode); err != nil {
+				return err
+			}
+		}
+		switch {
+		case e.mtime.IsZero():
+		case e.symlink:
+			if err := linkTimes(root, e.name, e.mtime); err != nil {
+				return err
+			}
+		case !e.link:
+			if err := root.Chtimes(e.name, e.mtime, e.mtime); err != nil {
+				return err
+			}
+		}
+		if err := root.Lchown(e.name, e.uid, e.gid); err != nil {
+			return fmt.Errorf("owning %s: %w", e.name, err)
+		}
+	}
+	return nil
 }
 
 // WriteDir writes path (a file or a directory tree) as a tar stream, with

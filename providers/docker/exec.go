@@ -72,6 +72,7 @@ func (s *Sandbox) startExec(ctx context.Context, req driver.ExecRequest, dir str
 	token := shim.Token()
 	s.execs.Add(1)
 	ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
+		User:         s.user,
 		AttachStdin:  req.Stdin,
 		AttachStdout: true,
 		AttachStderr: true,
@@ -271,7 +272,7 @@ func (s *Sandbox) runLimit(ctx context.Context, cmd, env []string, max int) (res
 		return res, err
 	}
 	s.execs.Add(1)
-	ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{AttachStdout: true, AttachStderr: true, Env: env, Cmd: cmd})
+	ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{User: s.user, AttachStdout: true, AttachStderr: true, Env: env, Cmd: cmd})
 	if err != nil {
 		return result{}, s.execErr(ctx, cmd[len(cmd)-1], err)
 	}

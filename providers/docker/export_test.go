@@ -48,3 +48,9 @@ func ServeOff(p *Provider) { p.serveOff = true }
 
 // Serving reports whether s's processes go through its init's connection.
 func Serving(s *Sandbox) bool { return s.session(context.Background()) != nil }
+
+// Puts is how many archives s copied in through the engine.
+func Puts(s *Sandbox) int64 { return s.puts.Load() }
+
+// SetUp reports whether s's init laid it out (setup.go).
+func SetUp(s *Sandbox) bool { return s.setup }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/internal/layout"
+	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/docker/docker/api/types/mount"
@@ -59,10 +60,12 @@ func TestHardeningDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc, cfg := ins.HostConfig, ins.Config
-	if cfg.User != docker.DefaultUser {
-		t.Errorf("user %q, want %q", cfg.User, docker.DefaultUser)
+	// The init starts as root with the three capabilities of its setup,
+	// and is the user with none once the lease is open (below).
+	if cfg.User != "0:0" || !slices.Contains(cfg.Entrypoint, shim.SetupFlag) {
+		t.Errorf("user %q, entrypoint %q: want the init's setup as root", cfg.User, cfg.Entrypoint)
 	}
-	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || len(hc.CapAdd) != 0 || hc.Privileged {
+	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Equal(hc.CapAdd, []string{"CAP_CHOWN", "CAP_SETGID", "CAP_SETUID"}) || hc.Privileged {
 		t.Errorf("capabilities: drop %v, add %v, privileged %v", hc.CapDrop, hc.CapAdd, hc.Privileged)
 	}
 	if !slices.Contains(hc.SecurityOpt, "no-new-privileges:true") {
@@ -133,11 +136,18 @@ func TestHardeningDefaults(t *testing.T) {
 	if got := sh(t, l, "id -u; id -g"); got != "1000\n1000" {
 		t.Errorf("id: %q", got)
 	}
-	status := sh(t, l, "grep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status")
-	for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1"} {
-		if !strings.Contains(status, want) {
-			t.Errorf("/proc/self/status lacks %q:\n%s", want, status)
+	for _, proc := range []string{"self", "1"} {
+		status := sh(t, l, "grep -E '^(Uid|CapEff|CapPrm|CapInh|CapAmb|NoNewPrivs):' /proc/"+proc+"/status")
+		for _, want := range []string{"Uid:\t1000\t1000\t1000\t1000", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapInh:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"} {
+			if !strings.Contains(status, want) {
+				t.Errorf("/proc/%s/status lacks %q:\n%s", proc, want, status)
+			}
 		}
+	}
+	// Root's files stay out of the user's reach: no capability lets it
+	// write or own them.
+	if res := shStatus(t, l, "chown 1000 /outpost/bin || touch /etc/outpost-test || su -c true"); res.Status.Success() {
+		t.Errorf("the sandbox's user acted as root: %s", res.Stdout)
 	}
 	if got := sh(t, l, "stat -c '%u %a' $HOME $TMPDIR; stat -c %u /workspace"); got != "1000 700\n1000 700\n1000" {
 		t.Errorf("home, tmp and workspace owners and modes:\n%s", got)
@@ -180,11 +190,12 @@ func TestHardeningSettings(t *testing.T) {
 	if hc.Memory != 256<<20 || hc.NanoCPUs != 5e8 || hc.PidsLimit == nil || *hc.PidsLimit != 64 {
 		t.Errorf("memory %d, NanoCPUs %d, pids %v", hc.Memory, hc.NanoCPUs, hc.PidsLimit)
 	}
-	if ins.Config.User != "1234:1234" {
+	// The init set the sandbox up as root, and is the user since.
+	if ins.Config.User != "0:0" {
 		t.Errorf("user %q", ins.Config.User)
 	}
-	if got := sh(t, l, "id -u"); got != "1234" {
-		t.Errorf("id -u: %q", got)
+	if got := sh(t, l, "id -u; grep ^Uid: /proc/1/status"); got != "1234\nUid:\t1234\t1234\t1234\t1234" {
+		t.Errorf("id -u and the init's: %q", got)
 	}
 	if got := sh(t, l, "ls /sys/class/net"); got != "lo" {
 		t.Errorf("network interfaces with network=none: %q", got)

@@ -70,6 +70,10 @@ type Sandbox struct {
 
 	serve *served      // the connection to the container's init (serve.go); nil without one
 	execs atomic.Int64 // execs made through the engine (tests, diagnostics)
+	puts  atomic.Int64 // archives copied in through the engine (tests, diagnostics)
+	// setup: the init starts as root and lays the sandbox out itself
+	// (setup.go) instead of an archive before the start.
+	setup bool
 }
 
 // ID is the lease id, also the container's name ("outpost-<12 hex>").
@@ -140,6 +144,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		}
 	}
 	s.env = environment(img.env)
+	s.setup = !p.serveOff && !eng.copyBinary && setupUser(s.user)
 	cfg, hc := p.containerConfig(eng, s, img, opts.Labels)
 	// The create is not cancelled midway: the engine goes on making a
 	// container whose request was dropped, and a removal by name that
@@ -224,9 +229,15 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 		Labels:       labels,
 		StopSignal:   "SIGTERM",
 	}
+	if s.setup {
+		// Root until its setup, then the user for good (setup.go).
+		cfg.User = "0:0"
+		cfg.Entrypoint = append(cfg.Entrypoint, shim.SetupFlag)
+	}
 	hc := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(o.Network),
 		CapDrop:        []string{"ALL"},
+		CapAdd:         setupCaps(s.setup),
 		SecurityOpt:    []string{"no-new-privileges:true"},
 		ReadonlyRootfs: o.ReadOnly,
 		Mounts:         containerMounts(eng, s),
@@ -304,37 +315,18 @@ func (o Options) limit(hc *container.HostConfig, ncpu int) {
 }
 
 // prepare lays out /outpost, copies the workspace in (copy mode) and
-// starts the container. With a writable root filesystem one archive at /
-// does it all; a read-only one takes an archive per volume.
+// starts the container: with a setup, the init does the first two once
+// the container runs (setup.go); else an archive does before the start.
 func (s *Sandbox) prepare(ctx context.Context) error {
 	if err := s.resolveIDs(ctx); err != nil {
 		return err
 	}
-	var m *workspace.Manifest
-	if s.p.opts.ReadOnly {
-		if err := s.put(ctx, layout.StateDir, func(tw *tar.Writer) error { return s.writeState(tw, "") }); err != nil {
-			return fmt.Errorf("docker: preparing %s: %w", layout.StateDir, err)
-		}
-		if s.mode == Copy {
-			m = workspace.NewManifest()
-			if err := s.put(ctx, layout.Workspace, func(tw *tar.Writer) error { return s.writeWorkspace(ctx, tw, "/", "", m) }); err != nil {
-				return s.copyInErr(ctx, err)
-			}
-		}
-	} else {
-		err := s.put(ctx, "/", func(tw *tar.Writer) error {
-			if err := s.writeState(tw, layout.StateDir[1:]+"/"); err != nil {
-				return err
-			}
-			if s.mode != Copy {
-				return nil
-			}
-			m = workspace.NewManifest()
-			return s.writeWorkspace(ctx, tw, layout.Workspace[1:]+"/", layout.Workspace[1:]+"/", m)
-		})
-		if err != nil {
-			return s.copyInErr(ctx, err)
-		}
+	if s.setup {
+		return s.prepareSetup(ctx)
+	}
+	m, err := s.layOut(ctx)
+	if err != nil {
+		return err
 	}
 	s.manifest = m
 	s.attachInit(ctx)
@@ -348,6 +340,43 @@ func (s *Sandbox) prepare(ctx context.Context) error {
 	return nil
 }
 
+// layOut lays out /outpost and copies the workspace in (copy mode; the
+// manifest of what it copied) with the engine's archive endpoint. With a
+// writable root filesystem one archive at / does it all; a read-only one
+// takes an archive per volume.
+func (s *Sandbox) layOut(ctx context.Context) (*workspace.Manifest, error) {
+	var m *workspace.Manifest
+	if s.p.opts.ReadOnly {
+		if err := s.put(ctx, layout.StateDir, func(tw *tar.Writer) error { return s.writeState(tw, "") }); err != nil {
+			return nil, fmt.Errorf("docker: preparing %s: %w", layout.StateDir, err)
+		}
+		if s.mode == Copy {
+			m = workspace.NewManifest()
+			if err := s.put(ctx, layout.Workspace, func(tw *tar.Writer) error { return s.writeWorkspace(ctx, tw, "/", "", m) }); err != nil {
+				return nil, s.copyInErr(ctx, err)
+			}
+		}
+		return m, nil
+	}
+	if err := s.put(ctx, "/", func(tw *tar.Writer) error { return s.writeRoot(ctx, tw, &m) }); err != nil {
+		return nil, s.copyInErr(ctx, err)
+	}
+	return m, nil
+}
+
+// writeRoot writes, for an archive at /, the layout of /outpost and (copy
+// mode) the workspace, whose manifest it sets in *m.
+func (s *Sandbox) writeRoot(ctx context.Context, tw *tar.Writer, m **workspace.Manifest) error {
+	if err := s.writeState(tw, layout.StateDir[1:]+"/"); err != nil {
+		return err
+	}
+	if s.mode != Copy {
+		return nil
+	}
+	*m = workspace.NewManifest()
+	return s.writeWorkspace(ctx, tw, layout.Workspace[1:]+"/", layout.Workspace[1:]+"/", *m)
+}
+
 func (s *Sandbox) copyInErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -357,6 +386,7 @@ func (s *Sandbox) copyInErr(ctx context.Context, err error) error {
 
 // put streams the archive fill writes into dst.
 func (s *Sandbox) put(ctx context.Context, dst string, fill func(*tar.Writer) error) error {
+	s.puts.Add(1)
 	return workspace.PipeTar(fill, func(r io.Reader) error {
 		return s.eng.cli.CopyToContainer(ctx, s.cid, dst, r, container.CopyToContainerOptions{})
 	})

@@ -32,14 +32,41 @@ func TestServedLease(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte("host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A directory the user may not write into: the init's setup still
+	// writes its file (its mode comes last, and the init has no
+	// capability to write into what it does not own).
+	if err := os.MkdirAll(filepath.Join(dir, "ro"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ro", "g.txt"), []byte("g\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "ro"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(filepath.Join(dir, "ro"), 0o755) })
 	l := lease(t, dockertest.Provider(t, dockertest.Busybox), driver.Options{Workdir: dir})
 	sb := l.Sandbox().(*docker.Sandbox)
 	if !docker.Serving(sb) {
 		t.Fatal("the container's init does not serve")
 	}
+	// The init laid the sandbox out: no archive went in through the
+	// engine, and the init (PID 1) is now the user with no capability.
+	if !docker.SetUp(sb) || docker.Puts(sb) != 0 {
+		t.Errorf("set up by the init %v, %d archives copied in (want none)", docker.SetUp(sb), docker.Puts(sb))
+	}
 	env := fullEnv(l)
+	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `grep -E '^(Uid|Gid|Groups|CapPrm|CapEff):' /proc/1/status /proc/self/status | sed 's/^[^:]*://' | tr '\t' ' '; stat -c '%u:%g %a %n' /outpost/home /outpost/run /workspace /workspace/f.txt /workspace/ro /workspace/ro/g.txt; cat ro/g.txt`}, Env: map[string]string{"PATH": env["PATH"]}}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := "Uid: 1000 1000 1000 1000\nGid: 1000 1000 1000 1000\nGroups:  \nCapPrm: 0000000000000000\nCapEff: 0000000000000000\n"
+	want := ids + ids + "1000:1000 700 /outpost/home\n1000:1000 700 /outpost/run\n1000:1000 755 /workspace\n1000:1000 644 /workspace/f.txt\n1000:1000 500 /workspace/ro\n1000:1000 600 /workspace/ro/g.txt\ng\n"
+	if string(res.Stdout) != want || res.Status.Code != 0 {
+		t.Errorf("ids and layout:\n%s\nstderr %q, status %+v; want\n%s", res.Stdout, res.Stderr, res.Status, want)
+	}
 
-	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `tr '\0' ' ' </proc/$PPID/cmdline; echo; echo "$ONLY"; echo err >&2; echo changed > f.txt; exit 5`}, Env: map[string]string{"PATH": env["PATH"], "ONLY": "this"}}, 1<<20)
+	res, err = l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `tr '\0' ' ' </proc/$PPID/cmdline; echo; echo "$ONLY"; echo err >&2; echo changed > f.txt; exit 5`}, Env: map[string]string{"PATH": env["PATH"], "ONLY": "this"}}, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

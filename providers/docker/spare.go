@@ -127,6 +127,7 @@ func (s *Sandbox) makeSpareLocked() *spare {
 		}
 		s.execs.Add(1)
 		ec, err := s.eng.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
+			User:         s.user,
 			AttachStdin:  true,
 			AttachStdout: true,
 			AttachStderr: true,
