@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/network"
-
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
@@ -115,23 +113,6 @@ func countingServer(t *testing.T, addr string) (string, *atomic.Int64) {
 	return ln.Addr().String(), n
 }
 
-// bridgeGateway is the docker bridge's gateway address: the host as
-// containers on the bridge see it.
-func bridgeGateway(t *testing.T) string {
-	t.Helper()
-	nw, err := dockertest.Client(t).NetworkInspect(t.Context(), docker.DefaultNetwork, network.InspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range nw.IPAM.Config {
-		if ip := net.ParseIP(c.Gateway); ip != nil && ip.To4() != nil {
-			return c.Gateway
-		}
-	}
-	t.Fatalf("the %s network has no IPv4 gateway: %+v", docker.DefaultNetwork, nw.IPAM.Config)
-	return ""
-}
-
 // egressProbe is a bash command (the image has no curl) that tries
 // direct, a TCP connection to direct, and through the agent's HTTP_PROXY
 // plain-HTTP GETs of allowed and denied and CONNECTs to them (a GET of /
@@ -159,7 +140,7 @@ var egressOutput = regexp.MustCompile(`EGRESS direct=\w+ allowed=\w* denied=\w* 
 func TestKeylessDockerEgress(t *testing.T) {
 	c := keylessCLIs[0]
 	p := keylessDocker(t, c)
-	direct, directSeen := countingServer(t, net.JoinHostPort(bridgeGateway(t), "0"))
+	direct, directSeen := countingServer(t, net.JoinHostPort(dockertest.BridgeGateway(t), "0"))
 	allowed, allowedSeen := countingServer(t, "127.0.0.1:0")
 	denied, deniedSeen := countingServer(t, "127.0.0.1:0")
 	key := "sk-kl-" + randomHex(t, 16)

@@ -406,7 +406,11 @@ func (p *Pool) open(ctx context.Context, key PoolKey) (*Lease, error) {
 // Close stops the refills, destroys the ready sandboxes, waits for
 // releases in progress (up to ctx's end) and closes the providers. Leases
 // still out are the callers' to Release; Close waits for them only if
-// they are released before ctx ends.
+// they are released before ctx ends. When ctx ends first, Close returns
+// its error at once, and the providers are closed only once the
+// sandboxes being opened (cancelled: each removes what it made) and the
+// releases have ended, in the background: a short deadline does not cut
+// their cleanup off.
 func (p *Pool) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.done {
@@ -432,16 +436,27 @@ func (p *Pool) Close(ctx context.Context) error {
 	wg.Wait()
 	done := make(chan struct{})
 	go func() { p.bg.Wait(); close(done) }()
-	var err error
 	select {
 	case <-done:
+		return p.closeProviders()
 	case <-ctx.Done():
-		err = fmt.Errorf("sandbox: pool close: %w", ctx.Err())
+		go func() {
+			<-done
+			if err := p.closeProviders(); err != nil && p.o.Logger != nil {
+				p.o.Logger.Warn("outpost pool: closing a provider", "err", err)
+			}
+		}()
+		return fmt.Errorf("sandbox: pool close: %w (the sandboxes being opened and released finish in the background)", ctx.Err())
 	}
+}
+
+// closeProviders closes the pool's providers.
+func (p *Pool) closeProviders() error {
 	p.mu.Lock()
 	provs := p.provs
 	p.provs = map[string]driver.Provider{}
 	p.mu.Unlock()
+	var err error
 	for _, pr := range provs {
 		err = errors.Join(err, pr.Close())
 	}

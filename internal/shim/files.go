@@ -23,9 +23,14 @@ import (
 //     parents, mode 0700) through an os.Root, so no entry and no link met
 //     on the way writes outside it; setuid, setgid and sticky bits are
 //     dropped.
-//   - tar PATH writes PATH (a file or a tree) as a tar stream on stdout,
-//     entries named relative to PATH's parent as `docker cp` does; a
-//     missing PATH exits ExitMissing.
+//   - tar [--whole] PATH writes PATH (a file or a tree) as a tar stream on
+//     stdout, entries named relative to PATH's parent as `docker cp` does;
+//     a missing PATH exits ExitMissing. With --whole it first checks that
+//     it can archive all of it as it is (every file readable, every
+//     directory listable, nothing but files, directories and links), and
+//     exits ExitPartial before writing anything when it cannot: for a
+//     caller that must not take part of a tree for the whole (a
+//     workspace's copy back, which deletes what the tree lacks).
 var fileModes = map[string]func(args []string, stdin io.Reader, stdout, stderr io.Writer) int{
 	"install": installMain,
 	"untar":   untarMain,
@@ -38,6 +43,8 @@ const (
 	ExitMissing = 3
 	// ExitUnsafe: untar refused an entry (tarsafe.ErrUnsafe).
 	ExitUnsafe = 4
+	// ExitPartial: tar --whole could not have archived all of PATH.
+	ExitPartial = 5
 )
 
 // InstallArgs returns the command line that copies the binary at binary
@@ -55,6 +62,14 @@ func UntarArgs(binary, dir string) []string {
 func TarArgs(binary, p string) []string {
 	return []string{binary, Subcommand, "tar", p}
 }
+
+// WholeTarArgs is TarArgs with --whole: all of p, or nothing.
+func WholeTarArgs(binary, p string) []string {
+	return []string{binary, Subcommand, "tar", WholeFlag, p}
+}
+
+// WholeFlag is tar's flag for all of PATH or nothing.
+const WholeFlag = "--whole"
 
 func installMain(args []string, _ io.Reader, _, stderr io.Writer) int {
 	if len(args) < 1 || !filepath.IsAbs(args[0]) {
@@ -119,8 +134,12 @@ func untarMain(args []string, stdin io.Reader, _, stderr io.Writer) int {
 }
 
 func tarMain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	whole := len(args) == 2 && args[0] == WholeFlag
+	if whole {
+		args = args[1:]
+	}
 	if len(args) != 1 || !filepath.IsAbs(args[0]) {
-		fmt.Fprintln(stderr, "usage: outpost sandbox-shim tar PATH")
+		fmt.Fprintln(stderr, "usage: outpost sandbox-shim tar [--whole] PATH")
 		return 2
 	}
 	if _, err := os.Lstat(args[0]); err != nil {
@@ -129,6 +148,12 @@ func tarMain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return ExitMissing
 		}
 		return 1
+	}
+	if whole {
+		if err := tarsafe.Whole(args[0]); err != nil {
+			fmt.Fprintln(stderr, "outpost sandbox-shim tar:", err)
+			return ExitPartial
+		}
 	}
 	if err := tarsafe.WriteDir(context.Background(), stdout, args[0]); err != nil {
 		fmt.Fprintln(stderr, "outpost sandbox-shim tar:", err)

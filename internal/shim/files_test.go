@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -44,6 +45,22 @@ func TestTarModes(t *testing.T) {
 	}
 	if code := Main([]string{"tar", filepath.Join(dir, "missing")}, nil, &out, &stderr); code != ExitMissing {
 		t.Errorf("tar of a missing path: exit %d", code)
+	}
+	// --whole: the same archive when all of it can be, else nothing at all.
+	var whole bytes.Buffer
+	if code := Main([]string{"tar", WholeFlag, dst}, nil, &whole, &stderr); code != 0 || whole.Len() == 0 {
+		t.Fatalf("tar --whole: exit %d, %d bytes: %s", code, whole.Len(), stderr.String())
+	}
+	if err := syscall.Mkfifo(filepath.Join(dst, "d", "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	whole.Reset()
+	stderr.Reset()
+	if code := Main([]string{"tar", WholeFlag, dst}, nil, &whole, &stderr); code != ExitPartial || whole.Len() != 0 || !strings.Contains(stderr.String(), "fifo") {
+		t.Errorf("tar --whole of a tree with a fifo: exit %d, %d bytes, stderr %q", code, whole.Len(), stderr.String())
+	}
+	if code := Main([]string{"tar", WholeFlag, filepath.Join(dir, "missing")}, nil, &whole, &stderr); code != ExitMissing {
+		t.Errorf("tar --whole of a missing path: exit %d", code)
 	}
 	var evil bytes.Buffer
 	evil.Write(mustTar(t))

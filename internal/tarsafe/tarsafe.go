@@ -327,6 +327,34 @@ func setOwners(root *os.Root, done []owned) error {
 	return nil
 }
 
+// Whole checks that WriteDir would archive all of root as it is now:
+// every regular file can be opened for reading, every directory listed,
+// and the tree holds nothing WriteDir leaves out (a device, a fifo, a
+// socket). Its error names the first path that fails.
+func Whole(root string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.Mode().IsRegular():
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			return f.Close()
+		case fi.IsDir(), fi.Mode()&fs.ModeSymlink != 0:
+			return nil
+		default:
+			return fmt.Errorf("%s: a %v is not archived", p, fi.Mode().Type())
+		}
+	})
+}
+
 // WriteDir writes path (a file or a directory tree) as a tar stream, with
 // entries named relative to path's parent directory, as `docker cp` does.
 // Symbolic links are stored as links and never followed; other special

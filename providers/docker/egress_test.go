@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/network"
 
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
@@ -38,20 +37,7 @@ func TestTunnelNetworkNone(t *testing.T) {
 // requests.
 func bridgeServer(t *testing.T) (string, *atomic.Int64) {
 	t.Helper()
-	nw, err := dockertest.Client(t).NetworkInspect(t.Context(), docker.DefaultNetwork, network.InspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gw string
-	for _, c := range nw.IPAM.Config {
-		if ip := net.ParseIP(c.Gateway); ip != nil && ip.To4() != nil {
-			gw = c.Gateway
-		}
-	}
-	if gw == "" {
-		t.Fatalf("the %s network has no IPv4 gateway: %+v", docker.DefaultNetwork, nw.IPAM.Config)
-	}
-	return serveCounting(t, net.JoinHostPort(gw, "0"), "reached")
+	return serveCounting(t, net.JoinHostPort(dockertest.BridgeGateway(t), "0"), "reached")
 }
 
 // serveCounting serves body over HTTP on a new listener at addr.

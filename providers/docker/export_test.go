@@ -54,3 +54,15 @@ func Puts(s *Sandbox) int64 { return s.puts.Load() }
 
 // SetUp reports whether s's init laid it out (setup.go).
 func SetUp(s *Sandbox) bool { return s.setup }
+
+// SetServeWait sets how long a lease waits for its init's hello, until
+// the test ends.
+func SetServeWait(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := serveWait
+	serveWait = d
+	t.Cleanup(func() { serveWait = old })
+}
+
+// ServedCopies is how many of s's workspace copies back the shim wrote
+// (not the engine's archive endpoint).
+func ServedCopies(s *Sandbox) int64 { return s.servedCopies.Load() }

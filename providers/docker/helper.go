@@ -114,7 +114,12 @@ func spareSnapshot(ctx context.Context, p driver.Process) (snapshot.Snapshot, er
 // spareTar is CopyOut through the shim's tar mode on a spare: ok is false
 // when there was no spare, and nothing ran.
 func (s *Sandbox) spareTar(ctx context.Context, p string) (rc io.ReadCloser, ok bool, err error) {
-	pr, err := s.spareHelper(ctx, shim.TarArgs(layout.BinaryPath, p)[1:])
+	return s.helperTar(ctx, p, shim.TarArgs(layout.BinaryPath, p)[1:])
+}
+
+// helperTar is spareTar with the tar mode's command line args.
+func (s *Sandbox) helperTar(ctx context.Context, p string, args []string) (rc io.ReadCloser, ok bool, err error) {
+	pr, err := s.spareHelper(ctx, args)
 	if err != nil {
 		return nil, true, err
 	}

@@ -71,6 +71,8 @@ type Sandbox struct {
 	serve *served      // the connection to the container's init (serve.go); nil without one
 	execs atomic.Int64 // execs made through the engine (tests, diagnostics)
 	puts  atomic.Int64 // archives copied in through the engine (tests, diagnostics)
+	// servedCopies: workspace copies back the shim wrote (workspace.go)
+	servedCopies atomic.Int64
 	// setup: the init starts as root and lays the sandbox out itself
 	// (setup.go) instead of an archive before the start.
 	setup bool

@@ -127,6 +127,45 @@ func TestServedLease(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(dir, "f.txt")); string(b) != "changed\n" {
 		t.Errorf("host's f.txt %q after release", b)
 	}
+	// The copy back was the shim's tar, not the engine's archive endpoint.
+	if n := docker.ServedCopies(sb); n != 1 {
+		t.Errorf("%d copies back through the init, want 1", n)
+	}
+}
+
+// TestCopyBackNotWhole: a workspace the sandbox's user cannot archive
+// whole (a file the agent made unreadable, a fifo) is copied back by the
+// engine's archive endpoint, as root: nothing is lost, nothing is taken
+// for deleted.
+func TestCopyBackNotWhole(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	dir := workdir(t)
+	for _, name := range []string{"keep.txt", "gone.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := lease(t, dockertest.Provider(t, dockertest.Busybox), driver.Options{Workdir: dir})
+	sb := l.Sandbox().(*docker.Sandbox)
+	env := fullEnv(l)
+	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `echo secret > locked.txt && chmod 000 locked.txt && echo new > new.txt && rm gone.txt`}, Env: map[string]string{"PATH": env["PATH"]}}, 1<<20)
+	if err != nil || res.Status.Code != 0 {
+		t.Fatalf("%v: %s %+v", err, res.Stderr, res.Status)
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"keep.txt": "keep.txt\n", "new.txt": "new\n", "locked.txt": "secret\n"} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Errorf("host's %s: %q, %v", name, b, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "gone.txt")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("gone.txt, deleted in the sandbox: %v", err)
+	}
+	if n := docker.ServedCopies(sb); n != 0 {
+		t.Errorf("%d copies back through the init, want none (the user cannot read locked.txt)", n)
+	}
 }
 
 // TestServedReleaseStopsRunning: a release while a served process runs

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/outposthq/outpost/internal/layout"
+	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/internal/workspace"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -63,6 +64,33 @@ func (s *Sandbox) releaseSync(ctx context.Context) error {
 	return err
 }
 
+// workspaceOut is the workspace as tar for its copy back. Through the
+// init's connection the shim writes it (tar --whole), as the sandbox's
+// user: a stream and the walk itself, where the engine's archive endpoint
+// runs a process of its own in the container's root. Only a whole tree
+// will do (the copy back deletes on the host what the tree lacks), so
+// when the user cannot archive all of it (a file the agent made
+// unreadable, a fifo) or anything else fails before the first byte, the
+// archive endpoint reads it as root, as it always did. Once bytes have
+// come, the stream's end is the shim's: a tree cut short is an error of
+// the read, never an end (tarStream).
+func (s *Sandbox) workspaceOut(ctx context.Context) (io.ReadCloser, error) {
+	if rc, ok, err := s.helperTar(ctx, layout.Workspace, shim.WholeTarArgs(layout.BinaryPath, layout.Workspace)[1:]); ok && err == nil {
+		s.servedCopies.Add(1)
+		return rc, nil
+	} else if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	rc, _, err := s.eng.cli.CopyFromContainer(ctx, s.cid, layout.Workspace)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("docker: %w: %s is gone; its workspace changes are lost", driver.ErrVanished, s.id)
+		}
+		return nil, fmt.Errorf("docker: copying the workspace of %s back: %w", s.id, err)
+	}
+	return rc, nil
+}
+
 // syncWorkspace is SyncWorkspace; wrap, when set, wraps the archive's
 // stream (driver.ProgressBound).
 func (s *Sandbox) syncWorkspace(ctx context.Context, wrap func(io.Reader) io.Reader) error {
@@ -72,12 +100,9 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, wrap func(io.Reader) io.Rea
 	s.wsMu.Lock()
 	defer s.wsMu.Unlock()
 	s.pristine.Store(false)
-	rc, _, err := s.eng.cli.CopyFromContainer(ctx, s.cid, layout.Workspace)
+	rc, err := s.workspaceOut(ctx)
 	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return fmt.Errorf("docker: %w: %s is gone; its workspace changes are lost", driver.ErrVanished, s.id)
-		}
-		return fmt.Errorf("docker: copying the workspace of %s back: %w", s.id, err)
+		return err
 	}
 	defer rc.Close()
 	var r io.Reader = rc

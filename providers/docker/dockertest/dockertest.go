@@ -9,6 +9,7 @@ package dockertest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	dockerclient "github.com/docker/docker/client"
 
@@ -103,4 +105,37 @@ func Leftovers() string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// BridgeGateway is the IPv4 address of the default bridge network's
+// gateway: the host as containers on the bridge see it. An engine
+// restarted over an existing bridge lists no gateway in its IPAM
+// configuration; the bridge interface's own address is then the same
+// host address.
+func BridgeGateway(tb testing.TB) string {
+	tb.Helper()
+	nw, err := Client(tb).NetworkInspect(context.Background(), docker.DefaultNetwork, network.InspectOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, c := range nw.IPAM.Config {
+		if ip := net.ParseIP(c.Gateway); ip != nil && ip.To4() != nil {
+			return c.Gateway
+		}
+	}
+	name := nw.Options["com.docker.network.bridge.name"]
+	if name == "" {
+		name = "docker0"
+	}
+	if ifc, err := net.InterfaceByName(name); err == nil {
+		if addrs, err := ifc.Addrs(); err == nil {
+			for _, a := range addrs {
+				if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+					return n.IP.String()
+				}
+			}
+		}
+	}
+	tb.Fatalf("the %s network has no IPv4 gateway: %+v, and its interface %s no IPv4 address", docker.DefaultNetwork, nw.IPAM.Config, name)
+	return ""
 }
