@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"github.com/outposthq/outpost/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,6 +170,28 @@ func TestTurnResumeFork(t *testing.T) {
 	res4 := f.ok(sandbox.Turn{Prompt: "fork again", Resume: res3.Conversation})
 	if !strings.Contains(res4.Text, "turn 4") {
 		t.Errorf("fork resume: %q", res4.Text)
+	}
+}
+
+// TestTurnUnderDevShm: homes under /dev/shm (a TMPDIR there, as some set
+// for speed) are ordinary files: the turn captures its conversation and
+// resumes it. The kernel-filesystem check once refused every path under
+// /dev.
+func TestTurnUnderDevShm(t *testing.T) {
+	if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
+		testenv.Missing(t, "/dev/shm (a tmpfs on Linux)", "a Linux host or container with /dev/shm")
+	}
+	base, err := os.MkdirTemp("/dev/shm", "outpost-test-")
+	if err != nil {
+		testenv.Missing(t, "a writable /dev/shm: "+err.Error(), "a Linux host or container with /dev/shm")
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	f := newFixture(t)
+	f.provider = &counting{Provider: local.New(&local.Options{BaseDir: base})}
+	res := f.ok(sandbox.Turn{Prompt: "hello"})
+	res2 := f.ok(sandbox.Turn{Prompt: "again", Resume: res.Conversation})
+	if !strings.Contains(res2.Text, "turn 2") {
+		t.Errorf("resume under /dev/shm: %q", res2.Text)
 	}
 }
 

@@ -36,29 +36,45 @@ var (
 	registry = map[string]func() *harness.Harness{}
 )
 
-// builtins registers the built-in presets the first time the registry is
-// used, not at init: building and validating every preset costs every
-// process that imports this package (the CLI's `version` too) a few
-// milliseconds.
-var builtins = sync.OnceFunc(registerBuiltins)
+// builtin are the built-in presets by name, one line each. The names are
+// written out so that a process looking up one preset (`outpost run`'s
+// echo agent) or listing them builds none: building a preset parses and
+// validates it, and building all nine cost every `outpost run` about a
+// millisecond. TestBuiltins proves each constructor returns a valid
+// preset of the name it is listed under.
+var builtin = []struct {
+	name string
+	new  func() *harness.Harness
+}{
+	{"aider", declarative.Aider},
+	{"antigravity", antigravity.Harness},
+	{"claude", claude.Harness},
+	{"codex", codex.Harness},
+	{"copilot", copilot.Harness},
+	{"echo", echo.Harness},
+	{"gemini", gemini.Harness},
+	{"opencode", declarative.OpenCode},
+	{"qwen", declarative.Qwen},
+}
 
-// The built-in presets: one line each.
-func registerBuiltins() {
-	for _, f := range []func() *harness.Harness{
-		declarative.Aider,
-		declarative.Qwen,
-		declarative.OpenCode,
-		antigravity.Harness,
-		claude.Harness,
-		codex.Harness,
-		copilot.Harness,
-		echo.Harness,
-		gemini.Harness,
-	} {
-		if err := register(f); err != nil {
-			panic(err)
-		}
+// builtins enters the built-in presets into the registry the first time
+// it is used, not at init, and without building them.
+var builtins = sync.OnceFunc(func() {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range builtin {
+		registry[b.name] = b.new
 	}
+})
+
+// Builtin lists the built-in presets' names and constructors, for tests
+// that check every one (TestBuiltins).
+func Builtin() map[string]func() *harness.Harness {
+	out := make(map[string]func() *harness.Harness, len(builtin))
+	for _, b := range builtin {
+		out[b.name] = b.new
+	}
+	return out
 }
 
 // Register adds a preset under the name of the preset f returns. It fails

@@ -358,7 +358,9 @@ var ErrPath = errors.New("invalid sandbox path")
 
 // CheckPath refuses a path given to CopyIn or CopyOut that is not
 // absolute and clean (or holds a NUL), or that lies in a kernel filesystem
-// (/proc, /sys, /dev); the error wraps ErrPath. The portable layer checks
+// (/proc, /sys, /dev, but not /dev/shm: a tmpfs of ordinary files, where a
+// TMPDIR, and so the local provider's homes, may lie); the error wraps
+// ErrPath. The portable layer checks
 // every path before a driver sees it, so drivers check only what is their
 // own (a remote shell's limits, say).
 func CheckPath(p string) error {
@@ -366,7 +368,7 @@ func CheckPath(p string) error {
 		return fmt.Errorf("%w: %q is not an absolute clean path", ErrPath, p)
 	}
 	for _, k := range []string{"/proc", "/sys", "/dev"} {
-		if p == k || strings.HasPrefix(p, k+"/") {
+		if (p == k || strings.HasPrefix(p, k+"/")) && p != "/dev/shm" && !strings.HasPrefix(p, "/dev/shm/") {
 			return fmt.Errorf("%w: %s is a kernel filesystem", ErrPath, p)
 		}
 	}

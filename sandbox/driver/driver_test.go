@@ -9,7 +9,7 @@ import (
 
 func TestCheckPath(t *testing.T) {
 	for p, ok := range map[string]bool{
-		"/workspace": true, "/outpost/home/.claude": true, "/": true, "/procfs": true, "/devices/x": true,
+		"/workspace": true, "/outpost/home/.claude": true, "/": true, "/procfs": true, "/devices/x": true, "/dev/shm/outpost-0/local/home/.echo": true, "/dev/shm": true, "/dev/shmx": false,
 		"": false, "relative": false, "/a/../b": false, "/a/": false, "/a//b": false, "/a\x00b": false,
 		"/proc": false, "/proc/1/environ": false, "/sys/x": false, "/dev": false, "/dev/null": false,
 	} {
