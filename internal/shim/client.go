@@ -105,13 +105,63 @@ type Process struct {
 	status   harness.ExitStatus
 	waitErr  error
 
+	stdin     *guardedStdin // nil unless the program has a standard input
 	closeOnce sync.Once
+}
+
+// guardedStdin is the program's standard input as the caller sees it:
+// its Write and Close, and the Process's own Close, take turns. A
+// transport's writer need not be safe for that (an SSH session's stdin
+// is not: its Write and Close share an unguarded flag), and a caller
+// closing stdin while Close runs is ordinary.
+type guardedStdin struct {
+	mu     sync.Mutex
+	w      io.WriteCloser
+	closed bool
+}
+
+func (g *guardedStdin) Write(b []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return 0, io.ErrClosedPipe
+	}
+	return g.w.Write(b)
+}
+
+// Close closes the writer once; later Closes return nil.
+func (g *guardedStdin) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closeLocked()
+}
+
+func (g *guardedStdin) closeLocked() error {
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	return g.w.Close()
+}
+
+// closeIdle closes the writer unless a Write holds it (one blocked on a
+// peer that reads nothing): then the transport's Close ends that Write,
+// and the writer goes with it.
+func (g *guardedStdin) closeIdle() {
+	if !g.mu.TryLock() {
+		return
+	}
+	defer g.mu.Unlock()
+	_ = g.closeLocked()
 }
 
 // NewProcess starts reading an exec of the shim that has its request
 // (t.Stream runs from now on, in a goroutine of its own).
 func NewProcess(x Exec, t Transport) *Process {
 	p := &Process{x: x, t: t, ready: make(chan struct{}), streamDone: make(chan struct{})}
+	if x.Stdin != nil {
+		p.stdin = &guardedStdin{w: x.Stdin}
+	}
 	p.up = func() {}
 	if x.Up != nil {
 		var once sync.Once
@@ -206,10 +256,10 @@ func (p *Process) NoShim() bool {
 
 // Stdin is the program's standard input, nil unless it has one.
 func (p *Process) Stdin() io.WriteCloser {
-	if p.x.Stdin == nil {
+	if p.stdin == nil {
 		return nil
 	}
-	return p.x.Stdin
+	return p.stdin
 }
 
 // Stdout is the program's standard output.
@@ -307,8 +357,8 @@ func (p *Process) Kill(kill bool) error {
 // keeps running (Kill stops it).
 func (p *Process) Close() error {
 	p.closeOnce.Do(func() {
-		if p.x.Stdin != nil {
-			_ = p.x.Stdin.Close()
+		if p.stdin != nil {
+			p.stdin.closeIdle()
 		}
 		p.t.Close()
 		p.stdoutR.CloseWithError(io.ErrClosedPipe)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,5 +61,89 @@ func TestAwaitCancelled(t *testing.T) {
 		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(st), ") Z ") {
 			t.Errorf("process %d of the group still runs: %s", pid, st)
 		}
+	}
+}
+
+// unsyncedWriter is a stdin like an SSH session's: its Write and Close
+// share a flag with no lock, so the race detector sees any overlap.
+type unsyncedWriter struct {
+	eof    bool
+	closes int
+	block  chan struct{} // a Write waits on it when not nil,
+	in     chan struct{} // having said so here
+}
+
+func (w *unsyncedWriter) Write(b []byte) (int, error) {
+	if w.block != nil {
+		w.in <- struct{}{}
+		<-w.block
+	}
+	if w.eof {
+		return 0, errors.New("write after EOF")
+	}
+	return len(b), nil
+}
+
+func (w *unsyncedWriter) Close() error { w.eof = true; w.closes++; return nil }
+
+// idleTransport streams nothing until it is closed.
+type idleTransport struct{ done chan struct{} }
+
+func (t *idleTransport) Stream(io.Writer, io.Writer) error { <-t.done; return nil }
+func (t *idleTransport) Exit() (harness.ExitStatus, error) { return harness.ExitStatus{}, nil }
+func (t *idleTransport) StartFailed(err, _ error) error    { return err }
+func (t *idleTransport) Run(context.Context, []string) (int, []byte, error) {
+	return 0, nil, nil
+}
+func (t *idleTransport) ReadStatus(context.Context, string) ([]byte, error) { return nil, nil }
+func (t *idleTransport) Releasing() bool                                    { return false }
+func (t *idleTransport) Close() {
+	select {
+	case <-t.done:
+	default:
+		close(t.done)
+	}
+}
+
+// TestStdinCloseRace: a caller writing and closing stdin in a goroutine
+// of its own while the Process closes (the tunnel's client in the
+// conformance suite) never overlaps the transport's writer, which is
+// closed once; a Close while a Write is blocked does not wait for it.
+func TestStdinCloseRace(t *testing.T) {
+	for range 50 {
+		w := &unsyncedWriter{}
+		p := shim.NewProcess(shim.Exec{Name: "test", Stdin: w}, &idleTransport{done: make(chan struct{})})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = p.Stdin().Write([]byte("msg"))
+			_ = p.Stdin().Close()
+		}()
+		_ = p.Close()
+		<-done
+		if w.closes != 1 {
+			t.Fatalf("the writer was closed %d times, want 1", w.closes)
+		}
+		if _, err := p.Stdin().Write([]byte("more")); err == nil {
+			t.Fatal("a Write after Close succeeded")
+		}
+	}
+
+	w := &unsyncedWriter{block: make(chan struct{}), in: make(chan struct{})}
+	p := shim.NewProcess(shim.Exec{Name: "test", Stdin: w}, &idleTransport{done: make(chan struct{})})
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		_, _ = p.Stdin().Write([]byte("msg"))
+	}()
+	<-w.in
+	_ = p.Close() // returns although the Write holds the writer
+	close(w.block)
+	<-wrote
+	if err := p.Stdin().Close(); err != nil {
+		t.Fatal(err)
+	}
+	if w.closes != 1 {
+		t.Fatalf("the writer was closed %d times, want 1", w.closes)
 	}
 }
