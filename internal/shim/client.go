@@ -281,7 +281,9 @@ func (p *Process) Wait() (harness.ExitStatus, error) {
 		if p.waitErr == nil && p.status.Signal == "" {
 			p.status = p.decode(p.status.Code)
 		}
-		p.exited.Store(true)
+		// A lost exec stream says nothing of the program: it may still
+		// run, and Kill must still reach it.
+		p.exited.Store(p.waitErr == nil)
 		if p.x.Exited != nil {
 			p.x.Exited()
 		}
@@ -324,8 +326,9 @@ func ParseStatus(b []byte) (syscall.Signal, bool) {
 
 // Kill sends SIGTERM (or SIGKILL when kill is set) to the program's
 // process group through the shim's signal mode. A process that has ended
-// (Wait has returned), or a sandbox that is gone (Exec.Gone), is not an
-// error.
+// (Wait has returned its status), or a sandbox that is gone (Exec.Gone),
+// is not an error. After a Wait that lost the exec stream (an error) the
+// signal is still sent: the program may outlive its stream.
 func (p *Process) Kill(kill bool) error {
 	select {
 	case <-p.ready:

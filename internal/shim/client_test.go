@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/shim"
@@ -145,5 +146,95 @@ func TestStdinCloseRace(t *testing.T) {
 	}
 	if w.closes != 1 {
 		t.Fatalf("the writer was closed %d times, want 1", w.closes)
+	}
+}
+
+// lostTransport is a Child whose exec stream the test can lose, as a
+// kubernetes exec's is when its connection breaks: Stream and Exit
+// return an error while the shim and its program go on running.
+type lostTransport struct {
+	*shimtest.Child
+	lost     chan struct{}
+	streamed chan struct{}
+}
+
+func (t *lostTransport) Stream(stdout, stderr io.Writer) error {
+	go func() {
+		defer close(t.streamed)
+		_ = t.Child.Stream(stdout, stderr)
+	}()
+	select {
+	case <-t.lost:
+		return errors.New("the exec stream broke")
+	case <-t.streamed:
+		return nil
+	}
+}
+
+func (t *lostTransport) Exit() (harness.ExitStatus, error) {
+	select {
+	case <-t.lost:
+		return harness.ExitStatus{Code: -1}, errors.New("the exec stream broke")
+	default:
+		return t.Child.Exit()
+	}
+}
+
+// TestKillAfterLostStream: a Wait that lost the exec stream (an error)
+// does not make Kill a no-op: the program may outlive its stream, and
+// Kill stops it.
+func TestKillAfterLostStream(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, dir := t.TempDir(), t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	token := shim.Token()
+	cmd := exec.Command(bin, shim.RemoteExecArgs(bin, token, run, dir, false, "sh", []string{"-c", `echo $$ > ` + pidFile + `.tmp && mv ` + pidFile + `.tmp ` + pidFile + `; exec sleep 3600`})[1:]...)
+	cmd.Stdin = bytes.NewReader(shim.EnvLine(map[string]string{"PATH": os.Getenv("PATH")}))
+	cmd.Env = append(os.Environ(), "OUTPOST_SHIM_TEST_CHILD=1")
+	tr := &lostTransport{Child: &shimtest.Child{Cmd: cmd}, lost: make(chan struct{}), streamed: make(chan struct{})}
+	p := shim.NewProcess(shim.Exec{Name: "local", Binary: bin, RunDir: run, Token: token, Path: "sh"}, tr)
+	var pid int
+	t.Cleanup(func() {
+		if pid > 0 {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
+		<-tr.streamed
+	})
+	if err := p.Await(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for pid == 0 {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		select {
+		case <-tr.streamed:
+			t.Fatal("the program ended before the stream was lost")
+		default:
+		}
+	}
+	close(tr.lost)
+	if _, err := p.Wait(); err == nil {
+		t.Fatal("Wait after a lost stream: no error")
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the program did not outlive its stream: %v", err)
+	}
+	if err := p.Kill(true); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	select { // the shim exits once its group is killed
+	case <-tr.streamed:
+	case <-time.After(time.Minute): // a bound on a hang, not a timing
+		t.Fatal("the program still runs a minute after Kill")
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(st), ") Z ") {
+		t.Errorf("the program still runs after Kill: %s", st)
 	}
 }

@@ -225,6 +225,11 @@ func (l *listener) watch() {
 	l.closeOnce.Do(func() { _ = l.sess.Close() })
 	<-l.readDone
 	st, err := l.p.Wait()
+	if err != nil && !l.released() {
+		// The exec stream is lost, not necessarily the process: it must
+		// not go on listening in the sandbox once the tunnel has ended.
+		_ = l.p.Signal(driver.Kill)
+	}
 	select { // its last words, once its stderr ends too
 	case <-l.stderrDone:
 	case <-time.After(time.Second):

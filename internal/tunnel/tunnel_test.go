@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tunnel"
 	"github.com/outposthq/outpost/internal/tunnel/inside"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -224,4 +225,80 @@ func TestTunnelStartFails(t *testing.T) {
 	if _, _, err := tunnel.Open(t.Context(), f.sb, binary, f.released.Load); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Open on a released sandbox: %v, want driver.ErrClosed", err)
 	}
+}
+
+// errLost is the error of an exec stream that broke.
+var errLost = errors.New("the exec stream broke")
+
+// lossySandbox starts processes whose exec stream the test can lose (a
+// kubernetes exec's connection breaking): the host's side sees stdout end
+// and Wait fail while the process goes on in the sandbox.
+type lossySandbox struct {
+	driver.Sandbox
+	procs chan *lossyProcess
+}
+
+func (s *lossySandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
+	p, err := s.Sandbox.Start(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	r, w := io.Pipe()
+	lp := &lossyProcess{Process: p, out: r, lost: make(chan struct{})}
+	go func() { _, _ = io.Copy(w, p.Stdout()); _ = w.Close() }()
+	lp.lose = func() { _ = w.CloseWithError(errLost); close(lp.lost) }
+	s.procs <- lp
+	return lp, nil
+}
+
+type lossyProcess struct {
+	driver.Process
+	out    *io.PipeReader
+	lost   chan struct{}
+	lose   func()
+	killed atomic.Bool
+}
+
+func (p *lossyProcess) Stdout() io.Reader { return p.out }
+
+func (p *lossyProcess) Wait() (harness.ExitStatus, error) {
+	<-p.lost
+	return harness.ExitStatus{Code: -1}, errLost
+}
+
+func (p *lossyProcess) Signal(s driver.Signal) error {
+	if s == driver.Kill {
+		p.killed.Store(true)
+	}
+	return p.Process.Signal(s)
+}
+
+// TestTunnelLostStreamKills: a tunnel whose exec stream broke ends, says
+// so, and kills its process in the sandbox, which would otherwise go on
+// accepting connections no one carries (kubernetes' conformance run met
+// a connection accepted after Close).
+func TestTunnelLostStreamKills(t *testing.T) {
+	ended := make(chan struct{})
+	f := newFixture(t, func(ctx context.Context, p *memsandbox.Proc) int {
+		go inside.Serve(p.Stdin, p.Stdout, p.Stderr)
+		<-ctx.Done() // a live stdin: only a signal ends it
+		close(ended)
+		return 137
+	})
+	sb := &lossySandbox{Sandbox: f.sb, procs: make(chan *lossyProcess, 1)}
+	_, l, err := tunnel.Open(t.Context(), sb, binary, f.released.Load)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p := <-sb.procs
+	done := echoServe(l)
+	p.lose()
+	if err := <-done; err == nil || !errors.Is(err, errLost) {
+		t.Errorf("Accept: %v, want the lost stream's error", err)
+	}
+	if !p.killed.Load() {
+		t.Fatal("the tunnel's process was not killed once its stream was lost")
+	}
+	<-ended
 }
