@@ -26,21 +26,29 @@ func TestProcess(t *testing.T) {
 	shimtest.Run(t, shimtest.Local(t, "OUTPOST_SHIM_TEST_CHILD=1"))
 }
 
-// TestAwaitCancelled: a start whose context ends before the handshake
-// kills the program and its group once the shim says it runs.
-func TestAwaitCancelled(t *testing.T) {
+// shimChild is an exec of the shim, a child of the test binary, that runs
+// script with sh in dir, and its Exec for shim.NewProcess.
+func shimChild(t *testing.T, dir, script string) (shim.Exec, *exec.Cmd) {
+	t.Helper()
 	bin, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, dir := t.TempDir(), t.TempDir()
-	pids := filepath.Join(dir, "pids")
-	token := shim.Token()
-	cmd := exec.Command(bin, shim.RemoteExecArgs(bin, token, run, dir, false, "sh", []string{"-c", `sleep 3600 & echo $$ $! > ` + pids + `; wait`})[1:]...)
+	run, token := t.TempDir(), shim.Token()
+	cmd := exec.Command(bin, shim.RemoteExecArgs(bin, token, run, dir, false, "sh", []string{"-c", script})[1:]...)
 	cmd.Stdin = bytes.NewReader(shim.EnvLine(map[string]string{"PATH": os.Getenv("PATH")}))
 	cmd.Env = append(os.Environ(), "OUTPOST_SHIM_TEST_CHILD=1")
+	return shim.Exec{Name: "local", Binary: bin, RunDir: run, Token: token, Path: "sh"}, cmd
+}
+
+// TestAwaitCancelled: a start whose context ends before the handshake
+// kills the program and its group once the shim says it runs.
+func TestAwaitCancelled(t *testing.T) {
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	x, cmd := shimChild(t, dir, `sleep 3600 & echo $$ $! > `+pids+`; wait`)
 	hold := make(chan struct{})
-	p := shim.NewProcess(shim.Exec{Name: "local", Binary: bin, RunDir: run, Token: token, Path: "sh"}, &shimtest.Child{Cmd: cmd, Hold: hold})
+	p := shim.NewProcess(x, &shimtest.Child{Cmd: cmd, Hold: hold})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := p.Await(ctx); !errors.Is(err, context.Canceled) {
@@ -184,18 +192,11 @@ func (t *lostTransport) Exit() (harness.ExitStatus, error) {
 // does not make Kill a no-op: the program may outlive its stream, and
 // Kill stops it.
 func TestKillAfterLostStream(t *testing.T) {
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	run, dir := t.TempDir(), t.TempDir()
+	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
-	token := shim.Token()
-	cmd := exec.Command(bin, shim.RemoteExecArgs(bin, token, run, dir, false, "sh", []string{"-c", `echo $$ > ` + pidFile + `.tmp && mv ` + pidFile + `.tmp ` + pidFile + `; exec sleep 3600`})[1:]...)
-	cmd.Stdin = bytes.NewReader(shim.EnvLine(map[string]string{"PATH": os.Getenv("PATH")}))
-	cmd.Env = append(os.Environ(), "OUTPOST_SHIM_TEST_CHILD=1")
+	x, cmd := shimChild(t, dir, `echo $$ > `+pidFile+`.tmp && mv `+pidFile+`.tmp `+pidFile+`; exec sleep 3600`)
 	tr := &lostTransport{Child: &shimtest.Child{Cmd: cmd}, lost: make(chan struct{}), streamed: make(chan struct{})}
-	p := shim.NewProcess(shim.Exec{Name: "local", Binary: bin, RunDir: run, Token: token, Path: "sh"}, tr)
+	p := shim.NewProcess(x, tr)
 	var pid int
 	t.Cleanup(func() {
 		if pid > 0 {
