@@ -24,6 +24,7 @@ func servingInit(t *testing.T, flags ...string) *yamux.Session {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{Subcommand, "init", ServeFlag}, flags...)...)
 	cmd.Env = append(os.Environ(), childEnv+"=1", "SERVE_TEST_BASE=base", "SERVE_TEST_KEEP=keep")
+	cmd.Dir = "/" // as in a container; a process that drops to another user may not reach the checkout
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

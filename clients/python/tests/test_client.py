@@ -211,7 +211,15 @@ def test_403_another_user(serve):
         for d in (top, run):
             os.chmod(d, 0o755)
         os.chmod(s.socket, 0o666)
-        code = (f"import sys; sys.path.insert(0, {str(PACKAGE)!r}); import outpost\n"
+        # The package from a copy the other user can read: the checkout
+        # may lie under a directory only we can enter.
+        pkg = top / "pkg"
+        shutil.copytree(PACKAGE / "outpost", pkg / "outpost", ignore=shutil.ignore_patterns("__pycache__"))
+        for d, _, files in os.walk(pkg):
+            os.chmod(d, 0o755)
+            for f in files:
+                os.chmod(os.path.join(d, f), 0o644)
+        code = (f"import sys; sys.path.insert(0, {str(pkg)!r}); import outpost\n"
                 f"c = outpost.Client(socket={s.socket!r})\n"
                 "try:\n    c.agents()\nexcept outpost.RefusedError as e:\n"
                 "    print(e.status, e.reason)\n")
