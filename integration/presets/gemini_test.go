@@ -113,7 +113,7 @@ func runGemini(t *testing.T, turn sandbox.Turn, o *sandbox.RunOptions) geminiTur
 	if strings.Contains(string(b), geminiKey) || (out.err != nil && strings.Contains(out.err.Error(), geminiKey)) {
 		t.Errorf("the API key appears in what outpost returned")
 	}
-	if t.Failed() {
+	if t.Failed() || out.err != nil {
 		t.Logf("gemini stderr:\n%s", out.stderr)
 	}
 	return out
