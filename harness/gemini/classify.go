@@ -17,11 +17,15 @@ var (
 		"TerminalQuotaError",
 		"exceeded your current quota, please check your plan",
 	}
-	// outageTexts: an overloaded or failing server after the retries, and
-	// a connection that could not be made.
+	// outageTexts: an overloaded or failing server after the retries, a
+	// connection that could not be made, and a reply whose stream broke
+	// off (undici's "terminated", caused by "other side closed"), which
+	// the CLI does not retry.
 	outageTexts = []string{
 		"The model is overloaded",
 		"fetch failed",
+		"[API Error: terminated]",
+		"UND_ERR_SOCKET",
 		`"status":"UNAVAILABLE"`,
 		`"status":"INTERNAL"`,
 		"ECONNREFUSED",
@@ -62,7 +66,8 @@ func containsAny(text string, subs []string) bool {
 // Quota recognizes a terminal quota or rate limit.
 func Quota(text string) bool { return containsAny(text, quotaTexts) }
 
-// Unavailable recognizes a terminal outage: overload, 5xx, no connection.
+// Unavailable recognizes a terminal outage: overload, 5xx, no connection,
+// a broken stream.
 func Unavailable(text string) bool { return containsAny(text, outageTexts) }
 
 // Misconfigured recognizes refused or missing credentials.

@@ -162,6 +162,9 @@ func TestClassify(t *testing.T) {
 		{"daily quota", failure("quota.stdout.jsonl"), true, false, false},
 		{"503 after retries", failure("unavailable.stdout.jsonl"), false, true, false},
 		{"unreachable", failure("unreachable.stdout.jsonl"), false, true, false},
+		{"broken stream", failure("dropped.stdout.jsonl"), false, true, false},
+		{"broken stream's report", "Error when talking to Gemini API Full report available at: /tmp/r.json TypeError: terminated\n  [cause]: SocketError: other side closed\n    code: 'UND_ERR_SOCKET',", false, true, false},
+		{"a tool's text", "the process was terminated", false, false, false},
 		{"429 after retries", "[API Error: Resource has been exhausted (e.g. check quota).]", true, false, false},
 		{"bad key", `[API Error: {"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT"}}]`, false, false, true},
 		{"auth", "Invalid auth method selected.", false, false, true},
@@ -182,7 +185,7 @@ func TestClassify(t *testing.T) {
 		})
 	}
 	// Every retry notice the real CLI printed is no terminal failure.
-	for _, name := range []string{"quota.stderr", "unavailable.stderr", "unreachable.stderr"} {
+	for _, name := range []string{"quota.stderr", "unavailable.stderr", "unreachable.stderr", "dropped.stderr"} {
 		b, err := os.ReadFile(filepath.Join(goldenDir, name))
 		if err != nil {
 			t.Fatal(err)

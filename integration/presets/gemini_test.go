@@ -175,7 +175,8 @@ func TestGemini(t *testing.T) {
 
 // TestGeminiFailures: a spent daily quota is quota; an overloaded model
 // and an unreachable API are process with details.unavailable, once the
-// CLI's three attempts (the configuration's general.maxAttempts) are over.
+// CLI's three attempts (the configuration's general.maxAttempts) are over;
+// so is a reply whose stream breaks off, which the CLI does not retry.
 func TestGeminiFailures(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -183,10 +184,13 @@ func TestGeminiFailures(t *testing.T) {
 		unreachable  bool
 		code         outpost.Code
 		outage       bool
+		calls        int // model calls; 0: not checked
 	}{
-		{"DailyQuotaIsQuota", "x FAKE_QUOTA", false, outpost.Quota, false},
-		{"OverloadedIsUnavailable", "x FAKE_503", false, outpost.Process, true},
-		{"UnreachableIsUnavailable", "x", true, outpost.Process, true},
+		{"DailyQuotaIsQuota", "x FAKE_QUOTA", false, outpost.Quota, false, 1},
+		{"OverloadedIsUnavailable", "x FAKE_503", false, outpost.Process, true, gemini.MaxAttempts},
+		{"UnreachableIsUnavailable", "x", true, outpost.Process, true, 0},
+		// The CLI does not retry a reply whose stream broke off.
+		{"BrokenStreamIsUnavailable", "x FAKE_DROP", false, outpost.Process, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -206,8 +210,8 @@ func TestGeminiFailures(t *testing.T) {
 			if _, retrying := oe.Details["retrying"]; retrying {
 				t.Errorf("the turn was stopped by the retry bound, not ended by the CLI: %v", oe.Details)
 			}
-			if !tc.unreachable && tc.outage && len(e.fake.Turns()) != gemini.MaxAttempts {
-				t.Errorf("%d model calls, want %d", len(e.fake.Turns()), gemini.MaxAttempts)
+			if n := len(e.fake.Turns()); tc.calls > 0 && n != tc.calls {
+				t.Errorf("%d model calls, want %d", n, tc.calls)
 			}
 		})
 	}

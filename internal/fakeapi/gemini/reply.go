@@ -122,6 +122,15 @@ func (s *Server) reply(w http.ResponseWriter, r *Request, sc Scenario) {
 			parts = append(parts, c)
 		}
 		parts = append([]any{map[string]any{"text": text.String()}}, parts...)
+		if sc.Kind == KindDrop {
+			b, _ := json.Marshal(response(r, parts, &usage))
+			w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+			w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(b[:len(b)/2])
+			_ = http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		}
 		writeJSON(w, http.StatusOK, response(r, parts, &usage))
 		return
 	}
@@ -142,6 +151,11 @@ func (s *Server) reply(w http.ResponseWriter, r *Request, sc Scenario) {
 		}
 		if fl != nil {
 			fl.Flush()
+		}
+		if sc.Kind == KindDrop {
+			// net/http closes the connection without ending the
+			// chunked body: the client sees the stream break off.
+			panic(http.ErrAbortHandler)
 		}
 	}
 }

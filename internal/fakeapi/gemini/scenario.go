@@ -19,6 +19,9 @@ const (
 	KindRouter Kind = "router" // the CLI's model router: {"reasoning","model_choice"} as JSON text
 	KindError  Kind = "error"  // an HTTP error status with a google.rpc.Status JSON body
 	KindHang   Kind = "hang"   // no response until the client or server goes away
+	// KindDrop streams the text's first SSE event, then cuts the
+	// connection: a stream that breaks off mid-reply.
+	KindDrop Kind = "drop"
 )
 
 // Usage is the usageMetadata of one reply. Cached is part of Prompt, as in
@@ -93,6 +96,9 @@ func Echo() Scenario { return Scenario{Kind: KindEcho} }
 // Hang returns a scenario that never answers.
 func Hang() Scenario { return Scenario{Kind: KindHang} }
 
+// Drop returns a scenario whose stream breaks off after its first event.
+func Drop() Scenario { return Scenario{Kind: KindDrop, Text: "partial reply", Chunks: 2} }
+
 // APIError returns an error reply in the Gemini API's shape.
 func APIError(status int, errStatus, msg string, details ...map[string]any) Scenario {
 	return Scenario{Kind: KindError, Status: status, ErrStatus: errStatus, Message: msg, Details: details}
@@ -139,6 +145,7 @@ var Markers = map[string]Scenario{
 	"FAKE_503":   Unavailable(),
 	"FAKE_ECHO":  Echo(),
 	"FAKE_HANG":  Hang(),
+	"FAKE_DROP":  Drop(),
 }
 
 // errorBody is the google.rpc.Status JSON of an error reply.

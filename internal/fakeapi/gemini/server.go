@@ -224,7 +224,7 @@ func (s *Server) pick(r *Request) Scenario {
 	if r.HasFunctionResponse {
 		return Text("Tool output was: " + strings.TrimSpace(r.FunctionResponse))
 	}
-	for _, m := range []string{"FAKE_QUOTA", "FAKE_429", "FAKE_503", "FAKE_TOOL", "FAKE_ECHO", "FAKE_HANG"} {
+	for _, m := range []string{"FAKE_QUOTA", "FAKE_429", "FAKE_503", "FAKE_TOOL", "FAKE_ECHO", "FAKE_HANG", "FAKE_DROP"} {
 		if strings.Contains(r.LastUserText, m) {
 			return Markers[m]
 		}

@@ -133,3 +133,27 @@ func TestRouterQueueAndUnknownPath(t *testing.T) {
 		t.Errorf("%d turns, want 1 (neither the router nor the 404)", n)
 	}
 }
+
+// TestDropBreaksTheStream: FAKE_DROP sends the reply's first event, then
+// the connection closes before the body ends (streamed or not).
+func TestDropBreaksTheStream(t *testing.T) {
+	s := Start(t, Config{})
+	for _, rpc := range []string{"streamGenerateContent?alt=sse", "generateContent"} {
+		req, err := http.NewRequest(http.MethodPost, s.URL()+"/v1beta/models/gemini-x:"+rpc, strings.NewReader(strings.Replace(userBody, "%s", "FAKE_DROP", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", rpc, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || err == nil || !strings.Contains(err.Error(), "unexpected EOF") {
+			t.Errorf("%s: status %d, body %q, error %v; want 200 and a body that breaks off", rpc, resp.StatusCode, b, err)
+		}
+		if rpc != "generateContent" && !strings.Contains(string(b), `"partia"`) {
+			t.Errorf("%s: the first event is missing: %q", rpc, b)
+		}
+	}
+}

@@ -5,7 +5,7 @@
 //	go run ./internal/fakeapi/gemini/cmd/fakegemini -url-file fake.url -log requests.jsonl &
 //	GOOGLE_GEMINI_BASE_URL=$(cat fake.url) GEMINI_API_KEY=fake outpost run --agent gemini "Say hello"
 //
-// FAKE_TOOL, FAKE_QUOTA, FAKE_429, FAKE_503, FAKE_ECHO and FAKE_HANG in
+// FAKE_TOOL, FAKE_QUOTA, FAKE_429, FAKE_503, FAKE_ECHO, FAKE_HANG and FAKE_DROP in
 // the last user text select their scenario; the router's classification
 // and a tool follow-up are answered as the package does. It prints the
 // base URL on stdout and runs until SIGINT or SIGTERM.
