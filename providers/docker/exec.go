@@ -9,7 +9,6 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -138,7 +137,7 @@ func newProcess(s *Sandbox, execID, token, path string, conn types.HijackedRespo
 		}
 	}
 	if withStdin {
-		x.Stdin = &stdinWriter{conn: conn}
+		x.Stdin = stdinWriter{conn: conn}
 	}
 	var t shim.Transport = &execStream{s: s, execID: execID, path: path, conn: conn}
 	if execID == "" {
@@ -225,29 +224,15 @@ func (e *execStream) Exit() (harness.ExitStatus, error) {
 	}
 }
 
-type stdinWriter struct {
-	conn types.HijackedResponse
-	mu   sync.Mutex
-	done bool
-}
+// stdinWriter is the program's standard input on the exec's stream. It
+// needs no guard of its own: shim.Process makes Write and Close take
+// turns and closes it once (its Stdin).
+type stdinWriter struct{ conn types.HijackedResponse }
 
-func (w *stdinWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done {
-		return 0, io.ErrClosedPipe
-	}
-	return w.conn.Conn.Write(b)
-}
+func (w stdinWriter) Write(b []byte) (int, error) { return w.conn.Conn.Write(b) }
 
 // Close ends the program's standard input (a half-close of the stream).
-func (w *stdinWriter) Close() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done {
-		return nil
-	}
-	w.done = true
+func (w stdinWriter) Close() error {
 	if err := w.conn.CloseWrite(); err != nil && !errors.Is(err, syscall.ENOTCONN) {
 		return err
 	}
