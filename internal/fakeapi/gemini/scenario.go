@@ -19,8 +19,9 @@ const (
 	KindRouter Kind = "router" // the CLI's model router: {"reasoning","model_choice"} as JSON text
 	KindError  Kind = "error"  // an HTTP error status with a google.rpc.Status JSON body
 	KindHang   Kind = "hang"   // no response until the client or server goes away
-	// KindDrop streams the text's first SSE event, then cuts the
-	// connection: a stream that breaks off mid-reply.
+	// KindDrop sends the first SSE event of a streamed reply (half the
+	// JSON of a plain one), then cuts the connection: a reply that breaks
+	// off mid-body.
 	KindDrop Kind = "drop"
 )
 
@@ -96,8 +97,8 @@ func Echo() Scenario { return Scenario{Kind: KindEcho} }
 // Hang returns a scenario that never answers.
 func Hang() Scenario { return Scenario{Kind: KindHang} }
 
-// Drop returns a scenario whose stream breaks off after its first event.
-func Drop() Scenario { return Scenario{Kind: KindDrop, Text: "partial reply", Chunks: 2} }
+// Drop returns a scenario whose reply breaks off mid-body (KindDrop).
+func Drop() Scenario { return Scenario{Kind: KindDrop, Text: "partial reply"} }
 
 // APIError returns an error reply in the Gemini API's shape.
 func APIError(status int, errStatus, msg string, details ...map[string]any) Scenario {
