@@ -166,7 +166,15 @@ func TestSpareProcesses(t *testing.T) {
 		spared(t, int64(len(cases)))
 	})
 	t.Run("terminate the group", func(t *testing.T) {
-		script := `trap 'echo trapped' TERM; sleep 1000 & echo started; wait $!; wait $!; echo "sleep ended $?"`
+		// The shell says "started" only once its child has dropped the
+		// inherited trap (SigCgt no longer has SIGTERM, bit 14): a SIGTERM
+		// that reaches the forked child before ash resets its signals runs
+		// the trap's handler there and is lost at the exec, so sleep would
+		// run to its end (seen on a loaded CI machine; 44 of 300 tries on
+		// one busy core without this wait).
+		script := `trap 'echo trapped' TERM; sleep 600 & ` +
+			`until [ $(( 0x$(awk '/^SigCgt/{print $2}' /proc/$!/status) & 0x4000 )) = 0 ]; do :; done; ` +
+			`echo started; wait $!; wait $!; echo "sleep ended $?"`
 		pr, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", script}, Env: env})
 		if err != nil {
 			t.Fatal(err)
