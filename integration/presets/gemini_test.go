@@ -67,6 +67,28 @@ func (e *geminiEnv) fresh() {
 	e.prov = local.New(&local.Options{BaseDir: e.t.TempDir(), Environ: []string{"PATH=" + e.path, "LANG=C.UTF-8"}})
 }
 
+// firstTurn runs the tests' first turn, a shell call and text, on the
+// local provider.
+func (e *geminiEnv) firstTurn() geminiTurn {
+	e.t.Helper()
+	turn := sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}}
+	first := e.run(turn)
+	if outpost.UnavailableFault(first.err) {
+		// Once, in a CI run of the whole suite (2 cores, every package at
+		// once), this turn ended with the CLI's "[API Error:
+		// terminated]": its connection to the credential gateway closed
+		// after the reply began. 53 runs under load here never showed it,
+		// and the cause is not found (docs/presets/gemini.md). The turn is
+		// classified as it must be (an outage), which an orchestrator
+		// retries; so does this test, once, saying so.
+		e.t.Logf("OUTAGE ON THE LOOPBACK PATH, running the first turn once more: %v", first.err)
+		e.fresh()
+		e.fake.Reset()
+		first = e.run(turn)
+	}
+	return first
+}
+
 type geminiTurn struct {
 	res    *sandbox.Result
 	err    error
@@ -125,7 +147,7 @@ func runGemini(t *testing.T, turn sandbox.Turn, o *sandbox.RunOptions) geminiTur
 func TestGemini(t *testing.T) {
 	t.Parallel()
 	e := newGeminiEnv(t, "")
-	first := e.run(sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}})
+	first := e.firstTurn()
 	if first.err != nil {
 		t.Fatalf("first turn: %v", first.err)
 	}
@@ -249,7 +271,7 @@ func TestGeminiResumeAndFork(t *testing.T) {
 	e := newGeminiEnv(t, "")
 	dockertest.Require(t, dockertest.Debian)
 	sshd := sshtest.SharedImage(t, sshtest.NodeImage)
-	first := e.run(sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}})
+	first := e.firstTurn()
 	if first.err != nil {
 		t.Fatalf("local turn: %v", first.err)
 	}
