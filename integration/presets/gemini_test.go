@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,9 +123,12 @@ func runGemini(t *testing.T, turn sandbox.Turn, o *sandbox.RunOptions) geminiTur
 	}
 	var out geminiTurn
 	var mu sync.Mutex
-	var stderr lockedBuffer
+	var stderr, steps lockedBuffer
 	o.Stderr, o.Raw, o.Grace = &stderr, true, 2*time.Second
 	o.OnEvent = func(ev harness.Event) { mu.Lock(); out.events = append(out.events, ev); mu.Unlock() }
+	// The engine's steps, with their times: where a slow turn spent its
+	// time (a failure logs them).
+	o.Logger = slog.New(slog.NewTextHandler(&steps, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	out.res, out.err = sandbox.Run(context.Background(), turn, o)
 	out.stderr = stderr.String()
 	b, _ := json.Marshal(struct {
@@ -132,11 +136,13 @@ func runGemini(t *testing.T, turn sandbox.Turn, o *sandbox.RunOptions) geminiTur
 		R *sandbox.Result
 		S string
 	}{out.events, out.res, out.stderr})
-	if strings.Contains(string(b), geminiKey) || (out.err != nil && strings.Contains(out.err.Error(), geminiKey)) {
+	if strings.Contains(string(b), geminiKey) || strings.Contains(steps.String(), geminiKey) || (out.err != nil && strings.Contains(out.err.Error(), geminiKey)) {
 		t.Errorf("the API key appears in what outpost returned")
 	}
 	if t.Failed() || out.err != nil {
-		t.Logf("gemini stderr:\n%s", out.stderr)
+		mu.Lock()
+		t.Logf("gemini stderr:\n%s\nevents: %s\nsteps:\n%s", out.stderr, eventSummary(out.events), steps.String())
+		mu.Unlock()
 	}
 	return out
 }
@@ -279,6 +285,9 @@ func TestGeminiResumeAndFork(t *testing.T) {
 		t.Helper()
 		e.fake.Reset()
 		turn.Agent.Model = geminiModel
+		// These turns install the pinned CLI first (the bootstrap step):
+		// on a CI machine with both cores busy that alone took minutes.
+		turn.Timeout = 6 * time.Minute
 		return runGemini(t, turn, &sandbox.RunOptions{Provider: prov, Store: e.store, Environ: environ})
 	}
 	dock := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) {
