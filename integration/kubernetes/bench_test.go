@@ -37,7 +37,6 @@ func kubectlRun(b *testing.B, c *kubetest.Cluster, name string) *exec.Cmd {
 // agent until its first byte. Releases are not counted.
 func BenchmarkKubernetesFirstByte(b *testing.B) {
 	c := kubetest.Require(b)
-	p := c.Provider(b)
 	wd := b.TempDir()
 	ctx := context.Background()
 	buf := make([]byte, 1)
@@ -62,77 +61,89 @@ func BenchmarkKubernetesFirstByte(b *testing.B) {
 			b.StartTimer()
 		}
 	})
-	b.Run("outpost", func(b *testing.B) {
-		for b.Loop() {
-			l, err := sandbox.Acquire(ctx, p, driver.Options{Workdir: wd})
-			if err != nil {
-				b.Fatal(err)
-			}
-			env := l.Environment()
-			pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.ReadFull(pr.Stdout(), buf); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			go io.Copy(io.Discard, pr.Stderr())
-			io.Copy(io.Discard, pr.Stdout())
-			if st, err := pr.Wait(); err != nil || !st.Success() {
-				b.Fatalf("agent: %+v %v", st, err)
-			}
-			pr.Close()
-			if err := l.Close(ctx); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-	})
-	// pool: a pod taken from a warm sandbox.Pool (as `outpost serve`
-	// keeps them), so the pod's start is paid ahead of the turn; the
-	// pool refills between iterations, not counted.
-	b.Run("pool", func(b *testing.B) {
-		ready := make(chan sandbox.PoolStats, 1024)
-		pool := sandbox.NewPool(&sandbox.PoolOptions{
-			Size:     1,
-			Open:     func(string, map[string]string) (driver.Provider, error) { return p, nil },
-			OnChange: func(s sandbox.PoolStats) { ready <- s },
-		})
-		defer pool.Close(ctx)
-		key := sandbox.PoolKey{Provider: "kubernetes", Workdir: wd}
-		if err := pool.Warm(key); err != nil {
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			b.StopTimer()
-			for s := range ready {
-				if s.Ready == 1 && s.Leased == 0 {
-					break
+	// Each outpost case twice: its processes as streams of the lease's
+	// serving exec (the default), and each an exec of its own
+	// (exec_each, as before the serving exec).
+	for _, pc := range []struct {
+		suffix   string
+		execEach bool
+	}{{"", false}, {"-exec-each", true}} {
+		mode := func(o *kubernetes.Options) { o.ExecEach = pc.execEach }
+		p := c.Provider(b, mode)
+		b.Run("outpost"+pc.suffix, func(b *testing.B) {
+			for b.Loop() {
+				l, err := sandbox.Acquire(ctx, p, driver.Options{Workdir: wd})
+				if err != nil {
+					b.Fatal(err)
 				}
+				env := l.Environment()
+				pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(pr.Stdout(), buf); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				go io.Copy(io.Discard, pr.Stderr())
+				io.Copy(io.Discard, pr.Stdout())
+				if st, err := pr.Wait(); err != nil || !st.Success() {
+					b.Fatalf("agent: %+v %v", st, err)
+				}
+				pr.Close()
+				if err := l.Close(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 			}
-			b.StartTimer()
-			l, err := pool.Get(ctx, key)
-			if err != nil {
+		})
+		// pool: a pod taken from a warm sandbox.Pool (as `outpost serve`
+		// keeps them), so the pod's start is paid ahead of the turn; the
+		// pool refills between iterations, not counted.
+		b.Run("pool"+pc.suffix, func(b *testing.B) {
+			// A provider of its own: the pool's Close closes it (-count).
+			p := c.Provider(b, mode)
+			ready := make(chan sandbox.PoolStats, 1024)
+			pool := sandbox.NewPool(&sandbox.PoolOptions{
+				Size:     1,
+				Open:     func(string, map[string]string) (driver.Provider, error) { return p, nil },
+				OnChange: func(s sandbox.PoolStats) { ready <- s },
+			})
+			defer pool.Close(ctx)
+			key := sandbox.PoolKey{Provider: "kubernetes", Workdir: wd}
+			if err := pool.Warm(key); err != nil {
 				b.Fatal(err)
 			}
-			env := l.Environment()
-			pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
-			if err != nil {
-				b.Fatal(err)
+			for b.Loop() {
+				b.StopTimer()
+				for s := range ready {
+					if s.Ready == 1 && s.Leased == 0 {
+						break
+					}
+				}
+				b.StartTimer()
+				l, err := pool.Get(ctx, key)
+				if err != nil {
+					b.Fatal(err)
+				}
+				env := l.Environment()
+				pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(pr.Stdout(), buf); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				go io.Copy(io.Discard, pr.Stderr())
+				io.Copy(io.Discard, pr.Stdout())
+				pr.Wait()
+				pr.Close()
+				pool.Release(key, l)
+				b.StartTimer()
 			}
-			if _, err := io.ReadFull(pr.Stdout(), buf); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			go io.Copy(io.Discard, pr.Stderr())
-			io.Copy(io.Discard, pr.Stdout())
-			pr.Wait()
-			pr.Close()
-			pool.Release(key, l)
-			b.StartTimer()
-		}
-	})
+		})
+	}
 }
 
 func itoa(i int) string {
@@ -149,7 +160,6 @@ func itoa(i int) string {
 // `kubectl run --rm -i` of the same agent to its end.
 func BenchmarkKubernetesTurn(b *testing.B) {
 	c := kubetest.Require(b)
-	p := c.Provider(b)
 	wd := b.TempDir()
 	ctx := context.Background()
 	turn := sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
@@ -160,27 +170,33 @@ func BenchmarkKubernetesTurn(b *testing.B) {
 			}
 		}
 	})
-	b.Run("outpost", func(b *testing.B) {
-		o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
-		for b.Loop() {
-			if _, err := sandbox.Run(ctx, turn, o); err != nil {
+	for _, pc := range []struct {
+		suffix   string
+		execEach bool
+	}{{"", false}, {"-exec-each", true}} {
+		p := c.Provider(b, func(o *kubernetes.Options) { o.ExecEach = pc.execEach })
+		b.Run("outpost"+pc.suffix, func(b *testing.B) {
+			o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
+			for b.Loop() {
+				if _, err := sandbox.Run(ctx, turn, o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("outpost-held-lease"+pc.suffix, func(b *testing.B) {
+			l, err := sandbox.Acquire(ctx, p, driver.Options{Workdir: wd})
+			if err != nil {
 				b.Fatal(err)
 			}
-		}
-	})
-	b.Run("outpost-held-lease", func(b *testing.B) {
-		l, err := sandbox.Acquire(ctx, p, driver.Options{Workdir: wd})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close(ctx)
-		o := &sandbox.RunOptions{Lease: l, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
-		for b.Loop() {
-			if _, err := sandbox.Run(ctx, turn, o); err != nil {
-				b.Fatal(err)
+			defer l.Close(ctx)
+			o := &sandbox.RunOptions{Lease: l, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
+			for b.Loop() {
+				if _, err := sandbox.Run(ctx, turn, o); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
 }
 
 // BenchmarkKubernetesBootstrap measures a second bootstrap of the pinned

@@ -13,18 +13,24 @@ import (
 )
 
 // TestShimProcess runs the exec shim's table (the same on every provider)
-// in a pod.
+// in a pod: its processes as streams of the lease's serving exec (the
+// default, which TestConformance covers too), and each an exec of its own
+// (exec_each).
 func TestShimProcess(t *testing.T) {
 	c := kubetest.Require(t)
-	p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox })
-	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
+	for _, execEach := range []bool{false, true} {
+		t.Run(map[bool]string{false: "served", true: "exec_each"}[execEach], func(t *testing.T) {
+			p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox; o.ExecEach = execEach })
+			l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := l.Close(context.Background()); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			shimtest.Run(t, sandboxtest.ShimHarness(l, "/bin/sh"))
+		})
 	}
-	t.Cleanup(func() {
-		if err := l.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	shimtest.Run(t, sandboxtest.ShimHarness(l, "/bin/sh"))
 }

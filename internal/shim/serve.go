@@ -173,6 +173,31 @@ func initMain(args []string) int {
 	return 0
 }
 
+// ServeMode is the shim's mode that serves its stdin as the init's
+// serving mode does, without being PID 1: a kubernetes lease's one
+// long-lived exec (`outpost sandbox-shim serve`), whose streams are the
+// lease's processes. Exec output is not the container's log, which the
+// init's stdout, the only stream a Kubernetes attach reaches, would be.
+// It reaps its own children, and exits once its stdin ends or its
+// connection breaks: what it started is then the init's to reap.
+const ServeMode = "serve"
+
+// ServeArgs is the command line of ServeMode.
+func ServeArgs(binary string) []string { return []string{binary, "sandbox-shim", ServeMode} }
+
+func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) != 0 {
+		fmt.Fprintln(stderr, "usage: outpost sandbox-shim serve")
+		return 2
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	r := &reaper{waiting: map[int]chan syscall.WaitStatus{}}
+	go r.loop(sigs)
+	serve(r, stdin, stdout, false)
+	return 0
+}
+
 // serve runs the yamux server over stdin and stdout until they end; with
 // setup, its first stream must be a Setup that succeeds.
 func serve(r *reaper, stdin io.Reader, stdout io.Writer, setup bool) {

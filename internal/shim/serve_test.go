@@ -22,7 +22,16 @@ import (
 // client on its stdin and stdout, after checking its hello.
 func servingInit(t *testing.T, flags ...string) *yamux.Session {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{Subcommand, "init", ServeFlag}, flags...)...)
+	sess, _ := serving(t, append([]string{"init", ServeFlag}, flags...)...)
+	return sess
+}
+
+// serving starts the test binary as the shim with args (a serving mode)
+// and returns a yamux client on its stdin and stdout, after checking its
+// hello, and the process.
+func serving(t *testing.T, args ...string) (*yamux.Session, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{Subcommand}, args...)...)
 	cmd.Env = append(os.Environ(), childEnv+"=1", "SERVE_TEST_BASE=base", "SERVE_TEST_KEEP=keep")
 	cmd.Dir = "/" // as in a container; a process that drops to another user may not reach the checkout
 	stdin, err := cmd.StdinPipe()
@@ -51,7 +60,7 @@ func servingInit(t *testing.T, flags ...string) *yamux.Session {
 		_ = cmd.Wait()
 		sess.Close()
 	})
-	return sess
+	return sess, cmd
 }
 
 // served runs args on a stream of sess with env and stdin, and returns its
@@ -80,8 +89,39 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no sh: %v", err)
 	}
-	sess := servingInit(t)
+	// The init's serving mode (docker) and the serving exec's (kubernetes)
+	// serve alike.
+	for _, mode := range [][]string{{"init", ServeFlag}, {ServeMode}} {
+		t.Run(strings.Join(mode, " "), func(t *testing.T) {
+			sess, _ := serving(t, mode...)
+			testServe(t, sess, sh)
+		})
+	}
+}
 
+// TestServeModeEnds: the serving exec exits 0 once its stdin ends, and a
+// process it started is still reaped by it while it runs.
+func TestServeModeEnds(t *testing.T) {
+	sess, cmd := serving(t, ServeMode)
+	if out, _, code := served(t, sess, []string{"sh", "-c", "sleep 0.1; echo child"}, nil, ""); out != "child\n" || code != 0 {
+		t.Fatalf("stdout %q, exit %d", out, code)
+	}
+	if err := sess.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the serving exec after its stdin ended: %v", err)
+	}
+	var errb bytes.Buffer
+	bad := exec.Command(os.Args[0], Subcommand, ServeMode, "extra")
+	bad.Env = append(os.Environ(), childEnv+"=1")
+	bad.Stderr = &errb
+	if err := bad.Run(); err == nil || !strings.Contains(errb.String(), "usage") {
+		t.Errorf("serve with an argument: %v, stderr %q", err, errb.String())
+	}
+}
+
+func testServe(t *testing.T, sess *yamux.Session, sh string) {
 	t.Run("streams and status", func(t *testing.T) {
 		out, errOut, code := served(t, sess, []string{sh, "-c", `echo out; echo err >&2; read x; echo "got $x"; exit 3`}, nil, "hi\n")
 		if out != "out\ngot hi\n" || errOut != "err\n" || code != 3 {

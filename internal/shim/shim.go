@@ -107,6 +107,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "init":
 		return initMain(args[1:])
+	case ServeMode:
+		return serveMain(args[1:], stdin, stdout, stderr)
 	case "exec":
 		return execMain(args[1:], stdout, stderr)
 	case "signal":

@@ -19,8 +19,9 @@
 //
 // /outpost and /workspace are emptyDir volumes. Every process runs under
 // the shim's exec mode (exact exit status, its own process group, its
-// group killed with it); the environment travels on the exec's stdin,
-// never on a command line. Files move as tar through the shim's untar and
+// group killed with it), as a stream of the lease's one serving exec
+// (serve.go) or, with Options.ExecEach, as an exec of its own; the
+// environment travels on the process's stdin, never on a command line. Files move as tar through the shim's untar and
 // tar modes, so an image needs neither a shell nor tar.
 //
 // Pods are hardened: runAsNonRoot (1000:1000 by default),

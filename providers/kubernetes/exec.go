@@ -21,18 +21,28 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// stream runs cmd in the pod's sandbox container through the exec
-// subresource: WebSocket (the v5 protocol, which half-closes stdin), and
-// SPDY when the server or a proxy refuses the upgrade, as kubectl does.
-// A command that exits non-zero gives an error satisfying
-// utilexec.ExitError.
+// stream runs cmd in the pod's sandbox container: a stream of the
+// lease's serving exec (serve.go), else through the exec subresource:
+// WebSocket (the v5 protocol, which half-closes stdin), and SPDY when the
+// server or a proxy refuses the upgrade, as kubectl does. A command that
+// exits non-zero gives an error satisfying utilexec.ExitError.
 func (s *Sandbox) stream(ctx context.Context, cmd []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return s.streamWith(ctx, cmd, stdin, false, stdout, stderr)
 }
 
 // streamWith is stream; live says stdin stays open while the program
-// runs, which goes SPDY first (executor).
+// runs. It runs cmd as a stream of the lease's serving exec (serve.go),
+// or as an exec of its own when there is none.
 func (s *Sandbox) streamWith(ctx context.Context, cmd []string, stdin io.Reader, live bool, stdout, stderr io.Writer) error {
+	if err, ok := s.streamServed(ctx, cmd, stdin, stdout, stderr); ok {
+		return err
+	}
+	return s.execStream(ctx, cmd, stdin, live, stdout, stderr)
+}
+
+// execStream runs cmd as an exec of its own; live goes SPDY first
+// (executor).
+func (s *Sandbox) execStream(ctx context.Context, cmd []string, stdin io.Reader, live bool, stdout, stderr io.Writer) error {
 	req := s.p.api.core.Post().Resource("pods").Namespace(s.p.ns).Name(s.id).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: cmd, Stdin: stdin != nil, Stdout: stdout != nil, Stderr: stderr != nil}, apiCodecs().params)
 	ex, err := s.p.executor(req.URL(), live)

@@ -20,15 +20,19 @@ import (
 // SPDY first, as client-go's WebSocket executor cannot end a stdin idle
 // for a minute (Provider.executor); the others WebSocket first. The fake
 // API server refuses every upgrade, so each Start also shows its
-// fallback.
+// fallback. Without ExecEach the lease's serving exec (serve.go), whose
+// stdin is live, is asked for first, and once it cannot start every
+// process is an exec of its own.
 func TestExecProtocols(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		stdin bool
-		want  []string
+		name     string
+		stdin    bool
+		execEach bool
+		want     []string
 	}{
-		{"live stdin", true, []string{"SPDY/3.1", "websocket"}},
-		{"no stdin", false, []string{"websocket", "SPDY/3.1"}},
+		{"live stdin", true, true, []string{"SPDY/3.1", "websocket"}},
+		{"no stdin", false, true, []string{"websocket", "SPDY/3.1"}},
+		{"the serving exec first", false, false, []string{"SPDY/3.1", "websocket", "websocket", "SPDY/3.1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -49,7 +53,7 @@ func TestExecProtocols(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := &Sandbox{p: &Provider{cfg: cfg, api: a, ns: "agents"}, id: "outpost-exec", procs: map[*process]bool{}}
+			s := &Sandbox{p: &Provider{cfg: cfg, api: a, ns: "agents", opts: Options{ExecEach: tc.execEach}}, id: "outpost-exec", procs: map[*process]bool{}}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if _, err := s.Start(ctx, driver.ExecRequest{Path: "cat", Stdin: tc.stdin}); err == nil {

@@ -125,6 +125,12 @@ type Options struct {
 	Binary string
 	// Arch is the nodes' architecture (GOARCH name); default the host's.
 	Arch string
+	// ExecEach runs every process of a lease (and every copy, signal and
+	// lookup) as an exec of its own through the API server and the
+	// kubelet, instead of as a stream of the lease's one serving exec
+	// (docs/sandboxes/kubernetes.md): for a path to the cluster that ends
+	// long-lived connections.
+	ExecEach bool
 	// ClientLogs leaves client-go's process-wide klog logger as the
 	// program set it. By default New discards it: client-go logs through
 	// klog, on stderr, errors the provider already reports through its
@@ -160,6 +166,7 @@ var Settings = settings.Set{Provider: "kubernetes", Keys: []settings.Key{
 	{Name: "node_cache", Kind: settings.Bool, Default: "false", Doc: "mount the bootstrap cache from the node (below)"},
 	settings.Binary.With("", "for the default `outpost_image`'s tag"),
 	{Name: "arch", Kind: settings.String, Default: "the host's", Doc: "the nodes' architecture (`amd64`, `arm64`)"},
+	{Name: "exec_each", Kind: settings.Bool, Default: "false", Doc: "every process an exec of its own, not a stream of the lease's serving exec (below)"},
 }}
 
 func init() {
@@ -197,6 +204,7 @@ func options(v settings.Values) (*Options, error) {
 		ReadOnly: v.Bool("readonly"), NodeCache: v.Bool("node_cache"),
 		StartTimeout: v.Duration("start_timeout"), LeaseDuration: v.Duration("lease_duration"),
 		MaxLifetime: v.Duration("max_lifetime"), Binary: v.String("binary"), Arch: v.String("arch"),
+		ExecEach: v.Bool("exec_each"),
 	}
 	if user := v.String("user"); user != "" {
 		var err error

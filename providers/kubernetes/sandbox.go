@@ -44,6 +44,10 @@ type Sandbox struct {
 
 	goneMu sync.Mutex
 	gone   string // why the pod vanished, once known
+
+	serveMu  sync.Mutex
+	serve    *served // the serving exec (serve.go), nil before the first process
+	serveOff bool    // no serving exec (it could not start, or the lease is released)
 }
 
 // ID is the lease id, also the pod's name ("outpost-<12 hex>").
@@ -111,6 +115,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	p.mu.Unlock()
 	fail := func(err error) (driver.Sandbox, error) {
 		s.closing.Store(true)
+		s.endServe()
 		dctx, cancel := driver.RemovalContext(ctx)
 		defer cancel()
 		derr := errors.Join(s.deletePod(dctx), s.deletePolicy(dctx))
@@ -198,6 +203,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	if err := driver.ProgressBound(ctx, s.syncWorkspace); err != nil {
 		errs = append(errs, err)
 	}
+	s.endServe()
 	rctx, rcancel := driver.RemovalContext(ctx)
 	defer rcancel()
 	if err := s.deletePod(rctx); err != nil {
