@@ -53,7 +53,7 @@ func TestParseSettings(t *testing.T) {
 		"kubeconfig": "/k", "context": "c", "namespace": "n", "image": "i:1", "outpost_image": "o:1", "pull": "never",
 		"service_account": "sa", "node_selector": "a=b, c=d", "user": "2000:3000", "cpu": "1", "memory": "1Gi",
 		"cpu_request": "10m", "memory_request": "16Mi", "ephemeral_storage": "none", "readonly": "true",
-		"start_timeout": "30s", "lease_duration": "10s", "max_lifetime": "1h", "node_cache": "true", "binary": "/b", "arch": "arm64",
+		"start_timeout": "30s", "lease_duration": "10s", "max_lifetime": "1h", "node_cache": "true", "binary": "/b", "arch": "arm64", "exec_each": "true",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestParseSettings(t *testing.T) {
 	want := Options{Kubeconfig: "/k", Context: "c", Namespace: "n", Image: "i:1", OutpostImage: "o:1", Pull: PullNever,
 		ServiceAccount: "sa", NodeSelector: map[string]string{"a": "b", "c": "d"}, UID: 2000, GID: 3000, CPU: "1", Memory: "1Gi",
 		CPURequest: "10m", MemoryRequest: "16Mi", Storage: "none", ReadOnly: true, StartTimeout: 30 * time.Second,
-		LeaseDuration: 10 * time.Second, MaxLifetime: time.Hour, NodeCache: true, Binary: "/b", Arch: "arm64"}
+		LeaseDuration: 10 * time.Second, MaxLifetime: time.Hour, NodeCache: true, Binary: "/b", Arch: "arm64", ExecEach: true}
 	if diff := cmp.Diff(want, *o); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
