@@ -23,19 +23,7 @@ const grandparent = `gp=$(awk '/^PPid:/{print $2}' /proc/$PPID/status); echo "$g
 // the next process starts a new one.
 func TestServedProcesses(t *testing.T) {
 	c := kubetest.Require(t)
-	lease := func(t *testing.T, execEach bool) *sandbox.Lease {
-		p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox; o.ExecEach = execEach })
-		l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := l.Close(context.Background()); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-		})
-		return l
-	}
+	lease := func(t *testing.T, execEach bool) *sandbox.Lease { return busyboxLease(t, c, execEach) }
 	exec := func(t *testing.T, l *sandbox.Lease, script string) (sandbox.ExecResult, error) {
 		env := map[string]string{"PATH": l.Environment().Defaults["PATH"]}
 		return l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", script}, Env: env}, 1<<20)
@@ -89,4 +77,21 @@ func TestServedProcesses(t *testing.T) {
 			t.Errorf("with exec_each the exec shim's parent is %q", out)
 		}
 	})
+}
+
+// busyboxLease is a lease on the busybox image, released when the test
+// ends; execEach is Options.ExecEach.
+func busyboxLease(t *testing.T, c *kubetest.Cluster, execEach bool) *sandbox.Lease {
+	t.Helper()
+	p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox; o.ExecEach = execEach })
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return l
 }

@@ -1,14 +1,10 @@
 package kubernetes
 
 import (
-	"context"
 	"testing"
 
 	"github.com/outposthq/outpost/internal/shim/shimtest"
-	"github.com/outposthq/outpost/providers/kubernetes"
 	"github.com/outposthq/outpost/providers/kubernetes/kubetest"
-	"github.com/outposthq/outpost/sandbox"
-	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/sandboxtest"
 )
 
@@ -20,17 +16,7 @@ func TestShimProcess(t *testing.T) {
 	c := kubetest.Require(t)
 	for _, execEach := range []bool{false, true} {
 		t.Run(map[bool]string{false: "served", true: "exec_each"}[execEach], func(t *testing.T) {
-			p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox; o.ExecEach = execEach })
-			l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := l.Close(context.Background()); err != nil {
-					t.Errorf("Close: %v", err)
-				}
-			})
-			shimtest.Run(t, sandboxtest.ShimHarness(l, "/bin/sh"))
+			shimtest.Run(t, sandboxtest.ShimHarness(busyboxLease(t, c, execEach), "/bin/sh"))
 		})
 	}
 }

@@ -454,6 +454,49 @@ func becomeUser(uid, gid int) error {
 	return nil
 }
 
+// Serving is the provider's side of a serving connection being made
+// (the init's ServeFlag on docker, ServeMode on kubernetes): Ready is
+// closed once Finish has recorded its session, or why there is none.
+type Serving struct {
+	once  sync.Once
+	ready chan struct{}
+	sess  *yamux.Session
+	err   error
+}
+
+// NewServing returns a serving connection whose handshake is under way.
+func NewServing() *Serving { return &Serving{ready: make(chan struct{})} }
+
+// Finish records the outcome, once; it reports whether this call did
+// (a session it did not record is the caller's to close).
+func (h *Serving) Finish(sess *yamux.Session, err error) bool {
+	done := false
+	h.once.Do(func() {
+		h.sess, h.err, done = sess, err, true
+		close(h.ready)
+	})
+	return done
+}
+
+// Ready is closed once the outcome is recorded.
+func (h *Serving) Ready() <-chan struct{} { return h.ready }
+
+// Session is the session once Ready is closed; nil when there is none.
+func (h *Serving) Session() *yamux.Session { return h.sess }
+
+// ServeClient reads the serving end's HelloLine from r, then starts the
+// yamux client over r and w (closeW ends w).
+func ServeClient(r *bufio.Reader, w io.Writer, closeW func() error) (*yamux.Session, error) {
+	hello := make([]byte, len(HelloLine))
+	if _, err := io.ReadFull(r, hello); err != nil {
+		return nil, err
+	}
+	if string(hello) != HelloLine {
+		return nil, fmt.Errorf("%q is not the serving hello", hello)
+	}
+	return yamux.Client(inside.Stdio{Reader: r, Writer: w, CloseFunc: closeW}, MuxConfig())
+}
+
 // ServeLine is the request line of a served stream.
 func ServeLine(args, env []string) []byte {
 	b, _ := json.Marshal(ServeRequest{Args: args, Env: env}) // strings: cannot fail

@@ -14,8 +14,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/yamux"
-
-	"github.com/outposthq/outpost/internal/tunnel/inside"
 )
 
 // servingInit starts the test binary as `init --serve` and returns a yamux
@@ -45,14 +43,9 @@ func serving(t *testing.T, args ...string) (*yamux.Session, *exec.Cmd) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	br := bufio.NewReader(stdout)
-	hello := make([]byte, len(HelloLine))
-	if _, err := io.ReadFull(br, hello); err != nil || string(hello) != HelloLine {
-		t.Fatalf("hello %q: %v", hello, err)
-	}
-	sess, err := yamux.Client(inside.Stdio{Reader: br, Writer: stdin, CloseFunc: stdin.Close}, MuxConfig())
+	sess, err := ServeClient(bufio.NewReader(stdout), stdin, stdin.Close)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no hello: %v", err)
 	}
 	t.Cleanup(func() {
 		// The init first: the session's Close waits for its reader.
@@ -118,6 +111,16 @@ func TestServeModeEnds(t *testing.T) {
 	bad.Stderr = &errb
 	if err := bad.Run(); err == nil || !strings.Contains(errb.String(), "usage") {
 		t.Errorf("serve with an argument: %v, stderr %q", err, errb.String())
+	}
+}
+
+// TestServeClientRefuses: what is not the serving hello starts no
+// session.
+func TestServeClientRefuses(t *testing.T) {
+	for _, out := range []string{"", "usage: outpost sandbox-shim ...\n", HelloLine[:len(HelloLine)-2]} {
+		if sess, err := ServeClient(bufio.NewReader(strings.NewReader(out)), io.Discard, nil); err == nil || sess != nil {
+			t.Errorf("%q: session %v, error %v", out, sess, err)
+		}
 	}
 }
 

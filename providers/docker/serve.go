@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -17,7 +16,6 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/shim"
-	"github.com/outposthq/outpost/internal/tunnel/inside"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
@@ -38,34 +36,20 @@ var serveWait = 10 * time.Second
 
 // served is the connection to the container's init.
 type served struct {
+	*shim.Serving
 	attach types.HijackedResponse
-	once   sync.Once
-	ready  chan struct{} // closed once sess or err is set
-	sess   *yamux.Session
-	err    error
 	stderr shim.Limited // the init's stderr, for diagnostics
-}
-
-// finish records the handshake's outcome, once; it reports whether this
-// call did.
-func (m *served) finish(sess *yamux.Session, err error) bool {
-	done := false
-	m.once.Do(func() {
-		m.sess, m.err, done = sess, err, true
-		close(m.ready)
-	})
-	return done
 }
 
 // close ends the connection (the lease is released).
 func (m *served) close() {
-	m.finish(nil, errors.New("released"))
+	m.Finish(nil, errors.New("released"))
 	// The attach first: the session's Close waits for its reader to end.
 	if m.attach.Conn != nil {
 		m.attach.Close()
 	}
-	if m.sess != nil {
-		_ = m.sess.Close()
+	if sess := m.Session(); sess != nil {
+		_ = sess.Close()
 	}
 }
 
@@ -75,10 +59,10 @@ func (s *Sandbox) attachInit(ctx context.Context) {
 	if s.p.serveOff {
 		return
 	}
-	m := &served{ready: make(chan struct{}), stderr: shim.Limited{N: 4 << 10}}
+	m := &served{Serving: shim.NewServing(), stderr: shim.Limited{N: 4 << 10}}
 	resp, err := s.eng.cli.ContainerAttach(ctx, s.cid, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
-		m.finish(nil, fmt.Errorf("attaching: %w", err))
+		m.Finish(nil, fmt.Errorf("attaching: %w", err))
 	} else {
 		m.attach = resp
 	}
@@ -99,19 +83,13 @@ func (m *served) handshake() {
 		}
 		pw.CloseWithError(err)
 	}()
-	br := bufio.NewReaderSize(pr, 64<<10)
-	hello := make([]byte, len(shim.HelloLine))
-	if _, err := io.ReadFull(br, hello); err != nil || string(hello) != shim.HelloLine {
-		m.finish(nil, fmt.Errorf("no hello from the init (%v): %s", err, m.stderr.String()))
+	sess, err := shim.ServeClient(bufio.NewReaderSize(pr, 64<<10), m.attach.Conn, m.attach.CloseWrite)
+	if err != nil {
+		m.Finish(nil, fmt.Errorf("no hello from the init (%v): %s", err, m.stderr.String()))
 		pr.CloseWithError(io.ErrClosedPipe)
 		return
 	}
-	sess, err := yamux.Client(inside.Stdio{Reader: br, Writer: m.attach.Conn, CloseFunc: m.attach.CloseWrite}, shim.MuxConfig())
-	if err != nil {
-		m.finish(nil, err)
-		return
-	}
-	if !m.finish(sess, nil) {
+	if !m.Finish(sess, nil) {
 		_ = sess.Close()
 	}
 }
@@ -124,22 +102,22 @@ func (s *Sandbox) session(ctx context.Context) *yamux.Session {
 		return nil
 	}
 	select {
-	case <-m.ready:
+	case <-m.Ready():
 	default:
 		t := time.NewTimer(serveWait)
 		defer t.Stop()
 		select {
-		case <-m.ready:
+		case <-m.Ready():
 		case <-t.C:
-			m.finish(nil, errors.New("no hello from the init"))
+			m.Finish(nil, errors.New("no hello from the init"))
 		case <-ctx.Done():
 			return nil
 		}
 	}
-	if m.sess == nil || m.sess.IsClosed() {
-		return nil
+	if sess := m.Session(); sess != nil && !sess.IsClosed() {
+		return sess
 	}
-	return m.sess
+	return nil
 }
 
 // openServed opens a stream to the init and sends it the request to run

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/shim"
-	"github.com/outposthq/outpost/internal/tunnel/inside"
 )
 
 // One exec serves the lease's processes (shim's serve.go, ServeMode): the
@@ -47,38 +45,24 @@ var serveWait = 30 * time.Second
 
 // served is one serving exec and its session.
 type served struct {
-	once   sync.Once
-	ready  chan struct{} // closed once sess or err is set
-	sess   *yamux.Session
-	err    error
+	*shim.Serving
 	cancel context.CancelFunc // ends the exec
 	stderr shim.Limited       // the serving exec's stderr, for diagnostics
 }
 
-// finish records the handshake's outcome, once; it reports whether this
-// call did.
-func (m *served) finish(sess *yamux.Session, err error) bool {
-	done := false
-	m.once.Do(func() {
-		m.sess, m.err, done = sess, err, true
-		close(m.ready)
-	})
-	return done
-}
-
 // close ends the session and its exec.
 func (m *served) close() {
-	m.finish(nil, errors.New("released"))
+	m.Finish(nil, errors.New("released"))
 	m.cancel()
-	if m.sess != nil {
-		_ = m.sess.Close()
+	if sess := m.Session(); sess != nil {
+		_ = sess.Close()
 	}
 }
 
 // dialServe starts a serving exec; its handshake completes in the
 // background (m.ready).
 func (s *Sandbox) dialServe() *served {
-	m := &served{ready: make(chan struct{}), stderr: shim.Limited{N: 4 << 10}}
+	m := &served{Serving: shim.NewServing(), stderr: shim.Limited{N: 4 << 10}}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	inR, inW := io.Pipe()
@@ -90,26 +74,18 @@ func (s *Sandbox) dialServe() *served {
 		}
 		outW.CloseWithError(err)
 		inR.CloseWithError(io.ErrClosedPipe)
-		m.finish(nil, fmt.Errorf("the serving exec ended: %v: %s", err, m.stderr.String()))
+		m.Finish(nil, fmt.Errorf("the serving exec ended: %v: %s", err, m.stderr.String()))
 	}()
 	go func() {
-		br := bufio.NewReaderSize(outR, 64<<10)
 		timer := time.AfterFunc(serveWait, func() { outR.CloseWithError(fmt.Errorf("no hello within %v", serveWait)) })
-		hello := make([]byte, len(shim.HelloLine))
-		_, err := io.ReadFull(br, hello)
+		sess, err := shim.ServeClient(bufio.NewReaderSize(outR, 64<<10), inW, inW.Close)
 		timer.Stop()
-		if err != nil || string(hello) != shim.HelloLine {
-			m.finish(nil, fmt.Errorf("no hello from the serving exec (%v): %s", err, m.stderr.String()))
-			cancel()
-			return
-		}
-		sess, err := yamux.Client(inside.Stdio{Reader: br, Writer: inW, CloseFunc: inW.Close}, shim.MuxConfig())
 		if err != nil {
-			m.finish(nil, err)
+			m.Finish(nil, fmt.Errorf("no hello from the serving exec (%v): %s", err, m.stderr.String()))
 			cancel()
 			return
 		}
-		if !m.finish(sess, nil) {
+		if !m.Finish(sess, nil) {
 			_ = sess.Close()
 		}
 	}()
@@ -134,8 +110,8 @@ func (s *Sandbox) session(ctx context.Context) *yamux.Session {
 		s.serve = m
 	default:
 		select {
-		case <-m.ready:
-			if m.sess != nil && m.sess.IsClosed() {
+		case <-m.Ready():
+			if sess := m.Session(); sess != nil && sess.IsClosed() {
 				m.close()
 				m = s.dialServe()
 				s.serve = m
@@ -148,11 +124,12 @@ func (s *Sandbox) session(ctx context.Context) *yamux.Session {
 		return nil
 	}
 	select {
-	case <-m.ready:
+	case <-m.Ready():
 	case <-ctx.Done():
 		return nil
 	}
-	if m.sess == nil {
+	sess := m.Session()
+	if sess == nil {
 		// It never served: this binary cannot, and will not later.
 		s.serveMu.Lock()
 		if s.serve == m {
@@ -161,10 +138,10 @@ func (s *Sandbox) session(ctx context.Context) *yamux.Session {
 		s.serveMu.Unlock()
 		return nil
 	}
-	if m.sess.IsClosed() {
+	if sess.IsClosed() {
 		return nil
 	}
-	return m.sess
+	return sess
 }
 
 // endServe ends the serving exec for good (the lease is released).
