@@ -60,7 +60,7 @@ func (m *served) close() {
 }
 
 // dialServe starts a serving exec; its handshake completes in the
-// background (m.ready).
+// background (m.Ready).
 func (s *Sandbox) dialServe() *served {
 	m := &served{Serving: shim.NewServing(), stderr: shim.Limited{N: 4 << 10}}
 	ctx, cancel := context.WithCancel(context.Background())
