@@ -183,7 +183,7 @@ func initMain(args []string) int {
 const ServeMode = "serve"
 
 // ServeArgs is the command line of ServeMode.
-func ServeArgs(binary string) []string { return []string{binary, "sandbox-shim", ServeMode} }
+func ServeArgs(binary string) []string { return []string{binary, Subcommand, ServeMode} }
 
 func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) != 0 {
