@@ -115,6 +115,12 @@ type GrantOptions struct {
 	Allow []string
 	// Meter, when set, sees every model call.
 	Meter Meter
+	// Logger, when set, receives the grant's records in place of the
+	// gateway's Logger: a warning when an upstream breaks off a reply
+	// (the agent sees its reply cut), a debug record when the agent
+	// leaves before its reply ended. No record carries a token or a
+	// secret.
+	Logger *slog.Logger
 }
 
 // Grant is one lease's access to the gateway. Revoke ends it.

@@ -25,6 +25,31 @@ type call struct {
 	path  string // the decoded path to append to the upstream's
 	raw   string // the same, escaped as the client sent it
 	bare  bool   // /_outpost/<i> without a slash: the base URL itself
+
+	// What the reply's body did, read in the handler's goroutine.
+	watched bool  // the upstream answered and its body is watched
+	ended   bool  // the body was read to its end
+	relayed int64 // bytes of the body read from the upstream
+	upErr   error // the body's read error other than its end
+}
+
+// watchBody records how much of an upstream reply's body was read, and
+// how its reading failed.
+type watchBody struct {
+	io.ReadCloser
+	c *call
+}
+
+func (b *watchBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.c.relayed += int64(n)
+	switch {
+	case err == io.EOF:
+		b.c.ended = true
+	case err != nil && b.c.upErr == nil:
+		b.c.upErr = err
+	}
+	return n, err
 }
 
 type callKey struct{}
@@ -136,8 +161,35 @@ func (g *Gateway) modelCall(w http.ResponseWriter, r *http.Request) (*Grant, str
 	c.route, c.up = gr.opts.Routes[i], gr.ups[i]
 	ctx = context.WithValue(ctx, callKey{}, &c)
 	ctx = context.WithValue(ctx, meterKey{}, meterAt{gr.opts.Meter, i, r})
+	// Deferred after cancel, so it runs first (also when the proxy
+	// aborts the handler on a broken body): ctx then says whether the
+	// agent left or the grant ended before the upstream failed.
+	defer g.reportCut(gr, i, &c, ctx, r.Context())
 	g.model.ServeHTTP(w, r.WithContext(ctx))
 	return gr, what
+}
+
+// reportCut logs a reply whose body did not reach its end: a warning when
+// the upstream broke it off (the agent got a cut reply), a debug record
+// when the agent left first (or could not be written to) or the grant
+// ended.
+func (g *Gateway) reportCut(gr *Grant, i int, c *call, ctx, client context.Context) {
+	if !c.watched || c.ended {
+		return
+	}
+	lg := gr.opts.Logger
+	if lg == nil {
+		lg = g.log
+	}
+	args := []any{"grant", gr.id, "route", i, "upstream", c.up.Host, "relayed_bytes", c.relayed}
+	switch {
+	case client.Err() != nil || c.upErr == nil:
+		lg.Debug("gateway: the agent left before its reply ended", args...)
+	case ctx.Err() != nil:
+		lg.Debug("gateway: the grant ended before the reply did", args...)
+	default:
+		lg.Warn("gateway: the upstream broke off its reply; the agent got it cut", append(args, "error", redact(c.upErr.Error(), c.route.Secret))...)
+	}
 }
 
 type meterKey struct{}
@@ -164,6 +216,10 @@ func (g *Gateway) modelProxy() *httputil.ReverseProxy {
 				resp.Request = at.r
 				at.m.After(resp, at.i)
 				resp.Request = out
+			}
+			if c, _ := resp.Request.Context().Value(callKey{}).(*call); c != nil && resp.Body != nil {
+				c.watched = true
+				resp.Body = &watchBody{ReadCloser: resp.Body, c: c}
 			}
 			return nil
 		},

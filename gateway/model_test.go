@@ -5,15 +5,18 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/fakeapi/gemini"
+	"github.com/outposthq/outpost/internal/testenv"
 )
 
 // TestCredentialSwap: whichever place the CLI puts the token in, the
@@ -489,5 +492,69 @@ func TestFakeGemini(t *testing.T) {
 	reqs := fake.Requests()
 	if len(reqs) != 1 || reqs[0].APIKey() != secret || reqs[0].Header.Get("x-goog-api-key") != "" || !reqs[0].Stream {
 		t.Errorf("the fake saw %+v", reqs)
+	}
+}
+
+// TestCutReplyReported: an upstream that breaks off a streamed reply
+// gives the agent a cut reply (a read error, not a clean end) and the
+// grant's logger a warning naming the route and the bytes relayed, never
+// the secret; an agent that leaves mid-reply is no warning.
+func TestCutReplyReported(t *testing.T) {
+	leave := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
+		w.(http.Flusher).Flush()
+		if r.URL.Path == "/v1/wait" {
+			select {
+			case <-r.Context().Done():
+			case <-leave:
+			}
+			return
+		}
+		panic(http.ErrAbortHandler) // the connection closes mid-body
+	})
+	f := newFixture(t, Options{})
+	var grantLog testenv.LockedBuffer
+	gr := f.grant(GrantOptions{Routes: []Route{{Upstream: up.URL, Secret: secret, Credential: XAPIKey}},
+		Logger: slog.New(slog.NewTextHandler(&grantLog, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+
+	req, _ := http.NewRequest(http.MethodPost, gr.BaseURL(f.addr, 0)+"/v1/cut", strings.NewReader("{}"))
+	req.Header.Set("x-api-key", gr.Token())
+	resp, err := noProxy.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil || string(b) != "data: {\"n\":1}\n\n" {
+		t.Errorf("the agent read %q, %v: want the first event, then a read error", b, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, gr.BaseURL(f.addr, 0)+"/v1/wait", strings.NewReader("{}"))
+	req.Header.Set("x-api-key", gr.Token())
+	if resp, err = noProxy.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	defer close(leave)
+
+	logs := func() string { return grantLog.String() }
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs(), "agent left") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	warns := strings.Count(logs(), "level=WARN")
+	if warns != 1 || !strings.Contains(logs(), "broke off its reply") || !strings.Contains(logs(), "relayed_bytes=15") ||
+		!strings.Contains(logs(), "route=0") || !strings.Contains(logs(), "the agent left before its reply ended") {
+		t.Errorf("grant log, want one warning for the cut and a debug record for the agent that left:\n%s", logs())
+	}
+	noLeak(t, "grant log", logs(), gr.Token())
+	if strings.Contains(f.logs.String(), "broke off") {
+		t.Errorf("the gateway's own log has the grant's records:\n%s", f.logs.String())
 	}
 }

@@ -33,14 +33,15 @@ type meteredCLI struct {
 	// start starts the fake answering every call with in input tokens
 	// (0: the fake's default usage), the first with a tool call when tool
 	// is set; want is the usage of n calls, calls the model calls the fake
-	// received.
-	start func(t *testing.T, in int, tool bool) (environ []string, want func(n int64) harness.MeteredUsage, calls func() int)
+	// received and how many of their replies the agent abandoned before
+	// their end.
+	start func(t *testing.T, in int, tool bool) (environ []string, want func(n int64) harness.MeteredUsage, calls func() (n, abandoned int))
 }
 
 var meteredCLIs = []meteredCLI{
 	{
 		keylessCLI: keylessCLIs[0],
-		start: func(t *testing.T, in int, tool bool) ([]string, func(int64) harness.MeteredUsage, func() int) {
+		start: func(t *testing.T, in int, tool bool) ([]string, func(int64) harness.MeteredUsage, func() (int, int)) {
 			u := anthropic.Usage{InputTokens: anthropic.DefaultInputTokens, OutputTokens: anthropic.DefaultOutputToken}
 			if in > 0 {
 				u.InputTokens = in
@@ -53,12 +54,20 @@ var meteredCLIs = []meteredCLI{
 				return harness.MeteredUsage{Requests: n, Usage: harness.Usage{InputTokens: int64(u.InputTokens) * n, OutputTokens: int64(u.OutputTokens) * n, Complete: true}}
 			}
 			return []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=sk-ant-metered"}, want,
-				func() int { return len(srv.MessageRequests()) }
+				func() (n, abandoned int) {
+					for _, r := range srv.MessageRequests() {
+						n++
+						if r.Ended == anthropic.EndClientGone {
+							abandoned++
+						}
+					}
+					return n, abandoned
+				}
 		},
 	},
 	{
 		keylessCLI: keylessCLIs[1],
-		start: func(t *testing.T, in int, tool bool) ([]string, func(int64) harness.MeteredUsage, func() int) {
+		start: func(t *testing.T, in int, tool bool) ([]string, func(int64) harness.MeteredUsage, func() (int, int)) {
 			u := openai.DefaultUsage
 			if in > 0 {
 				u = openai.Usage{InputTokens: in, OutputTokens: 10}
@@ -71,7 +80,15 @@ var meteredCLIs = []meteredCLI{
 				return harness.MeteredUsage{Requests: n, ReasoningTokens: int64(u.ReasoningTokens) * n, Usage: harness.Usage{InputTokens: int64(u.InputTokens-u.CachedTokens) * n,
 					CacheReadTokens: int64(u.CachedTokens) * n, OutputTokens: int64(u.OutputTokens) * n, Complete: true}}
 			}
-			return []string{"OPENAI_BASE_URL=" + srv.URL(), "OPENAI_API_KEY=sk-metered"}, want, func() int { return srv.Count() }
+			return []string{"OPENAI_BASE_URL=" + srv.URL(), "OPENAI_API_KEY=sk-metered"}, want, func() (n, abandoned int) {
+				for _, r := range srv.Requests() {
+					n++
+					if r.Ended == openai.EndClientGone {
+						abandoned++
+					}
+				}
+				return n, abandoned
+			}
 		},
 	},
 }
@@ -101,29 +118,48 @@ func TestRunMetered(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("turn: %v", r.err)
 			}
-			n := int64(calls())
+			n, gone := calls()
 			m := r.res.Metered
 			if n == 0 || m == nil {
 				t.Fatalf("%d calls, metered %+v", n, m)
 			}
-			if m.MeteredUsage != want(n) {
-				t.Errorf("metered %+v, want %+v", m.MeteredUsage, want(n))
-			}
+			checkMetered(t, m.MeteredUsage, want, n, gone)
 			if len(m.ByModel) != 1 {
 				t.Errorf("by model %+v, want one model", m.ByModel)
 			}
 			for model, u := range m.ByModel {
-				if u != want(n) {
+				if u != m.MeteredUsage {
 					t.Errorf("model %s: %+v", model, u)
 				}
 			}
-			if r.res.Usage != want(n).Usage {
-				t.Errorf("the CLI's usage %+v, want %+v", r.res.Usage, want(n).Usage)
+			if gone == 0 && r.res.Usage != want(int64(n)).Usage {
+				t.Errorf("the CLI's usage %+v, want %+v", r.res.Usage, want(int64(n)).Usage)
 			}
 			if ns := r.notices("metered"); len(ns) != 0 {
 				t.Errorf("metered notices %+v", ns)
 			}
 		})
+	}
+}
+
+// checkMetered checks what a turn of n model calls metered, want being
+// the usage of whole calls: exactly want(n), unless the agent abandoned
+// gone of the replies before their end (a CLI may give up on a reply and
+// ask again; the fake records it), in which case the count is marked
+// incomplete and holds every call, the whole ones in full and no more
+// than the abandoned ones could have added.
+func checkMetered(t *testing.T, got harness.MeteredUsage, want func(int64) harness.MeteredUsage, n, gone int) {
+	t.Helper()
+	if gone == 0 {
+		if got != want(int64(n)) {
+			t.Errorf("metered %+v, want %+v from %d calls", got, want(int64(n)), n)
+		}
+		return
+	}
+	t.Logf("the agent abandoned %d of its %d replies before their end", gone, n)
+	whole, all := want(int64(n-gone)).Tokens(), want(int64(n)).Tokens()
+	if got.Requests != int64(n) || got.Complete || got.Tokens() < whole || got.Tokens() > all {
+		t.Errorf("metered %+v from %d calls, %d abandoned: want %d requests, incomplete, %d to %d tokens", got, n, gone, n, whole, all)
 	}
 }
 
@@ -148,7 +184,7 @@ func TestRunBudgetMidTurn(t *testing.T) {
 			if oe.Details["budget"] != "turn" || oe.Details["limit"] != int64(bigCall) || oe.Details["spent"] != spent {
 				t.Errorf("details %v, want budget turn, limit %d, spent %d", oe.Details, bigCall, spent)
 			}
-			if n := calls(); n != 1 {
+			if n, _ := calls(); n != 1 {
 				t.Errorf("the fake received %d calls, want the one before the budget was spent", n)
 			}
 			if r.res == nil || r.res.Conversation == "" {
@@ -170,7 +206,7 @@ func TestRunBudgetMidTurn(t *testing.T) {
 			if r2.res.Conversation != r.res.Conversation || r2.res.Metered == nil || r2.res.Metered.Requests == 0 {
 				t.Errorf("resumed %+v", r2.res)
 			}
-			if n := calls(); n < 2 {
+			if n, _ := calls(); n < 2 {
 				t.Errorf("the fake received %d calls after the resume", n)
 			}
 		})
@@ -307,16 +343,17 @@ func TestDeclarativeMetered(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("turn: %v", r.err)
 			}
-			n := int64(calls())
+			n, gone := calls()
 			if mode == sandbox.SecretsEnv {
 				if r.res.Usage != (harness.Usage{}) || r.res.Metered != nil {
 					t.Errorf("usage %+v, metered %+v, want none", r.res.Usage, r.res.Metered)
 				}
 				return
 			}
-			if r.res.Metered == nil || r.res.Metered.MeteredUsage != want(n) || r.res.Usage != want(n).Usage {
-				t.Errorf("usage %+v, metered %+v, want %+v from %d calls", r.res.Usage, r.res.Metered, want(n), n)
+			if r.res.Metered == nil || r.res.Usage != r.res.Metered.Usage {
+				t.Fatalf("usage %+v, metered %+v, want the metered usage", r.res.Usage, r.res.Metered)
 			}
+			checkMetered(t, r.res.Metered.MeteredUsage, want, n, gone)
 		})
 	}
 }

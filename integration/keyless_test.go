@@ -148,7 +148,7 @@ func runKeylessOn(t *testing.T, p driver.Provider, c keylessCLI, environ []strin
 	}
 	var mu sync.Mutex
 	var out keylessRun
-	o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(t.TempDir()), Grace: 2 * time.Second, Raw: true,
+	o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(t.TempDir()), Grace: 2 * time.Second, Raw: true, Logger: testenv.FailureLog(t),
 		Environ: append(environ, "HOME="+t.TempDir()),
 		OnEvent: func(ev harness.Event) {
 			mu.Lock()

@@ -229,7 +229,7 @@ func (e *engine) secretsInSandbox() string {
 // grantOptions is what the turn's grant is given: its routes and egress
 // allowlist. The one place a grant's options are made.
 func (e *engine) grantOptions() gateway.GrantOptions {
-	o := gateway.GrantOptions{Routes: e.kl.routes}
+	o := gateway.GrantOptions{Routes: e.kl.routes, Logger: e.o.Logger}
 	if e.kl.egress == driver.EgressGateway {
 		o.Allow = e.o.EgressAllow
 	}

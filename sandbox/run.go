@@ -122,7 +122,9 @@ type RunOptions struct {
 	// Stderr receives the agent's standard error, redacted. Optional.
 	Stderr io.Writer
 	// Logger receives one debug record per lifecycle step with its
-	// duration (attributes: step, ms, agent). Optional.
+	// duration (attributes: step, ms, agent), and the records of the
+	// turn's gateway grant (a warning when a model upstream breaks off a
+	// reply). Optional.
 	Logger *slog.Logger
 	// Grace is how long a stopped process has between SIGTERM and SIGKILL
 	// (default DefaultGrace). MaxLine bounds one native output line

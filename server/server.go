@@ -188,7 +188,7 @@ func New(opts *Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s.gw = gateway.New(gateway.Options{})
+	s.gw = gateway.New(gateway.Options{Logger: s.log})
 	s.metrics = newMetrics(&s.retained, s.o.Spool)
 	s.metrics.streams.Set(0)
 	if err := s.newPool(); err != nil {

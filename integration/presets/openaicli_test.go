@@ -117,7 +117,7 @@ func (e *oaiEnv) run(kind string, tn sandbox.Turn) *outcome {
 	o := &outcome{}
 	var mu sync.Mutex
 	res, err := sandbox.Run(context.Background(), tn, &sandbox.RunOptions{
-		Provider: e.provider(kind), Store: e.store, Environ: environ, Raw: true, Grace: time.Second,
+		Provider: e.provider(kind), Store: e.store, Environ: environ, Raw: true, Grace: time.Second, Logger: testenv.FailureLog(e.t, e.key),
 		OnEvent: func(ev harness.Event) {
 			mu.Lock()
 			o.events = append(o.events, ev)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -90,4 +92,25 @@ func Median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// FailureLog is a debug logger whose records the test prints only when
+// it failed (at its cleanup): the lifecycle steps and the gateway's
+// records of a turn that went wrong, without the noise of those that did
+// not. secrets, when any shows in a record, fail the test.
+func FailureLog(t testing.TB, secrets ...string) *slog.Logger {
+	t.Helper()
+	buf := &LockedBuffer{}
+	t.Cleanup(func() {
+		s := buf.String()
+		for _, v := range secrets {
+			if v != "" && strings.Contains(s, v) {
+				t.Errorf("a log record holds a secret")
+			}
+		}
+		if t.Failed() && s != "" {
+			t.Logf("the turn's log records:\n%s", s)
+		}
+	})
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

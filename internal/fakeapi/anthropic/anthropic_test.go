@@ -626,3 +626,36 @@ func TestMessageFlattening(t *testing.T) {
 		t.Errorf("request %+v", r)
 	}
 }
+
+// TestReplyEnded: each Messages request records how its reply ended: a
+// reply read whole is finished, one whose client leaves mid-stream is
+// client gone, one its scenario cuts says so.
+func TestReplyEnded(t *testing.T) {
+	srv := New(t, Options{})
+	streamMessage(t, srv.URL(), userReq(true, userText("hello")))
+	streamMessage(t, srv.URL(), userReq(true, userText("FAKE_STREAM_ERROR")))
+
+	srv.Enqueue(Slow("a b c d e f g h", 200*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+"/v1/messages", bytes.NewReader(userReq(true, userText("x"))))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "event: message_start\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	cancel()
+	resp.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.InFlight() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var got []string
+	for _, r := range srv.MessageRequests() {
+		got = append(got, r.Ended)
+	}
+	if want := []string{EndFinished, EndScenario, EndClientGone}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ended %q, want %q", got, want)
+	}
+}

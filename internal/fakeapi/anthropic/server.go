@@ -310,7 +310,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	switch {
 	case req.IsMessages():
-		s.serveMessages(w, r, &req, sc)
+		finished := s.serveMessages(w, r, &req, sc)
+		s.ended(req.Seq, endOf(finished, r.Context()))
 	case req.Path == "/api/hello":
 		// Claude Code's preconnect (HEAD before the first POST).
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -343,6 +344,29 @@ func (s *Server) modelOr(m string) string {
 		return s.opts.Model
 	}
 	return m
+}
+
+// ended records how the reply to request seq ended.
+func (s *Server) ended(seq int, how string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.reqs {
+		if s.reqs[i].Seq == seq {
+			s.reqs[i].Ended = how
+		}
+	}
+}
+
+// endOf is how a reply ended: finished, cut because the client went away
+// (its connection closed or failed), or cut by its scenario.
+func endOf(finished bool, ctx context.Context) string {
+	switch {
+	case finished:
+		return EndFinished
+	case ctx.Err() != nil:
+		return EndClientGone
+	}
+	return EndScenario
 }
 
 func (s *Server) record(req *Request) {
@@ -437,7 +461,9 @@ type replyBlock struct {
 	tool      *ToolCall
 }
 
-func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Request, sc Scenario) {
+// serveMessages answers a Messages request; finished reports whether the
+// whole reply was written (an error answer included).
+func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Request, sc Scenario) (finished bool) {
 	ctx := r.Context()
 	for k, vs := range sc.Header {
 		for _, v := range vs {
@@ -473,8 +499,8 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Requ
 		})
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		_, _ = w.Write(b)
-		return
+		_, err := w.Write(b)
+		return err == nil
 	}
 
 	usage := s.opts.Usage
@@ -566,7 +592,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Requ
 			"content": content, "stop_reason": stop, "stop_sequence": nil,
 			"usage": usageJSON(usage.InputTokens, usage.OutputTokens),
 		})
-		return
+		return true
 	}
 
 	// Streaming.
@@ -628,7 +654,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Requ
 		"usage": usageJSON(usage.InputTokens, usage.OutputTokens)}) {
 		return
 	}
-	send("message_stop", map[string]any{"type": "message_stop"})
+	return send("message_stop", map[string]any{"type": "message_stop"})
 }
 
 func usageJSON(in, out int) map[string]any {

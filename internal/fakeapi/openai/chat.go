@@ -99,8 +99,9 @@ func chatUsage(u Usage) map[string]any {
 	}
 }
 
-// serveChat answers POST /v1/chat/completions.
-func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, req *Request, sc Scenario) {
+// serveChat answers POST /v1/chat/completions; finished reports whether
+// the whole reply was written (an error answer included).
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, req *Request, sc Scenario) (finished bool) {
 	model := req.Model
 	if model == "" {
 		model = s.cfg.Model
@@ -140,14 +141,14 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, req *Request,
 		}
 		if sc.Kind == KindFailed || sc.Kind == KindDrop || sc.Kind == KindStall || sc.Kind == KindTruncate {
 			writeJSON(w, http.StatusInternalServerError, map[string]any{"error": map[string]any{"message": "fake failure", "type": "server_error", "code": "server_error"}})
-			return
+			return true
 		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"id": id, "object": "chat.completion", "created": created, "model": model,
 			"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": finish}},
 			"usage":   chatUsage(u), "system_fingerprint": "fp_fake",
 		})
-		return
+		return true
 	}
 
 	includeUsage := false
@@ -188,7 +189,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, req *Request,
 			code = "server_error"
 		}
 		e.event("", map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "param": nil, "code": code}})
-		return
+		return e.ok()
 	}
 	finish := "stop"
 	if toolName != "" {
@@ -222,4 +223,5 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, req *Request,
 		})
 	}
 	e.event("", "[DONE]")
+	return e.ok()
 }

@@ -290,8 +290,9 @@ func (st *rstream) completed(u Usage) bool {
 	return st.ev("response.completed", map[string]any{"response": resp})
 }
 
-// serveResponses answers POST /v1/responses.
-func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, req *Request, sc Scenario) {
+// serveResponses answers POST /v1/responses; finished reports whether
+// the whole reply was written (an error answer included).
+func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, req *Request, sc Scenario) (finished bool) {
 	model := req.Model
 	if model == "" {
 		model = s.cfg.Model
@@ -301,7 +302,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, req *Req
 	}}
 	if req.Body != nil && !req.Stream {
 		s.responsesJSON(w, req, sc, st)
-		return
+		return true
 	}
 	st.e = newSSE(w)
 	if !st.ev("response.created", map[string]any{"response": st.response("in_progress")}) ||
@@ -311,22 +312,22 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, req *Req
 	u := *sc.Usage
 	switch sc.Kind {
 	case KindText:
-		_ = st.message(chunkText(sc.Text), 0) && st.completed(u)
+		finished = st.message(chunkText(sc.Text), 0) && st.completed(u)
 	case KindEcho:
-		_ = st.message(chunkText(EchoText(req)), 0) && st.completed(u)
+		finished = st.message(chunkText(EchoText(req)), 0) && st.completed(u)
 	case KindReasoning:
-		_ = st.reasoning(sc.Reasoning) && st.message(chunkText(sc.Text), 0) && st.completed(u)
+		finished = st.reasoning(sc.Reasoning) && st.message(chunkText(sc.Text), 0) && st.completed(u)
 	case KindToolCall:
 		name, args := responsesTool(req, sc)
-		_ = st.functionCall(name, args) && st.completed(u)
+		finished = st.functionCall(name, args) && st.completed(u)
 	case KindApplyPatch:
 		name := sc.ToolName
 		if name == "" {
 			name = "apply_patch"
 		}
-		_ = st.customToolCall(name, sc.Patch) && st.completed(u)
+		finished = st.customToolCall(name, sc.Patch) && st.completed(u)
 	case KindSlow:
-		_ = st.message(slowDeltas(sc), sc.Delay) && st.completed(u)
+		finished = st.message(slowDeltas(sc), sc.Delay) && st.completed(u)
 	case KindDrop:
 		// A message that starts and streams one delta, then the connection is cut
 		// (no output_item.done, no response.completed, no chunked-encoding terminator).
@@ -351,10 +352,11 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, req *Req
 		resp := st.response("failed")
 		resp["error"] = map[string]any{"code": code, "message": msg}
 		resp["usage"] = nil
-		st.ev("response.failed", map[string]any{"response": resp})
+		finished = st.ev("response.failed", map[string]any{"response": resp})
 	default:
-		_ = st.message(chunkText(sc.Text), 0) && st.completed(u)
+		finished = st.message(chunkText(sc.Text), 0) && st.completed(u)
 	}
+	return finished
 }
 
 // slowDeltas are the deltas of a slow stream: "chunk 1 ", "chunk 2 ", … (Chunks of them).

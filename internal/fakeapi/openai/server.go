@@ -118,6 +118,9 @@ type Request struct {
 	OutputFormat map[string]any
 	// Served is the scenario kind the server answered with.
 	Served Kind
+	// Ended is how the reply to a model request ended: EndFinished,
+	// EndClientGone or EndScenario; "" while it is being written.
+	Ended string
 }
 
 // OutputSchema returns the JSON Schema of OutputFormat (its "schema", or
@@ -222,6 +225,13 @@ func New(cfg Config) (*Server, error) {
 	s.base = base
 	return s, nil
 }
+
+// How a reply ended (Request.Ended).
+const (
+	EndFinished   = "finished"    // written whole (an error answer included)
+	EndClientGone = "client gone" // cut: the client's connection closed or failed first
+	EndScenario   = "scenario"    // cut, stalled or failed as its scenario says
+)
 
 // TB is the part of testing.TB that Start uses.
 type TB = fakeapi.TB
@@ -364,15 +374,29 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if s.serveCommon(w, r, req, sc) {
 		return
 	}
+	// How the reply ended is recorded also when the handler aborts.
+	finished := false
+	defer func() {
+		how := EndScenario
+		switch {
+		case finished:
+			how = EndFinished
+		case r.Context().Err() != nil:
+			how = EndClientGone
+		}
+		s.mu.Lock()
+		req.Ended = how
+		s.mu.Unlock()
+	}()
 	if req.API == APIResponses {
-		s.serveResponses(w, r, req, sc)
+		finished = s.serveResponses(w, r, req, sc)
 	} else {
-		s.serveChat(w, r, req, sc)
+		finished = s.serveChat(w, r, req, sc)
 	}
 }
 
 // record reads the body and stores the request; the returned pointer is the stored
-// record (fields other than Served are not changed after this).
+// record (fields other than Served and Ended are not changed after this).
 func (s *Server) record(r *http.Request) *Request {
 	raw, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -801,5 +802,48 @@ func TestLogf(t *testing.T) {
 	defer mu.Unlock()
 	if len(lines) != 1 {
 		t.Errorf("log lines %v", lines)
+	}
+}
+
+// TestReplyEnded: each model request records how its reply ended: a
+// reply read whole (Responses or Chat, streamed or not, an error event
+// included) is finished, one whose client leaves mid-stream is client
+// gone, one its scenario cuts says so.
+func TestReplyEnded(t *testing.T) {
+	s := Start(t, Config{})
+	if _, _, err := doResponses(t, s, responsesBody("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := doChat(t, s, chatBody("x")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _ = doResponses(t, s, responsesBody("x FAKE_FAILED"))
+	_, _, _ = doResponses(t, s, responsesBody("x FAKE_TRUNCATE"))
+	_, _ = doChat(t, s, chatBody("x FAKE_TRUNCATE"))
+
+	s.Enqueue(Slow(100, 50*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err := post(t, ctx, s.URL()+"/chat/completions", "k", chatBody("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	want := []string{EndFinished, EndFinished, EndFinished, EndScenario, EndScenario, EndClientGone}
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		got = got[:0]
+		for _, r := range s.Requests() {
+			got = append(got, r.Ended)
+		}
+		if got[len(got)-1] != "" {
+			break
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ended %q, want %q", got, want)
 	}
 }
