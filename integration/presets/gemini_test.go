@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -109,7 +110,21 @@ func (tr geminiTurn) of(typ harness.EventType) []harness.Event {
 
 func (e *geminiEnv) run(turn sandbox.Turn) geminiTurn {
 	e.t.Helper()
-	return runGemini(e.t, turn, &sandbox.RunOptions{Provider: e.prov, Store: e.store, Environ: e.environ})
+	tr := runGemini(e.t, turn, &sandbox.RunOptions{Provider: e.prov, Store: e.store, Environ: e.environ})
+	if e.t.Failed() || tr.err != nil {
+		e.logFake()
+	}
+	return tr
+}
+
+// logFake logs the fake's requests: when each came, what it was served
+// and how its reply ended.
+func (e *geminiEnv) logFake() {
+	var b strings.Builder
+	for _, r := range e.fake.Requests() {
+		fmt.Fprintf(&b, "#%d %s %s %s contents %d: %s, %s\n", r.Seq, r.Time.Format("15:04:05.000"), r.Method, r.RPC, r.NumContents, r.Served, r.Ended)
+	}
+	e.t.Logf("the fake's requests:\n%s", b.String())
 }
 
 func runGemini(t *testing.T, turn sandbox.Turn, o *sandbox.RunOptions) geminiTurn {
@@ -288,7 +303,11 @@ func TestGeminiResumeAndFork(t *testing.T) {
 		// These turns install the pinned CLI first (the bootstrap step):
 		// on a CI machine with both cores busy that alone took minutes.
 		turn.Timeout = 6 * time.Minute
-		return runGemini(t, turn, &sandbox.RunOptions{Provider: prov, Store: e.store, Environ: environ})
+		tr := runGemini(t, turn, &sandbox.RunOptions{Provider: prov, Store: e.store, Environ: environ})
+		if t.Failed() || tr.err != nil {
+			e.logFake()
+		}
+		return tr
 	}
 	dock := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) {
 		o.Network = "host"

@@ -79,7 +79,7 @@ func parseRequest(hr *http.Request, body []byte) *Request {
 // candidates as one JSON object (generateContent) or as SSE events
 // (streamGenerateContent?alt=sse), the last carrying finishReason and
 // usageMetadata.
-func (s *Server) reply(w http.ResponseWriter, r *Request, sc Scenario) {
+func (s *Server) reply(w http.ResponseWriter, r *Request, sc Scenario) (finished bool) {
 	s.served(r, sc.name())
 	for k, vs := range sc.Header {
 		for _, v := range vs {
@@ -102,8 +102,8 @@ func (s *Server) reply(w http.ResponseWriter, r *Request, sc Scenario) {
 	if sc.Kind == KindError {
 		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 		w.WriteHeader(sc.Status)
-		_, _ = w.Write(sc.errorBody())
-		return
+		_, err := w.Write(sc.errorBody())
+		return err == nil
 	}
 	usage := *s.cfg.Usage
 	if sc.Usage != nil {
@@ -132,7 +132,7 @@ func (s *Server) reply(w http.ResponseWriter, r *Request, sc Scenario) {
 			panic(http.ErrAbortHandler)
 		}
 		writeJSON(w, http.StatusOK, response(r, parts, &usage))
-		return
+		return true
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
@@ -158,6 +158,7 @@ func (s *Server) reply(w http.ResponseWriter, r *Request, sc Scenario) {
 			panic(http.ErrAbortHandler)
 		}
 	}
+	return true
 }
 
 // parts are the reply's parts, one per SSE event: the text cut in

@@ -62,6 +62,9 @@ type Request struct {
 	ResponseSchema []byte
 	// Served is the scenario the server answered with.
 	Served string
+	// Ended is how the reply to a generate request ended: EndFinished,
+	// EndClientGone or EndScenario; "" while it is being written.
+	Ended string
 }
 
 // APIKey is the key the request carried: the x-goog-api-key header, or
@@ -197,12 +200,38 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 	case r.RPC == "countTokens":
 		writeJSON(w, http.StatusOK, map[string]any{"totalTokens": s.cfg.Usage.Prompt})
 		s.served(r, "count_tokens")
-	case r.Router():
-		s.reply(w, r, Scenario{Kind: KindRouter})
 	default:
-		s.reply(w, r, s.pick(r))
+		sc := Scenario{Kind: KindRouter}
+		if !r.Router() {
+			sc = s.pick(r)
+		}
+		// Recorded also when the handler aborts (a dropped reply).
+		finished := false
+		defer func() { s.ended(r, finished, hr) }()
+		finished = s.reply(w, r, sc)
 	}
 }
+
+// ended records how the reply to a generate request ended.
+func (s *Server) ended(r *Request, finished bool, hr *http.Request) {
+	how := EndScenario
+	switch {
+	case finished:
+		how = EndFinished
+	case hr.Context().Err() != nil:
+		how = EndClientGone
+	}
+	s.mu.Lock()
+	r.Ended = how
+	s.mu.Unlock()
+}
+
+// How a reply ended (Request.Ended).
+const (
+	EndFinished   = "finished"    // written whole (an error answer included)
+	EndClientGone = "client gone" // cut: the client's connection closed or failed first
+	EndScenario   = "scenario"    // cut or hung as its scenario says
+)
 
 func (s *Server) served(r *Request, name string) {
 	s.mu.Lock()

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -155,5 +157,33 @@ func TestDropBreaksTheStream(t *testing.T) {
 		if rpc != "generateContent" && !strings.Contains(string(b), `"partia"`) {
 			t.Errorf("%s: the first event is missing: %q", rpc, b)
 		}
+	}
+}
+
+// TestReplyEnded: each generate request records how its reply ended: a
+// reply written whole (an error included) is finished, a dropped one is
+// its scenario's doing; other paths record nothing.
+func TestReplyEnded(t *testing.T) {
+	s := Start(t, Config{})
+	post(t, s, "/v1beta/models/gemini-x:streamGenerateContent?alt=sse", strings.Replace(userBody, "%s", "", 1), nil)
+	post(t, s, "/v1beta/models/gemini-x:generateContent", strings.Replace(userBody, "%s", "FAKE_429", 1), nil)
+	post(t, s, "/v1beta/models", "", nil)
+	req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1beta/models/gemini-x:streamGenerateContent?alt=sse", strings.NewReader(strings.Replace(userBody, "%s", "FAKE_DROP", 1)))
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		got = got[:0]
+		for _, r := range s.Requests() {
+			got = append(got, r.Ended)
+		}
+		if len(got) == 4 && got[3] != "" {
+			break
+		}
+	}
+	if want := []string{EndFinished, EndFinished, "", EndScenario}; !slices.Equal(got, want) {
+		t.Errorf("ended %q, want %q", got, want)
 	}
 }
