@@ -15,6 +15,7 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/harness/declarative"
+	"github.com/outposthq/outpost/internal/fakeapi"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/pgtest"
@@ -57,7 +58,7 @@ var meteredCLIs = []meteredCLI{
 				func() (n, abandoned int) {
 					for _, r := range srv.MessageRequests() {
 						n++
-						if r.Ended == anthropic.EndClientGone {
+						if r.Ended == fakeapi.EndClientGone {
 							abandoned++
 						}
 					}
@@ -83,7 +84,7 @@ var meteredCLIs = []meteredCLI{
 			return []string{"OPENAI_BASE_URL=" + srv.URL(), "OPENAI_API_KEY=sk-metered"}, want, func() (n, abandoned int) {
 				for _, r := range srv.Requests() {
 					n++
-					if r.Ended == openai.EndClientGone {
+					if r.Ended == fakeapi.EndClientGone {
 						abandoned++
 					}
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/declarative"
+	"github.com/outposthq/outpost/internal/fakeapi"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/sandbox"
@@ -65,7 +66,7 @@ func testOpenCodeToolTurn(t *testing.T, kind string) {
 	var seen []string
 	for _, r := range e.fake.Requests() {
 		seen = append(seen, fmt.Sprintf("#%d %s tools %d input %d: %s", r.Seq, r.Time.Format("15:04:05.000"), len(r.ToolNames), r.NumInput, r.Ended))
-		if len(r.ToolNames) > 0 && r.Ended != openai.EndClientGone {
+		if len(r.ToolNames) > 0 && r.Ended != fakeapi.EndClientGone {
 			n++
 		}
 	}

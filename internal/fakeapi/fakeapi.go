@@ -4,6 +4,7 @@
 package fakeapi
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -143,4 +144,25 @@ func (q *Queue[S]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items)
+}
+
+// How a fake's reply ended (each fake's Request.Ended): the tests tell a
+// reply a CLI abandoned (and asked again) from one it got whole.
+const (
+	EndFinished   = "finished"    // written whole (an error answer included)
+	EndClientGone = "client gone" // cut: the client's connection closed or failed first
+	EndScenario   = "scenario"    // cut, stalled or failed as its scenario says
+)
+
+// EndOf is how a reply ended, given whether its handler wrote it whole
+// and the request's context (done once the client's connection closed or
+// failed).
+func EndOf(finished bool, ctx context.Context) string {
+	switch {
+	case finished:
+		return EndFinished
+	case ctx.Err() != nil:
+		return EndClientGone
+	}
+	return EndScenario
 }

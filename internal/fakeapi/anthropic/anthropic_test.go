@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outposthq/outpost/internal/fakeapi"
 )
 
 // userReq builds a Messages API request body with the given messages.
@@ -655,7 +657,7 @@ func TestReplyEnded(t *testing.T) {
 	for _, r := range srv.MessageRequests() {
 		got = append(got, r.Ended)
 	}
-	if want := []string{EndFinished, EndScenario, EndClientGone}; !reflect.DeepEqual(got, want) {
+	if want := []string{fakeapi.EndFinished, fakeapi.EndScenario, fakeapi.EndClientGone}; !reflect.DeepEqual(got, want) {
 		t.Errorf("ended %q, want %q", got, want)
 	}
 }

@@ -35,17 +35,10 @@ type Request struct {
 	// order (Claude Code offers StructuredOutput with --json-schema).
 	Tools    []string
 	Scenario string // name of the scenario served ("" for other paths)
-	// Ended is how the reply to a Messages request ended: EndFinished,
-	// EndClientGone or EndScenario; "" while it is being written.
+	// Ended is how the reply to a Messages request ended: fakeapi's
+	// EndFinished, EndClientGone or EndScenario; "" while it is being written.
 	Ended string
 }
-
-// How a reply ended (Request.Ended).
-const (
-	EndFinished   = "finished"    // written whole (an error answer included)
-	EndClientGone = "client gone" // cut: the client's connection closed or failed first
-	EndScenario   = "scenario"    // cut, stalled or failed as its scenario says
-)
 
 // IsMessages reports whether r is a POST to the Messages API.
 func (r Request) IsMessages() bool {

@@ -311,7 +311,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.IsMessages():
 		finished := s.serveMessages(w, r, &req, sc)
-		s.ended(req.Seq, endOf(finished, r.Context()))
+		s.ended(req.Seq, fakeapi.EndOf(finished, r.Context()))
 	case req.Path == "/api/hello":
 		// Claude Code's preconnect (HEAD before the first POST).
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -355,18 +355,6 @@ func (s *Server) ended(seq int, how string) {
 			s.reqs[i].Ended = how
 		}
 	}
-}
-
-// endOf is how a reply ended: finished, cut because the client went away
-// (its connection closed or failed), or cut by its scenario.
-func endOf(finished bool, ctx context.Context) string {
-	switch {
-	case finished:
-		return EndFinished
-	case ctx.Err() != nil:
-		return EndClientGone
-	}
-	return EndScenario
 }
 
 func (s *Server) record(req *Request) {

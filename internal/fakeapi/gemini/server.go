@@ -62,8 +62,8 @@ type Request struct {
 	ResponseSchema []byte
 	// Served is the scenario the server answered with.
 	Served string
-	// Ended is how the reply to a generate request ended: EndFinished,
-	// EndClientGone or EndScenario; "" while it is being written.
+	// Ended is how the reply to a generate request ended: fakeapi's
+	// EndFinished, EndClientGone or EndScenario; "" while it is being written.
 	Ended string
 }
 
@@ -214,24 +214,11 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 
 // ended records how the reply to a generate request ended.
 func (s *Server) ended(r *Request, finished bool, hr *http.Request) {
-	how := EndScenario
-	switch {
-	case finished:
-		how = EndFinished
-	case hr.Context().Err() != nil:
-		how = EndClientGone
-	}
+	how := fakeapi.EndOf(finished, hr.Context())
 	s.mu.Lock()
 	r.Ended = how
 	s.mu.Unlock()
 }
-
-// How a reply ended (Request.Ended).
-const (
-	EndFinished   = "finished"    // written whole (an error answer included)
-	EndClientGone = "client gone" // cut: the client's connection closed or failed first
-	EndScenario   = "scenario"    // cut or hung as its scenario says
-)
 
 func (s *Server) served(r *Request, name string) {
 	s.mu.Lock()

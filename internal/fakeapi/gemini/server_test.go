@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/outposthq/outpost/internal/fakeapi"
 )
 
 func post(t *testing.T, s *Server, path, body string, header map[string]string) (*http.Response, []byte) {
@@ -183,7 +184,7 @@ func TestReplyEnded(t *testing.T) {
 			break
 		}
 	}
-	if want := []string{EndFinished, EndFinished, "", EndScenario}; !slices.Equal(got, want) {
+	if want := []string{fakeapi.EndFinished, fakeapi.EndFinished, "", fakeapi.EndScenario}; !slices.Equal(got, want) {
 		t.Errorf("ended %q, want %q", got, want)
 	}
 }

@@ -118,8 +118,8 @@ type Request struct {
 	OutputFormat map[string]any
 	// Served is the scenario kind the server answered with.
 	Served Kind
-	// Ended is how the reply to a model request ended: EndFinished,
-	// EndClientGone or EndScenario; "" while it is being written.
+	// Ended is how the reply to a model request ended: fakeapi's
+	// EndFinished, EndClientGone or EndScenario; "" while it is being written.
 	Ended string
 }
 
@@ -225,13 +225,6 @@ func New(cfg Config) (*Server, error) {
 	s.base = base
 	return s, nil
 }
-
-// How a reply ended (Request.Ended).
-const (
-	EndFinished   = "finished"    // written whole (an error answer included)
-	EndClientGone = "client gone" // cut: the client's connection closed or failed first
-	EndScenario   = "scenario"    // cut, stalled or failed as its scenario says
-)
 
 // TB is the part of testing.TB that Start uses.
 type TB = fakeapi.TB
@@ -377,13 +370,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	// How the reply ended is recorded also when the handler aborts.
 	finished := false
 	defer func() {
-		how := EndScenario
-		switch {
-		case finished:
-			how = EndFinished
-		case r.Context().Err() != nil:
-			how = EndClientGone
-		}
+		how := fakeapi.EndOf(finished, r.Context())
 		s.mu.Lock()
 		req.Ended = how
 		s.mu.Unlock()

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outposthq/outpost/internal/fakeapi"
 )
 
 type sseEvent struct {
@@ -832,7 +834,7 @@ func TestReplyEnded(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	want := []string{EndFinished, EndFinished, EndFinished, EndScenario, EndScenario, EndClientGone}
+	want := []string{fakeapi.EndFinished, fakeapi.EndFinished, fakeapi.EndFinished, fakeapi.EndScenario, fakeapi.EndScenario, fakeapi.EndClientGone}
 	var got []string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		got = got[:0]
