@@ -46,8 +46,19 @@ func TestCopyBackOutlivesReleaseDeadline(t *testing.T) {
 		t.Errorf("the sandbox's new file on the host: %q", got)
 	}
 	if dirExists(t, srv, sb.Dir()) {
-		t.Errorf("the lease's directory %s outlived its release", sb.Dir())
+		t.Errorf("the lease's directory %s outlived its release:\n%s", sb.Dir(), leftIn(t, srv, sb.Dir()))
 	}
+}
+
+// leftIn lists what a lease directory that outlived its release holds, with
+// times and the host's processes: which writer raced the removal.
+func leftIn(t *testing.T, srv *sshtest.Server, dir string) string {
+	t.Helper()
+	_, out, err := srv.Exec(context.Background(), "sh", "-c", "date '+now %T.%N'; find \"$1\" -printf '%TT %y %p\\n' | head -50; ps -eo pid,ppid,etime,args | head -40", "sh", dir)
+	if err != nil {
+		return err.Error()
+	}
+	return out
 }
 
 // TestStalledCopyBackStillRemoves: a copy back that makes no progress
@@ -66,6 +77,6 @@ func TestStalledCopyBackStillRemoves(t *testing.T) {
 		t.Errorf("the removal failed too: %v", err)
 	}
 	if dirExists(t, srv, sb.Dir()) {
-		t.Errorf("the lease's directory %s outlived its release", filepath.Clean(sb.Dir()))
+		t.Errorf("the lease's directory %s outlived its release:\n%s", filepath.Clean(sb.Dir()), leftIn(t, srv, sb.Dir()))
 	}
 }
