@@ -48,3 +48,41 @@ func TestDocPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestDocVersions: a module the docs name with its version ("**module**
+// (v1.2.3" or "`module` v1.2.3") is at that version in go.mod, so that an
+// upgrade does not leave the docs naming the old one. Modules the docs
+// name as tried and kept out are not in go.mod and are not checked.
+func TestDocVersions(t *testing.T) {
+	mod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	required := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*(?:require\s+)?([a-z0-9.-]+\.[a-z]+/\S+) (v\S+)`).FindAllStringSubmatch(string(mod), -1) {
+		required[m[1]] = m[2]
+	}
+	named := regexp.MustCompile("(?:\\*\\*|`)([a-z0-9.-]+\\.[a-z]+/[^*` ]+)(?:\\*\\*|`),? \\(?(v[0-9]+\\.[0-9]+\\.[0-9][^ ,;)]*)")
+	checked := 0
+	filepath.WalkDir("docs", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".md") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range named.FindAllStringSubmatch(string(b), -1) {
+			if have, ok := required[m[1]]; ok {
+				checked++
+				if have != m[2] {
+					t.Errorf("%s names %s %s; go.mod requires %s", p, m[1], m[2], have)
+				}
+			}
+		}
+		return nil
+	})
+	if checked == 0 {
+		t.Error("no module of go.mod named with its version in docs/: the pattern no longer matches how the docs write them")
+	}
+}

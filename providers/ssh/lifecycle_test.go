@@ -55,6 +55,21 @@ func survivors(t *testing.T, srv *sshtest.Server, mark string) string {
 	return strings.Join(left, "\n")
 }
 
+// TestServerExecWaits: the harness's exit code is the command's. The
+// container library's exec (testcontainers-go before v0.44.0) read the
+// code before the command had started, and took "not running" for "ended
+// with 0": a `test -d` of a removed directory then answered that it still
+// existed, and the removal tests failed on a directory that was gone.
+func TestServerExecWaits(t *testing.T) {
+	srv := sshtest.Shared(t)
+	for i := range 30 {
+		code, out, err := srv.Exec(t.Context(), "sh", "-c", "sleep 0.01; echo done; exit 3")
+		if err != nil || code != 3 || strings.TrimSpace(out) != "done" {
+			t.Fatalf("exec %d: code %d, output %q, %v; want 3 and \"done\"", i, code, out, err)
+		}
+	}
+}
+
 // dirExists reports whether a directory exists on the host.
 func dirExists(t *testing.T, srv *sshtest.Server, dir string) bool {
 	code, _, err := srv.Exec(context.Background(), "test", "-d", dir)

@@ -180,14 +180,14 @@ func (s *Server) locate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Host, s.Port = host, mp.Int()
+	s.Host, s.Port = host, int(mp.Num())
 	ins, err := s.c.Inspect(ctx)
 	if err != nil {
 		return err
 	}
 	for _, n := range ins.NetworkSettings.Networks {
-		if n.IPAddress != "" {
-			s.IP, s.Gateway = n.IPAddress, n.Gateway
+		if n.IPAddress.IsValid() {
+			s.IP, s.Gateway = n.IPAddress.String(), n.Gateway.String()
 			break
 		}
 	}
