@@ -233,6 +233,15 @@ func (l *Lease) Vanished(ctx context.Context) bool {
 	return ok && g.Vanished(ctx)
 }
 
+// Degraded returns why the sandbox runs its processes a slower way than
+// designed (driver.Degrader); nil when it does not, or cannot tell.
+func (l *Lease) Degraded() error {
+	if d, ok := l.sb.(driver.Degrader); ok {
+		return d.Degraded()
+	}
+	return nil
+}
+
 // planned reports whether a harness's plans are in place.
 func (l *Lease) planned(name string) bool {
 	l.mu.Lock()

@@ -388,6 +388,7 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	e.snapshotBefore(ctx, lease)
 	runErr := st.run(ctx, cmd)
 	res.Session, res.Text, res.Exit, res.Steered = st.native, st.final, st.exit, st.steered
+	e.noteDegraded(lease)
 	e.step("run")
 	// 9. Usage by mode; transcript usage overrides.
 	e.usage(ctx, lease, res, st)
@@ -403,6 +404,18 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 		return e.resumeWith(ctx, lease, res, st.pendingSteer)
 	}
 	return res, nil
+}
+
+// noteDegraded gives a notice of kind degraded when the sandbox ran the
+// turn's processes a slower way than designed (Lease.Degraded), once per
+// Run: an inner turn runs on the same lease.
+func (e *engine) noteDegraded(lease *Lease) {
+	if e.ans.inner {
+		return
+	}
+	if err := lease.Degraded(); err != nil {
+		e.notice("degraded", err.Error(), map[string]any{"sandbox": lease.ID()})
+	}
 }
 
 // step ends a lifecycle step: one record to the Logger (the --trace

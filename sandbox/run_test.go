@@ -256,6 +256,45 @@ func TestRetryIsANotice(t *testing.T) {
 	}
 }
 
+// degradedProvider's sandboxes report a fallback (driver.Degrader).
+type degradedProvider struct{ driver.Provider }
+
+func (d degradedProvider) Open(ctx context.Context, o driver.Options) (driver.Sandbox, error) {
+	sb, err := d.Provider.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return degradedSandbox{sb}, nil
+}
+
+type degradedSandbox struct{ driver.Sandbox }
+
+func (degradedSandbox) Degraded() error { return errors.New("test: no hello from the init") }
+
+// TestDegradedIsANotice: a sandbox that ran the turn's processes a slower
+// way than designed (driver.Degrader) says so in one notice of kind
+// degraded naming the sandbox; one that did not gives none.
+func TestDegradedIsANotice(t *testing.T) {
+	f := newFixture(t)
+	count := func() (n int, ev harness.Event) {
+		for _, e := range f.events {
+			if e.Type == harness.EventNotice && e.Kind == "degraded" {
+				n, ev = n+1, e
+			}
+		}
+		return n, ev
+	}
+	f.ok(sandbox.Turn{Prompt: "hi"})
+	if n, _ := count(); n != 0 {
+		t.Errorf("%d degraded notices from a sandbox without a fallback", n)
+	}
+	f.ok(sandbox.Turn{Prompt: "hi"}, func(o *sandbox.RunOptions) { o.Provider = degradedProvider{f.provider} })
+	n, ev := count()
+	if n != 1 || !strings.Contains(ev.Text, "no hello from the init") || ev.Details["sandbox"] == "" || ev.Details["sandbox"] == nil {
+		t.Errorf("%d degraded notices, the last %+v; want one with the reason and the sandbox", n, ev)
+	}
+}
+
 func TestHostileOutput(t *testing.T) {
 	f := newFixture(t)
 	res := f.ok(sandbox.Turn{Prompt: "#big #badlines"})

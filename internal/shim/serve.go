@@ -484,6 +484,25 @@ func (h *Serving) Ready() <-chan struct{} { return h.ready }
 // Session is the session once Ready is closed; nil when there is none.
 func (h *Serving) Session() *yamux.Session { return h.sess }
 
+// ErrReleased is the outcome a provider records when the lease is released
+// before or after its serving connection was made.
+var ErrReleased = errors.New("released")
+
+// Failed returns why the connection could not be made: nil while the
+// handshake is under way, when there is a session, or when the release
+// ended it (ErrReleased).
+func (h *Serving) Failed() error {
+	select {
+	case <-h.ready:
+	default:
+		return nil
+	}
+	if h.sess != nil || errors.Is(h.err, ErrReleased) {
+		return nil
+	}
+	return h.err
+}
+
 // ServeClient reads the serving end's HelloLine from r, then starts the
 // yamux client over r and w (closeW ends w).
 func ServeClient(r *bufio.Reader, w io.Writer, closeW func() error) (*yamux.Session, error) {

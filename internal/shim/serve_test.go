@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -271,3 +272,38 @@ func TestReadFrames(t *testing.T) {
 type failing struct{}
 
 func (failing) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// TestServingFailed: Failed names why a serving connection could not be
+// made, and nothing while it is being made, once it is, or when a
+// release ended it.
+func TestServingFailed(t *testing.T) {
+	pending := NewServing()
+	if err := pending.Failed(); err != nil {
+		t.Errorf("a handshake under way: %v", err)
+	}
+	released := NewServing()
+	released.Finish(nil, ErrReleased)
+	if err := released.Failed(); err != nil {
+		t.Errorf("released: %v", err)
+	}
+	failed := NewServing()
+	failed.Finish(nil, errors.New("no hello"))
+	if failed.Finish(nil, ErrReleased) {
+		t.Error("a second Finish recorded its outcome")
+	}
+	if err := failed.Failed(); err == nil || err.Error() != "no hello" {
+		t.Errorf("no hello: %v", err)
+	}
+	a, b := net.Pipe()
+	defer b.Close()
+	sess, err := yamux.Client(a, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	served := NewServing()
+	served.Finish(sess, nil)
+	if err := served.Failed(); err != nil {
+		t.Errorf("serving: %v", err)
+	}
+}

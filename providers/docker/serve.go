@@ -43,7 +43,7 @@ type served struct {
 
 // close ends the connection (the lease is released).
 func (m *served) close() {
-	m.Finish(nil, errors.New("released"))
+	m.Finish(nil, shim.ErrReleased)
 	// The attach first: the session's Close waits for its reader to end.
 	if m.attach.Conn != nil {
 		m.attach.Close()
@@ -94,6 +94,20 @@ func (m *served) handshake() {
 	}
 }
 
+// Degraded reports why the container's init does not serve the lease's
+// processes, so that each is an exec of its own (slower); nil while it
+// serves, while its hello is awaited, or when serving is off by the
+// provider's choice. It implements driver.Degrader.
+func (s *Sandbox) Degraded() error {
+	if s.serve == nil {
+		return nil
+	}
+	if err := s.serve.Failed(); err != nil {
+		return fmt.Errorf("docker: the init of %s does not serve its processes (%w); each is an exec of its own, which is slower", s.id, err)
+	}
+	return nil
+}
+
 // session returns the init's connection once it is ready, nil when there
 // is none (then the caller uses an exec).
 func (s *Sandbox) session(ctx context.Context) *yamux.Session {
@@ -109,7 +123,7 @@ func (s *Sandbox) session(ctx context.Context) *yamux.Session {
 		select {
 		case <-m.Ready():
 		case <-t.C:
-			m.Finish(nil, errors.New("no hello from the init"))
+			m.Finish(nil, fmt.Errorf("no hello from the init within %v", serveWait))
 		case <-ctx.Done():
 			return nil
 		}

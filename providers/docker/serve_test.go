@@ -50,6 +50,9 @@ func TestServedLease(t *testing.T) {
 	if !docker.Serving(sb) {
 		t.Fatal("the container's init does not serve")
 	}
+	if err := sb.Degraded(); err != nil {
+		t.Errorf("Degraded of a serving lease: %v", err)
+	}
 	// The init laid the sandbox out: no archive went in through the
 	// engine, and the init (PID 1) is now the user with no capability.
 	if !docker.SetUp(sb) || docker.Puts(sb) != 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,9 @@ func TestSetupFallback(t *testing.T) {
 	sb := l.Sandbox().(*docker.Sandbox)
 	if docker.Serving(sb) {
 		t.Fatal("an older init serves")
+	}
+	if err := sb.Degraded(); err == nil || !strings.Contains(err.Error(), "no hello from the init") {
+		t.Errorf("Degraded with an older init: %v, want why it does not serve", err)
 	}
 	env := fullEnv(l)
 	env["PATH"] = "/outpost/bin:/bin"

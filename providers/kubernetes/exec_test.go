@@ -64,6 +64,15 @@ func TestExecProtocols(t *testing.T) {
 			if d := cmp.Diff(tc.want, upgrades); d != "" {
 				t.Errorf("upgrades asked for (-want +got):\n%s", d)
 			}
+			// Without ExecEach the serving exec could not start: the
+			// lease says why its processes are execs of their own.
+			err = s.Degraded()
+			if tc.execEach && err != nil {
+				t.Errorf("Degraded with ExecEach: %v", err)
+			}
+			if !tc.execEach && (err == nil || !strings.Contains(err.Error(), "serving exec")) {
+				t.Errorf("Degraded once the serving exec could not start: %v", err)
+			}
 		})
 	}
 }

@@ -48,6 +48,7 @@ type Sandbox struct {
 	serveMu  sync.Mutex
 	serve    *served // the serving exec (serve.go), nil before the first process
 	serveOff bool    // no serving exec (it could not start, or the lease is released)
+	serveErr error   // why the serving exec could not start, once serveOff says so
 }
 
 // ID is the lease id, also the pod's name ("outpost-<12 hex>").

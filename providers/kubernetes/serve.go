@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -52,7 +51,7 @@ type served struct {
 
 // close ends the session and its exec.
 func (m *served) close() {
-	m.Finish(nil, errors.New("released"))
+	m.Finish(nil, shim.ErrReleased)
 	m.cancel()
 	if sess := m.Session(); sess != nil {
 		_ = sess.Close()
@@ -133,7 +132,7 @@ func (s *Sandbox) session(ctx context.Context) *yamux.Session {
 		// It never served: this binary cannot, and will not later.
 		s.serveMu.Lock()
 		if s.serve == m {
-			s.serveOff = true
+			s.serveOff, s.serveErr = true, m.Failed()
 		}
 		s.serveMu.Unlock()
 		return nil
@@ -142,6 +141,19 @@ func (s *Sandbox) session(ctx context.Context) *yamux.Session {
 		return nil
 	}
 	return sess
+}
+
+// Degraded reports why the lease's serving exec could not start, so that
+// each process is an exec of its own (slower); nil while it serves, before
+// the first process, or with Options.ExecEach. It implements
+// driver.Degrader.
+func (s *Sandbox) Degraded() error {
+	s.serveMu.Lock()
+	defer s.serveMu.Unlock()
+	if s.serveErr == nil {
+		return nil
+	}
+	return fmt.Errorf("kubernetes: the serving exec of %s could not start (%w); each process is an exec of its own, which is slower", s.id, s.serveErr)
 }
 
 // endServe ends the serving exec for good (the lease is released).

@@ -132,6 +132,16 @@ type Vanisher interface {
 	Vanished(ctx context.Context) bool
 }
 
+// Degrader is implemented by sandboxes that can fall back to a slower way
+// of running processes when the designed one cannot be had (docker: the
+// container's init does not serve; kubernetes: the serving exec could not
+// start; either way each process becomes an exec of its own). Degraded
+// returns why the lease fell back, nil while it runs as designed. The
+// portable layer reports it once per lease as a notice of kind degraded.
+type Degrader interface {
+	Degraded() error
+}
+
 // Warmer is implemented by sandboxes that can keep a process launcher
 // ready, so that a Start that comes later costs less (docker keeps an exec
 // of its shim waiting for its request). The portable layer calls it where

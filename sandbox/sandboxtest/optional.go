@@ -202,6 +202,22 @@ func (s *suite) testVanished(t *testing.T) {
 	}
 }
 
+// testDegraded (driver.Degrader): a sandbox whose processes ran as its
+// provider designed reports no fallback. A provider that silently fell
+// back to a slower way (an init that does not serve) fails here.
+func (s *suite) testDegraded(t *testing.T) {
+	l := s.acquire(t, s.provider(t))
+	if _, ok := l.Sandbox().(driver.Degrader); !ok {
+		t.Skipf("%T does not implement driver.Degrader", l.Sandbox())
+	}
+	if _, err := l.Exec(t.Context(), s.req(l, Echo, "x"), 1<<10); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Degraded(); err != nil {
+		t.Errorf("Degraded after a process ran: %v", err)
+	}
+}
+
 // testCollect (driver.Collector, through sandbox.Collect): the sweep that
 // `outpost gc` runs never removes a live sandbox of this process; a dry
 // run removes nothing, even with All.

@@ -92,6 +92,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"HostPath", s.testHostPath},
 		{"Warm", s.testWarm},
 		{"Vanished", s.testVanished},
+		{"Degraded", s.testDegraded},
 		{"Collect", s.testCollect},
 		{"Tunnel", s.testTunnel},
 		{"TunnelEndsWithLease", s.testTunnelEndsWithLease},
