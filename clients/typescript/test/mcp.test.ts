@@ -71,11 +71,16 @@ async function exercise(client: Client, cancelled?: () => Promise<void>) {
   assert.match(text(res), /echo: hello from typescript #tool \(turn 1\)/);
   // The SDK's client handles a notification in a later microtask but a
   // response at once, and drops a progress notification whose call has
-  // already been answered: the last one ("finished", sent just before the
-  // answer) can be lost when both arrive in one read. The answer carries
-  // the outcome.
+  // already been answered: the notifications that arrive in the same read
+  // as the answer are lost, the last ones first ("finished" most often;
+  // under load all but "session", CI run 43). The server sends them all
+  // (server/mcp_test.go checks the whole sequence with the Go SDK); here
+  // what arrived must be the sequence's beginning, in order. The answer
+  // carries the outcome.
   const types = [...new Set(events.map((e) => e.type))];
-  assert.deepEqual(types.filter((t) => t !== "finished"), ["session", "tool_call", "tool_result", "message"]);
+  const sequence = ["session", "tool_call", "tool_result", "message", "finished"];
+  assert.ok(types.length > 0, "no progress notification arrived");
+  assert.deepEqual(types, sequence.slice(0, types.length));
   assert.match(sc.conversation, /^c/);
 
   const schema = { type: "object", properties: { n: { type: "integer" } }, required: ["n"] };
