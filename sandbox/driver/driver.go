@@ -137,7 +137,8 @@ type Vanisher interface {
 // container's init does not serve; kubernetes: the serving exec could not
 // start; either way each process becomes an exec of its own). Degraded
 // returns why the lease fell back, nil while it runs as designed. The
-// portable layer reports it once per lease as a notice of kind degraded.
+// portable layer reports it once per turn (Run) as a notice of kind
+// degraded.
 type Degrader interface {
 	Degraded() error
 }
