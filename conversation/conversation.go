@@ -40,6 +40,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/harness"
 )
 
@@ -113,6 +114,48 @@ type Meta struct {
 	// Stores set it from the files given to Put, in their order; whatever
 	// the caller put here is ignored.
 	Files []string `json:"files"`
+	// Checkpoints are the turns' workspace checkpoints, oldest first
+	// (docs/workspaces.md): git commits in the store's object store
+	// (ObjectStorer). A fork starts with its parent's up to the turn it
+	// forked at. Empty for a conversation made without checkpoints.
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+}
+
+// Checkpoint records one turn's workspace and memory, as object ids in the
+// store's object store.
+type Checkpoint struct {
+	// Turn is the turn's number in the conversation (1 for the first,
+	// counting a fork's inherited turns).
+	Turn int `json:"turn"`
+	// Commit is the git commit of the workspace after the turn; Base the
+	// commit of the workspace the turn started from (the previous
+	// turn's Commit when nothing changed between the two).
+	Commit string `json:"commit"`
+	Base   string `json:"base"`
+	// Memory is the git tree of the conversation's files after the turn
+	// (masked as stored), so a fork at this turn restores them.
+	Memory string `json:"memory,omitempty"`
+	// Native is the agent's own conversation id after the turn.
+	Native string `json:"native,omitempty"`
+	// Revision is the conversation's revision this turn stored.
+	Revision int64 `json:"revision"`
+	// Files and Bytes describe the workspace tree (files kept, their
+	// total size); Changed counts the files the turn changed.
+	Files   int   `json:"files"`
+	Bytes   int64 `json:"bytes"`
+	Changed int   `json:"changed"`
+	// Conversation is the conversation the checkpoint was made in: this
+	// one, or for an inherited turn of a fork, an ancestor.
+	Conversation string    `json:"conversation,omitempty"`
+	Created      time.Time `json:"created"`
+}
+
+// ObjectStorer is implemented by stores that keep checkpoints' git objects
+// beside their conversations: FS in a bare git repository
+// (<dir>/checkpoints.git), postgres.Store in a table, so export, import
+// and every machine of a fleet reach them.
+type ObjectStorer interface {
+	Objects() checkpoint.Objects
 }
 
 // File is one captured file.

@@ -39,6 +39,7 @@ func (e *engine) captureStep(ctx context.Context, lease *Lease, res *Result, st 
 // capture fails a successful turn with code conversation, and is recorded
 // in the details of a failed one, never masking its code.
 func (e *engine) afterCapture(res *Result, runErr, captureErr error) error {
+	runErr = e.foldCheckpoint(runErr)
 	if captureErr == nil {
 		if res != nil && e.stored != "" {
 			res.Conversation = e.stored
@@ -78,12 +79,15 @@ func (e *engine) capture(ctx context.Context, lease *Lease, res *Result, st *str
 			res.ThreadUsage = u
 		}
 	}
+	masked := maskFiles(e.red, files)
+	e.ws.err = e.checkpointAfter(ctx, lease, res, st.native, masked)
 	m := e.meta(lease, res, st.native, files)
 	return func(ctx context.Context) error {
-		if err := storeTurn(ctx, e.o.Store, e.o.Spool, e.o.StoreRetry, m, maskFiles(e.red, files)); err != nil {
+		if err := storeTurn(ctx, e.o.Store, e.o.Spool, e.o.StoreRetry, m, masked); err != nil {
 			return err
 		}
 		e.stored = m.ID
+		e.nameCheckpoint(ctx)
 		return nil
 	}, nil
 }
@@ -113,5 +117,29 @@ func (e *engine) meta(lease *Lease, res *Result, native string, files []conversa
 		m.Files = append(m.Files, f.Path)
 	}
 	e.meterMeta(&m)
+	m.Checkpoints = append([]conversation.Checkpoint(nil), e.parent.Checkpoints...)
+	if e.ws.made != nil {
+		m.Checkpoints = append(m.Checkpoints, *e.ws.made)
+	}
 	return m
+}
+
+// foldCheckpoint folds a checkpoint that failed after the turn into the
+// turn's outcome, once: the conversation is stored all the same, and a
+// successful turn fails with the checkpoint's code; a failed one keeps
+// its own and records the checkpoint's error in its details.
+func (e *engine) foldCheckpoint(runErr error) error {
+	cpErr := e.ws.err
+	if cpErr == nil {
+		return runErr
+	}
+	e.ws.err = nil
+	if runErr == nil {
+		return e.agentErr(cpErr)
+	}
+	var oe *outpost.Error
+	if errors.As(runErr, &oe) {
+		oe.Detail("checkpoint_error", cpErr.Error())
+	}
+	return runErr
 }

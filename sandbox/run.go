@@ -47,6 +47,13 @@ type Turn struct {
 	// continues it into a new conversation. At most one is set.
 	Resume string `json:"resume,omitempty"`
 	Fork   string `json:"fork,omitempty"`
+	// Workspace is where the turn runs instead of Workdir: WorkspaceNew (a
+	// fresh directory under WorkspacesDir) or a directory that must not
+	// exist or be empty. A resume or fork writes into it the tree of the
+	// checkpoint it continues (Fork "ID@TURN": that turn's), so forks run
+	// side by side without sharing a directory (docs/workspaces.md).
+	// Result.Workdir names it. Empty: Workdir, as it is.
+	Workspace string `json:"workspace,omitempty"`
 	// Wait is how long a resume waits for a conversation another turn
 	// holds (a notice of kind "waiting" says so); zero fails at once with
 	// code conversation, details.busy (docs/stores.md).
@@ -169,6 +176,15 @@ type RunOptions struct {
 	// which records nothing unless tracing was set up.
 	TracerProvider trace.TracerProvider
 
+	// Checkpoint is CheckpointOn (the default, "" too) or CheckpointOff:
+	// whether the workspace the turn starts from and the one it leaves are
+	// recorded as git commits in the store's objects (docs/workspaces.md;
+	// a store that keeps none, or no store, records none).
+	// CheckpointInclude are gitignore-style patterns of ignored paths to
+	// keep all the same.
+	Checkpoint        string
+	CheckpointInclude []string
+
 	metering *metering // the Run's meter, shared with its inner turns
 }
 
@@ -226,6 +242,13 @@ type Result struct {
 	// model API's responses, in total and per model (docs/metering.md);
 	// nil when the turn's model calls did not pass through a meter.
 	Metered *harness.Metered `json:"metered,omitempty"`
+
+	// Checkpoint is the workspace checkpoint the turn recorded; nil when
+	// checkpoints are off or the turn stored no conversation. Workdir is
+	// the directory the turn ran in, on the host, when Turn.Workspace
+	// chose it.
+	Checkpoint *CheckpointResult `json:"checkpoint,omitempty"`
+	Workdir    string            `json:"workdir,omitempty"`
 }
 
 // Run runs one turn through the ten lifecycle steps of
@@ -284,6 +307,8 @@ type engine struct {
 	kl       keyless                         // the credential gateway (sandbox/keyless.go)
 	outerKl  *keyless                        // an inner turn's outer turn's
 
+	ws workspaceState // checkpoints and the turn's workspace (workspace.go)
+
 	meterFrom int             // the Run's meter's calls before this engine's (metering.go)
 	spanCtx   context.Context // the turn's span (tracing.go)
 	span      trace.Span
@@ -300,6 +325,9 @@ func (e *engine) runSteps(ctx context.Context) (*Result, error) {
 	}
 	e.step("validate")
 	res := &Result{Agent: e.h.Name, Model: e.model}
+	if e.t.Workspace != "" {
+		res.Workdir = e.workdir
+	}
 	if e.t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, e.t.Timeout, errTurnTimeout)
@@ -386,6 +414,9 @@ func (e *engine) turn(ctx context.Context, lease *Lease, res *Result) (*Result, 
 	// 7 and 8. Run, stream, classify.
 	st := newStream(e, lease, live, in, cmd)
 	e.snapshotBefore(ctx, lease)
+	if err := e.beforeTurn(ctx, lease); err != nil {
+		return nil, err
+	}
 	runErr := st.run(ctx, cmd)
 	res.Session, res.Text, res.Exit, res.Steered = st.native, st.final, st.exit, st.steered
 	e.noteDegraded(lease)

@@ -38,7 +38,13 @@ func (e *engine) validate(ctx context.Context) error {
 	if _, err := e.request(harness.Input{Prompt: t.Prompt, Model: t.Agent.Model, Workdir: e.workdir, Options: t.Options, ExtraArgs: t.ExtraArgs}); err != nil {
 		return err
 	}
-	return e.locate(ctx)
+	if err := e.locate(ctx); err != nil {
+		return err
+	}
+	if err := e.forkTurn(ctx); err != nil {
+		return err
+	}
+	return e.prepareWorkspace(ctx)
 }
 
 // checkTurn refuses a turn that cannot run whatever the sandbox.
@@ -60,6 +66,9 @@ func (e *engine) checkTurn() error {
 	}
 	if e.o.Lease == nil && e.o.Provider == nil {
 		return refuse(outpost.Configuration, "no sandbox: set driver.Options.Lease or driver.Options.Provider")
+	}
+	if err := e.checkWorkspace(); err != nil {
+		return err
 	}
 	if strings.TrimSpace(t.Prompt) == "" {
 		return refuse(outpost.Configuration, "empty prompt")
@@ -173,6 +182,11 @@ func (e *engine) locate(ctx context.Context) error {
 		if err := e.holdResumed(ctx); err != nil {
 			return err
 		}
+		id, turn, err := SplitRef(ref)
+		if err != nil {
+			return err
+		}
+		ref, e.ws.forkAt = id, turn
 		m, files, err := e.o.Store.Get(ctx, ref)
 		if errors.Is(err, conversation.ErrNotFound) {
 			// The store's own text names the id again: "conversation
