@@ -355,7 +355,7 @@ func (e *engine) changedFiles(ctx context.Context, lease *Lease, res *Result) {
 		e.notice("changed_files", "the workspace could not be described after the turn; changed files are not reported: "+err.Error(), nil)
 		return
 	}
-	res.ChangedFiles = output.Diff(*e.ans.before, after)
+	res.ChangedFiles = e.dropOwnFiles(lease, output.Diff(*e.ans.before, after))
 	if res.Protocol != nil && res.Protocol.Kind == output.KindResult {
 		res.Protocol.ChangedFiles = res.ChangedFiles.Paths()
 	}

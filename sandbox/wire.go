@@ -43,6 +43,11 @@ type ResultLine struct {
 	Protocol     *output.Outcome `json:"protocol,omitempty"`
 	ChangedFiles *output.Changes `json:"changed_files,omitempty"`
 	Attempts     []Attempt       `json:"attempts,omitempty"`
+	// Checkpoint is the workspace checkpoint the turn recorded, Workdir
+	// the directory --workspace chose (Result.Checkpoint,
+	// docs/workspaces.md).
+	Checkpoint *CheckpointResult `json:"checkpoint,omitempty"`
+	Workdir    string            `json:"workdir,omitempty"`
 	// Secrets and Egress are the modes the turn ran with
 	// (Result.Secrets, Result.Egress).
 	Secrets string `json:"secrets,omitempty"`
@@ -63,7 +68,7 @@ func NewResultLine(res *Result, err error) ResultLine {
 		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
 		ThreadUsage: res.ThreadUsage, Metered: res.Metered, StartedAt: res.StartedAt, CompletedAt: res.CompletedAt, DurationMS: res.DurationMS,
 		Output: res.Output, Protocol: res.Protocol, ChangedFiles: res.ChangedFiles, Attempts: res.Attempts,
-		Secrets: res.Secrets, Egress: res.Egress,
+		Secrets: res.Secrets, Egress: res.Egress, Checkpoint: res.Checkpoint, Workdir: res.Workdir,
 		ExitCode: outpost.ExitCode(err), Error: outpost.ToJSON(err),
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/output"
 )
 
 // Workspaces that travel with the conversation (docs/workspaces.md): the
@@ -73,19 +74,20 @@ func WorkspacesDir() (string, error) {
 }
 
 // SplitRef splits a conversation reference "ID@TURN" into the id and the
-// turn (0 when there is none). A TURN that is not a positive number is a
-// configuration error.
+// turn (0 when there is none), as conversation.SplitRef, with a TURN that
+// is not a number from 1 a configuration error.
 func SplitRef(ref string) (string, int, error) {
-	id, turn, ok := strings.Cut(ref, "@")
-	if !ok {
-		return ref, 0, nil
-	}
-	n, err := strconv.Atoi(turn)
-	if err != nil || n < 1 {
-		return "", 0, outpost.Errorf(outpost.Configuration, "validate", "%q: the turn after @ must be a number from 1", ref)
+	id, n, err := conversation.SplitRef(ref)
+	if err != nil {
+		return "", 0, outpost.Wrap(outpost.Configuration, "validate", err)
 	}
 	return id, n, nil
 }
+
+// CheckpointError codes an error of the checkpoint functions (diff,
+// apply, branch, materialise) as the engine does: code conversation with
+// details.checkpoint.
+func CheckpointError(op string, err error) error { return checkpointErr(op, err) }
 
 // checkWorkspace refuses checkpoint settings that cannot work whatever
 // the sandbox.
@@ -107,7 +109,7 @@ func (e *engine) checkWorkspace() error {
 // checkpointing reports whether the turn records checkpoints, and opens
 // the store's objects.
 func (e *engine) checkpointing() bool {
-	if e.o.Checkpoint == CheckpointOff || e.o.Store == nil || !e.h.Captures() || e.ans.inner {
+	if e.o.Checkpoint == CheckpointOff || e.o.Store == nil || !e.h.Captures() {
 		return false
 	}
 	os, ok := e.o.Store.(conversation.ObjectStorer)
@@ -296,6 +298,9 @@ func (e *engine) snapshotOptions(skip string) *checkpoint.Options {
 	if fs, ok := e.o.Store.(*conversation.FS); ok {
 		o.Skip = append(o.Skip, fs.Dir())
 	}
+	if d, err := WorkspacesDir(); err == nil {
+		o.Skip = append(o.Skip, d)
+	}
 	return o
 }
 
@@ -478,4 +483,41 @@ func CheckpointKind(err error) string {
 		return "conflict"
 	}
 	return "failed"
+}
+
+// dropOwnFiles leaves out of a turn's changed files what outpost itself
+// wrote during the turn into a workspace that holds its store or
+// workspaces (a store directory under the working directory): checkpoint
+// objects are not the agent's work.
+func (e *engine) dropOwnFiles(lease *Lease, c *output.Changes) *output.Changes {
+	root, ok := lease.HostPath(lease.Workdir())
+	if c == nil || !ok || lease.Isolated() {
+		return c
+	}
+	var own []string
+	for _, d := range e.snapshotOptions("").Skip {
+		if rel, err := filepath.Rel(root, d); err == nil && filepath.IsLocal(rel) {
+			own = append(own, filepath.ToSlash(rel)+"/")
+		}
+	}
+	if len(own) == 0 {
+		return c
+	}
+	kept := c.Files[:0:0]
+	for _, f := range c.Files {
+		if !hasAnyPrefix(f.Path, own) {
+			kept = append(kept, f)
+		}
+	}
+	c.Files = kept
+	return c
+}
+
+func hasAnyPrefix(p string, prefixes []string) bool {
+	for _, x := range prefixes {
+		if strings.HasPrefix(p, x) {
+			return true
+		}
+	}
+	return false
 }

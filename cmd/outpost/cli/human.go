@@ -148,6 +148,12 @@ func (h *humanWriter) result(res *sandbox.Result, err error) {
 			parts = append(parts, "secrets "+res.Secrets, "egress "+res.Egress)
 		}
 		fmt.Fprintf(h.err, "· %s\n", strings.Join(parts, " · "))
+		if cp := res.Checkpoint; cp != nil {
+			fmt.Fprintf(h.err, "· checkpoint %s (turn %d, %d file(s) changed of %d; outpost diff %s@%d)\n", cp.Commit[:12], cp.Turn, cp.Changed, cp.Files, res.Conversation, cp.Turn)
+		}
+		if res.Workdir != "" {
+			fmt.Fprintf(h.err, "· workspace %s\n", res.Workdir)
+		}
 		if res.Conversation != "" && err == nil {
 			fmt.Fprintf(h.err, "· continue with: outpost run --resume %s PROMPT\n", res.Conversation)
 		}

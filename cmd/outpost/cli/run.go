@@ -35,6 +35,8 @@ func ErrorToJSON(err error) *ErrorJSON { return outpost.ToJSON(err) }
 
 type runFlags struct {
 	agent, sandbox, model, workdir, resume, fork, image string
+	workspace, checkpoint                               string
+	checkpointInclude                                   []string
 	command, trace, secrets, egress                     string
 	schema, protocol                                    string
 	repairs                                             int
@@ -93,7 +95,10 @@ $XDG_CONFIG_HOME/outpost/agents/NAME.json.`,
 	fl.StringVar(&f.model, "model", "", "model to ask the agent for (default: the CLI's)")
 	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current one)")
 	fl.StringVar(&f.resume, "resume", "", "continue the conversation with this id")
-	fl.StringVar(&f.fork, "fork", "", "continue the conversation with this id into a new one")
+	fl.StringVar(&f.fork, "fork", "", "continue the conversation with this id into a new one; ID@TURN forks at that turn, its memory and (with --workspace) its files")
+	fl.StringVar(&f.workspace, "workspace", "", "run in this directory (new or empty) instead of --workdir, holding the files of the checkpoint --resume or --fork continues; new: a fresh directory of outpost's own (docs/workspaces.md)")
+	fl.StringVar(&f.checkpoint, "checkpoint", "on", "record the workspace as a git commit after every turn (on) or not (off)")
+	fl.StringArrayVar(&f.checkpointInclude, "checkpoint-include", nil, "keep in checkpoints these paths .gitignore ignores (gitignore patterns); repeatable")
 	fl.DurationVar(&f.wait, "wait", 0, "with --resume: wait up to this long for a conversation another turn holds (default: fail at once, exit status 75)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop the turn after this long (exit status 124)")
 	fl.DurationVar(&f.inactivity, "inactivity", 0, "stop the turn when the agent prints nothing for this long (default: the preset's)")
@@ -184,7 +189,8 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	}
 	out := a.eventWriter(f)
 	opts := &sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json,
-		Secrets: f.secrets, Egress: f.egress, EgressAllow: f.egressAllow, MaxTokens: f.maxTokens, Budget: f.budget}
+		Secrets: f.secrets, Egress: f.egress, EgressAllow: f.egressAllow, MaxTokens: f.maxTokens, Budget: f.budget,
+		Checkpoint: f.checkpoint, CheckpointInclude: f.checkpointInclude}
 	defer a.tracing(ctx)()
 	if f.trace != "" {
 		tf, err := openTrace(f.trace)
@@ -282,6 +288,7 @@ func runTurn(f runFlags, prompt string, schema []byte) (sandbox.Turn, map[string
 		Workdir:    f.workdir, // "": the current directory
 		Resume:     f.resume,
 		Fork:       f.fork,
+		Workspace:  f.workspace,
 		Wait:       f.wait,
 		Env:        env,
 		Timeout:    f.timeout,
@@ -305,11 +312,18 @@ func (a *app) continued(ctx context.Context, store conversation.Store, f *runFla
 		if *ref == "" {
 			continue
 		}
-		id, err := conversation.Resolve(ctx, store, *ref)
+		base, turnAt, err := sandbox.SplitRef(*ref)
+		if err != nil {
+			return err
+		}
+		id, err := conversation.Resolve(ctx, store, base)
 		if err != nil {
 			continue // the engine reports it
 		}
 		*ref = id
+		if turnAt > 0 {
+			*ref = fmt.Sprintf("%s@%d", id, turnAt)
+		}
 		if m, err := store.Meta(ctx, id); err == nil && !f.agentSet {
 			if _, err := lookupAgent(m.Agent); err == nil {
 				f.agent = m.Agent
