@@ -184,6 +184,12 @@ type RunOptions struct {
 	// keep all the same.
 	Checkpoint        string
 	CheckpointInclude []string
+	// Check is a shell command (sh -c) run in the sandbox, in the
+	// workspace, once the turn succeeded and its checkpoint is taken
+	// (Result.Check); CheckTimeout bounds it (default
+	// DefaultCheckTimeout). A failing check does not fail the turn.
+	Check        string
+	CheckTimeout time.Duration
 
 	metering *metering // the Run's meter, shared with its inner turns
 }
@@ -249,6 +255,9 @@ type Result struct {
 	// chose it.
 	Checkpoint *CheckpointResult `json:"checkpoint,omitempty"`
 	Workdir    string            `json:"workdir,omitempty"`
+	// Check is how RunOptions.Check ended; nil without one, or when the
+	// turn failed.
+	Check *CheckResult `json:"check,omitempty"`
 }
 
 // Run runs one turn through the ten lifecycle steps of
@@ -353,6 +362,9 @@ func (e *engine) runSteps(ctx context.Context) (*Result, error) {
 	if err == nil {
 		out, err = e.turn(ctx, lease, res)
 		out, err = e.answer(ctx, lease, out, err)
+		if err == nil {
+			e.runCheck(ctx, lease, out)
+		}
 	}
 	return out, e.finish(ctx, lease, out, err)
 }

@@ -48,6 +48,7 @@ type ResultLine struct {
 	// docs/workspaces.md).
 	Checkpoint *CheckpointResult `json:"checkpoint,omitempty"`
 	Workdir    string            `json:"workdir,omitempty"`
+	Check      *CheckResult      `json:"check,omitempty"`
 	// Secrets and Egress are the modes the turn ran with
 	// (Result.Secrets, Result.Egress).
 	Secrets string `json:"secrets,omitempty"`
@@ -68,7 +69,7 @@ func NewResultLine(res *Result, err error) ResultLine {
 		Session: res.Session, Model: res.Model, Sandbox: res.Sandbox, Text: res.Text, Usage: res.Usage,
 		ThreadUsage: res.ThreadUsage, Metered: res.Metered, StartedAt: res.StartedAt, CompletedAt: res.CompletedAt, DurationMS: res.DurationMS,
 		Output: res.Output, Protocol: res.Protocol, ChangedFiles: res.ChangedFiles, Attempts: res.Attempts,
-		Secrets: res.Secrets, Egress: res.Egress, Checkpoint: res.Checkpoint, Workdir: res.Workdir,
+		Secrets: res.Secrets, Egress: res.Egress, Checkpoint: res.Checkpoint, Workdir: res.Workdir, Check: res.Check,
 		ExitCode: outpost.ExitCode(err), Error: outpost.ToJSON(err),
 	}
 }

@@ -173,3 +173,47 @@ func refusal(api string, x *Exceeded, r *http.Request) *http.Response {
 		Header: h, Body: io.NopCloser(bytes.NewReader(b)), ContentLength: int64(len(b)), Request: r,
 	}
 }
+
+// BudgetRace is the budget of Shared when its Name is empty: the tokens
+// of every contestant of an outpost race together.
+const BudgetRace = "race"
+
+// Shared is one budget that several turns spend together (the total
+// budget of a race, --budget): each turn's meter asks it before every
+// call and adds what the call spent. It is safe for concurrent use.
+type Shared struct {
+	Name   string // the budget's name in Exceeded; "" is BudgetRace
+	Tokens int64  // the budget; zero or less refuses every call
+
+	mu    sync.Mutex
+	spent int64
+}
+
+// Allow refuses a call once the shared budget is spent or the estimate
+// would cross it.
+func (s *Shared) Allow(_, est int64) *Exceeded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.spent >= s.Tokens || s.spent+est > s.Tokens {
+		name := s.Name
+		if name == "" {
+			name = BudgetRace
+		}
+		return &Exceeded{Budget: name, Limit: s.Tokens, Spent: s.spent}
+	}
+	return nil
+}
+
+// Spend adds the tokens a call spent.
+func (s *Shared) Spend(tokens int64) {
+	s.mu.Lock()
+	s.spent += tokens
+	s.mu.Unlock()
+}
+
+// Spent is what the turns spent so far.
+func (s *Shared) Spent() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spent
+}

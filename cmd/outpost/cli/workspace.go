@@ -171,4 +171,3 @@ message. An existing branch is refused unless --force.`,
 	c.Flags().BoolVar(&force, "force", false, "move the branch if it exists")
 	return c
 }
-
