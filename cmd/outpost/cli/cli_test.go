@@ -156,6 +156,8 @@ var (
 	timeRE = regexp.MustCompile(`"(time|started_at|completed_at)":"[^"]+"`)
 	msRE   = regexp.MustCompile(`"duration_ms":[0-9]+`)
 	uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	// Checkpoint commits hash their time.
+	commitRE = regexp.MustCompile(`\b[0-9a-f]{40}\b|checkpoint [0-9a-f]{12}\b`)
 )
 
 // TestJSONWireContract pins the field names of `outpost run --json`.
@@ -170,6 +172,7 @@ func TestJSONWireContract(t *testing.T) {
 	norm = timeRE.ReplaceAllString(norm, `"$1":"TIME"`)
 	norm = msRE.ReplaceAllString(norm, `"duration_ms":MS`)
 	norm = uuidRE.ReplaceAllString(norm, "SESSION")
+	norm = commitRE.ReplaceAllString(norm, "COMMIT")
 	golden := filepath.Join("testdata", "run-json.golden")
 	if *update {
 		os.WriteFile(golden, []byte(norm), 0o644)
