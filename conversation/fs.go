@@ -13,6 +13,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/outposthq/outpost/checkpoint"
 )
 
 // convExt is the file name extension of a stored conversation.
@@ -43,9 +47,52 @@ const convExt = ".conv"
 //
 // dir is created (0700, with missing parents) on the first Put; files are
 // 0600. A missing dir is an empty store. FS is safe for concurrent use.
+//
+// Checkpoints' git objects (Objects) are kept beside the conversations in
+// a bare git repository, <dir>/checkpoints.git, which every reader of
+// conversations ignores and git itself reads.
 type FS struct {
 	dir string
+
+	objsOnce sync.Once
+	objs     checkpoint.Objects
 }
+
+var _ ObjectStorer = (*FS)(nil)
+
+// objectsDir is the bare git repository of the checkpoints' objects,
+// inside the store's directory.
+const objectsDir = "checkpoints.git"
+
+// Objects implements ObjectStorer: the checkpoints' objects are in the
+// bare git repository <dir>/checkpoints.git (checkpoint.Dir, made when
+// first written), one per FS value, safe for concurrent use. Objects are
+// shared by every conversation of the store and are left in place when a
+// conversation is deleted (no garbage collection yet).
+func (s *FS) Objects() checkpoint.Objects {
+	s.objsOnce.Do(func() {
+		if s.dir == "" {
+			s.objs = noObjects{errors.New("conversation: objects: store has no directory")}
+			return
+		}
+		s.objs = checkpoint.NewDir(filepath.Join(s.dir, objectsDir))
+	})
+	return s.objs
+}
+
+// noObjects is the object store of a store that cannot have one: every
+// method fails with err.
+type noObjects struct{ err error }
+
+func (n noObjects) Missing(context.Context, []plumbing.Hash) ([]plumbing.Hash, error) {
+	return nil, n.err
+}
+
+func (n noObjects) Read(context.Context, plumbing.Hash) (checkpoint.Object, error) {
+	return checkpoint.Object{}, n.err
+}
+
+func (n noObjects) Write(context.Context, []checkpoint.Object) error { return n.err }
 
 // NewFS returns the store kept in dir (see DefaultDir). Nothing is touched
 // until the first operation.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/conversation"
 )
 
@@ -21,7 +22,18 @@ type Memory struct {
 	mu    sync.RWMutex
 	convs map[string]memConv
 	holds map[string]*memHold
+	objs  *checkpoint.Memory
 }
+
+var (
+	_ conversation.Store        = (*Memory)(nil)
+	_ conversation.ObjectStorer = (*Memory)(nil)
+)
+
+// Objects implements conversation.ObjectStorer: the checkpoints' objects,
+// in memory (checkpoint.Memory), one store per Memory. Delete leaves them
+// in place, as every store does.
+func (s *Memory) Objects() checkpoint.Objects { return s.objs }
 
 type memHold struct {
 	s      *Memory
@@ -65,7 +77,7 @@ type memConv struct {
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{convs: make(map[string]memConv), holds: make(map[string]*memHold)}
+	return &Memory{convs: make(map[string]memConv), holds: make(map[string]*memHold), objs: checkpoint.NewMemory()}
 }
 
 func (s *Memory) ready(ctx context.Context, op string) error {
@@ -161,6 +173,7 @@ func (s *Memory) Delete(ctx context.Context, id string) error {
 
 func cloneMeta(m conversation.Meta) conversation.Meta {
 	m.Files = slices.Clone(m.Files)
+	m.Checkpoints = slices.Clone(m.Checkpoints)
 	if m.Metered != nil {
 		c := *m.Metered
 		c.ByModel = maps.Clone(c.ByModel)

@@ -61,6 +61,8 @@ func RunConformanceTests(t *testing.T, newStore func(t *testing.T) conversation.
 		{"CancelledContext", testCancelled},
 		{"Isolation", testIsolation},
 		{"Resolve", testResolve},
+		{"Checkpoints", testCheckpoints},
+		{"ObjectsOutliveDelete", testObjectsOutliveDelete},
 		{"Revisions", testRevisions},
 		{"ImportRevision", testImportRevision},
 		{"Holds", testHolds},
