@@ -71,8 +71,8 @@ func TestLayering(t *testing.T) {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
 		}, "conversation never imports sandbox"},
 		{module + "/conversation/postgres", func(imp string) bool {
-			return imp == module || imp == module+"/conversation" || imp == module+"/server/turnstore" || (strings.HasPrefix(imp, module+"/internal/") && !strings.HasPrefix(imp, module+"/internal/testenv"))
-		}, "the postgres store imports only conversation, the turn store contract, the root and leaf utilities (never sandbox)"},
+			return imp == module || imp == module+"/conversation" || imp == module+"/checkpoint" || imp == module+"/server/turnstore" || (strings.HasPrefix(imp, module+"/internal/") && !strings.HasPrefix(imp, module+"/internal/testenv"))
+		}, "the postgres store imports only conversation, checkpoint (the objects' interface), the turn store contract, the root and leaf utilities (never sandbox)"},
 		{module + "/server/turnstore", func(string) bool { return false }, "the turn store contract is a leaf: the postgres store implements it without the server"},
 		{module + "/bootstrap", func(imp string) bool {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")

@@ -7,7 +7,9 @@
 // (outpost_parts), every file's size and SHA-256 checked on Get. Put is
 // one transaction that locks the conversation's row and compares its
 // revision (compare-and-swap); Get reads in one REPEATABLE READ
-// transaction, so a fork reads one consistent revision.
+// transaction, so a fork reads one consistent revision. Checkpoints' git
+// objects are rows of outpost_objects (Store.Objects), shared by every
+// conversation and every machine of the database.
 //
 // A hold is a session-level advisory lock taken on a connection of its
 // own (from a second pool, kept for holds) for the whole turn: when the holder dies its connection closes and
