@@ -7,6 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/outposthq/outpost/checkpoint"
 )
 
 // Export writes the conversation id of s to w as one portable file: the
@@ -15,8 +21,18 @@ import (
 // id. A fork's files already hold what it needs of its ancestors (Capture
 // follows Storage.Ancestors), so exporting a fork alone is enough.
 //
-// Errors: those of s.Get (ErrNotFound, ErrInvalid), then write errors. On
-// error w may hold a partial file.
+// When s keeps checkpoints (ObjectStorer) and the conversation has some,
+// the file also carries every git object reachable from their Commit, Base
+// and Memory ids (checkpoint.Reachable: the workspaces, their history
+// and the conversation's files at each turn), read and verified from
+// s.Objects(), in format version 2; without objects the file is version 1,
+// as before. The objects are held in memory while the file is written.
+//
+// Errors: those of s.Get (ErrNotFound, ErrInvalid); ErrInvalid, wrapping
+// the checkpoint package's error, for a checkpoint id that is not one or
+// an object that is missing (checkpoint.ErrNotFound) or damaged
+// (checkpoint.ErrCorrupt); then write errors. On error w may hold a
+// partial file.
 func Export(ctx context.Context, s Store, id string, w io.Writer) error {
 	m, files, err := s.Get(ctx, id)
 	if err != nil {
@@ -25,10 +41,23 @@ func Export(ctx context.Context, s Store, id string, w io.Writer) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("conversation: export %s: %w", id, err)
 	}
+	var objs []checkpoint.Object
+	if st, ok := s.(ObjectStorer); ok && len(m.Checkpoints) > 0 {
+		roots, err := checkpointRoots(m)
+		if err != nil {
+			return fmt.Errorf("conversation: export %s: %w", id, err)
+		}
+		if objs, err = checkpoint.Reachable(ctx, st.Objects(), roots); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("conversation: export %s: %w", id, ctx.Err())
+			}
+			return fmt.Errorf("conversation: export %s: %w: its checkpoints: %w", id, ErrInvalid, err)
+		}
+	}
 	zw := gzip.NewWriter(w)
 	zw.Name = m.ID + ".conv"
 	zw.ModTime = m.Updated
-	if err := encode(zw, m, files); err != nil {
+	if err := encode(zw, m, files, objs); err != nil {
 		return fmt.Errorf("conversation: export %s: %w", id, err)
 	}
 	if err := zw.Close(); err != nil {
@@ -48,7 +77,25 @@ type ImportOptions struct {
 	// MaxFiles bounds the number of files; 0 or more than MaxFiles means
 	// MaxFiles.
 	MaxFiles int
+	// MaxObjects and MaxObjectBytes bound the checkpoints' objects (their
+	// number, and their content's total size); 0 or more than MaxObjects
+	// or MaxObjectBytes means those.
+	MaxObjects     int
+	MaxObjectBytes int64
 }
+
+// Limits of the checkpoints' objects one Import takes, on their own
+// besides MaxSize and MaxFiles (ImportOptions can lower them). Import
+// holds the objects in memory until every one is verified, so
+// MaxObjectBytes is also about the most memory an import's objects take.
+const (
+	// MaxObjects is the largest number of objects in one archive.
+	MaxObjects = 1_000_000
+	// MaxObjectBytes is the largest total size, in bytes, of the
+	// objects' content in one archive (checkpoint.DefaultMaxBytes, the
+	// largest workspace a checkpoint records).
+	MaxObjectBytes = 4 << 30
+)
 
 // maxTrailer bounds what may follow the archive inside the gzip stream
 // (tar padding).
@@ -61,11 +108,26 @@ const maxTrailer = 1 << 20
 // against the limits before anything is allocated, and every file's
 // SHA-256.
 //
+// A file that carries checkpoints' objects (format version 2, see
+// Export) is imported with them, into s.Objects(): every object's id is
+// checked against its content, and the objects must hold everything
+// reachable from the checkpoints (objects s already keeps count), and
+// nothing else. They are written before the conversation is stored, so
+// a stored checkpoint never names an object the store lacks; were that
+// Put to fail, the objects stay (content-addressed and shared, they harm
+// nothing; no store collects garbage yet). A conversation with
+// checkpoints, or a file with objects, is refused by a store that cannot
+// keep them (not an ObjectStorer): nothing is dropped silently. Files of
+// version 1, without objects, import as before.
+//
 // Errors wrap ErrUnsafe for an unsafe path or entry, ErrInvalid for
-// anything else malformed or over the limits, ErrExist when s holds the id
-// and opts.Replace is false (the Put of a new conversation refuses an
-// existing one atomically), or come from s.Put. Nothing is stored on
-// error. The imported conversation starts a new revision history in s.
+// anything else malformed or over the limits (an object whose content
+// does not hash to its id, an object missing or left over, a store
+// that cannot keep checkpoints), ErrExist when s holds the id and
+// opts.Replace is false (the Put of a new conversation refuses an
+// existing one atomically), or come from the object store's Write or
+// s.Put. Nothing is stored on error, but for objects before a failed
+// Put. The imported conversation starts a new revision history in s.
 func Import(ctx context.Context, s Store, r io.Reader, opts *ImportOptions) (Meta, error) {
 	var o ImportOptions
 	if opts != nil {
@@ -78,6 +140,13 @@ func Import(ctx context.Context, s Store, r io.Reader, opts *ImportOptions) (Met
 	if o.MaxFiles > 0 && o.MaxFiles < lim.files {
 		lim.files = o.MaxFiles
 	}
+	lim.objects, lim.objectBytes = MaxObjects, MaxObjectBytes
+	if o.MaxObjects > 0 && o.MaxObjects < lim.objects {
+		lim.objects = o.MaxObjects
+	}
+	if o.MaxObjectBytes > 0 && o.MaxObjectBytes < lim.objectBytes {
+		lim.objectBytes = o.MaxObjectBytes
+	}
 	if err := ctx.Err(); err != nil {
 		return Meta{}, fmt.Errorf("conversation: import: %w", err)
 	}
@@ -86,7 +155,7 @@ func Import(ctx context.Context, s Store, r io.Reader, opts *ImportOptions) (Met
 		return Meta{}, fmt.Errorf("conversation: import: %w: not a gzip file: %w", ErrInvalid, err)
 	}
 	zr.Multistream(false)
-	m, files, err := decode(zr, lim, true)
+	m, files, objs, err := decodeArchive(zr, lim, true)
 	if err != nil {
 		return Meta{}, fmt.Errorf("conversation: import: %w", err)
 	}
@@ -107,6 +176,9 @@ func Import(ctx context.Context, s Store, r io.Reader, opts *ImportOptions) (Met
 			return Meta{}, fmt.Errorf("conversation: import %s: %w", m.ID, err)
 		}
 	}
+	if err := importObjects(ctx, s, m, objs); err != nil {
+		return Meta{}, fmt.Errorf("conversation: import %s: %w", m.ID, err)
+	}
 	// A revision belongs to one store: the import is a new one here.
 	m.Revision = 0
 	if o.Replace {
@@ -123,4 +195,127 @@ func Import(ctx context.Context, s Store, r io.Reader, opts *ImportOptions) (Met
 	}
 	m.Revision = max(m.Revision, 0) + 1
 	return m, nil
+}
+
+// checkpointRoots returns the object ids m's checkpoints name (Commit,
+// Base, Memory), each once; a malformed one is ErrInvalid.
+func checkpointRoots(m Meta) ([]plumbing.Hash, error) {
+	var roots []plumbing.Hash
+	seen := make(map[plumbing.Hash]bool)
+	for _, c := range m.Checkpoints {
+		for _, id := range []string{c.Commit, c.Base, c.Memory} {
+			if id == "" {
+				continue
+			}
+			h, ok := parseHash(id)
+			if !ok {
+				return nil, fmt.Errorf("%w: checkpoint of turn %d: %q is not an object id", ErrInvalid, c.Turn, id)
+			}
+			if !seen[h] {
+				seen[h] = true
+				roots = append(roots, h)
+			}
+		}
+	}
+	return roots, nil
+}
+
+// parseHash parses an object id: 40 lowercase hexadecimal digits, not
+// all zero.
+func parseHash(id string) (plumbing.Hash, bool) {
+	if len(id) != 2*len(plumbing.ZeroHash) || strings.Trim(id, "0123456789abcdef") != "" {
+		return plumbing.ZeroHash, false
+	}
+	h := plumbing.NewHash(id)
+	return h, !h.IsZero()
+}
+
+// importObjects checks an archive's objects against m's checkpoints and
+// writes the ones s lacks into s.Objects(); see Import.
+func importObjects(ctx context.Context, s Store, m Meta, objs []checkpoint.Object) error {
+	if len(objs) == 0 && len(m.Checkpoints) == 0 {
+		return nil
+	}
+	st, ok := s.(ObjectStorer)
+	if !ok {
+		return fmt.Errorf("%w: it has %d checkpoints (%d objects) and this store cannot keep checkpoints (%T is not a conversation.ObjectStorer)", ErrInvalid, len(m.Checkpoints), len(objs), s)
+	}
+	roots, err := checkpointRoots(m)
+	if err != nil {
+		return err
+	}
+	dst := st.Objects()
+	carried := make(map[plumbing.Hash]checkpoint.Object, len(objs))
+	for _, o := range objs {
+		carried[o.Hash] = o
+	}
+	reached, err := checkpoint.Reachable(ctx, overlay{carried, dst}, roots)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: its checkpoints: %w", ErrInvalid, err)
+	}
+	// Write in reverse: what an object refers to before it.
+	var write []checkpoint.Object
+	for i := len(reached) - 1; i >= 0; i-- {
+		if o, ok := carried[reached[i].Hash]; ok {
+			write = append(write, o)
+			delete(carried, o.Hash)
+		}
+	}
+	for h, o := range carried {
+		return fmt.Errorf("%w: %s %s is not reachable from its checkpoints", ErrInvalid, o.Type, h)
+	}
+	hashes := make([]plumbing.Hash, len(write))
+	for i, o := range write {
+		hashes[i] = o.Hash
+	}
+	missing, err := dst.Missing(ctx, hashes)
+	if err != nil {
+		return fmt.Errorf("checkpoint objects: %w", err)
+	}
+	need := make(map[plumbing.Hash]bool, len(missing))
+	for _, h := range missing {
+		need[h] = true
+	}
+	write = slices.DeleteFunc(write, func(o checkpoint.Object) bool { return !need[o.Hash] })
+	if err := dst.Write(ctx, write); err != nil {
+		return fmt.Errorf("checkpoint objects: %w", err)
+	}
+	return nil
+}
+
+// overlay reads an archive's objects, then the store's: an archive may
+// leave out objects the receiving store already keeps.
+type overlay struct {
+	first map[plumbing.Hash]checkpoint.Object
+	then  checkpoint.Objects
+}
+
+func (v overlay) Missing(ctx context.Context, hashes []plumbing.Hash) ([]plumbing.Hash, error) {
+	var rest []plumbing.Hash
+	for _, h := range hashes {
+		if _, ok := v.first[h]; !ok {
+			rest = append(rest, h)
+		}
+	}
+	if len(rest) == 0 {
+		return nil, ctx.Err()
+	}
+	return v.then.Missing(ctx, rest)
+}
+
+func (v overlay) Read(ctx context.Context, h plumbing.Hash) (checkpoint.Object, error) {
+	if o, ok := v.first[h]; ok {
+		if err := ctx.Err(); err != nil {
+			return checkpoint.Object{}, err
+		}
+		return o, nil
+	}
+	return v.then.Read(ctx, h)
+}
+
+func (v overlay) Write(context.Context, []checkpoint.Object) error {
+	return errors.New("conversation: an archive's objects are read-only")
 }

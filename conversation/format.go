@@ -12,6 +12,9 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/internal/tarsafe"
 )
 
@@ -19,15 +22,26 @@ import (
 // tar, <id>.conv) and Export (the same tar, gzip-compressed), is
 // documented on FS.
 const (
-	formatName    = "outpost.conversation"
+	formatName = "outpost.conversation"
+	// formatVersion is the version of an archive without objects: every
+	// stored conversation, and the export of one without checkpoints, so
+	// that an older outpost reads them. formatObjects is the version of an
+	// archive that carries checkpoints' objects after its files (an
+	// export): an older outpost refuses it by its version, rather than
+	// importing the conversation without them.
 	formatVersion = 1
+	formatObjects = 2
 	metaEntry     = "meta.json"
 	filesPrefix   = "files/"
+	objectsPrefix = "objects/"
 	// maxEnvelope bounds meta.json.
 	maxEnvelope = 64 << 20
 	// entryOverhead bounds the tar bytes around one entry's data: header,
 	// PAX records for a MaxPathLen name and times, padding.
 	entryOverhead = 3*512 + 2*MaxPathLen + 1024
+	// objectOverhead is the same for an object's entry, whose name is
+	// short: header, PAX header and records, padding.
+	objectOverhead = 5 * 512
 )
 
 type envelope struct {
@@ -35,6 +49,14 @@ type envelope struct {
 	Version int         `json:"version"`
 	Meta    Meta        `json:"meta"`
 	Files   []fileEntry `json:"files"`
+	// Objects (version 2 only) declares the git objects that follow the
+	// files: how many, and their content's total size.
+	Objects *objectsEntry `json:"objects,omitempty"`
+}
+
+type objectsEntry struct {
+	Count int   `json:"count"`
+	Bytes int64 `json:"bytes"`
 }
 
 type fileEntry struct {
@@ -44,15 +66,23 @@ type fileEntry struct {
 	SHA256 string `json:"sha256"`
 }
 
-// encode writes a conversation in the format above. m and files must have
-// passed validate.
-func encode(w io.Writer, m Meta, files []File) error {
+// encode writes a conversation in the format above, with objs (verified
+// by the caller) after its files; without objects, in version 1. m and
+// files must have passed validate.
+func encode(w io.Writer, m Meta, files []File, objs []checkpoint.Object) error {
 	env := envelope{Format: formatName, Version: formatVersion, Meta: m, Files: make([]fileEntry, len(files))}
 	env.Meta.Files = make([]string, len(files))
 	for i, f := range files {
 		sum := sha256.Sum256(f.Data)
 		env.Files[i] = fileEntry{Path: f.Path, Mode: f.Mode, Size: int64(len(f.Data)), SHA256: hex.EncodeToString(sum[:])}
 		env.Meta.Files[i] = f.Path
+	}
+	if len(objs) > 0 {
+		env.Version = formatObjects
+		env.Objects = &objectsEntry{Count: len(objs)}
+		for _, o := range objs {
+			env.Objects.Bytes += int64(len(o.Data))
+		}
 	}
 	js, err := json.Marshal(env)
 	if err != nil {
@@ -61,7 +91,7 @@ func encode(w io.Writer, m Meta, files []File) error {
 	if len(js) > maxEnvelope {
 		return fmt.Errorf("%w: %s: metadata larger than %d bytes", ErrInvalid, m.ID, maxEnvelope)
 	}
-	entries := make([]tarsafe.File, 0, len(files)+1)
+	entries := make([]tarsafe.File, 0, len(files)+len(objs)+1)
 	entries = append(entries, tarsafe.File{Name: metaEntry, Mode: 0o600, Data: js})
 	for _, f := range files {
 		mode := fs.FileMode(f.Mode)
@@ -69,6 +99,9 @@ func encode(w io.Writer, m Meta, files []File) error {
 			mode = 0o600
 		}
 		entries = append(entries, tarsafe.File{Name: filesPrefix + f.Path, Mode: mode, Data: f.Data})
+	}
+	for _, o := range objs {
+		entries = append(entries, tarsafe.File{Name: objectName(o.Hash, o.Type), Mode: 0o600, Data: o.Data})
 	}
 	if err := tarsafe.Write(w, entries); err != nil {
 		if errors.Is(err, tarsafe.ErrUnsafe) {
@@ -97,33 +130,48 @@ func decodeError(err error) error {
 // entries); decode reads no more than the limits allow, and allocates in
 // proportion to the data actually read, not to the sizes declared.
 func decode(r io.Reader, lim limits, files bool) (Meta, []File, error) {
+	m, out, _, err := decodeArchive(r, lim, files)
+	return m, out, err
+}
+
+// decodeArchive is decode that also returns the archive's objects, each
+// checked against its id; lim bounds them (none for a stored
+// conversation: the zero limits).
+func decodeArchive(r io.Reader, lim limits, files bool) (Meta, []File, []checkpoint.Object, error) {
 	cr := &capReader{r: r, n: maxEnvelope + entryOverhead}
 	tr := tar.NewReader(cr)
 	env, err := readEnvelope(tr)
 	if err != nil {
-		return Meta{}, nil, err
+		return Meta{}, nil, nil, err
 	}
 	m, total, err := env.check(lim)
 	if err != nil {
-		return Meta{}, nil, err
+		return Meta{}, nil, nil, err
 	}
 	if !files {
-		return m, nil, nil
+		return m, nil, nil, nil
 	}
 	cr.n += total + int64(len(env.Files)+2)*entryOverhead
 	out := make([]File, len(env.Files))
 	for i, e := range env.Files {
 		if out[i], err = readEntry(tr, i, len(env.Files), e); err != nil {
-			return Meta{}, nil, err
+			return Meta{}, nil, nil, err
+		}
+	}
+	var objs []checkpoint.Object
+	if env.Objects != nil {
+		cr.n += env.Objects.Bytes + int64(env.Objects.Count)*objectOverhead
+		if objs, err = readObjects(tr, *env.Objects); err != nil {
+			return Meta{}, nil, nil, err
 		}
 	}
 	if h, err := next(tr); err != io.EOF {
 		if err != nil {
-			return Meta{}, nil, decodeError(err)
+			return Meta{}, nil, nil, decodeError(err)
 		}
-		return Meta{}, nil, fmt.Errorf("%w: unexpected entry %q", ErrInvalid, h.Name)
+		return Meta{}, nil, nil, fmt.Errorf("%w: unexpected entry %q", ErrInvalid, h.Name)
 	}
-	return m, out, nil
+	return m, out, objs, nil
 }
 
 // readEnvelope reads the first entry, meta.json, of a known format and version.
@@ -152,8 +200,11 @@ func readEnvelope(tr *tar.Reader) (envelope, error) {
 	if env.Format != formatName {
 		return env, fmt.Errorf("%w: format %q, want %q", ErrInvalid, env.Format, formatName)
 	}
-	if env.Version != formatVersion {
-		return env, fmt.Errorf("%w: format version %d, this build reads %d", ErrInvalid, env.Version, formatVersion)
+	if env.Version != formatVersion && env.Version != formatObjects {
+		return env, fmt.Errorf("%w: format version %d, this build reads %d and %d", ErrInvalid, env.Version, formatVersion, formatObjects)
+	}
+	if env.Objects != nil && env.Version < formatObjects {
+		return env, fmt.Errorf("%w: objects in an archive of version %d", ErrInvalid, env.Version)
 	}
 	return env, nil
 }
@@ -182,7 +233,83 @@ func (env envelope) check(lim limits) (Meta, int64, error) {
 	if err := validate(m, paths, lim); err != nil {
 		return Meta{}, 0, decodeError(err)
 	}
+	if o := env.Objects; o != nil {
+		if o.Count < 0 || o.Bytes < 0 {
+			return Meta{}, 0, fmt.Errorf("%w: bad object count or size", ErrInvalid)
+		}
+		if o.Count > lim.objects {
+			return Meta{}, 0, fmt.Errorf("%w: %d checkpoint objects, more than %d", ErrInvalid, o.Count, lim.objects)
+		}
+		if o.Bytes > lim.objectBytes {
+			return Meta{}, 0, fmt.Errorf("%w: checkpoint objects of %d bytes, more than %d", ErrInvalid, o.Bytes, lim.objectBytes)
+		}
+	}
 	return m, total, nil
+}
+
+// objectName is the entry of object h of type t: objects/<id>.<type>.
+func objectName(h plumbing.Hash, t plumbing.ObjectType) string {
+	return objectsPrefix + h.String() + "." + t.String()
+}
+
+// parseObjectName returns the id and type an object's entry name gives.
+func parseObjectName(name string) (plumbing.Hash, plumbing.ObjectType, bool) {
+	rest, ok := strings.CutPrefix(name, objectsPrefix)
+	if !ok {
+		return plumbing.ZeroHash, plumbing.InvalidObject, false
+	}
+	id, typ, ok := strings.Cut(rest, ".")
+	if !ok || len(id) != 2*len(plumbing.ZeroHash) || strings.Trim(id, "0123456789abcdef") != "" {
+		return plumbing.ZeroHash, plumbing.InvalidObject, false
+	}
+	for _, t := range []plumbing.ObjectType{plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject} {
+		if typ == t.String() {
+			return plumbing.NewHash(id), t, true
+		}
+	}
+	return plumbing.ZeroHash, plumbing.InvalidObject, false
+}
+
+// readObjects reads the object entries decl declares, each checked
+// against its id, none twice.
+func readObjects(tr *tar.Reader, decl objectsEntry) ([]checkpoint.Object, error) {
+	out := make([]checkpoint.Object, 0, min(decl.Count, 1<<16))
+	seen := make(map[plumbing.Hash]bool, min(decl.Count, 1<<16))
+	left := decl.Bytes
+	for i := range decl.Count {
+		h, err := next(tr)
+		if err == io.EOF {
+			return nil, fmt.Errorf("%w: truncated: %d of %d checkpoint objects", ErrInvalid, i, decl.Count)
+		}
+		if err != nil {
+			return nil, decodeError(err)
+		}
+		id, typ, ok := parseObjectName(h.Name)
+		if !ok || !regular(h) {
+			return nil, fmt.Errorf("%w: entry %q, want a checkpoint object (%s<id>.<type>)", ErrInvalid, h.Name, objectsPrefix)
+		}
+		if h.Size > left {
+			return nil, fmt.Errorf("%w: checkpoint objects larger than the %d bytes declared", ErrInvalid, decl.Bytes)
+		}
+		left -= h.Size
+		if seen[id] {
+			return nil, fmt.Errorf("%w: checkpoint object %s twice", ErrInvalid, id)
+		}
+		seen[id] = true
+		data, err := readN(tr, h.Size)
+		if err != nil {
+			return nil, decodeError(fmt.Errorf("reading object %s: %w", id, err))
+		}
+		o := checkpoint.NewObject(typ, data)
+		if o.Hash != id {
+			return nil, fmt.Errorf("%w: checkpoint object %s: its content hashes to %s", ErrInvalid, id, o.Hash)
+		}
+		out = append(out, o)
+	}
+	if left != 0 {
+		return nil, fmt.Errorf("%w: checkpoint objects of %d bytes, %d declared", ErrInvalid, decl.Bytes-left, decl.Bytes)
+	}
+	return out, nil
 }
 
 // readEntry reads file entry i of n, which must be e, and checks its digest.

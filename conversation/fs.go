@@ -30,11 +30,24 @@ const convExt = ".conv"
 //	              "sha256"}, ...]}
 //	files/<path>  then each file, in that order, <path> home-relative
 //
+// An export of a conversation with checkpoints (Export) is version 2: its
+// meta.json also declares "objects": {"count", "bytes"}, and after the
+// files come that many git objects, one entry each:
+//
+//	objects/<id>.<type>  the object's content without git's header;
+//	              <id> its 40-digit SHA-1 id, <type> blob, tree,
+//	              commit or tag
+//
+// A stored conversation is always version 1 and holds no objects: they
+// are in the store's repository (Objects).
+//
 // The file list in meta.json is authoritative: a reader requires exactly
 // those entries, sizes and digests, so truncation (even at an entry
-// boundary) and corruption are reported as ErrInvalid. A reader refuses a
-// version it does not know; the version changes for any change an older
-// reader would misread, while added JSON fields keep it.
+// boundary) and corruption are reported as ErrInvalid; so are the object
+// count and size, and every object's id is checked against its content.
+// A reader refuses a version it does not know; the version changes for
+// any change an older reader would misread, while added JSON fields keep
+// it.
 //
 // Put writes a temporary file in dir (".put-<id>-*", ignored by every
 // reader), fsyncs it, then, holding the store's write lock (an flock on
@@ -188,7 +201,7 @@ func (s *FS) Put(ctx context.Context, m Meta, files []File) error {
 		}
 	}()
 	w := bufio.NewWriterSize(tmp, 1<<16)
-	if err := encode(w, m, files); err != nil {
+	if err := encode(w, m, files, nil); err != nil {
 		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
 	}
 	if err := errors.Join(w.Flush(), tmp.Chmod(0o600), tmp.Sync(), tmp.Close()); err != nil {

@@ -60,7 +60,7 @@ func (sp *Spool) Save(m Meta, files []File) (string, error) {
 	}
 	defer os.Remove(tmp.Name())
 	w := bufio.NewWriter(tmp)
-	err = encode(w, m, files)
+	err = encode(w, m, files, nil)
 	if err = errors.Join(err, w.Flush(), tmp.Sync(), tmp.Close()); err != nil {
 		return "", fmt.Errorf("conversation: spool %s: %w", m.ID, err)
 	}

@@ -15,6 +15,10 @@ import (
 type limits struct {
 	size  int64 // total bytes of file data
 	files int   // number of files
+	// Checkpoints' objects an archive may carry (Import); none in a
+	// stored conversation.
+	objects     int
+	objectBytes int64
 }
 
 var defaultLimits = limits{size: MaxSize, files: MaxFiles}
