@@ -20,4 +20,7 @@ var (
 	// ErrConflict: apply found changes on both sides that do not merge;
 	// the error is a *ConflictError listing them, and nothing was written.
 	ErrConflict = errors.New("checkpoint: conflict")
+	// ErrStore: the object store failed to take objects (a database that
+	// is down): the workspace itself is fine.
+	ErrStore = errors.New("checkpoint: the object store failed")
 )

@@ -2,7 +2,7 @@ package checkpoint
 
 import (
 	"crypto/sha256"
-	"encoding/gob"
+	"encoding/binary"
 	"encoding/hex"
 	"io/fs"
 	"os"
@@ -86,16 +86,13 @@ func loadIndex(file, dir string) *index {
 	if file == "" {
 		return idx
 	}
-	f, err := os.Open(file)
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return idx
 	}
-	defer f.Close()
-	var x indexFile
-	if gob.NewDecoder(f).Decode(&x) != nil || x.Version != indexVersion || x.Dir != absDir(dir) {
-		return idx
+	if x, ok := decodeIndex(b); ok && x.Dir == absDir(dir) {
+		idx.f = x
 	}
-	idx.f = x
 	return idx
 }
 
@@ -110,10 +107,6 @@ func (x *index) lookup(rel string, st stat) (plumbing.Hash, int64, bool) {
 
 // saveIndex writes the cache atomically; failing costs only speed.
 func saveIndex(file, dir string, started time.Time, es []entry) {
-	x := indexFile{Version: indexVersion, Dir: absDir(dir), Started: started.UnixNano(), Entries: make(map[string]indexEntry, len(es))}
-	for _, e := range es {
-		x.Entries[e.rel] = indexEntry{Stat: e.st, Hash: e.hash, Size: e.size}
-	}
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return
 	}
@@ -121,8 +114,8 @@ func saveIndex(file, dir string, started time.Time, es []entry) {
 	if err != nil {
 		return
 	}
-	if gob.NewEncoder(tmp).Encode(&x) != nil || tmp.Close() != nil {
-		tmp.Close()
+	_, err = tmp.Write(encodeIndex(absDir(dir), started.UnixNano(), es))
+	if cerr := tmp.Close(); err != nil || cerr != nil {
 		os.Remove(tmp.Name())
 		return
 	}
@@ -130,6 +123,91 @@ func saveIndex(file, dir string, started time.Time, es []entry) {
 		os.Remove(tmp.Name())
 	}
 }
+
+// indexMagic starts the cache's file, with indexVersion after it.
+const indexMagic = "OPIX"
+
+// encodeIndex lays the cache out flat: the header (magic, version,
+// started, the directory), then per entry its path, stat, blob and size.
+func encodeIndex(dir string, started int64, es []entry) []byte {
+	b := make([]byte, 0, 64+len(dir)+len(es)*(80+32))
+	b = append(b, indexMagic...)
+	b = binary.LittleEndian.AppendUint32(b, indexVersion)
+	b = binary.LittleEndian.AppendUint64(b, uint64(started))
+	b = appendString(b, dir)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(es)))
+	for _, e := range es {
+		b = appendString(b, e.rel)
+		for _, v := range []uint64{uint64(e.st.Size), uint64(e.st.Mtime), uint64(e.st.Ctime), e.st.Ino, uint64(e.st.Mode), uint64(e.size)} {
+			b = binary.LittleEndian.AppendUint64(b, v)
+		}
+		b = append(b, e.hash[:]...)
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// decodeIndex reads what encodeIndex wrote; false for anything else.
+func decodeIndex(b []byte) (indexFile, bool) {
+	r := reader{b: b}
+	if string(r.bytes(len(indexMagic))) != indexMagic || r.u32() != indexVersion {
+		return indexFile{}, false
+	}
+	x := indexFile{Version: indexVersion, Started: int64(r.u64()), Dir: r.str()}
+	n := int(r.u32())
+	if r.bad || n > len(b)/80 {
+		return indexFile{}, false
+	}
+	x.Entries = make(map[string]indexEntry, n)
+	for range n {
+		rel := r.str()
+		var e indexEntry
+		e.Stat = stat{Size: int64(r.u64()), Mtime: int64(r.u64()), Ctime: int64(r.u64()), Ino: r.u64(), Mode: uint32(r.u64())}
+		e.Size = int64(r.u64())
+		copy(e.Hash[:], r.bytes(len(e.Hash)))
+		if r.bad {
+			return indexFile{}, false
+		}
+		x.Entries[rel] = e
+	}
+	return x, !r.bad
+}
+
+// reader reads the cache's fields; bad once it ran past the end.
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) bytes(n int) []byte {
+	if r.bad || n < 0 || n > len(r.b) {
+		r.bad = true
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) u32() uint32 {
+	if b := r.bytes(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *reader) u64() uint64 {
+	if b := r.bytes(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (r *reader) str() string { return string(r.bytes(int(r.u32()))) }
 
 func absDir(dir string) string {
 	abs, err := filepath.Abs(dir)

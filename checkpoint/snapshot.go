@@ -161,13 +161,19 @@ func (w *walker) walk(ctx context.Context, rel string, ps []gitignore.Pattern) e
 		return err
 	}
 	abs := filepath.Join(w.root, filepath.FromSlash(rel))
-	des, err := os.ReadDir(abs)
+	d, err := os.Open(abs)
+	var des []os.DirEntry
+	if err == nil {
+		des, err = d.ReadDir(-1)
+		defer d.Close()
+	}
 	if err != nil {
 		if rel != "" && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission)) {
 			return nil // vanished or unreadable below the root
 		}
 		return fmt.Errorf("checkpoint: read %s: %w", displayPath(rel), err)
 	}
+	sort.Slice(des, func(i, j int) bool { return des[i].Name() < des[j].Name() })
 	ps = w.patterns(abs, rel, ps)
 	m := gitignore.NewMatcher(ps)
 	for _, de := range des {
@@ -190,30 +196,31 @@ func (w *walker) walk(ctx context.Context, rel string, ps []gitignore.Pattern) e
 			}
 			continue
 		}
-		if err := w.add(crel, abs, name); err != nil {
+		if err := w.add(crel, d, name); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// add records one non-directory entry; special files are left out.
-func (w *walker) add(rel, dir, name string) error {
-	fi, err := os.Lstat(filepath.Join(dir, name))
-	if err != nil {
+// add records one non-directory entry of the open directory dir (its
+// stat read relative to it: no path walk); special files are left out.
+func (w *walker) add(rel string, dir *os.File, name string) error {
+	st, ok := statAt(dir, name)
+	if !ok {
 		return nil // vanished
 	}
 	var mode filemode.FileMode
-	switch {
-	case fi.Mode().IsRegular():
+	switch fs.FileMode(st.Mode).Type() {
+	case 0:
 		mode = filemode.Regular
-		if fi.Mode()&0o100 != 0 {
+		if st.Mode&0o100 != 0 {
 			mode = filemode.Executable
 		}
-		if fi.Size() > w.o.maxFile() {
-			return fmt.Errorf("%w: %s holds %d bytes, over the per-file limit of %d", ErrTooLarge, rel, fi.Size(), w.o.maxFile())
+		if st.Size > w.o.maxFile() {
+			return fmt.Errorf("%w: %s holds %d bytes, over the per-file limit of %d", ErrTooLarge, rel, st.Size, w.o.maxFile())
 		}
-	case fi.Mode()&fs.ModeSymlink != 0:
+	case fs.ModeSymlink:
 		mode = filemode.Symlink
 	default:
 		return nil
@@ -221,7 +228,7 @@ func (w *walker) add(rel, dir, name string) error {
 	if len(w.entries) >= w.o.maxFiles() {
 		return fmt.Errorf("%w: the workspace holds more than %d files, the checkpoint limit", ErrTooLarge, w.o.maxFiles())
 	}
-	w.entries = append(w.entries, entry{rel: rel, mode: mode, st: statOf(fi)})
+	w.entries = append(w.entries, entry{rel: rel, mode: mode, st: st})
 	return nil
 }
 
@@ -429,7 +436,7 @@ func writeMissing(ctx context.Context, objs Objects, os_ []Object) (counted, err
 	}
 	miss, err := objs.Missing(ctx, hs)
 	if err != nil {
-		return counted{}, fmt.Errorf("checkpoint: object store: %w", err)
+		return counted{}, fmt.Errorf("%w: %w", ErrStore, err)
 	}
 	if len(miss) == 0 {
 		return counted{}, nil
@@ -449,7 +456,7 @@ func writeMissing(ctx context.Context, objs Objects, os_ []Object) (counted, err
 		}
 	}
 	if err := objs.Write(ctx, out); err != nil {
-		return counted{}, fmt.Errorf("checkpoint: object store: %w", err)
+		return counted{}, fmt.Errorf("%w: %w", ErrStore, err)
 	}
 	return c, nil
 }

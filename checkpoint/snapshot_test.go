@@ -299,3 +299,25 @@ func TestCorruptObject(t *testing.T) {
 		t.Fatalf("diff: %v", err)
 	}
 }
+
+// TestDamagedIndex: a stat cache that is not one (truncated, garbage,
+// another directory's) is ignored: every file is read.
+func TestDamagedIndex(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, map[string]string{"a": "one", "b/c": "two"})
+	objs := checkpoint.NewMemory()
+	idx := filepath.Join(t.TempDir(), "idx")
+	o := &checkpoint.Options{Index: idx}
+	want, err := checkpoint.Snapshot(context.Background(), objs, dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := os.ReadFile(idx)
+	for name, b := range map[string][]byte{"garbage": []byte("not an index"), "truncated": good[:len(good)-7], "empty": nil, "huge count": append(good[:len(good):len(good)], 0xff, 0xff)} {
+		os.WriteFile(idx, b, 0o600)
+		got, err := checkpoint.Snapshot(context.Background(), objs, dir, o)
+		if err != nil || got.Hash != want.Hash {
+			t.Fatalf("%s: %v %v", name, got, err)
+		}
+	}
+}

@@ -230,6 +230,9 @@ func (e *engine) prepareWorkspace(ctx context.Context) error {
 		return nil // a held lease's workspace is read in the sandbox (beforeTurn)
 	}
 	t, err := checkpoint.Snapshot(ctx, e.ws.objs, e.workdir, e.snapshotOptions(""))
+	if e.storeDown(err) {
+		return nil
+	}
 	if err != nil {
 		return checkpointErr("checkpoint", fmt.Errorf("the working directory %s: %w (turn checkpoints off with --checkpoint off, or leave files out with .gitignore)", e.workdir, err))
 	}
@@ -311,6 +314,9 @@ func (e *engine) beforeTurn(ctx context.Context, lease *Lease) error {
 		return nil
 	}
 	t, err := e.snapshotLease(ctx, lease)
+	if e.storeDown(err) {
+		return nil
+	}
 	if err != nil {
 		return checkpointErr("checkpoint", err)
 	}
@@ -348,12 +354,30 @@ func (e *engine) snapshotLease(ctx context.Context, lease *Lease) (checkpoint.Tr
 	return checkpoint.Snapshot(ctx, e.ws.objs, filepath.Join(tmp, des[0].Name()), o)
 }
 
+// storeDown turns checkpoints off for the rest of the turn when the
+// object store failed to take objects (a database that is down), with a
+// notice: the turn goes on and its conversation is stored or spooled as
+// before (docs/stores.md), only without a checkpoint.
+func (e *engine) storeDown(err error) bool {
+	if !errors.Is(err, checkpoint.ErrStore) {
+		return false
+	}
+	e.ws.objs = nil
+	e.notice("checkpoint", "the store did not take the workspace's checkpoint; the turn goes on without one: "+err.Error(), map[string]any{"error": "store"})
+	return true
+}
+
 // checkpointAfter is step 10's first part: the workspace after the turn
 // as a commit, parented on the tree the turn started from.
-func (e *engine) checkpointAfter(ctx context.Context, lease *Lease, res *Result, native string, files []conversation.File) error {
+func (e *engine) checkpointAfter(ctx context.Context, lease *Lease, res *Result, native string, files []conversation.File) (err error) {
 	if e.ws.objs == nil || e.ws.base.IsZero() {
 		return nil
 	}
+	defer func() {
+		if e.storeDown(err) {
+			err = nil
+		}
+	}()
 	after, err := e.snapshotLease(ctx, lease)
 	if err != nil {
 		return checkpointErr("checkpoint", err)
