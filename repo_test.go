@@ -74,6 +74,7 @@ func TestLayering(t *testing.T) {
 			return imp == module || imp == module+"/conversation" || imp == module+"/checkpoint" || imp == module+"/server/turnstore" || (strings.HasPrefix(imp, module+"/internal/") && !strings.HasPrefix(imp, module+"/internal/testenv"))
 		}, "the postgres store imports only conversation, checkpoint (the objects' interface), the turn store contract, the root and leaf utilities (never sandbox)"},
 		{module + "/server/turnstore", func(string) bool { return false }, "the turn store contract is a leaf: the postgres store implements it without the server"},
+		{module + "/checkpoint", func(string) bool { return false }, "checkpoint is a leaf (go-git only): stores, the engine and the CLI build on it"},
 		{module + "/bootstrap", func(imp string) bool {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
 		}, "bootstrap never imports sandbox"},
