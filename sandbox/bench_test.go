@@ -2,9 +2,11 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -97,6 +99,44 @@ func BenchmarkEchoTurn(b *testing.B) {
 				b.Fatal(err)
 			}
 			os.RemoveAll(home)
+		}
+	})
+}
+
+// BenchmarkRace: a race of three echo contestants on local (the starting
+// tree recorded once, materialised three times, three turns at once, a
+// check in each, the winner picked) against one echo turn with its
+// checkpoint, as issue #41 names it; scripts/bench.sh reports the ratio.
+// The workspace holds a few files, as a small repository's would.
+func BenchmarkRace(b *testing.B) {
+	self := testenv.SandboxBinary(b)
+	inst := &bootstrap.Installer{Self: self}
+	b.Setenv("OUTPOST_HOME", b.TempDir())
+	wd := b.TempDir()
+	for i := range 20 {
+		os.WriteFile(filepath.Join(wd, fmt.Sprintf("f%d.go", i)), []byte("package x\n"), 0o644)
+	}
+	agent := harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}
+	opts := func(b *testing.B) sandbox.RunOptions {
+		return sandbox.RunOptions{Provider: local.New(&local.Options{BaseDir: b.TempDir()}), Store: conversation.NewFS(b.TempDir()),
+			Installer: inst, Environ: []string{"PATH=" + os.Getenv("PATH")}}
+	}
+	b.Run("direct", func(b *testing.B) {
+		o := opts(b)
+		for b.Loop() {
+			if _, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: agent, Prompt: "#write=out.txt go", Workdir: wd}, &o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("race3", func(b *testing.B) {
+		o := opts(b)
+		for b.Loop() {
+			res, err := sandbox.Race(context.Background(), sandbox.RaceSpec{Prompt: "#write=out.txt go", Workdir: wd,
+				Contestants: []harness.Agent{agent, agent, agent}}, &sandbox.RaceOptions{Run: o})
+			if err != nil || res.Winner < 0 {
+				b.Fatalf("%+v %v", res, err)
+			}
 		}
 	})
 }
