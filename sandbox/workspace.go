@@ -408,6 +408,9 @@ func (e *engine) checkpointAfter(ctx context.Context, lease *Lease, res *Result,
 	e.ws.made = &cp
 	res.Checkpoint = &CheckpointResult{Turn: turn, Commit: cp.Commit, Base: cp.Base, Files: cp.Files, Bytes: cp.Bytes,
 		Changed: changed, Stored: after.WrittenBytes + e.ws.baseCnt.WrittenBytes}
+	if changed == 0 {
+		return nil // the result line names it; a notice is for work done
+	}
 	e.notice("checkpoint", fmt.Sprintf("checkpoint %s: turn %d, %d file(s) changed", cp.Commit[:12], turn, changed),
 		map[string]any{"turn": turn, "commit": cp.Commit, "base": cp.Base, "changed": changed, "files": cp.Files, "bytes": cp.Bytes, "stored": res.Checkpoint.Stored})
 	return nil
