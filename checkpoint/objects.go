@@ -246,6 +246,13 @@ func (d *Dir) Write(ctx context.Context, objs []Object) error {
 	return nil
 }
 
+// zlibWriters keeps compressors between objects: each holds about a
+// megabyte of state.
+var zlibWriters = sync.Pool{New: func() any {
+	zw, _ := zlib.NewWriterLevel(io.Discard, zlib.BestSpeed)
+	return zw
+}}
+
 // writeLoose writes one object as git does with core.looseCompression 1.
 func (d *Dir) writeLoose(o Object) error {
 	p := d.loose(o.Hash)
@@ -256,12 +263,17 @@ func (d *Dir) writeLoose(o Object) error {
 	if err != nil {
 		return err
 	}
-	zw, _ := zlib.NewWriterLevel(tmp, zlib.BestSpeed)
-	fmt.Fprintf(zw, "%s %d\x00", o.Type, len(o.Data))
-	_, err = zw.Write(o.Data)
+	zw := zlibWriters.Get().(*zlib.Writer)
+	zw.Reset(tmp)
+	_, err = zw.Write(fmt.Appendf(nil, "%s %d\x00", o.Type, len(o.Data)))
+	if err == nil {
+		_, err = zw.Write(o.Data)
+	}
 	if cerr := zw.Close(); err == nil {
 		err = cerr
 	}
+	zw.Reset(io.Discard)
+	zlibWriters.Put(zw)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
