@@ -63,6 +63,19 @@ func BenchmarkEchoTurn(b *testing.B) {
 			b.Fatal("no events")
 		}
 	})
+	// The same turn without its workspace checkpoint (--checkpoint off):
+	// what recording the workspace costs an echo turn.
+	b.Run("outpost-no-checkpoint", func(b *testing.B) {
+		p := local.New(&local.Options{BaseDir: b.TempDir()})
+		o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Installer: inst, Environ: []string{"PATH=" + os.Getenv("PATH")},
+			Checkpoint: sandbox.CheckpointOff}
+		wd := b.TempDir()
+		for b.Loop() {
+			if _, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}, o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	// The same turn on a lease held across turns, as an orchestrator
 	// running several turns in one sandbox does: no home to make or remove.
 	b.Run("outpost-held-lease", func(b *testing.B) {
