@@ -75,7 +75,15 @@ func (a *app) showCmd() *cobra.Command {
 			} {
 				t.row(f[0], f[1])
 			}
-			return t.flush()
+			if err := t.flush(); err != nil || len(m.Checkpoints) == 0 {
+				return err
+			}
+			fmt.Fprintln(a.stdout)
+			cp := newTable(a.stdout, "TURN", "CHECKPOINT", "BASE", "CHANGED", "FILES", "CREATED")
+			for _, c := range m.Checkpoints {
+				cp.row(fmt.Sprint(c.Turn), c.Commit[:12], c.Base[:12], fmt.Sprint(c.Changed), fmt.Sprint(c.Files), c.Created.Local().Format(time.RFC3339))
+			}
+			return cp.flush()
 		})
 }
 
