@@ -104,6 +104,7 @@ type Dir struct {
 	err  error
 	mu   sync.Mutex // go-git's storage is not safe for concurrent use
 	st   *filesystem.Storage
+	dirs sync.Map // objects/xx made, by first byte
 }
 
 // NewDir returns the object store in the bare repository at path, made
@@ -256,8 +257,11 @@ var zlibWriters = sync.Pool{New: func() any {
 // writeLoose writes one object as git does with core.looseCompression 1.
 func (d *Dir) writeLoose(o Object) error {
 	p := d.loose(o.Hash)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
+	if _, ok := d.dirs.Load(o.Hash[0]); !ok {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		d.dirs.Store(o.Hash[0], true)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(p), "tmp_obj_")
 	if err != nil {
