@@ -327,7 +327,8 @@ func (e *engine) beforeTurn(ctx context.Context, lease *Lease) error {
 // snapshotLease records the lease's workspace: in place where the host
 // sees it, otherwise copied out of the sandbox into a temporary directory.
 func (e *engine) snapshotLease(ctx context.Context, lease *Lease) (checkpoint.Tree, error) {
-	if p, ok := lease.HostPath(lease.Workdir()); ok && !lease.Isolated() {
+	if !lease.Isolated() { // the sandbox shares the host's filesystem (local)
+		p := lease.Workdir()
 		o := e.snapshotOptions(lease.Home())
 		o.Index = checkpoint.IndexPath(p)
 		return checkpoint.Snapshot(ctx, e.ws.objs, p, o)
@@ -519,10 +520,10 @@ func CheckpointKind(err error) string {
 // workspaces (a store directory under the working directory): checkpoint
 // objects are not the agent's work.
 func (e *engine) dropOwnFiles(lease *Lease, c *output.Changes) *output.Changes {
-	root, ok := lease.HostPath(lease.Workdir())
-	if c == nil || !ok || lease.Isolated() {
+	if c == nil || lease.Isolated() {
 		return c
 	}
+	root := lease.Workdir()
 	var own []string
 	for _, d := range e.snapshotOptions("").Skip {
 		if rel, err := filepath.Rel(root, d); err == nil && filepath.IsLocal(rel) {
