@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/sandbox"
 )
@@ -52,7 +53,108 @@ type TurnRequest struct {
 	Schema   json.RawMessage `json:"schema,omitempty"`
 	Repairs  *int            `json:"repairs,omitempty"`
 	Protocol string          `json:"protocol,omitempty"`
+
+	// Workspaces (docs/workspaces.md). Workspace "new" runs the turn in a
+	// fresh directory of the server's holding the files of the checkpoint
+	// it continues (Fork "ID@TURN": that turn's), instead of the server's
+	// working directory; no other value is taken (a client does not name
+	// the server's directories). Checkpoint is "on" (the default) or
+	// "off"; CheckpointInclude are gitignore patterns of ignored paths to
+	// keep all the same. Check is a shell command run in the sandbox after
+	// a turn that succeeded (the result's check), bounded by
+	// CheckTimeoutMS (0: 10 minutes; at most the server's ceiling).
+	Workspace         string   `json:"workspace,omitempty"`
+	Checkpoint        string   `json:"checkpoint,omitempty"`
+	CheckpointInclude []string `json:"checkpoint_include,omitempty"`
+	Check             string   `json:"check,omitempty"`
+	CheckTimeoutMS    int64    `json:"check_timeout_ms,omitempty"`
 }
+
+// RaceRequest is the body of POST /v1/races: one task run as several
+// turns at once, each in its own sandbox and workspace made from one
+// starting checkpoint, checked, with a winner (sandbox.Race,
+// docs/workspaces.md).
+type RaceRequest struct {
+	// Prompt is the task every contestant gets.
+	Prompt string `json:"prompt"`
+	// Agents are the presets that race, each Count times (default 1);
+	// default: the server's default agent. At most MaxRaceContestants in
+	// all.
+	Agents []string `json:"agents,omitempty"`
+	Count  int      `json:"count,omitempty"`
+	// Model is asked of every agent; default each CLI's.
+	Model string `json:"model,omitempty"`
+	// Check is the shell command run in each sandbox after its turn: a
+	// contestant passes when it exits 0 (no check: when its turn
+	// succeeded). CheckTimeoutMS bounds it (0: 10 minutes).
+	Check          string `json:"check,omitempty"`
+	CheckTimeoutMS int64  `json:"check_timeout_ms,omitempty"`
+	// Judge is a preset that picks the winner among the passing
+	// contestants after reading their diffs; without one, the passing
+	// contestant with the fewest tokens wins.
+	Judge string `json:"judge,omitempty"`
+	// From ("ID[@TURN]") starts every contestant from that checkpoint
+	// instead of the server's working directory.
+	From string `json:"from,omitempty"`
+	// MaxTokens bounds each contestant's turn, Budget all of them
+	// together (code budget for the turn that crosses it).
+	MaxTokens int64 `json:"max_tokens,omitempty"`
+	Budget    int64 `json:"budget,omitempty"`
+	// TimeoutMS bounds each contestant's turn; 0: the server's ceiling.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Sandbox, Settings, Secrets, Egress and EgressAllow are a turn's.
+	Sandbox     string            `json:"sandbox,omitempty"`
+	Settings    map[string]string `json:"settings,omitempty"`
+	Secrets     string            `json:"secrets,omitempty"`
+	Egress      string            `json:"egress,omitempty"`
+	EgressAllow []string          `json:"egress_allow,omitempty"`
+}
+
+// MaxRaceContestants bounds a race's contestants (agents × count).
+const MaxRaceContestants = 16
+
+// A race's stream (POST /v1/races with Accept: text/event-stream) carries
+// RaceProgress, RaceEvent, then a RaceResultLine per contestant and the
+// RaceLine last.
+
+// RaceProgress is one step of a contestant (type "progress"): state
+// "started" (it has a slot and starts), "finished" (its turn ended),
+// "checked" (its check ran; passed says how).
+type RaceProgress struct {
+	Type string `json:"type"`
+	sandbox.RaceProgress
+}
+
+// RaceEvent is one event of a contestant's turn, tagged with its index.
+type RaceEvent struct {
+	harness.Event
+	Contestant int `json:"contestant"`
+}
+
+// RaceResultLine is a contestant's result line, tagged with its index.
+type RaceResultLine struct {
+	sandbox.ResultLine
+	Contestant int `json:"contestant"`
+}
+
+// RaceLine is the race's outcome (type "race"), the shape of the last
+// line of `outpost race --json`: winner is -1 when no contestant passed.
+type RaceLine struct {
+	Type string `json:"type"`
+	*sandbox.RaceResult
+}
+
+// RaceResponse is POST /v1/races's answer to a plain JSON request: every
+// contestant's result line, and the race.
+type RaceResponse struct {
+	Results []RaceResultLine `json:"results"`
+	Race    RaceLine         `json:"race"`
+}
+
+// Diff is GET /v1/conversations/{id}/diff?format=json: the commits
+// compared and each file's change (the shape of `outpost diff --json`
+// without its type).
+type Diff = conversation.TurnDiff
 
 // Turn states.
 const (

@@ -127,6 +127,15 @@ func TestAPI(t *testing.T) {
 	if code != 200 || !strings.Contains(string(b), `"turns":2`) {
 		t.Errorf("usage: %d %s", code, b)
 	}
+	// What the last turn changed in the server's directory (nothing:
+	// an empty patch), through the diff route (workspace_test.go tests it).
+	if code, b, _ := ts.do("GET", "/v1/conversations/"+conv+"/diff?format=json", nil); code != 200 || !strings.Contains(string(b), `"files":[]`) {
+		t.Errorf("diff: %d %s", code, b)
+	}
+	// A race refused (races run in workspace_test.go).
+	if code, b, _ := ts.do("POST", "/v1/races", map[string]any{"prompt": "x", "agents": []string{"nope"}}); code != 400 || !strings.Contains(string(b), `"bad_request"`) {
+		t.Errorf("race of an unknown agent: %d %s", code, b)
+	}
 	code, archive, h := ts.do("GET", "/v1/conversations/"+conv[:12]+"/export", nil)
 	if code != 200 || h.Get("Content-Type") != "application/gzip" || !bytes.HasPrefix(archive, []byte{0x1f, 0x8b}) {
 		t.Fatalf("export: %d %q", code, h.Get("Content-Type"))

@@ -21,6 +21,13 @@
 // the listener's: peer credentials on a Unix socket (PeerCredListener),
 // bearer tokens on TCP (Tokens).
 //
+// Workspaces travel with the conversation (docs/workspaces.md): a turn
+// may run in a fresh workspace ("new") holding the files of the
+// checkpoint it continues, with a check; GET /v1/conversations/{id}/diff
+// shows what a turn changed; POST /v1/races runs sandbox.Race, its
+// contestants taking the server's turn slots, its progress streamed
+// while the request lasts (race.go).
+//
 // The same turns are offered to MCP clients (Server.MCP, on the official
 // Go SDK): at /mcp over streamable HTTP, behind the same authentication,
 // and over stdio by `outpost mcp` (docs/mcp.md).

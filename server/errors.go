@@ -23,7 +23,7 @@ const (
 	ReasonBusy         = "busy"              // concurrency and queue full (429, Retry-After)
 	ReasonDraining     = "draining"          // the server is shutting down (503)
 	ReasonStore        = "store_unavailable" // a fleet's turn store failed (503, Retry-After)
-	ReasonUnsupported  = "unsupported"       // a reserved feature this server does not do yet (501)
+	ReasonUnsupported  = "unsupported"       // a feature this server does not offer, e.g. a race without checkpoints (501)
 	ReasonInternal     = "internal_error"    // a bug (500)
 )
 

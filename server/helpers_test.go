@@ -21,6 +21,7 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/pb33f/libopenapi-validator/schema_validation"
+	"github.com/pb33f/libopenapi/datamodel/high/base"
 
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness/echo"
@@ -267,6 +268,7 @@ type checker struct {
 	t       *testing.T
 	v       validator.Validator
 	item    func(raw string)
+	schema  func(name string) *base.Schema
 	mu      sync.Mutex
 	covered map[string]bool
 }
@@ -299,7 +301,21 @@ func newChecker(t *testing.T) *checker {
 			t.Errorf("stream item does not match StreamItem: %s\n%s", describe(errs), raw)
 		}
 	}
+	c.schema = func(name string) *base.Schema { return m.Model.Components.Schemas.GetOrZero(name).Schema() }
 	return c
+}
+
+// validate checks one JSON value against a schema of the document's
+// components.
+func (c *checker) validate(name, raw string) {
+	c.t.Helper()
+	sc := c.schema(name)
+	if sc == nil {
+		c.t.Fatalf("the document has no schema %s", name)
+	}
+	if ok, errs := schema_validation.NewSchemaValidator().ValidateSchemaString(sc, raw); !ok {
+		c.t.Errorf("%s does not match %s: %s", raw, name, describe(errs))
+	}
 }
 
 func describe[E interface{ Error() string }](errs []E) string {

@@ -37,7 +37,7 @@ func Routes() []string {
 		"POST /v1/turns", "GET /v1/turns/{id}", "GET /v1/turns/{id}/events", "POST /v1/turns/{id}/messages",
 		"POST /v1/turns/{id}/cancel", "GET /v1/conversations", "GET /v1/conversations/{id}",
 		"GET /v1/conversations/{id}/usage", "DELETE /v1/conversations/{id}", "GET /v1/conversations/{id}/export",
-		"POST /v1/conversations/import", "GET /v1/agents",
+		"GET /v1/conversations/{id}/diff", "POST /v1/conversations/import", "POST /v1/races", "GET /v1/agents",
 		"GET /v1/openapi.json", "GET /healthz", "GET /metrics",
 	}
 }
@@ -55,7 +55,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/conversations/{id}/usage", s.conversationRoute(s.conversationUsage))
 	mux.HandleFunc("DELETE /v1/conversations/{id}", s.conversationRoute(s.deleteConversation))
 	mux.HandleFunc("GET /v1/conversations/{id}/export", s.conversationRoute(s.exportConversation))
+	mux.HandleFunc("GET /v1/conversations/{id}/diff", s.conversationRoute(s.getDiff))
 	mux.HandleFunc("POST /v1/conversations/import", s.importConversation)
+	mux.HandleFunc("POST /v1/races", s.postRace)
 	mux.HandleFunc("GET /v1/agents", s.agents)
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -28,6 +28,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	rejected *prometheus.CounterVec
 	streams  prometheus.Gauge
+	races    *prometheus.CounterVec
 }
 
 // newMetrics makes the series; retained is the bytes of the retained
@@ -60,9 +61,12 @@ func newMetrics(retained *atomic.Int64, spool *conversation.Spool) *metrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_http_rejected_total", Help: "Requests refused before any work, by reason (unauthorized, forbidden, busy, too_large, ...).",
 		}, []string{"reason"}),
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outpost_event_streams", Help: "Open event streams (GET /v1/turns/{id}/events)."}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outpost_event_streams", Help: "Open event streams (GET /v1/turns/{id}/events, POST /v1/races)."}),
+		races: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_races_total", Help: "Finished races by result: winner, no_winner, error (the race could not start). Their contestants count in outpost_turns_total.",
+		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.turns, m.duration, m.wait, m.tokens, m.running, m.queued, m.pool, m.requests, m.rejected, m.streams,
+	m.reg.MustRegister(m.turns, m.duration, m.wait, m.tokens, m.running, m.queued, m.pool, m.requests, m.rejected, m.streams, m.races,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_events_retained_bytes", Help: "Bytes of the turns' events kept for replay."},
 			func() float64 { return float64(retained.Load()) }))

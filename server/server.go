@@ -163,7 +163,8 @@ type Server struct {
 	draining  bool
 	convInUse map[string]int // conversations that live turns continue
 	servers   []*http.Server
-	streams   int // open event streams
+	streams   int                // open event streams
+	races     map[*race]struct{} // running races (race.go)
 
 	retained atomic.Int64 // bytes of every turn's retained events
 }
@@ -407,16 +408,29 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining = true
 	live := s.liveTurns()
+	races := make([]*race, 0, len(s.races))
+	for r := range s.races {
+		races = append(races, r)
+	}
 	s.mu.Unlock()
-	s.log.Info("outpost serve: draining", "turns", len(live), "grace", s.o.Grace.String())
+	s.log.Info("outpost serve: draining", "turns", len(live), "races", len(races), "grace", s.o.Grace.String())
 	grace, cancel := context.WithTimeout(ctx, s.o.Grace)
 	waitTurns(grace, live)
+	for _, r := range races {
+		select {
+		case <-r.done:
+		case <-grace.Done():
+		}
+	}
 	cancel()
 	if len(s.unfinished(live)) > 0 {
 		s.log.Warn("outpost serve: grace over, cancelling turns", "turns", len(s.unfinished(live)))
 		for _, t := range live {
 			t.cancel(errShutdown)
 		}
+	}
+	for _, r := range races {
+		r.cancel(errShutdown) // a finished race's is a no-op
 	}
 	// Cancelled turns still capture their conversations: wait for them,
 	// however long ctx allows.

@@ -37,6 +37,7 @@ type turn struct {
 	// the credential gateway's modes (sandbox.RunOptions)
 	secrets, egress string
 	egressAllow     []string
+	ws              workspaceOptions // checkpoints and the check (workspace.go)
 	steer           chan string
 	ctx             context.Context
 	cancel          context.CancelCauseFunc
@@ -240,6 +241,9 @@ func (s *Server) checkRequest(req *TurnRequest) (time.Duration, error) {
 			return 0, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("invalid variable name %q", k))
 		}
 	}
+	if err := s.checkWorkspace(req); err != nil {
+		return 0, err
+	}
 	return timeout, nil
 }
 
@@ -250,7 +254,7 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 	agent := req.Agent
 	var conv string
 	if ref := req.Resume + req.Fork; ref != "" {
-		id, m, err := s.resolve(ctx, ref)
+		id, at, m, err := s.resolveTurn(ctx, ref)
 		if err != nil {
 			return sandbox.Turn{}, sandbox.PoolKey{}, "", err
 		}
@@ -259,9 +263,15 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 			agent = m.Agent
 		}
 		if req.Resume != "" {
+			if at > 0 {
+				return sandbox.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("resume %q: a resume continues the last turn; fork at a turn with fork ID@TURN", req.Resume))
+			}
 			req.Resume = id
 		} else {
-			req.Fork = id
+			if err := forkable(m, at); err != nil {
+				return sandbox.Turn{}, sandbox.PoolKey{}, "", err
+			}
+			req.Fork = joinRef(id, at)
 		}
 	}
 	if agent == "" {
@@ -294,6 +304,7 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 		Timeout:    timeout,
 		Inactivity: time.Duration(req.InactivityMS) * time.Millisecond,
 		Options:    req.Options,
+		Workspace:  req.Workspace,
 	}
 	if err := req.structured(&st); err != nil {
 		return sandbox.Turn{}, key, "", err
@@ -321,7 +332,7 @@ func (s *Server) enqueue(ctx context.Context, st sandbox.Turn, key sandbox.PoolK
 	t := &turn{
 		id: newTurnID(), agent: st.Agent.Harness.Name, sandbox: key.Provider, key: key, created: time.Now().UTC(), conv: conv,
 		steer: make(chan string, steerBuffer), ctx: tctx, cancel: cancel, done: make(chan struct{}),
-		secrets: req.Secrets, egress: req.Egress, egressAllow: req.EgressAllow,
+		secrets: req.Secrets, egress: req.Egress, egressAllow: req.EgressAllow, ws: req.workspaceOptions(),
 		state: StateQueued, first: 1, maxBytes: int64(s.o.MaxTurnEvents), total: &s.retained, notify: make(chan struct{}),
 		limits: s.limitsFor(peerOf(ctx)), trace: trace.SpanContextFromContext(ctx),
 	}
@@ -463,13 +474,20 @@ func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, e
 		Gateway:     s.gw,
 		Limits:      t.limits,
 	}
-	if s.o.PoolSize < 0 {
+	t.ws.apply(opts)
+	// A turn in a workspace of its own opens a sandbox there: a pooled
+	// one holds the server's working directory.
+	if s.o.PoolSize < 0 || st.Workspace != "" {
 		p, err := s.pool.Provider(t.key)
 		if err != nil {
 			return &sandbox.Result{Agent: t.agent, Sandbox: t.sandbox}, err
 		}
 		opts.Provider = p
-		return sandbox.Run(t.runContext(), st, opts)
+		res, err := sandbox.Run(t.runContext(), st, opts)
+		if st.Workspace != "" {
+			s.dropWorkspace(res)
+		}
+		return res, err
 	}
 	lease, err := s.pool.Get(t.ctx, t.key)
 	if err != nil {
@@ -505,12 +523,7 @@ func (s *Server) finish(t *turn, res *sandbox.Result, err error) {
 	if !started.IsZero() {
 		s.metrics.duration.WithLabelValues(t.agent, t.sandbox).Observe(time.Since(started).Seconds())
 	}
-	s.metrics.turns.WithLabelValues(t.agent, t.sandbox, code).Inc()
-	for kind, n := range map[string]int64{"input": res.Usage.InputTokens, "output": res.Usage.OutputTokens, "cache_read": res.Usage.CacheReadTokens, "cache_write": res.Usage.CacheWriteTokens} {
-		if n > 0 {
-			s.metrics.tokens.WithLabelValues(t.agent, kind).Add(float64(n))
-		}
-	}
+	s.countTurn(t.agent, t.sandbox, code, res)
 	attrs := []any{"turn", t.id, "agent", t.agent, "sandbox", t.sandbox, "code", code, "conversation", res.Conversation}
 	if !started.IsZero() {
 		attrs = append(attrs, "ms", time.Since(started).Milliseconds())
@@ -545,6 +558,32 @@ func (s *Server) finish(t *turn, res *sandbox.Result, err error) {
 	s.mu.Unlock()
 	s.trimRetained()
 	time.AfterFunc(s.o.Retention, func() { s.forget(t) })
+}
+
+// countTurn counts a finished turn and its tokens.
+func (s *Server) countTurn(agent, sandboxName, code string, res *sandbox.Result) {
+	s.metrics.turns.WithLabelValues(agent, sandboxName, code).Inc()
+	if res == nil {
+		return
+	}
+	for kind, n := range map[string]int64{"input": res.Usage.InputTokens, "output": res.Usage.OutputTokens, "cache_read": res.Usage.CacheReadTokens, "cache_write": res.Usage.CacheWriteTokens} {
+		if n > 0 {
+			s.metrics.tokens.WithLabelValues(agent, kind).Add(float64(n))
+		}
+	}
+}
+
+// observeTurn counts a turn that ran outside the turn log (a race's
+// contestant): its count, tokens and duration.
+func (s *Server) observeTurn(agent, sandboxName string, res *sandbox.Result, err error) {
+	code := "ok"
+	if err != nil {
+		code = string(outpost.CodeOf(err))
+	}
+	if res != nil && res.DurationMS > 0 {
+		s.metrics.duration.WithLabelValues(agent, sandboxName).Observe(float64(res.DurationMS) / 1000)
+	}
+	s.countTurn(agent, sandboxName, code, res)
 }
 
 func (s *Server) forget(t *turn) {
