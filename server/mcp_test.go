@@ -131,7 +131,7 @@ func TestMCPTools(t *testing.T) {
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
 	}
-	if diff := cmp.Diff([]string{"get_conversation", "list_agents", "list_conversations", "run_turn"}, slices.Sorted(slices.Values(names))); diff != "" {
+	if diff := cmp.Diff([]string{"diff", "get_conversation", "list_agents", "list_conversations", "race", "run_turn"}, slices.Sorted(slices.Values(names))); diff != "" {
 		t.Errorf("tools (-want +got):\n%s", diff)
 	}
 
@@ -255,5 +255,91 @@ func TestMCPCancel(t *testing.T) {
 			t.Fatalf("the turn was not cancelled: metrics\n%s", m)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestMCPWorkspaces: run_turn in a new workspace with a check, the diff
+// tool in its three formats, and a race of three echo contestants whose
+// check passes for the second only, its progress as notifications; the
+// codes of what a client gets wrong.
+func TestMCPWorkspaces(t *testing.T) {
+	ts, _ := startHome(t, nil)
+	p := &progress{}
+	cs := ts.mcpSession(t, p)
+
+	res, sc := call(t, cs, "run_turn", map[string]any{"prompt": "#write=out.txt go", "workspace": "new", "check": "test -f out.txt"})
+	conv, _ := sc["conversation"].(string)
+	cp, _ := sc["checkpoint"].(map[string]any)
+	check, _ := sc["check"].(map[string]any)
+	if res.IsError || conv == "" || cp["turn"] != 1.0 || check["passed"] != true || sc["workdir"] == "" {
+		t.Fatalf("run_turn in a new workspace: error %v, structured %v", res.IsError, sc)
+	}
+	res, sc = call(t, cs, "run_turn", map[string]any{"prompt": "#write=two.txt more", "resume": conv, "workspace": "new", "check": "test -f out.txt", "checkpoint": "on"})
+	if res.IsError || sc["checkpoint"].(map[string]any)["turn"] != 2.0 {
+		t.Fatalf("resume: %v", sc)
+	}
+
+	res, sc = call(t, cs, "diff", map[string]any{"ref": conv})
+	if res.IsError || !strings.Contains(text(res), "+++ b/two.txt") || strings.Contains(text(res), "out.txt") || len(sc["files"].([]any)) != 1 {
+		t.Errorf("diff of the last turn: error %v, text %q, structured %v", res.IsError, text(res), sc)
+	}
+	res, _ = call(t, cs, "diff", map[string]any{"ref": conv + "@1", "format": "stat"})
+	if res.IsError || !strings.Contains(text(res), "out.txt") || !strings.Contains(text(res), "1 file(s) changed") {
+		t.Errorf("diff --stat of turn 1: %q", text(res))
+	}
+	res, sc = call(t, cs, "diff", map[string]any{"ref": conv + "@1", "to": conv + "@2", "format": "json"})
+	if res.IsError || !strings.HasPrefix(text(res), `{"from":"`) || sc["added"] != 1.0 {
+		t.Errorf("diff of turn 1 to 2: %q %v", text(res), sc)
+	}
+
+	p.mu.Lock()
+	p.events = nil
+	p.mu.Unlock()
+	res, sc = call(t, cs, "race", map[string]any{"prompt": "#write=out.txt solve it", "agents": []string{"echo"}, "count": 3, "check": raceCheck, "timeout": "1m"})
+	race, _ := sc["race"].(map[string]any)
+	results, _ := sc["results"].([]any)
+	if res.IsError || race["winner"] != 1.0 || len(results) != 3 || !strings.HasPrefix(text(res), "winner: contestant 1 (echo)") {
+		t.Fatalf("race: error %v, text %q, structured %v", res.IsError, text(res), sc)
+	}
+	for i, r := range results {
+		l := r.(map[string]any)
+		if l["contestant"] != float64(i) || l["check"].(map[string]any)["passed"] != (i == 1) {
+			t.Errorf("contestant %d's result line: %v", i, l)
+		}
+	}
+	if types := p.types(); !slices.Contains(types, "progress") || !slices.Contains(types, "message") || slices.Contains(types, "result") || slices.Contains(types, "race") {
+		t.Errorf("race progress notifications of types %v", types)
+	}
+	p.mu.Lock()
+	for _, e := range p.events {
+		if _, ok := e["contestant"].(float64); !ok {
+			t.Errorf("a notification without its contestant: %v", e)
+		}
+	}
+	p.mu.Unlock()
+
+	for _, tc := range []struct {
+		name, tool string
+		args       map[string]any
+		code       string
+	}{
+		{"workspace the client names", "run_turn", map[string]any{"prompt": "x", "workspace": "/etc"}, "configuration"},
+		{"unknown checkpoint mode", "run_turn", map[string]any{"prompt": "x", "checkpoint": "maybe"}, "configuration"},
+		{"fork at an unknown turn", "run_turn", map[string]any{"prompt": "x", "fork": conv + "@7"}, "conversation"},
+		{"diff of an invalid reference", "diff", map[string]any{"ref": "../x"}, "conversation"},
+		{"diff at turn 0", "diff", map[string]any{"ref": conv + "@0"}, "configuration"},
+		{"diff of an unknown turn", "diff", map[string]any{"ref": conv + "@9"}, "conversation"},
+		{"diff in an unknown format", "diff", map[string]any{"ref": conv, "format": "html"}, "configuration"},
+		{"race of 17", "race", map[string]any{"prompt": "x", "count": 17}, "configuration"},
+		{"race of an unknown agent", "race", map[string]any{"prompt": "x", "agents": []string{"nope"}}, "configuration"},
+		{"race with a bad timeout", "race", map[string]any{"prompt": "x", "timeout": "soon"}, "configuration"},
+		{"race from an unknown turn", "race", map[string]any{"prompt": "x", "from": conv + "@9"}, "conversation"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, sc := call(t, cs, tc.tool, tc.args)
+			if !res.IsError || errCode(sc) != tc.code || !strings.HasPrefix(text(res), "outpost: "+tc.code+": ") {
+				t.Errorf("isError %v, text %q, structured %v; want code %s", res.IsError, text(res), sc, tc.code)
+			}
+		})
 	}
 }
