@@ -15,6 +15,7 @@ import (
 func TestMain(m *testing.M) {
 	echo.MaybeRun()
 	code := m.Run()
+	removeWorkspacesHome()
 	pgtest.Stop()
 	testenv.RemoveBuilds()
 	sshtest.Cleanup()
