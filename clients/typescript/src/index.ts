@@ -17,6 +17,27 @@ export type ConversationUsage = Schemas["ConversationUsage"];
 export type Agent = Schemas["Agent"];
 export type Health = Schemas["Health"];
 export type ErrorBody = Schemas["Error"];
+export type Checkpoint = Schemas["Checkpoint"];
+export type CheckResult = Schemas["CheckResult"];
+export type Diff = Schemas["Diff"];
+export type DiffFile = Schemas["DiffFile"];
+export type RaceRequest = Schemas["RaceRequest"];
+export type RaceItem = Schemas["RaceItem"];
+export type RaceProgress = Schemas["RaceProgress"];
+export type RaceEvent = Schemas["RaceEvent"];
+export type RaceResultLine = Schemas["RaceResultLine"];
+export type RaceLine = Schemas["RaceLine"];
+export type RaceResponse = Schemas["RaceResponse"];
+export type Contestant = Schemas["Contestant"];
+
+/** A diff's format: a unified diff, a line a file, or the files as JSON. */
+export type DiffFormat = "patch" | "stat" | "json";
+
+/** An item of a race's stream with its sequence number (from 1). */
+export interface RaceSequenced {
+  seq: number;
+  item: RaceItem;
+}
 
 /** An event of a turn's stream with its sequence number (from 1). */
 export interface Sequenced {
@@ -119,6 +140,12 @@ export class Outpost {
     return (r.body === "" ? undefined : JSON.parse(r.body)) as T;
   }
 
+  private async text(path: string, accept: string): Promise<string> {
+    const r = await collect(await this.request("GET", path, undefined, { Accept: accept }));
+    if (r.status >= 400) throw toError(r);
+    return r.body;
+  }
+
   /** Start a turn; resolves at once with its id and state. */
   startTurn(req: TurnRequest): Promise<TurnStatus> {
     const tp = this.opts.traceparent?.();
@@ -217,6 +244,70 @@ export class Outpost {
   /** Delete a conversation. */
   async deleteConversation(id: string): Promise<void> {
     await this.call("DELETE", `/v1/conversations/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * What a turn changed in its workspace (`outpost diff`): `ref` is a
+   * conversation id (or unique prefix) with `@TURN` for a turn other than
+   * the last. With `to` (another `ID[@TURN]`), ref's workspace against
+   * to's. Format patch (the default) and stat resolve with the text, json
+   * with the files.
+   */
+  diff(ref: string, opts?: { to?: string; format?: "patch" | "stat" }): Promise<string>;
+  diff(ref: string, opts: { to?: string; format: "json" }): Promise<Diff>;
+  diff(ref: string, opts: { to?: string; format?: DiffFormat } = {}): Promise<string | Diff> {
+    const at = ref.lastIndexOf("@");
+    const id = at < 0 ? ref : ref.slice(0, at);
+    const q = new URLSearchParams();
+    if (at >= 0) q.set("turn", ref.slice(at + 1));
+    if (opts.to) q.set("to", opts.to);
+    const format = opts.format ?? "patch";
+    q.set("format", format);
+    const path = `/v1/conversations/${encodeURIComponent(id)}/diff?${q}`;
+    if (format === "json") return this.call<Diff>("GET", path);
+    return this.text(path, format === "patch" ? "text/x-diff" : "text/plain");
+  }
+
+  /**
+   * A race's stream (`outpost race`): each contestant's progress and
+   * events, then each one's result line, the race line last. A race
+   * lives as long as its stream: aborting `signal` (or dropping the
+   * connection) cancels it; there is no reconnection.
+   */
+  async *raceEvents(spec: RaceRequest, opts: { signal?: AbortSignal } = {}): AsyncGenerator<RaceSequenced> {
+    const res = await this.request("POST", "/v1/races", spec, { Accept: "text/event-stream" }, opts.signal);
+    if (res.statusCode !== 200) throw toError(await collect(res));
+    let done = false;
+    try {
+      for await (const ev of parseSSE(res)) {
+        const item = ev.item as unknown as RaceItem;
+        yield { seq: ev.seq, item };
+        if ((item as { type?: string }).type === "race") {
+          done = true;
+          return;
+        }
+      }
+    } finally {
+      res.destroy();
+    }
+    if (!done) throw new OutpostError(0, undefined, "outpost: the race's stream ended without its race line");
+  }
+
+  /**
+   * Run a race to its end: `onItem` sees its progress and its
+   * contestants' events (each tagged with `contestant`) as they come;
+   * resolves with every contestant's result line and the race (winner -1:
+   * none passed).
+   */
+  async race(spec: RaceRequest, onItem?: (item: RaceProgress | RaceEvent) => void, opts: { signal?: AbortSignal } = {}): Promise<RaceResponse> {
+    const results: RaceResultLine[] = [];
+    for await (const { item } of this.raceEvents(spec, opts)) {
+      const type = (item as { type?: string }).type;
+      if (type === "race") return { results, race: item as RaceLine };
+      if (type === "result") results.push(item as RaceResultLine);
+      else onItem?.(item as RaceProgress | RaceEvent);
+    }
+    throw new OutpostError(0, undefined, "outpost: the race's stream ended without its race line");
   }
 
   /** The agent presets. */

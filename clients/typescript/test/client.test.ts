@@ -8,7 +8,7 @@ import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as http from "node:http";
-import { Outpost, OutpostError, type Result, type Sequenced } from "../src/index.js";
+import { Outpost, OutpostError, type Diff, type RaceEvent, type RaceProgress, type Result, type Sequenced } from "../src/index.js";
 
 const bin = process.env.OUTPOST_BIN;
 if (!bin) throw new Error("OUTPOST_BIN must name the outpost binary");
@@ -160,6 +160,45 @@ test("conversations: list, get, usage, resume, delete", async () => {
   assert.ok(u.usage.output_tokens > 0);
   await client.deleteConversation(conv);
   await assert.rejects(client.conversation(conv), (e: unknown) => e instanceof OutpostError && e.status === 404 && e.code === "conversation");
+});
+
+test("workspaces: a turn in a new workspace with a check, its diff, a race", async () => {
+  const first = await client.run({ prompt: "#write=out.txt go", workspace: "new", check: "test -f out.txt" });
+  assert.equal(first.error, null);
+  assert.equal(first.checkpoint?.turn, 1);
+  assert.equal(first.check?.passed, true);
+  assert.ok(first.workdir);
+  const conv = first.conversation;
+  const seen: string[] = [];
+  const second = await client.run({ prompt: "#write=two.txt more", resume: conv, workspace: "new" }, (ev) => { if (ev.type === "notice") seen.push(ev.kind ?? ""); });
+  assert.equal(second.checkpoint?.turn, 2);
+  assert.ok(seen.includes("checkpoint"), `notices ${seen}`);
+
+  const patch = await client.diff(conv);
+  assert.match(patch, /\+\+\+ b\/two\.txt/);
+  assert.doesNotMatch(patch, /out\.txt/);
+  const stat = await client.diff(`${conv}@1`, { format: "stat" });
+  assert.match(stat, /out\.txt/);
+  assert.match(stat, / 1 file\(s\) changed, 1 insertion/);
+  const d: Diff = await client.diff(`${conv}@1`, { to: `${conv}@2`, format: "json" });
+  assert.deepEqual(d.files.map((f) => [f.path, f.action]), [["two.txt", "added"]]);
+  await assert.rejects(client.diff(`${conv}@9`), (e: unknown) =>
+    e instanceof OutpostError && e.status === 404 && e.code === "conversation" && e.details?.checkpoint === "not_found");
+  await assert.rejects(client.diff(`${conv}@0`), (e: unknown) => e instanceof OutpostError && e.status === 400 && e.reason === "bad_request");
+
+  const items: (RaceProgress | RaceEvent)[] = [];
+  const check = 'test -f out.txt && case "$PWD" in *-race-1-*) exit 0;; *) exit 1;; esac';
+  const r = await client.race({ prompt: "#write=out.txt solve it", agents: ["echo"], count: 3, check }, (it) => items.push(it));
+  assert.equal(r.race.winner, 1);
+  assert.equal(r.race.conversation, r.results[1].conversation);
+  assert.deepEqual(r.results.map((l) => [l.contestant, l.check?.passed]), [[0, false], [1, true], [2, false]]);
+  for (const i of [0, 1, 2]) {
+    const states = items.filter((it) => it.type === "progress" && it.contestant === i).map((it) => (it as RaceProgress).state);
+    assert.deepEqual(states, ["started", "finished", "checked"]);
+  }
+  assert.ok(items.some((it) => it.type === "message"));
+  await assert.rejects(client.race({ prompt: "x", agents: ["echo"], count: 17 }), (e: unknown) =>
+    e instanceof OutpostError && e.status === 400 && e.code === "configuration" && e.reason === "bad_request");
 });
 
 test("errors carry the status, code and reason", async () => {

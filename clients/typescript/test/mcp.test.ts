@@ -64,7 +64,7 @@ function text(res: Awaited<ReturnType<Client["callTool"]>>): string {
 
 async function exercise(client: Client, cancelled?: () => Promise<void>) {
   const tools = await client.listTools();
-  assert.deepEqual(tools.tools.map((t) => t.name).sort(), ["get_conversation", "list_agents", "list_conversations", "run_turn"]);
+  assert.deepEqual(tools.tools.map((t) => t.name).sort(), ["diff", "get_conversation", "list_agents", "list_conversations", "race", "run_turn"]);
 
   const { res, events, sc } = await runTurn(client, { prompt: "hello from typescript #tool", agent: "echo" });
   assert.equal(res.isError, undefined);
