@@ -211,16 +211,11 @@ func TestRaceRealClaude(t *testing.T) {
 	wantFile(t, echo2.Workdir, "claude.txt", "fixed\n", false)
 }
 
-// TestRaceClaudeContestantEdits: a race's claude contestant, as
-// `outpost race --agent claude --check ...` makes it (docs/workspaces.md
-// shows "fix the failing test"), must be able to edit its own workspace.
-// It cannot: RaceSpec (and `outpost race`) takes no preset options, so
-// the contestant runs Claude Code in its default permission mode, in
-// which print mode denies every Bash command and file write
-// (permission_denied); no claude contestant can ever pass a check that
-// needs an edit. (Codex contestants alike run in Codex's read-only
-// sandbox.) Only OUTPOST_CLAUDE_SETTINGS, as TestRaceRealClaude gives
-// it, gets around it.
+// TestRaceClaudeContestantEdits: a race's claude contestant edits its
+// own workspace when the race gives it a permission mode that allows
+// edits (RaceSpec.Options by preset, `outpost race --option
+// claude:permission-mode=acceptEdits`); Claude Code's default mode denies
+// every write in print mode.
 func TestRaceClaudeContestantEdits(t *testing.T) {
 	t.Parallel()
 	w := newRaceWorld(t, "")
@@ -229,6 +224,7 @@ func TestRaceClaudeContestantEdits(t *testing.T) {
 		Contestants: []harness.Agent{claudeContestant()},
 		Workdir:     t.TempDir(),
 		Check:       `grep -qx fixed claude.txt`,
+		Options:     map[string]map[string]string{"claude": {"permission-mode": "acceptEdits"}},
 	})
 	if c := res.Contestants[0]; res.Winner != 0 {
 		t.Errorf("the claude contestant could not edit its workspace: %+v\nevents: %s", c, w.events(0))

@@ -51,6 +51,12 @@ type RaceSpec struct {
 	Budget    int64
 	// Timeout bounds each contestant's turn.
 	Timeout time.Duration
+	// Options are preset options (Turn.Options) by preset name: those of
+	// "" go to every contestant, a preset's own over them (Claude Code's
+	// permission-mode, so that it may edit its workspace). Env are
+	// variables for every contestant (Turn.Env).
+	Options map[string]map[string]string
+	Env     map[string]string
 }
 
 // RaceOptions configure Race. Run is the template of every
@@ -230,7 +236,7 @@ func runContestant(ctx context.Context, r RaceSpec, o *RaceOptions, c *Contestan
 		c.Code = string(outpost.CodeOf(c.Err))
 		return
 	}
-	t := Turn{Agent: a, Prompt: r.Prompt, Workdir: c.Workdir, Timeout: r.Timeout}
+	t := Turn{Agent: a, Prompt: r.Prompt, Workdir: c.Workdir, Timeout: r.Timeout, Env: r.Env, Options: r.optionsOf(a.Harness.Name)}
 	if r.From != "" && fromAgent == a.Harness.Name {
 		t.Fork = r.From
 	}
@@ -364,4 +370,20 @@ func judge(ctx context.Context, r RaceSpec, o *RaceOptions, objs checkpoint.Obje
 	}
 	jr.Winner, jr.Reason = ans.Winner, ans.Reason
 	return jr
+}
+
+// optionsOf are the preset options of one contestant.
+func (r RaceSpec) optionsOf(preset string) map[string]string {
+	all, own := r.Options[""], r.Options[preset]
+	if len(all) == 0 && len(own) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for k, v := range all {
+		out[k] = v
+	}
+	for k, v := range own {
+		out[k] = v
+	}
+	return out
 }

@@ -21,7 +21,7 @@ type raceFlags struct {
 	check, judge, from string
 	sandbox, model     string
 	workdir            string
-	set                []string
+	set, options, env  []string
 	maxTokens, budget  int64
 	timeout            time.Duration
 	json               bool
@@ -60,6 +60,8 @@ With --json: each contestant's result line, then one line
 	fl.StringVar(&f.model, "model", "", "model to ask every agent for (default: each CLI's)")
 	fl.StringVar(&f.workdir, "workdir", "", "the directory every contestant starts from (default: the current one)")
 	fl.StringArrayVar(&f.set, "set", nil, "sandbox provider setting KEY=VALUE; repeatable")
+	fl.StringArrayVar(&f.options, "option", nil, "preset option [AGENT:]KEY=VALUE, for every contestant or for AGENT's (e.g. claude:permission-mode=acceptEdits); repeatable")
+	fl.StringArrayVar(&f.env, "env", nil, "variable for every contestant, NAME=VALUE or NAME (taken from the environment); repeatable")
 	fl.Int64Var(&f.maxTokens, "max-tokens", 0, "each contestant's token budget")
 	fl.Int64Var(&f.budget, "budget", 0, "all contestants' token budget together")
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop each contestant's turn after this long")
@@ -94,6 +96,12 @@ func (a *app) race(ctx context.Context, f raceFlags, task string) error {
 	}
 	settings, err := parsePairs(f.set, "--set", nil)
 	if err != nil {
+		return err
+	}
+	if spec.Env, err = parsePairs(f.env, "--env", lookupEnv); err != nil {
+		return err
+	}
+	if spec.Options, err = raceOptions(f.options); err != nil {
 		return err
 	}
 	provider, err := openProvider(f.sandbox, settings)
@@ -195,4 +203,29 @@ func (a *app) raceTable(res *sandbox.RaceResult) error {
 	}
 	fmt.Fprintf(a.stderr, "· see its work: outpost diff %s · take it: outpost apply %s\n", w.Conversation, w.Conversation)
 	return nil
+}
+
+// raceOptions groups --option [AGENT:]KEY=VALUE by preset ("" for all).
+func raceOptions(list []string) (map[string]map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	out := map[string]map[string]string{}
+	for _, o := range list {
+		agent, kv := "", o
+		if a, rest, ok := strings.Cut(o, ":"); ok && !strings.Contains(a, "=") {
+			agent, kv = a, rest
+		}
+		pairs, err := parsePairs([]string{kv}, "--option", nil)
+		if err != nil {
+			return nil, err
+		}
+		if out[agent] == nil {
+			out[agent] = map[string]string{}
+		}
+		for k, v := range pairs {
+			out[agent][k] = v
+		}
+	}
+	return out, nil
 }
