@@ -48,6 +48,10 @@ func benchWorkspace(b *testing.B) (dir, git string) {
 	old := time.Now().Add(-time.Hour)
 	filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error { return os.Chtimes(p, old, old) })
 	gitRun(b, git, dir, "init", "-q")
+	// No background gc: it would race the directory's removal and time
+	// itself into the anchor.
+	gitRun(b, git, dir, "config", "gc.auto", "0")
+	gitRun(b, git, dir, "config", "maintenance.auto", "false")
 	gitRun(b, git, dir, "add", "-A")
 	gitRun(b, git, dir, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "start")
 	return dir, git
