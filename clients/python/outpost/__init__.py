@@ -13,9 +13,11 @@ from .errors import (BootstrapError, CancelledError, ConfigurationError,
                      ConversationError, OutpostError, OutputError,
                      ProcessError, QuotaError, BudgetError, RefusedError, SandboxError,
                      TimeoutError, TransportError, UnavailableError)
-from .models import (Agent, Conversation, ConversationUsage, ErrorInfo, Event,
-                     Health, Result, SteerResponse, Tool, Turn, TurnRequest,
-                     TurnStatus, Usage)
+from .models import (Agent, Checkpoint, CheckResult, Contestant, Conversation,
+                     ConversationUsage, Diff, DiffFile, ErrorInfo, Event,
+                     Health, RaceEvent, RaceLine, RaceProgress, RaceRequest,
+                     RaceResponse, RaceResultLine, Result, SteerResponse,
+                     Tool, Turn, TurnRequest, TurnStatus, Usage)
 
 __version__ = "0.1.0"
 
@@ -26,4 +28,6 @@ __all__ = [
     "QuotaError", "OutputError", "BudgetError", "TimeoutError", "CancelledError", "TransportError",
     "Agent", "Conversation", "ConversationUsage", "ErrorInfo", "Event", "Health",
     "Result", "SteerResponse", "Tool", "Turn", "TurnRequest", "TurnStatus", "Usage",
+    "Checkpoint", "CheckResult", "Diff", "DiffFile", "RaceRequest", "RaceProgress",
+    "RaceEvent", "RaceResultLine", "RaceLine", "RaceResponse", "Contestant",
 ]

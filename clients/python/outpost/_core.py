@@ -8,14 +8,16 @@ import json
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
 from . import models
 from .errors import OutpostError, TransportError, error_from
-from .models import (Agent, Conversation, ConversationUsage, Event, Health,
-                     Result, SteerResponse, TurnRequest, TurnStatus)
+from .models import (Agent, Conversation, ConversationUsage, Diff, Event,
+                     Health, RaceEvent, RaceLine, RaceProgress, RaceRequest,
+                     RaceResponse, RaceResultLine, Result, SteerResponse,
+                     TurnRequest, TurnStatus)
 
 # The host name of requests over the Unix socket (any name would do).
 SOCKET_BASE = "http://outpost"
@@ -111,6 +113,8 @@ class Call:
             raise response_error(r)
         if self.decode is NO_BODY:
             return None
+        if self.decode is TEXT:
+            return r.text
         if self.decode is None:
             return r.content
         return self.decode(r.json())
@@ -118,6 +122,77 @@ class Call:
 
 def NO_BODY(_: Any) -> None:  # noqa: N802 - a marker
     return None
+
+
+def TEXT(_: Any) -> None:  # noqa: N802 - a marker: the body as text
+    return None
+
+
+DIFF_FORMATS = ("patch", "stat", "json")
+
+
+def diff_call(ref: str, to: Optional[str], format: str) -> Call:
+    """diff_call is the request of a diff: ``ref`` is ``ID[@TURN]``."""
+    if format not in DIFF_FORMATS:
+        raise ValueError(f"outpost: diff format {format!r}: want one of {DIFF_FORMATS}")
+    conv, turn = ref, None
+    if "@" in ref:
+        conv, turn = ref.rsplit("@", 1)
+    params = {"format": format}
+    if turn is not None:
+        params["turn"] = turn
+    if to:
+        params["to"] = to
+    p = conversation_path(conv, "diff") + "?" + urlencode(params)
+    if format == "json":
+        return Call("GET", p, decode=_of(Diff))
+    return Call("GET", p, headers={"Accept": "text/x-diff" if format == "patch" else "text/plain"}, decode=TEXT)
+
+
+RaceItem = Union[RaceProgress, RaceEvent, RaceResultLine, RaceLine]
+
+
+def race_body(prompt: str, spec: Dict[str, Any]) -> Dict[str, Any]:
+    """race_body is the JSON of a race request; ``from_`` is the API's
+    ``from``."""
+    return models.encode(RaceRequest(prompt=prompt, **spec))
+
+
+class RaceStream:
+    """The parsing of one race's event stream into items, and what a
+    finished race answers."""
+
+    path = "/v1/races"
+    headers = {"Accept": "text/event-stream"}
+
+    def __init__(self) -> None:
+        self.sse = SSE()
+        self.results: List[RaceResultLine] = []
+        self.race: Optional[RaceLine] = None
+
+    def feed(self, chunk: str) -> List[RaceItem]:
+        items = []
+        for seq, data in self.sse.feed(chunk):
+            if self.race is not None:
+                break
+            item = models.race_item(seq, data)
+            if isinstance(item, RaceResultLine):
+                self.results.append(item)
+            elif isinstance(item, RaceLine):
+                self.race = item
+            items.append(item)
+        return items
+
+    def response(self) -> RaceResponse:
+        if self.race is None:
+            raise TransportError("outpost: the race's stream ended without its race line")
+        return RaceResponse(results=self.results, race=self.race)
+
+
+def race_deliver(item: RaceItem, on_event: Optional[Callable[[Any], Any]]) -> None:
+    """race_deliver hands progress and contestants' events to on_event."""
+    if on_event is not None and isinstance(item, (RaceProgress, RaceEvent)):
+        on_event(item)
 
 
 def _of(cls: type) -> Callable[[Any], Any]:
@@ -174,7 +249,9 @@ class Api:
         arguments are those of ``TurnRequest``: agent, sandbox, model,
         schema, resume, fork, settings, env, options, timeout_ms,
         inactivity_ms, raw, repairs, protocol, secrets, egress,
-        egress_allow."""
+        egress_allow, workspace ("new"), checkpoint ("on", "off"),
+        checkpoint_include, check (a shell command run after the turn),
+        check_timeout_ms."""
         body = models.encode(TurnRequest(prompt=prompt, **request))
         return self._call(Call("POST", "/v1/turns", json=body, decode=_of(TurnStatus)))
 
@@ -191,6 +268,14 @@ class Api:
     def cancel(self, turn_id: str) -> TurnStatus:
         """Cancel a turn: its result gets code cancelled."""
         return self._call(Call("POST", turn_path(turn_id, "cancel"), decode=_of(TurnStatus)))
+
+    def diff(self, ref: str, *, to: Optional[str] = None, format: str = "patch") -> Union[str, Diff]:
+        """What a turn changed in its workspace (``outpost diff``): ``ref``
+        is a conversation id (or unique prefix), with ``@TURN`` for a turn
+        other than the last. With ``to`` (another ``ID[@TURN]``), ref's
+        workspace against to's. ``format`` "patch" (a unified diff, the
+        default) and "stat" return the text, "json" a ``Diff``."""
+        return self._call(diff_call(ref, to, format))
 
     def agents(self) -> list:
         """The agent presets."""

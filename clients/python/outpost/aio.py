@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Callable, Optional, Union
+from typing import Any, AsyncIterator, Callable, Dict, Optional, Union
 
 import httpx
 
 from . import _core
 from .errors import TransportError
-from .models import Event, Result, TurnStatus
+from .models import Event, RaceResponse, Result, TurnStatus
 
 __all__ = ["AsyncClient"]
 
@@ -57,13 +57,42 @@ class AsyncClient(_core.Api):
         return _core.checked(res, check, turn_id)
 
     async def run(self, prompt: str, *, on_event: Optional[Callable[[Event], Any]] = None,
-                  check: bool = True, **request: Any) -> Result:
+                  check: bool = True, check_command: Optional[str] = None, **request: Any) -> Result:
         """See ``Client.run``."""
+        if check_command is not None:
+            request["check"] = check_command
         t = await self.start(prompt, **request)
         res = None
         async for item in self.events(t.id):
             res = _core.deliver(item, on_event)
         return _core.checked(res, check, t.id)
+
+    def race_events(self, prompt: str, **spec: Any) -> AsyncIterator[_core.RaceItem]:
+        """See ``Client.race_events``."""
+        return self._race(_core.RaceStream(), prompt, spec)
+
+    async def _race(self, s: _core.RaceStream, prompt: str, spec: Dict[str, Any]) -> AsyncIterator[_core.RaceItem]:
+        try:
+            async with self._http.stream("POST", s.path, json=_core.race_body(prompt, spec), headers=s.headers,
+                                         timeout=self._stream_timeout) as r:
+                if r.status_code != 200:
+                    await r.aread()
+                    raise _core.response_error(r)
+                async for chunk in r.aiter_text():
+                    for item in s.feed(chunk):
+                        yield item
+                    if s.race is not None:
+                        return
+        except httpx.TransportError as e:
+            raise TransportError(f"outpost: the race's stream: {e!r}") from e
+        s.response()  # raises: the stream ended without its race line
+
+    async def race(self, prompt: str, *, on_event: Optional[Callable[[Any], Any]] = None, **spec: Any) -> RaceResponse:
+        """See ``Client.race``."""
+        s = _core.RaceStream()
+        async for item in self._race(s, prompt, spec):
+            _core.race_deliver(item, on_event)
+        return s.response()
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import httpx
 
 from . import _core
 from .errors import TransportError
-from .models import Event, Result, TurnStatus
+from .models import Event, RaceResponse, Result, TurnStatus
 
 __all__ = ["Client"]
 
@@ -68,14 +68,56 @@ class Client(_core.Api):
         return _core.checked(res, check, turn_id)
 
     def run(self, prompt: str, *, on_event: Optional[Callable[[Event], Any]] = None,
-            check: bool = True, **request: Any) -> Result:
+            check: bool = True, check_command: Optional[str] = None, **request: Any) -> Result:
         """Start a turn and wait for its result; ``on_event`` sees each
-        event. Takes the keyword arguments of ``start``."""
+        event. Takes the keyword arguments of ``start``; ``check`` is
+        whether a failed turn raises, so the request's ``check`` (a shell
+        command run after the turn) is ``check_command`` here."""
+        if check_command is not None:
+            request["check"] = check_command
         t = self.start(prompt, **request)
         res = None
         for item in self.events(t.id):
             res = _core.deliver(item, on_event)
         return _core.checked(res, check, t.id)
+
+    def race_events(self, prompt: str, **spec: Any) -> Iterator[_core.RaceItem]:
+        """A race's stream (``outpost race``): each contestant's
+        ``RaceProgress`` and ``RaceEvent`` items, then each one's
+        ``RaceResultLine``, the ``RaceLine`` last (each with its ``seq``).
+        Keyword arguments are those of ``RaceRequest``: agents, count,
+        model, check, check_timeout_ms, judge, from_ (``ID[@TURN]``),
+        max_tokens, budget, timeout_ms, sandbox, settings, secrets,
+        egress, egress_allow. The race lives as long as the stream:
+        closing it early cancels the race; a dropped connection is a
+        ``TransportError`` (there is no reconnection)."""
+        return self._race(_core.RaceStream(), prompt, spec)
+
+    def _race(self, s: _core.RaceStream, prompt: str, spec: Dict[str, Any]) -> Iterator[_core.RaceItem]:
+        try:
+            with self._http.stream("POST", s.path, json=_core.race_body(prompt, spec), headers=s.headers,
+                                   timeout=self._stream_timeout) as r:
+                if r.status_code != 200:
+                    r.read()
+                    raise _core.response_error(r)
+                for chunk in r.iter_text():
+                    yield from s.feed(chunk)
+                    if s.race is not None:
+                        return
+        except httpx.TransportError as e:
+            raise TransportError(f"outpost: the race's stream: {e!r}") from e
+        s.response()  # raises: the stream ended without its race line
+
+    def race(self, prompt: str, *, on_event: Optional[Callable[[Any], Any]] = None, **spec: Any) -> RaceResponse:
+        """Run a race to its end: returns every contestant's result line
+        (``.results``) and the race (``.race.winner``, -1 when none
+        passed; ``.race.conversation``, the winner's). ``on_event`` sees
+        each progress item and contestant's event (``.contestant``)
+        meanwhile. Takes the keyword arguments of ``race_events``."""
+        s = _core.RaceStream()
+        for item in self._race(s, prompt, spec):
+            _core.race_deliver(item, on_event)
+        return s.response()
 
     def close(self) -> None:
         self._http.close()

@@ -21,9 +21,12 @@ from typing import Any, Dict, List, Optional, Union
 
 __all__ = [
     "Usage", "ErrorInfo", "Tool", "Event", "ChangedFile", "ChangedFiles",
-    "Attempt", "Result", "TurnRequest", "TurnStatus", "Turn", "SteerRequest",
-    "SteerResponse", "Conversation", "ConversationUsage", "Agent", "Health",
-    "MODELS", "decode", "encode", "stream_item",
+    "Attempt", "Checkpoint", "CheckResult", "Result", "TurnRequest",
+    "TurnStatus", "Turn", "SteerRequest", "SteerResponse",
+    "ConversationCheckpoint", "Conversation", "ConversationUsage", "Agent",
+    "Health", "DiffFile", "Diff", "RaceRequest", "RaceProgress", "RaceEvent",
+    "RaceResultLine", "Contestant", "JudgeResult", "RaceLine", "RaceResponse",
+    "MODELS", "decode", "encode", "stream_item", "race_item",
 ]
 
 # MODELS maps each OpenAPI schema name to its class.
@@ -138,6 +141,31 @@ class Attempt:
     errors: Optional[List[Dict[str, Any]]] = None
 
 
+@_schema("Checkpoint")
+class Checkpoint:
+    """The workspace checkpoint a turn recorded (docs/workspaces.md): the
+    commits of the workspace after the turn and of the one it started
+    from; ``changed`` counts the files the turn changed."""
+    turn: int
+    commit: str
+    base: str
+    files: int
+    bytes: int
+    changed: int
+    stored: int
+
+
+@_schema("CheckResult")
+class CheckResult:
+    """How the turn's ``check`` command ended; ``passed``: it exited 0."""
+    command: str
+    passed: bool
+    exit_code: int
+    duration_ms: int
+    output: Optional[str] = None
+    error: Optional[str] = None
+
+
 @_schema("Result")
 class Result:
     """The result line: the last item of a turn's stream. ``output`` is
@@ -164,6 +192,9 @@ class Result:
     attempts: Optional[List[Attempt]] = None
     secrets: Optional[str] = None
     egress: Optional[str] = None
+    checkpoint: Optional[Checkpoint] = None
+    workdir: Optional[str] = None
+    check: Optional[CheckResult] = None
     seq: int = field(default=0, metadata=LOCAL)
 
 
@@ -189,6 +220,11 @@ class TurnRequest:
     secrets: Optional[str] = None
     egress: Optional[str] = None
     egress_allow: Optional[List[str]] = None
+    workspace: Optional[str] = None
+    checkpoint: Optional[str] = None
+    checkpoint_include: Optional[List[str]] = None
+    check: Optional[str] = None
+    check_timeout_ms: Optional[int] = None
 
 
 @_schema("TurnStatus")
@@ -219,6 +255,22 @@ class SteerResponse:
     accepted: bool
 
 
+@_schema("ConversationCheckpoint")
+class ConversationCheckpoint:
+    """One turn's checkpoint in a conversation's metadata."""
+    turn: int
+    commit: str
+    base: str
+    revision: int
+    files: int
+    bytes: int
+    changed: int
+    created: datetime
+    memory: Optional[str] = None
+    native: Optional[str] = None
+    conversation: Optional[str] = None
+
+
 @_schema("Conversation")
 class Conversation:
     id: str
@@ -235,6 +287,7 @@ class Conversation:
     model: Optional[str] = None
     metered: Optional[Metered] = None
     budget: Optional[int] = None
+    checkpoints: Optional[List[ConversationCheckpoint]] = None
 
 
 @_schema("ConversationUsage")
@@ -265,6 +318,124 @@ class Health:
     running: int
     queued: int
     version: Optional[str] = None
+
+
+@_schema("DiffFile")
+class DiffFile:
+    """One file of a diff: ``action`` is added, modified or deleted;
+    ``added`` and ``deleted`` count lines."""
+    path: str
+    action: str
+    added: int
+    deleted: int
+    binary: Optional[bool] = None
+
+
+@_schema("Diff")
+class Diff:
+    """A diff of checkpoints (``Client.diff(..., format="json")``): the
+    commits compared and each file's change."""
+    from_: str = field(metadata={"name": "from"})
+    to: str
+    files: List[DiffFile]
+    added: int
+    deleted: int
+
+
+@_schema("RaceRequest")
+class RaceRequest:
+    """What ``POST /v1/races`` takes; ``Client.race`` builds it from its
+    keyword arguments."""
+    prompt: str
+    agents: Optional[List[str]] = None
+    count: Optional[int] = None
+    model: Optional[str] = None
+    check: Optional[str] = None
+    check_timeout_ms: Optional[int] = None
+    judge: Optional[str] = None
+    from_: Optional[str] = field(default=None, metadata={"name": "from"})
+    max_tokens: Optional[int] = None
+    budget: Optional[int] = None
+    timeout_ms: Optional[int] = None
+    sandbox: Optional[str] = None
+    settings: Optional[Dict[str, str]] = None
+    secrets: Optional[str] = None
+    egress: Optional[str] = None
+    egress_allow: Optional[List[str]] = None
+
+
+@_schema("RaceProgress")
+class RaceProgress:
+    """A contestant's step: ``state`` started, finished or checked
+    (``passed`` then says how its check went)."""
+    type: str
+    contestant: int
+    agent: str
+    state: str
+    conversation: Optional[str] = None
+    code: Optional[str] = None
+    passed: Optional[bool] = None
+    seq: int = field(default=0, metadata=LOCAL)
+
+
+@_schema("RaceEvent")
+class RaceEvent(Event):
+    """An event of a contestant's turn; ``contestant`` is its index."""
+    contestant: int
+
+
+@_schema("RaceResultLine")
+class RaceResultLine(Result):
+    """A contestant's result line; ``contestant`` is its index."""
+    contestant: int
+
+
+@_schema("Contestant")
+class Contestant:
+    """One contestant's outcome in the race line."""
+    index: int
+    agent: str
+    workdir: str
+    passed: bool
+    tokens: int
+    duration_ms: int
+    files: int
+    added: int
+    deleted: int
+    model: Optional[str] = None
+    conversation: Optional[str] = None
+    metered: Optional[Usage] = None
+    code: Optional[str] = None
+
+
+@_schema("JudgeResult")
+class JudgeResult:
+    winner: int
+    conversation: Optional[str] = None
+    reason: Optional[str] = None
+    error: Optional[str] = None
+
+
+@_schema("RaceLine")
+class RaceLine:
+    """A race's outcome: ``winner`` is the winning contestant's index, -1
+    when none passed; ``conversation`` the winner's."""
+    type: str
+    winner: int
+    start: str
+    contestants: List[Contestant]
+    tokens: int
+    duration_ms: int
+    conversation: Optional[str] = None
+    judge: Optional[JudgeResult] = None
+    seq: int = field(default=0, metadata=LOCAL)
+
+
+@_schema("RaceResponse")
+class RaceResponse:
+    """A finished race: every contestant's result line, and the race."""
+    results: List[RaceResultLine]
+    race: RaceLine
 
 
 # Go writes up to nine fractional digits; datetime takes six.
@@ -302,14 +473,21 @@ def _convert(tp: Any, v: Any) -> Any:
     return v
 
 
+def wire_name(f: dataclasses.Field) -> str:
+    """wire_name is a field's JSON name: its own, or ``metadata["name"]``
+    for a name Python keeps (``from``)."""
+    return f.metadata.get("name", f.name)
+
+
 def decode(cls: type, data: Dict[str, Any]):
     """decode builds a model from its JSON object; fields a newer server
     adds are ignored."""
     hints = _hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
-        if f.name in data and not f.metadata.get("local"):
-            kwargs[f.name] = _convert(hints[f.name], data[f.name])
+        name = wire_name(f)
+        if name in data and not f.metadata.get("local"):
+            kwargs[f.name] = _convert(hints[f.name], data[name])
     return cls(**kwargs)
 
 
@@ -332,7 +510,7 @@ def encode(obj: Any) -> Dict[str, Any]:
         v = getattr(obj, f.name)
         if f.metadata.get("local") or (v is None and f.default is None):
             continue
-        out[f.name] = _plain(v)
+        out[wire_name(f)] = _plain(v)
     return out
 
 
@@ -340,5 +518,15 @@ def stream_item(seq: int, data: Dict[str, Any]) -> Union[Event, Result]:
     """stream_item decodes one item of a turn's stream: the result line
     (type "result") or an event."""
     item = decode(Result if data.get("type") == "result" else Event, data)
+    item.seq = seq
+    return item
+
+
+def race_item(seq: int, data: Dict[str, Any]) -> Union[RaceProgress, RaceEvent, RaceResultLine, RaceLine]:
+    """race_item decodes one item of a race's stream by its type:
+    progress, a contestant's event, a contestant's result line, or the
+    race line (last)."""
+    cls = {"progress": RaceProgress, "result": RaceResultLine, "race": RaceLine}.get(data.get("type"), RaceEvent)
+    item = decode(cls, data)
     item.seq = seq
     return item

@@ -71,3 +71,21 @@ def test_async_steer_cancel_and_errors(shared, proxy):
                 await c.result(t.id)
             assert e.value.details["cancelled_by"] == "client"
     run(main())
+
+
+def test_async_diff_and_race(shared):
+    check = 'test -f out.txt && case "$PWD" in *-race-1-*) exit 0;; *) exit 1;; esac'
+
+    async def main():
+        async with AsyncClient(socket=shared.socket) as c:
+            res = await c.run("#write=out.txt go", workspace="new")
+            assert res.checkpoint.turn == 1
+            assert "+++ b/out.txt" in await c.diff(res.conversation)
+            assert [f.path for f in (await c.diff(res.conversation, format="json")).files] == ["out.txt"]
+            seen = []
+            r = await c.race("#write=out.txt solve it", count=3, check=check, on_event=seen.append)
+            assert r.race.winner == 1 and len(r.results) == 3
+            assert {p.contestant for p in seen if p.type == "progress" and p.state == "checked"} == {0, 1, 2}
+            items = [i async for i in c.race_events("hi", count=2)]
+            assert items[-1].type == "race" and len(items[-1].contestants) == 2
+    run(main())

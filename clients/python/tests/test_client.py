@@ -305,3 +305,58 @@ def test_docker_sandbox(serve):
         again = c.run("and again", resume=res.conversation, sandbox="docker")
         assert "(turn 2)" in again.text
         assert json.loads(json.dumps(outpost.models.encode(again)))["conversation"] == res.conversation
+
+
+RACE_CHECK = 'test -f out.txt && case "$PWD" in *-race-1-*) exit 0;; *) exit 1;; esac'
+
+
+def test_workspaces_diff_and_race(client):
+    """A turn in a new workspace with a check, its checkpoint; the diff in
+    its three formats; a race of three echo contestants whose check
+    passes for the second only, with its progress; the refusals."""
+    first = client.run("#write=out.txt go", workspace="new", check_command="test -f out.txt")
+    assert first.checkpoint.turn == 1 and first.checkpoint.changed == 1
+    assert first.check.passed and first.check.exit_code == 0 and first.workdir
+    conv = first.conversation
+    notices = []
+    second = client.run("#write=two.txt more", resume=conv, workspace="new",
+                        on_event=lambda ev: notices.append(ev.kind) if ev.type == "notice" else None)
+    assert second.checkpoint.turn == 2 and "checkpoint" in notices
+    assert [c.turn for c in client.conversations.show(conv).checkpoints] == [1, 2]
+
+    patch = client.diff(conv)
+    assert "+++ b/two.txt" in patch and "out.txt" not in patch
+    stat = client.diff(f"{conv}@1", format="stat")
+    assert "out.txt" in stat and " 1 file(s) changed, 1 insertion(s)(+)" in stat
+    d = client.diff(f"{conv}@1", to=f"{conv}@2", format="json")
+    assert isinstance(d, outpost.Diff) and [(f.path, f.action) for f in d.files] == [("two.txt", "added")]
+    assert d.from_ == first.checkpoint.commit and d.to == second.checkpoint.commit
+    with pytest.raises(ConversationError) as e:
+        client.diff(f"{conv}@9")
+    assert e.value.status == 404 and e.value.details["checkpoint"] == "not_found"
+    with pytest.raises(ConfigurationError) as e:
+        client.diff(f"{conv}@0")
+    assert e.value.status == 400
+    with pytest.raises(ValueError):
+        client.diff(conv, format="html")
+
+    seen = []
+    r = client.race("#write=out.txt solve it", agents=["echo"], count=3, check=RACE_CHECK, on_event=seen.append)
+    assert isinstance(r.race, outpost.RaceLine) and r.race.winner == 1
+    assert r.race.conversation == r.results[1].conversation
+    assert [(line.contestant, line.check.passed) for line in r.results] == [(0, False), (1, True), (2, False)]
+    for i in range(3):
+        assert [p.state for p in seen if isinstance(p, outpost.RaceProgress) and p.contestant == i] == ["started", "finished", "checked"]
+    assert any(isinstance(ev, outpost.RaceEvent) and ev.type == "message" for ev in seen)
+    # The stream itself, from the winner's checkpoint.
+    items = list(client.race_events("#write=more.txt again", count=2, from_=r.race.conversation + "@1",
+                                    check="test -f out.txt && test -f more.txt"))
+    assert [i.seq for i in items] == list(range(1, len(items) + 1))
+    assert isinstance(items[-1], outpost.RaceLine) and items[-1].winner >= 0
+    assert all(line.parent == r.race.conversation for line in items if isinstance(line, outpost.RaceResultLine))
+    with pytest.raises(ConfigurationError) as e:
+        client.race("x", agents=["echo"], count=17)
+    assert e.value.status == 400 and e.value.reason == "bad_request"
+    with pytest.raises(ConversationError) as e:
+        client.race("x", from_=conv + "@9")
+    assert e.value.status == 404

@@ -18,7 +18,7 @@ from outpost.errors import _BY_CODE
 # Schemas the client unwraps instead of modelling: the list wrappers
 # (Client.agents and conversations.list return the lists), the error
 # envelope (raised as an exception) and the union of Event and Result.
-UNWRAPPED = {"ErrorResponse", "ConversationList", "AgentList", "StreamItem"}
+UNWRAPPED = {"ErrorResponse", "ConversationList", "AgentList", "StreamItem", "RaceItem"}
 
 JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "object": dict, "array": list}
 
@@ -32,9 +32,18 @@ def document(shared) -> Dict[str, Any]:
 
 
 def resolve(doc, schema):
+    """resolve follows $ref, and merges the parts of an allOf (an object
+    that extends another: RaceEvent is an Event with its contestant)."""
     while "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[1]
         schema = doc["components"]["schemas"][name]
+    if "allOf" in schema:
+        merged = {"type": "object", "properties": {}, "required": []}
+        for part in schema["allOf"]:
+            part = resolve(doc, part)
+            merged["properties"].update(part.get("properties", {}))
+            merged["required"] += part.get("required", [])
+        return merged
     return schema
 
 
@@ -83,17 +92,18 @@ def check_type(doc, where, tp, schema, problems):
 
 def check_model(doc, cls, schema, problems, where=None):
     where = where or cls.__name__
+    schema = resolve(doc, schema)
     props = schema.get("properties", {})
     required = set(schema.get("required", []))
     hints = typing.get_type_hints(cls, vars(models))
-    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("local")}
+    fields = {models.wire_name(f): f for f in dataclasses.fields(cls) if not f.metadata.get("local")}
     for name in sorted(set(props) - set(fields)):
         problems.append(f"{where}.{name}: in the document, not in the model")
     for name in sorted(set(fields) - set(props)):
         problems.append(f"{where}.{name}: in the model, not in the document")
     for name in sorted(set(fields) & set(props)):
         f, prop = fields[name], resolve(doc, props[name])
-        tp, optional = unwrap(hints[name])
+        tp, optional = unwrap(hints[f.name])
         has_default = f.default is not dataclasses.MISSING
         if (name in required) == has_default:
             problems.append(f"{where}.{name}: required {name in required}, has a default {has_default}")
