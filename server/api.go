@@ -102,6 +102,13 @@ type RaceRequest struct {
 	Budget    int64 `json:"budget,omitempty"`
 	// TimeoutMS bounds each contestant's turn; 0: the server's ceiling.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Options are preset options for every contestant, AgentOptions a
+	// preset's own (over Options): e.g. {"claude": {"permission-mode":
+	// "acceptEdits"}}, so that a contestant may edit its workspace. Env
+	// are variables for every contestant.
+	Options      map[string]string            `json:"options,omitempty"`
+	AgentOptions map[string]map[string]string `json:"agent_options,omitempty"`
+	Env          map[string]string            `json:"env,omitempty"`
 	// Sandbox, Settings, Secrets, Egress and EgressAllow are a turn's.
 	Sandbox     string            `json:"sandbox,omitempty"`
 	Settings    map[string]string `json:"settings,omitempty"`

@@ -53,6 +53,10 @@ type RaceArgs struct {
 	MaxTokens int64    `json:"max_tokens,omitempty" jsonschema:"each contestant's token budget"`
 	Budget    int64    `json:"budget,omitempty" jsonschema:"all contestants' token budget together"`
 	Timeout   string   `json:"timeout,omitempty" jsonschema:"how long each contestant's turn may run, a duration such as 10m; default and ceiling: the server's"`
+	// AgentOptions are a preset's own options: {"claude":
+	// {"permission-mode": "acceptEdits"}} lets Claude Code edit.
+	Options      map[string]string            `json:"options,omitempty" jsonschema:"preset options for every contestant"`
+	AgentOptions map[string]map[string]string `json:"agent_options,omitempty" jsonschema:"a preset's own options by preset name, e.g. {\"claude\": {\"permission-mode\": \"acceptEdits\"}} so that Claude Code may edit its workspace"`
 }
 
 // DiffArgs are the arguments of the MCP tool diff (`outpost diff`).
@@ -203,7 +207,7 @@ func timeoutMS(timeout string) (int64, error) {
 // request is the race request of the arguments.
 func (a RaceArgs) request() (*RaceRequest, error) {
 	req := &RaceRequest{Prompt: a.Prompt, Agents: a.Agents, Count: a.Count, Check: a.Check, Judge: a.Judge, From: a.From,
-		Model: a.Model, Sandbox: a.Sandbox, MaxTokens: a.MaxTokens, Budget: a.Budget}
+		Model: a.Model, Sandbox: a.Sandbox, MaxTokens: a.MaxTokens, Budget: a.Budget, Options: a.Options, AgentOptions: a.AgentOptions}
 	if a.Image != "" {
 		req.Settings = map[string]string{"image": a.Image}
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -171,7 +172,21 @@ func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (sandbox.RaceS
 	if timeout == 0 {
 		timeout = s.o.MaxTimeout
 	}
-	spec := sandbox.RaceSpec{Prompt: req.Prompt, Workdir: s.o.Workdir, Check: req.Check, MaxTokens: req.MaxTokens, Budget: req.Budget, Timeout: timeout}
+	for k := range req.Env {
+		if !harness.ValidVariableName(k) {
+			return bad("invalid variable name %q", k)
+		}
+	}
+	spec := sandbox.RaceSpec{Prompt: req.Prompt, Workdir: s.o.Workdir, Check: req.Check, MaxTokens: req.MaxTokens, Budget: req.Budget, Timeout: timeout, Env: req.Env}
+	if len(req.Options) > 0 || len(req.AgentOptions) > 0 {
+		spec.Options = map[string]map[string]string{"": req.Options}
+		for name, o := range req.AgentOptions {
+			if !slices.Contains(agents, name) {
+				return bad("agent_options names %q, which is not in the race (agents: %s)", name, strings.Join(agents, ", "))
+			}
+			spec.Options[name] = o
+		}
+	}
 	seen := map[string]bool{}
 	for _, name := range agents {
 		h, ok := presets.Lookup(name)
@@ -180,7 +195,9 @@ func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (sandbox.RaceS
 		}
 		if !seen[name] {
 			seen[name] = true
-			if _, err := h.Request(harness.Input{Prompt: req.Prompt, Model: req.Model, Workdir: s.o.Workdir}); err != nil {
+			// The preset refuses here what it would refuse after the race
+			// started: its options, the model, the prompt.
+			if _, err := h.Request(harness.Input{Prompt: req.Prompt, Model: req.Model, Workdir: s.o.Workdir, Options: raceOptions(spec.Options, name)}); err != nil {
 				return bad("agent %s: %s", name, err.Error())
 			}
 		}
@@ -396,6 +413,18 @@ func (s *Server) runRace(r *race, spec sandbox.RaceSpec, opts *sandbox.RaceOptio
 	r.mu.Unlock()
 	r.cancel(nil)
 	close(r.done)
+}
+
+// raceOptions are one preset's options in a race: those for every
+// contestant, its own over them (sandbox.RaceSpec.Options).
+func raceOptions(all map[string]map[string]string, preset string) map[string]string {
+	out := map[string]string{}
+	for _, m := range []map[string]string{all[""], all[preset]} {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func orOK(err error) string {

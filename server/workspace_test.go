@@ -304,8 +304,16 @@ func TestRace(t *testing.T) {
 		t.Errorf("race from a checkpoint: %d %s", code, b)
 	}
 
+	// Variables reach every contestant (its check runs with the agent's
+	// environment).
+	code, b, _ = ts.do("POST", "/v1/races", map[string]any{"prompt": "hi", "env": map[string]string{"RACE_COLOUR": "teal"}, "check": `test "$RACE_COLOUR" = teal`})
+	var er server.RaceResponse
+	if json.Unmarshal(b, &er); code != 200 || er.Race.RaceResult == nil || er.Race.Winner != 0 {
+		t.Errorf("race with env: %d %s", code, b)
+	}
+
 	code, b, _ = ts.do("GET", "/metrics", nil)
-	for _, want := range []string{`outpost_races_total{result="winner"} 3`, `outpost_turns_total{agent="echo",code="ok",sandbox="local"} 8`, "outpost_turns_running 0", "outpost_turns_queued 0"} {
+	for _, want := range []string{`outpost_races_total{result="winner"} 4`, `outpost_turns_total{agent="echo",code="ok",sandbox="local"} 9`, "outpost_turns_running 0", "outpost_turns_queued 0"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s:\n%s", want, grep(string(b), "outpost_"))
 		}
@@ -335,6 +343,9 @@ func TestRace(t *testing.T) {
 		{"from an unknown conversation", map[string]any{"prompt": "x", "from": "c0000000000000"}, 404, "conversation", "not_found", ""},
 		{"from an unknown turn", map[string]any{"prompt": "x", "from": conv + "@4"}, 404, "conversation", "not_found", "not_found"},
 		{"not JSON", "agents=echo", 400, "configuration", "bad_request", ""},
+		{"an option echo does not take", map[string]any{"prompt": "x", "options": map[string]string{"budget": "1"}}, 400, "configuration", "bad_request", ""},
+		{"options of an agent not racing", map[string]any{"prompt": "x", "agent_options": map[string]any{"claude": map[string]string{"permission-mode": "acceptEdits"}}}, 400, "configuration", "bad_request", ""},
+		{"bad variable name", map[string]any{"prompt": "x", "env": map[string]string{"A=B": "c"}}, 400, "configuration", "bad_request", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, b, _ := ts.do("POST", "/v1/races", tc.body)

@@ -357,6 +357,9 @@ class RaceRequest:
     max_tokens: Optional[int] = None
     budget: Optional[int] = None
     timeout_ms: Optional[int] = None
+    options: Optional[Dict[str, str]] = None
+    agent_options: Optional[Dict[str, Dict[str, str]]] = None
+    env: Optional[Dict[str, str]] = None
     sandbox: Optional[str] = None
     settings: Optional[Dict[str, str]] = None
     secrets: Optional[str] = None
