@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -25,7 +26,7 @@ import (
 const racyWindow = 2 * time.Second
 
 // indexVersion changes when the cache's layout does.
-const indexVersion = 1
+const indexVersion = 2
 
 // stat is what the cache compares.
 type stat struct {
@@ -56,6 +57,11 @@ type indexFile struct {
 	Version int
 	Dir     string
 	Started int64 // Unix nanoseconds: when the snapshot that wrote it began
+	// Tree is the tree its entries make. The cache is used only with a
+	// store that holds it: objects are written blobs first and never
+	// removed, so such a store holds every blob the cache names (a cache
+	// made for another store, or one whose objects were lost, is not).
+	Tree    plumbing.Hash
 	Entries map[string]indexEntry
 }
 
@@ -81,7 +87,7 @@ func IndexPath(dir string) string {
 	return filepath.Join(base, "outpost", "checkpoints", hex.EncodeToString(sum[:12])+".idx")
 }
 
-func loadIndex(file, dir string) *index {
+func loadIndex(ctx context.Context, objs Objects, file, dir string) *index {
 	idx := &index{}
 	if file == "" {
 		return idx
@@ -90,9 +96,14 @@ func loadIndex(file, dir string) *index {
 	if err != nil {
 		return idx
 	}
-	if x, ok := decodeIndex(b); ok && x.Dir == absDir(dir) {
-		idx.f = x
+	x, ok := decodeIndex(b)
+	if !ok || x.Dir != absDir(dir) || x.Tree.IsZero() {
+		return idx
 	}
+	if miss, err := objs.Missing(ctx, []plumbing.Hash{x.Tree}); err != nil || len(miss) > 0 {
+		return idx // made for another store
+	}
+	idx.f = x
 	return idx
 }
 
@@ -106,7 +117,7 @@ func (x *index) lookup(rel string, st stat) (plumbing.Hash, int64, bool) {
 }
 
 // saveIndex writes the cache atomically; failing costs only speed.
-func saveIndex(file, dir string, started time.Time, es []entry) {
+func saveIndex(file, dir string, started time.Time, tree plumbing.Hash, es []entry) {
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return
 	}
@@ -114,7 +125,7 @@ func saveIndex(file, dir string, started time.Time, es []entry) {
 	if err != nil {
 		return
 	}
-	_, err = tmp.Write(encodeIndex(absDir(dir), started.UnixNano(), es))
+	_, err = tmp.Write(encodeIndex(absDir(dir), started.UnixNano(), tree, es))
 	if cerr := tmp.Close(); err != nil || cerr != nil {
 		os.Remove(tmp.Name())
 		return
@@ -129,12 +140,13 @@ const indexMagic = "OPIX"
 
 // encodeIndex lays the cache out flat: the header (magic, version,
 // started, the directory), then per entry its path, stat, blob and size.
-func encodeIndex(dir string, started int64, es []entry) []byte {
+func encodeIndex(dir string, started int64, tree plumbing.Hash, es []entry) []byte {
 	b := make([]byte, 0, 64+len(dir)+len(es)*(80+32))
 	b = append(b, indexMagic...)
 	b = binary.LittleEndian.AppendUint32(b, indexVersion)
 	b = binary.LittleEndian.AppendUint64(b, uint64(started))
 	b = appendString(b, dir)
+	b = append(b, tree[:]...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(es)))
 	for _, e := range es {
 		b = appendString(b, e.rel)
@@ -158,6 +170,7 @@ func decodeIndex(b []byte) (indexFile, bool) {
 		return indexFile{}, false
 	}
 	x := indexFile{Version: indexVersion, Started: int64(r.u64()), Dir: r.str()}
+	copy(x.Tree[:], r.bytes(len(x.Tree)))
 	n := int(r.u32())
 	if r.bad || n > len(b)/80 {
 		return indexFile{}, false

@@ -62,7 +62,7 @@ func Materialize(ctx context.Context, objs Objects, tree plumbing.Hash, dir stri
 		t.Bytes += e.size
 	}
 	if o.Index != "" {
-		saveIndex(o.Index, dir, started, es)
+		saveIndex(o.Index, dir, started, tree, es)
 	}
 	return t, nil
 }

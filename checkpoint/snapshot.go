@@ -117,7 +117,7 @@ func Snapshot(ctx context.Context, objs Objects, dir string, o *Options) (Tree, 
 	if err := w.walk(ctx, "", nil); err != nil {
 		return Tree{}, err
 	}
-	idx := loadIndex(o.Index, dir)
+	idx := loadIndex(ctx, objs, o.Index, dir)
 	if err := hashEntries(ctx, objs, dir, w.entries, idx, o); err != nil {
 		return Tree{}, err
 	}
@@ -139,7 +139,7 @@ func Snapshot(ctx context.Context, objs Objects, dir string, o *Options) (Tree, 
 	t.Hash = h
 	t.Written, t.WrittenBytes = written.n+idx.written.n, written.bytes+idx.written.bytes
 	if o.Index != "" {
-		saveIndex(o.Index, dir, started, w.entries)
+		saveIndex(o.Index, dir, started, h, w.entries)
 	}
 	return t, nil
 }

@@ -321,3 +321,25 @@ func TestDamagedIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexOfAnotherStore: a stat cache made while snapshotting into one
+// store is not trusted by another, which lacks its blobs.
+func TestIndexOfAnotherStore(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, map[string]string{"a": "one", "b/c": "two"})
+	old := time.Now().Add(-time.Hour)
+	filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error { return os.Chtimes(p, old, old) })
+	o := &checkpoint.Options{Index: filepath.Join(t.TempDir(), "idx")}
+	ctx := context.Background()
+	if _, err := checkpoint.Snapshot(ctx, checkpoint.NewMemory(), dir, o); err != nil {
+		t.Fatal(err)
+	}
+	other := checkpoint.NewMemory()
+	tr, err := checkpoint.Snapshot(ctx, other, dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkpoint.Materialize(ctx, other, tr.Hash, t.TempDir(), nil); err != nil {
+		t.Fatalf("the second store lacks blobs the first store's cache named: %v", err)
+	}
+}

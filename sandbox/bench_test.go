@@ -148,6 +148,9 @@ func BenchmarkRace(b *testing.B) {
 			res, err := sandbox.Race(context.Background(), sandbox.RaceSpec{Prompt: "#write=out.txt go", Workdir: wd,
 				Contestants: []harness.Agent{agent, agent, agent}}, &sandbox.RaceOptions{Run: o})
 			if err != nil || res.Winner < 0 {
+				for _, c := range res.Contestants {
+					b.Log(c.Code, c.Err)
+				}
 				b.Fatalf("%+v %v", res, err)
 			}
 		}
