@@ -50,6 +50,35 @@ func TestTraceparent(t *testing.T) {
 	}
 }
 
+// TestTraceparentRace: a race's contestants run in the caller's trace,
+// each turn span under the caller's span.
+func TestTraceparentRace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	ts, _ := startHome(t, nil)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	code, b, _ := ts.do("POST", "/v1/races", map[string]any{"prompt": "hello", "count": 2}, "traceparent", "00-"+traceID+"-"+parentID+"-01")
+	if code != http.StatusOK {
+		t.Fatalf("POST /v1/races: %d %s", code, b)
+	}
+	n := 0
+	for _, s := range rec.Ended() {
+		if s.Name() != "outpost.turn" {
+			continue
+		}
+		n++
+		if s.SpanContext().TraceID().String() != traceID || s.Parent().SpanID().String() != parentID {
+			t.Errorf("contestant's turn span in trace %s under %s, want %s under %s", s.SpanContext().TraceID(), s.Parent().SpanID(), traceID, parentID)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d turn spans, want the 2 contestants'", n)
+	}
+}
+
 // TestConversationMetered: a conversation's metered usage and budget are
 // in GET /v1/conversations/{id} and .../usage (with what is left),
 // validated against the OpenAPI document like every exchange.
