@@ -40,7 +40,7 @@ func Materialize(ctx context.Context, objs Objects, tree plumbing.Hash, dir stri
 	if err != nil {
 		return Tree{}, err
 	}
-	if err := emptyDir(dir); err != nil {
+	if err := EmptyDir(dir); err != nil {
 		return Tree{}, err
 	}
 	root, err := os.OpenRoot(dir)
@@ -67,8 +67,9 @@ func Materialize(ctx context.Context, objs Objects, tree plumbing.Hash, dir stri
 	return t, nil
 }
 
-// emptyDir makes dir, or checks that it is an empty directory.
-func emptyDir(dir string) error {
+// EmptyDir makes dir, or checks that it is an empty directory
+// (ErrUnsafe otherwise): where a checkpoint may be materialised.
+func EmptyDir(dir string) error {
 	des, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -264,7 +263,7 @@ func (e *engine) materialize(ctx context.Context) error {
 		if e.parent.ID != "" {
 			return outpost.Errorf(outpost.Conversation, "workspace", "conversation %s kept no checkpoint of its workspace to materialise", e.parent.ID).Detail("checkpoint", "missing")
 		}
-		return checkpointErr("workspace", emptyDir(dir))
+		return checkpointErr("workspace", checkpoint.EmptyDir(dir))
 	}
 	objs, err := e.objects()
 	if err != nil {
@@ -276,19 +275,6 @@ func (e *engine) materialize(ctx context.Context) error {
 	}
 	_, err = checkpoint.Materialize(ctx, objs, c.TreeHash, dir, &checkpoint.MaterializeOptions{Index: checkpoint.IndexPath(dir), When: c.Committer.When})
 	return checkpointErr("workspace", err)
-}
-
-func emptyDir(dir string) error {
-	des, err := os.ReadDir(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return os.MkdirAll(dir, 0o755)
-	case err != nil:
-		return err
-	case len(des) > 0:
-		return fmt.Errorf("%w: %s is not empty", checkpoint.ErrUnsafe, dir)
-	}
-	return nil
 }
 
 // snapshotOptions are the checkpoint's settings for a workspace at dir on

@@ -91,14 +91,9 @@ conflicting file is listed (exit status of code conversation).`,
   outpost apply c01abc@2 --workdir ../repo`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			s, err := a.store()
+			s, err := a.storeAndDir(&dir)
 			if err != nil {
 				return err
-			}
-			if dir == "" {
-				if dir, err = os.Getwd(); err != nil {
-					return err
-				}
 			}
 			done, err := conversation.ApplyTurn(c.Context(), s, args[0], dir)
 			var ce *checkpoint.ConflictError
@@ -150,14 +145,9 @@ message. An existing branch is refused unless --force.`,
   git log --stat agent/fix-parser`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
-			s, err := a.store()
+			s, err := a.storeAndDir(&dir)
 			if err != nil {
 				return err
-			}
-			if dir == "" {
-				if dir, err = os.Getwd(); err != nil {
-					return err
-				}
 			}
 			t, n, err := conversation.BranchTurns(c.Context(), s, args[0], dir, args[1], force)
 			if err != nil {
@@ -170,4 +160,19 @@ message. An existing branch is refused unless --force.`,
 	c.Flags().StringVar(&dir, "workdir", "", "a directory of the git repository (default: the current one)")
 	c.Flags().BoolVar(&force, "force", false, "move the branch if it exists")
 	return c
+}
+
+// storeAndDir opens the store and makes *dir (--workdir) the current
+// directory when it is empty.
+func (a *app) storeAndDir(dir *string) (conversation.Store, error) {
+	s, err := a.store()
+	if err != nil {
+		return nil, err
+	}
+	if *dir == "" {
+		if *dir, err = os.Getwd(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
