@@ -21,6 +21,7 @@ var (
 	// the error is a *ConflictError listing them, and nothing was written.
 	ErrConflict = errors.New("checkpoint: conflict")
 	// ErrStore: the object store failed to take objects (a database that
-	// is down): the workspace itself is fine.
+	// is down), or the host had no room to record the checkpoint (no
+	// writable temporary directory): the workspace itself is fine.
 	ErrStore = errors.New("checkpoint: the object store failed")
 )

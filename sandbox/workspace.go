@@ -321,7 +321,9 @@ func (e *engine) snapshotLease(ctx context.Context, lease *Lease) (checkpoint.Tr
 	}
 	tmp, err := os.MkdirTemp("", "outpost-checkpoint-")
 	if err != nil {
-		return checkpoint.Tree{}, err
+		// The host has no room to record it: like a store that is down,
+		// this costs the checkpoint, not the turn (storeDown).
+		return checkpoint.Tree{}, fmt.Errorf("%w: no temporary directory to copy the sandbox's workspace into: %w", checkpoint.ErrStore, err)
 	}
 	defer os.RemoveAll(tmp)
 	rc, err := lease.CopyOut(ctx, lease.Workdir())
