@@ -71,9 +71,9 @@ func TestLayering(t *testing.T) {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
 		}, "conversation never imports sandbox"},
 		{module + "/conversation/postgres", func(imp string) bool {
-			return imp == module || imp == module+"/conversation" || imp == module+"/checkpoint" || imp == module+"/server/turnstore" || (strings.HasPrefix(imp, module+"/internal/") && !strings.HasPrefix(imp, module+"/internal/testenv"))
+			return imp == module || imp == module+"/conversation" || imp == module+"/checkpoint" || imp == module+"/turnstore" || (strings.HasPrefix(imp, module+"/internal/") && !strings.HasPrefix(imp, module+"/internal/testenv"))
 		}, "the postgres store imports only conversation, checkpoint (the objects' interface), the turn store contract, the root and leaf utilities (never sandbox)"},
-		{module + "/server/turnstore", func(string) bool { return false }, "the turn store contract is a leaf: the postgres store implements it without the server"},
+		{module + "/turnstore", func(string) bool { return false }, "the turn store contract is a leaf: the postgres store implements it without the server"},
 		{module + "/checkpoint", func(string) bool { return false }, "checkpoint is a leaf (go-git only): stores, the engine and the CLI build on it"},
 		{module + "/bootstrap", func(imp string) bool {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
@@ -82,11 +82,11 @@ func TestLayering(t *testing.T) {
 			return !strings.HasPrefix(imp, module+"/sandbox") && !strings.HasPrefix(imp, module+"/providers")
 		}, "credentials never imports sandbox"},
 		{module + "/sandbox/driver", func(imp string) bool {
-			return imp == module || imp == module+"/harness" || imp == module+"/sandbox/snapshot"
+			return imp == module || imp == module+"/harness" || imp == module+"/snapshot"
 		}, "the driver contract imports only harness, the snapshot leaf and the root"},
-		{module + "/sandbox/snapshot", func(string) bool { return false }, "the workspace snapshot is a leaf: the driver contract, the shim and output share it"},
-		{module + "/output", notDriver, "output never imports the driver contract: the snapshot type is in sandbox/snapshot"},
-		{module + "/internal/shim", notDriver, "the shim never imports the driver contract: the snapshot walker is in sandbox/snapshot"},
+		{module + "/snapshot", func(string) bool { return false }, "the workspace snapshot is a leaf: the driver contract, the shim and output share it"},
+		{module + "/output", notDriver, "output never imports the driver contract: the snapshot type is in snapshot"},
+		{module + "/internal/shim", notDriver, "the shim never imports the driver contract: the snapshot walker is in snapshot"},
 		{module + "/providers", driverOnly, "providers import only sandbox/driver, harness, the root and leaf utilities"},
 		{module + "/server", func(imp string) bool {
 			return !strings.HasPrefix(imp, module+"/providers") && !strings.HasPrefix(imp, module+"/cmd")
@@ -96,7 +96,7 @@ func TestLayering(t *testing.T) {
 	for _, p := range packages(t) {
 		for _, imp := range p.imports {
 			if !internal(imp) {
-				if first, _, _ := strings.Cut(imp, "/"); p.path == module+"/sandbox/snapshot" && strings.Contains(first, ".") {
+				if first, _, _ := strings.Cut(imp, "/"); p.path == module+"/snapshot" && strings.Contains(first, ".") {
 					t.Errorf("%s imports %s: the snapshot leaf imports only the standard library", p.path, imp)
 				}
 				continue
@@ -129,7 +129,7 @@ func notDriver(imp string) bool {
 // utilities.
 func driverOnly(imp string) bool {
 	switch {
-	case imp == module, imp == module+"/harness", imp == module+"/sandbox/driver", imp == module+"/sandbox/snapshot", imp == module+"/sandbox/driver/settings":
+	case imp == module, imp == module+"/harness", imp == module+"/sandbox/driver", imp == module+"/snapshot", imp == module+"/sandbox/driver/settings":
 		return true
 	case strings.HasPrefix(imp, module+"/internal/"):
 		return !strings.HasPrefix(imp, module+"/internal/testenv")

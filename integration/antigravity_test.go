@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"
@@ -31,7 +33,6 @@ import (
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // agyKey is the API key the antigravity tests pass; the stand-in quotes it
@@ -75,7 +76,7 @@ func (e *agyEnv) fresh() {
 }
 
 type agyTurn struct {
-	res    *sandbox.Result
+	res    *engine.Result
 	err    error
 	events []harness.Event
 	stderr string
@@ -91,7 +92,7 @@ func (tr agyTurn) of(typ harness.EventType) []harness.Event {
 	return out
 }
 
-func (e *agyEnv) run(t sandbox.Turn) agyTurn {
+func (e *agyEnv) run(t engine.Turn) agyTurn {
 	e.t.Helper()
 	t.Agent = harness.Agent{Kind: "cli", Harness: antigravity.Harness()}
 	if t.Workdir == "" {
@@ -101,17 +102,17 @@ func (e *agyEnv) run(t sandbox.Turn) agyTurn {
 	var mu sync.Mutex
 	var out agyTurn
 	var stderr lockedBuffer
-	o := &sandbox.RunOptions{Provider: e.prov, Store: e.store, Environ: []string{"GEMINI_API_KEY=" + agyKey}, Stderr: &stderr, Raw: true,
+	o := &engine.RunOptions{Provider: e.prov, Store: e.store, Environ: []string{"GEMINI_API_KEY=" + agyKey}, Stderr: &stderr, Raw: true,
 		OnEvent: func(ev harness.Event) {
 			mu.Lock()
 			out.events = append(out.events, ev)
 			mu.Unlock()
 		}}
-	out.res, out.err = sandbox.Run(context.Background(), t, o)
+	out.res, out.err = engine.Run(context.Background(), t, o)
 	out.stderr = stderr.String()
 	b, _ := json.Marshal(struct {
 		E []harness.Event
-		R *sandbox.Result
+		R *engine.Result
 	}{out.events, out.res})
 	var oe *outpost.Error
 	var d []byte
@@ -132,7 +133,7 @@ func TestAntigravity(t *testing.T) {
 	t.Run("Text", func(t *testing.T) {
 		t.Parallel()
 		e := newAgyEnv(t, bin)
-		tr := e.run(sandbox.Turn{Prompt: "Say hello AGY_ENV AGY_CLI_DISABLE_AUTO_UPDATE AGY_ENV GEMINI_API_KEY"})
+		tr := e.run(engine.Turn{Prompt: "Say hello AGY_ENV AGY_CLI_DISABLE_AUTO_UPDATE AGY_ENV GEMINI_API_KEY"})
 		if tr.err != nil {
 			t.Fatalf("turn failed: %v", tr.err)
 		}
@@ -157,7 +158,7 @@ func TestAntigravity(t *testing.T) {
 
 	t.Run("Tool", func(t *testing.T) {
 		t.Parallel()
-		tr := newAgyEnv(t, bin).run(sandbox.Turn{Prompt: "Run it AGY_TOOL"})
+		tr := newAgyEnv(t, bin).run(engine.Turn{Prompt: "Run it AGY_TOOL"})
 		if tr.err != nil {
 			t.Fatalf("turn failed: %v", tr.err)
 		}
@@ -170,12 +171,12 @@ func TestAntigravity(t *testing.T) {
 	t.Run("ResumeOnAFreshSandbox", func(t *testing.T) {
 		t.Parallel()
 		e := newAgyEnv(t, bin)
-		first := e.run(sandbox.Turn{Prompt: "First turn"})
+		first := e.run(engine.Turn{Prompt: "First turn"})
 		if first.err != nil {
 			t.Fatalf("first turn: %v", first.err)
 		}
 		e.fresh()
-		second := e.run(sandbox.Turn{Prompt: "Second turn", Resume: first.res.Conversation})
+		second := e.run(engine.Turn{Prompt: "Second turn", Resume: first.res.Conversation})
 		if second.err != nil {
 			t.Fatalf("resumed turn: %v", second.err)
 		}
@@ -191,11 +192,11 @@ func TestAntigravity(t *testing.T) {
 	t.Run("ResumeLost", func(t *testing.T) {
 		t.Parallel()
 		e := newAgyEnv(t, bin)
-		first := e.run(sandbox.Turn{Prompt: "First turn"})
+		first := e.run(engine.Turn{Prompt: "First turn"})
 		if first.err != nil {
 			t.Fatalf("first turn: %v", first.err)
 		}
-		tr := e.run(sandbox.Turn{Prompt: "Second turn AGY_FORGET", Resume: first.res.Conversation})
+		tr := e.run(engine.Turn{Prompt: "Second turn AGY_FORGET", Resume: first.res.Conversation})
 		if outpost.CodeOf(tr.err) != outpost.Process {
 			t.Fatalf("err %v, want code process: agy started a new conversation", tr.err)
 		}
@@ -211,12 +212,12 @@ func TestAntigravity(t *testing.T) {
 	t.Run("ForkRefusedBeforeAllocation", func(t *testing.T) {
 		t.Parallel()
 		e := newAgyEnv(t, bin)
-		first := e.run(sandbox.Turn{Prompt: "hello"})
+		first := e.run(engine.Turn{Prompt: "hello"})
 		if first.err != nil {
 			t.Fatal(first.err)
 		}
 		e.fresh()
-		tr := e.run(sandbox.Turn{Prompt: "fork", Fork: first.res.Conversation})
+		tr := e.run(engine.Turn{Prompt: "fork", Fork: first.res.Conversation})
 		if outpost.CodeOf(tr.err) != outpost.Refused || tr.res != nil || len(tr.events) != 0 {
 			t.Fatalf("fork: %v %+v %d events", tr.err, tr.res, len(tr.events))
 		}
@@ -258,7 +259,7 @@ func TestAntigravity(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tr := newAgyEnv(t, bin).run(sandbox.Turn{Prompt: tc.prompt})
+			tr := newAgyEnv(t, bin).run(engine.Turn{Prompt: tc.prompt})
 			var oe *outpost.Error
 			if !errors.As(tr.err, &oe) || oe.Code != tc.code {
 				t.Fatalf("err %v, want code %s", tr.err, tc.code)
@@ -274,7 +275,7 @@ func TestAntigravity(t *testing.T) {
 
 	t.Run("SecretIsRedacted", func(t *testing.T) {
 		t.Parallel()
-		tr := newAgyEnv(t, bin).run(sandbox.Turn{Prompt: "show AGY_LEAK GEMINI_API_KEY"})
+		tr := newAgyEnv(t, bin).run(engine.Turn{Prompt: "show AGY_LEAK GEMINI_API_KEY"})
 		if tr.err != nil {
 			t.Fatal(tr.err)
 		}
@@ -320,12 +321,12 @@ func TestAntigravityArchiveBootstrap(t *testing.T) {
 			Platforms: map[string]*bootstrap.Artifact{"linux-x64": {URL: srv.URL + "/cli_linux_x64.tar.gz", SHA512: digest, Bin: "antigravity"}},
 		}}}
 	}
-	run := func(inst *bootstrap.Installer, p driver.Provider) (*sandbox.Result, error) {
+	run := func(inst *bootstrap.Installer, p driver.Provider) (*engine.Result, error) {
 		if p == nil {
 			p = local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}})
 		}
-		return sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: antigravity.Harness()}, Prompt: "Say hello", Workdir: t.TempDir(), Timeout: time.Minute},
-			&sandbox.RunOptions{Provider: p, Store: conversation.NewFS(t.TempDir()), Installer: inst})
+		return engine.Run(context.Background(), engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: antigravity.Harness()}, Prompt: "Say hello", Workdir: t.TempDir(), Timeout: time.Minute},
+			&engine.RunOptions{Provider: p, Store: conversation.NewFS(t.TempDir()), Installer: inst})
 	}
 
 	bad := &bootstrap.Installer{Pins: pins(strings.Repeat("0", 128)), CacheDir: t.TempDir()}

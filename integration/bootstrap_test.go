@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"
@@ -134,9 +136,9 @@ func TestBootstrapTurnLocal(t *testing.T) {
 	inst := &bootstrap.Installer{Pins: fakePins(srv.URL+"/fakecli.tgz", sha512.Sum512(pkg)), CacheDir: t.TempDir()}
 	lp := local.New(&local.Options{BaseDir: t.TempDir()})
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
-	withInstaller := func(o *sandbox.RunOptions) { o.Installer = inst }
+	withInstaller := func(o *engine.RunOptions) { o.Installer = inst }
 
-	res, err := f.run(lp, nil, sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: bootstrappedEcho()}, Prompt: "hello"}, withInstaller)
+	res, err := f.run(lp, nil, engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: bootstrappedEcho()}, Prompt: "hello"}, withInstaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +157,7 @@ func TestBootstrapTurnLocal(t *testing.T) {
 		}
 	}
 
-	res, err = f.run(lp, nil, sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: bootstrappedEcho()}, Prompt: "again", Resume: res.Conversation}, withInstaller)
+	res, err = f.run(lp, nil, engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: bootstrappedEcho()}, Prompt: "again", Resume: res.Conversation}, withInstaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +182,7 @@ func TestBootstrapTurnDigestMismatch(t *testing.T) {
 	inst := &bootstrap.Installer{Pins: fakePins(srv.URL+"/fakecli.tgz", pinned), CacheDir: cache}
 	lp := local.New(&local.Options{BaseDir: t.TempDir()})
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
-	_, err := f.run(lp, nil, sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: bootstrappedEcho()}, Prompt: "hello"}, func(o *sandbox.RunOptions) { o.Installer = inst })
+	_, err := f.run(lp, nil, engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: bootstrappedEcho()}, Prompt: "hello"}, func(o *engine.RunOptions) { o.Installer = inst })
 	if outpost.CodeOf(err) != outpost.Bootstrap || !errors.Is(err, bootstrap.ErrDigestMismatch) {
 		t.Fatalf("err = %v, want code bootstrap and a digest mismatch", err)
 	}
@@ -289,7 +291,7 @@ func TestBootstrapRealClaudeDocker(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("mounted", func(t *testing.T) {
-		res, err := f.run(p, nil, sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: h}, Prompt: "say hi"}, func(o *sandbox.RunOptions) { o.Environ = environ })
+		res, err := f.run(p, nil, engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: h}, Prompt: "say hi"}, func(o *engine.RunOptions) { o.Environ = environ })
 		if err != nil {
 			t.Fatalf("%v\nevents: %+v", err, f.events)
 		}
@@ -321,7 +323,7 @@ func TestBootstrapRealClaudeDocker(t *testing.T) {
 		if got.Mounted || got.Source != bootstrap.SourceCache || got.Path != l.Home()+"/.outpost/bootstrap/claude@"+testenv.CLIVersion("claude")+"/bin/claude" {
 			t.Errorf("install %+v", got)
 		}
-		res, err := f.run(nil, l, sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: h}, Prompt: "say hi"}, func(o *sandbox.RunOptions) { o.Environ = environ })
+		res, err := f.run(nil, l, engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: h}, Prompt: "say hi"}, func(o *engine.RunOptions) { o.Environ = environ })
 		if err != nil {
 			t.Fatal(err)
 		}

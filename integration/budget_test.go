@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -20,7 +22,6 @@ import (
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/pgtest"
 	"github.com/outposthq/outpost/internal/testenv"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // bigCall is the input tokens of every call of the budget tests' fakes:
@@ -28,7 +29,7 @@ import (
 const bigCall = 100000
 
 // meteredCLI is one real CLI of keylessCLIs against its fake with a
-// usage of its own, for the metering tests through sandbox.Run.
+// usage of its own, for the metering tests through engine.Run.
 type meteredCLI struct {
 	keylessCLI
 	// start starts the fake answering every call with in input tokens
@@ -96,9 +97,9 @@ var meteredCLIs = []meteredCLI{
 
 // runMetered runs one turn of c on a local sandbox with store, in
 // secrets mode gateway (the default).
-func runMetered(t *testing.T, c keylessCLI, store conversation.Store, environ []string, tn sandbox.Turn, mod func(*sandbox.RunOptions)) keylessRun {
+func runMetered(t *testing.T, c keylessCLI, store conversation.Store, environ []string, tn engine.Turn, mod func(*engine.RunOptions)) keylessRun {
 	t.Helper()
-	return runKeyless(t, c, environ, tn, func(o *sandbox.RunOptions) {
+	return runKeyless(t, c, environ, tn, func(o *engine.RunOptions) {
 		o.Store = store
 		if mod != nil {
 			mod(o)
@@ -106,7 +107,7 @@ func runMetered(t *testing.T, c keylessCLI, store conversation.Store, environ []
 	})
 }
 
-// TestRunMetered: a real claude and codex turn through sandbox.Run, whose
+// TestRunMetered: a real claude and codex turn through engine.Run, whose
 // model calls the credential gateway meters: Result.Metered equals the
 // fake's token counts exactly, per model too, and so does the CLI's own
 // usage (no metered notice).
@@ -115,7 +116,7 @@ func TestRunMetered(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			environ, want, calls := c.start(t, 0, false)
-			r := runMetered(t, c.keylessCLI, conversation.NewFS(t.TempDir()), environ, sandbox.Turn{Prompt: "say hi"}, nil)
+			r := runMetered(t, c.keylessCLI, conversation.NewFS(t.TempDir()), environ, engine.Turn{Prompt: "say hi"}, nil)
 			if r.err != nil {
 				t.Fatalf("turn: %v", r.err)
 			}
@@ -165,7 +166,7 @@ func checkMetered(t *testing.T, got harness.MeteredUsage, want func(int64) harne
 }
 
 // TestRunBudgetMidTurn: a turn budget of one call's tokens through
-// sandbox.Run: the first call (a tool call) spends it, the call after the
+// engine.Run: the first call (a tool call) spends it, the call after the
 // tool's result is refused at the gateway, and the turn ends with code
 // budget and its details; the conversation is stored, the fake received
 // the one call, and a resume with a larger budget continues it.
@@ -175,8 +176,8 @@ func TestRunBudgetMidTurn(t *testing.T) {
 			t.Parallel()
 			environ, want, calls := c.start(t, bigCall, true)
 			store := conversation.NewFS(t.TempDir())
-			r := runMetered(t, c.keylessCLI, store, environ, sandbox.Turn{Prompt: "run a command"},
-				func(o *sandbox.RunOptions) { o.MaxTokens = bigCall })
+			r := runMetered(t, c.keylessCLI, store, environ, engine.Turn{Prompt: "run a command"},
+				func(o *engine.RunOptions) { o.MaxTokens = bigCall })
 			var oe *outpost.Error
 			if !errors.As(r.err, &oe) || oe.Code != outpost.Budget {
 				t.Fatalf("error %v, want code budget", r.err)
@@ -199,8 +200,8 @@ func TestRunBudgetMidTurn(t *testing.T) {
 				t.Errorf("stored %+v (%v), want %d tokens metered", meta, err, spent)
 			}
 
-			r2 := runMetered(t, c.keylessCLI, store, environ, sandbox.Turn{Prompt: "and now?", Resume: r.res.Conversation},
-				func(o *sandbox.RunOptions) { o.MaxTokens = 10 * bigCall })
+			r2 := runMetered(t, c.keylessCLI, store, environ, engine.Turn{Prompt: "and now?", Resume: r.res.Conversation},
+				func(o *engine.RunOptions) { o.MaxTokens = 10 * bigCall })
 			if r2.err != nil {
 				t.Fatalf("resume with a larger budget: %v", r2.err)
 			}
@@ -336,16 +337,16 @@ func TestDeclarativeMetered(t *testing.T) {
 		t.Fatalf("usage %q, endpoints %+v", h.Usage, h.Endpoints)
 	}
 	c := keylessCLI{name: "claude-file", h: h, path: func(*testing.T) string { return filepath.Dir(bin) }}
-	for _, mode := range []string{sandbox.SecretsEnv, sandbox.SecretsGateway} {
+	for _, mode := range []string{engine.SecretsEnv, engine.SecretsGateway} {
 		t.Run(mode, func(t *testing.T) {
 			environ, want, calls := meteredCLIs[0].start(t, 0, false)
-			r := runMetered(t, c, conversation.NewFS(t.TempDir()), environ, sandbox.Turn{Prompt: "say hi"},
-				func(o *sandbox.RunOptions) { o.Secrets = mode })
+			r := runMetered(t, c, conversation.NewFS(t.TempDir()), environ, engine.Turn{Prompt: "say hi"},
+				func(o *engine.RunOptions) { o.Secrets = mode })
 			if r.err != nil {
 				t.Fatalf("turn: %v", r.err)
 			}
 			n, gone := calls()
-			if mode == sandbox.SecretsEnv {
+			if mode == engine.SecretsEnv {
 				if r.res.Usage != (harness.Usage{}) || r.res.Metered != nil {
 					t.Errorf("usage %+v, metered %+v, want none", r.res.Usage, r.res.Metered)
 				}

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"
@@ -31,7 +33,6 @@ import (
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // These tests run the pinned Claude Code CLI (scripts/install-clis.sh
@@ -181,7 +182,7 @@ func randomHex(t testing.TB, n int) string {
 
 // outcome is what one turn produced.
 type outcome struct {
-	res    *sandbox.Result
+	res    *engine.Result
 	err    error
 	events []harness.Event
 	stderr string
@@ -218,7 +219,7 @@ type turnOpts struct {
 // run runs one claude turn. Options default to max-retries=0; the turn's
 // Workdir defaults to the env's. Every event (with its raw native line),
 // the agent's standard error and the error are checked for the API key.
-func (e *claudeEnv) run(tn sandbox.Turn, to turnOpts) *outcome {
+func (e *claudeEnv) run(tn engine.Turn, to turnOpts) *outcome {
 	e.t.Helper()
 	if tn.Agent.Harness == nil {
 		tn.Agent = harness.Agent{Kind: "cli", Harness: claude.Harness(), Model: tn.Agent.Model}
@@ -242,7 +243,7 @@ func (e *claudeEnv) run(tn sandbox.Turn, to turnOpts) *outcome {
 	for k, v := range e.vars {
 		environ = append(environ, k+"="+v)
 	}
-	ropts := &sandbox.RunOptions{
+	ropts := &engine.RunOptions{
 		Provider: e.provider,
 		Store:    e.store,
 		Environ:  environ,
@@ -263,7 +264,7 @@ func (e *claudeEnv) run(tn sandbox.Turn, to turnOpts) *outcome {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	o.res, o.err = sandbox.Run(ctx, tn, ropts)
+	o.res, o.err = engine.Run(ctx, tn, ropts)
 	mu.Lock()
 	o.stderr = stderr.String()
 	mu.Unlock()
@@ -356,7 +357,7 @@ func TestClaudeTextTurn(t *testing.T) { eachProvider(t, testClaudeTextTurn) }
 
 func testClaudeTextTurn(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
-	o := e.run(sandbox.Turn{Prompt: "say hi", Agent: harness.Agent{Kind: harness.KindCLI, Model: "claude-sonnet-4-5"}}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "say hi", Agent: harness.Agent{Kind: harness.KindCLI, Model: "claude-sonnet-4-5"}}, turnOpts{})
 	e.mustSucceed(o)
 	if o.res.Text != anthropic.DefaultText {
 		t.Errorf("text %q", o.res.Text)
@@ -413,7 +414,7 @@ func TestClaudeLargePrompt(t *testing.T) { eachProvider(t, testClaudeLargePrompt
 func testClaudeLargePrompt(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
 	prompt := "FAKE_ECHO " + strings.Repeat("large prompt ", (claude.MaxArgPrompt+50_000)/13)
-	o := e.run(sandbox.Turn{Prompt: prompt}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: prompt}, turnOpts{})
 	e.mustSucceed(o)
 	reqs := e.messages()
 	if len(reqs) != 1 || reqs[0].LastUserText != prompt {
@@ -449,7 +450,7 @@ func testClaudeHostCredentialsFile(t *testing.T, kind string) {
 	if err := os.WriteFile(filepath.Join(e.vars["HOME"], ".claude", ".credentials.json"), creds, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := e.run(sandbox.Turn{Prompt: "say hi"}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "say hi"}, turnOpts{})
 	reqs := e.messages()
 	if kind == "local" {
 		if outpost.CodeOf(o.err) != outpost.Configuration || len(reqs) != 0 || !strings.Contains(o.err.Error(), "Not logged in") {
@@ -470,7 +471,7 @@ func TestClaudeSettings(t *testing.T) { eachProvider(t, testClaudeSettings) }
 func testClaudeSettings(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
 	e.vars["OUTPOST_CLAUDE_SETTINGS"] = `{"model": "claude-sonnet-4-5"}`
-	o := e.run(sandbox.Turn{Prompt: "say hi"}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "say hi"}, turnOpts{})
 	e.mustSucceed(o)
 	if reqs := e.messages(); len(reqs) != 1 || reqs[0].Model != "claude-sonnet-4-5" {
 		t.Errorf("requests %+v: the settings' model was not used", reqs)
@@ -484,7 +485,7 @@ func TestClaudeToolTurn(t *testing.T) { eachProvider(t, testClaudeToolTurn) }
 
 func testClaudeToolTurn(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
-	o := e.run(sandbox.Turn{Prompt: "FAKE_TOOL:echo hi > out.txt; echo hi", Options: map[string]string{"permission-mode": "acceptEdits"}}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "FAKE_TOOL:echo hi > out.txt; echo hi", Options: map[string]string{"permission-mode": "acceptEdits"}}, turnOpts{})
 	e.mustSucceed(o)
 	calls, results := o.ofType(harness.EventToolCall), o.ofType(harness.EventToolResult)
 	if len(calls) != 1 || calls[0].Tool.Name != "Bash" || !strings.Contains(string(calls[0].Tool.Input), "echo hi > out.txt") {
@@ -514,13 +515,13 @@ func testClaudeResumeAndFork(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
 	ctx := context.Background()
 
-	first := e.run(sandbox.Turn{Prompt: "first message FAKE_ECHO"}, turnOpts{})
+	first := e.run(engine.Turn{Prompt: "first message FAKE_ECHO"}, turnOpts{})
 	e.mustSucceed(first)
 	id, native := first.res.Conversation, first.res.Session
 
-	// Resume on a fresh sandbox (sandbox.Run leases a new one, with an
+	// Resume on a fresh sandbox (engine.Run leases a new one, with an
 	// empty home): only the store carries the conversation.
-	second := e.run(sandbox.Turn{Prompt: "second message FAKE_ECHO", Resume: id}, turnOpts{})
+	second := e.run(engine.Turn{Prompt: "second message FAKE_ECHO", Resume: id}, turnOpts{})
 	e.mustSucceed(second)
 	if second.res.Conversation != id || second.res.Session != native {
 		t.Errorf("resume: conversation %s session %s, want %s %s", second.res.Conversation, second.res.Session, id, native)
@@ -548,7 +549,7 @@ func testClaudeResumeAndFork(t *testing.T, kind string) {
 	if err := os.MkdirAll(long, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	third := e.run(sandbox.Turn{Prompt: "third message FAKE_ECHO", Resume: id, Workdir: long}, turnOpts{})
+	third := e.run(engine.Turn{Prompt: "third message FAKE_ECHO", Resume: id, Workdir: long}, turnOpts{})
 	e.mustSucceed(third)
 	last = e.messages()[len(e.messages())-1]
 	if !equalStrings(last.UserTexts(), []string{"first message FAKE_ECHO", "second message FAKE_ECHO", "third message FAKE_ECHO"}) {
@@ -561,7 +562,7 @@ func testClaudeResumeAndFork(t *testing.T, kind string) {
 		if err := os.Symlink(e.workdir, link); err != nil {
 			t.Fatal(err)
 		}
-		viaLink := e.run(sandbox.Turn{Prompt: "fourth message FAKE_ECHO", Resume: id, Workdir: link}, turnOpts{})
+		viaLink := e.run(engine.Turn{Prompt: "fourth message FAKE_ECHO", Resume: id, Workdir: link}, turnOpts{})
 		e.mustSucceed(viaLink)
 		last = e.messages()[len(e.messages())-1]
 		if n := len(last.UserTexts()); n != 4 || last.UserTexts()[3] != "fourth message FAKE_ECHO" {
@@ -576,7 +577,7 @@ func testClaudeResumeAndFork(t *testing.T, kind string) {
 
 	// Fork: a new conversation and session with the history; the parent
 	// stays as it was.
-	fork := e.run(sandbox.Turn{Prompt: "fork message FAKE_ECHO", Fork: id}, turnOpts{})
+	fork := e.run(engine.Turn{Prompt: "fork message FAKE_ECHO", Fork: id}, turnOpts{})
 	e.mustSucceed(fork)
 	if fork.res.Conversation == id || fork.res.Session == native || !claude.ValidSessionID(fork.res.Session) || fork.res.Parent != id {
 		t.Errorf("fork result %+v", fork.res)
@@ -604,7 +605,7 @@ func testClaudeResumeAndFork(t *testing.T, kind string) {
 	}
 
 	// The parent resumes without the fork's message.
-	again := e.run(sandbox.Turn{Prompt: "parent again FAKE_ECHO", Resume: id}, turnOpts{})
+	again := e.run(engine.Turn{Prompt: "parent again FAKE_ECHO", Resume: id}, turnOpts{})
 	e.mustSucceed(again)
 	last = e.messages()[len(e.messages())-1]
 	for _, u := range last.UserTexts() {
@@ -646,7 +647,7 @@ func testClaudeSteerDuringToolIsInjected(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
 	steer := make(chan string, 1)
 	var once sync.Once
-	o := e.run(sandbox.Turn{Prompt: "msg one FAKE_TOOL:sleep 3; echo done", Options: map[string]string{"permission-mode": "acceptEdits"}}, turnOpts{
+	o := e.run(engine.Turn{Prompt: "msg one FAKE_TOOL:sleep 3; echo done", Options: map[string]string{"permission-mode": "acceptEdits"}}, turnOpts{
 		steer: steer,
 		onEvent: func(ev harness.Event) {
 			if ev.Type == harness.EventToolCall {
@@ -695,7 +696,7 @@ func testClaudeSteerDuringTextIsQueued(t *testing.T, kind string) {
 			steer <- "msg two while streaming FAKE_ECHO"
 		}
 	}()
-	o := e.run(sandbox.Turn{Prompt: "msg one FAKE_SLOW"}, turnOpts{steer: steer})
+	o := e.run(engine.Turn{Prompt: "msg one FAKE_SLOW"}, turnOpts{steer: steer})
 	e.mustSucceed(o)
 	var modes []any
 	for _, ev := range o.kind("steer") {
@@ -757,7 +758,7 @@ func testClaudeCancelInterruptsLiveTurn(t *testing.T, kind string) {
 	// A generous grace: on a loaded machine the CLI may take seconds to
 	// answer the interrupt, and being killed first is what this test
 	// tells apart.
-	o := e.run(sandbox.Turn{Prompt: "msg one FAKE_SLOW"}, turnOpts{steer: make(chan string), ctx: ctx, grace: 15 * time.Second})
+	o := e.run(engine.Turn{Prompt: "msg one FAKE_SLOW"}, turnOpts{steer: make(chan string), ctx: ctx, grace: 15 * time.Second})
 	if outpost.CodeOf(o.err) != outpost.Cancelled {
 		t.Fatalf("error %v, want code cancelled; events %s", o.err, eventSummary(o.events))
 	}
@@ -783,7 +784,7 @@ func testClaudeUsageLimitIsQuota(t *testing.T, kind string) {
 	delete(e.vars, "ANTHROPIC_API_KEY")
 	e.key = "sk-ant-oat01-fake-" + randomHex(t, 16)
 	e.vars["CLAUDE_CODE_OAUTH_TOKEN"] = e.key
-	o := e.run(sandbox.Turn{Prompt: "FAKE_USAGE_LIMIT say hi"}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "FAKE_USAGE_LIMIT say hi"}, turnOpts{})
 	if outpost.CodeOf(o.err) != outpost.Quota {
 		t.Fatalf("error %v, want code quota; events %s", o.err, eventSummary(o.events))
 	}
@@ -815,7 +816,7 @@ func testClaudeRateLimitIsQuota(t *testing.T, kind string) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			e := newClaudeEnv(t, kind, anthropic.Options{})
-			o := e.run(sandbox.Turn{Prompt: c.prompt, Options: map[string]string{"max-retries": c.retries}}, turnOpts{})
+			o := e.run(engine.Turn{Prompt: c.prompt, Options: map[string]string{"max-retries": c.retries}}, turnOpts{})
 			if outpost.CodeOf(o.err) != outpost.Quota {
 				t.Fatalf("error %v, want code quota; events %s", o.err, eventSummary(o.events))
 			}
@@ -840,7 +841,7 @@ func testClaudeOutageIsUnavailable(t *testing.T, kind string) {
 				}
 				e.vars["ANTHROPIC_BASE_URL"] = url
 			}
-			o := e.run(sandbox.Turn{Prompt: c.prompt, Options: map[string]string{"max-retries": "1"}}, turnOpts{})
+			o := e.run(engine.Turn{Prompt: c.prompt, Options: map[string]string{"max-retries": "1"}}, turnOpts{})
 			if outpost.CodeOf(o.err) != outpost.Process || !outpost.UnavailableFault(o.err) {
 				t.Fatalf("error %v, want code process with details.unavailable; events %s", o.err, eventSummary(o.events))
 			}
@@ -863,7 +864,7 @@ func testClaudeStallHitsTheWatchdog(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
 	// The bound leaves the CLI time to start on a loaded machine (it
 	// prints its init line at once, then waits on the stalled stream).
-	o := e.run(sandbox.Turn{Prompt: "FAKE_STALL say hi", Inactivity: 6 * time.Second}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "FAKE_STALL say hi", Inactivity: 6 * time.Second}, turnOpts{})
 	var oe *outpost.Error
 	if !errors.As(o.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true || oe.Details["stalled"] != true || outpost.UnavailableFault(o.err) {
 		t.Fatalf("error %v, want code process with details.inactivity and details.stalled (a stall is not an outage)", o.err)
@@ -970,10 +971,10 @@ func BenchmarkClaudeTurn(b *testing.B) {
 		p := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + path}})
 		store := conversation.NewFS(b.TempDir())
 		wd := b.TempDir()
-		o := &sandbox.RunOptions{Provider: p, Store: store, Environ: []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=sk-fake"}}
+		o := &engine.RunOptions{Provider: p, Store: store, Environ: []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=sk-fake"}}
 		h := claude.Harness()
 		for b.Loop() {
-			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "say hi", Workdir: wd}, o)
+			res, err := engine.Run(context.Background(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "say hi", Workdir: wd}, o)
 			if err != nil || res.Text != anthropic.DefaultText {
 				b.Fatalf("turn: %v %+v", err, res)
 			}

@@ -8,13 +8,14 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/codex"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // BenchmarkCodexTurn compares one Codex turn through outpost (lease a
@@ -66,10 +67,10 @@ func BenchmarkCodexTurn(b *testing.B) {
 		p := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + path}})
 		store := conversation.NewFS(b.TempDir())
 		wd := b.TempDir()
-		o := &sandbox.RunOptions{Provider: p, Store: store, Environ: []string{"OPENAI_BASE_URL=" + fake.URL(), "OPENAI_API_KEY=" + codexKey}}
-		turn := sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: codex.Harness(), Model: codexModel}, Prompt: prompt, Workdir: wd}
+		o := &engine.RunOptions{Provider: p, Store: store, Environ: []string{"OPENAI_BASE_URL=" + fake.URL(), "OPENAI_API_KEY=" + codexKey}}
+		turn := engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: codex.Harness(), Model: codexModel}, Prompt: prompt, Workdir: wd}
 		for b.Loop() {
-			res, err := sandbox.Run(context.Background(), turn, o)
+			res, err := engine.Run(context.Background(), turn, o)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"
@@ -109,7 +111,7 @@ func (e *codexEnv) fresh() {
 
 // turn is one outpost turn of the codex preset and what it produced.
 type turn struct {
-	res    *sandbox.Result
+	res    *engine.Result
 	err    error
 	events []harness.Event
 }
@@ -125,7 +127,7 @@ func (tr turn) of(typ harness.EventType) []harness.Event {
 }
 
 // run runs a turn. on, when set, sees every event as it arrives.
-func (e *codexEnv) run(ctx context.Context, t sandbox.Turn, o *sandbox.RunOptions, on func(harness.Event)) turn {
+func (e *codexEnv) run(ctx context.Context, t engine.Turn, o *engine.RunOptions, on func(harness.Event)) turn {
 	e.t.Helper()
 	if t.Agent.Harness == nil {
 		t.Agent = harness.Agent{Kind: "cli", Harness: codex.Harness(), Model: codexModel}
@@ -135,7 +137,7 @@ func (e *codexEnv) run(ctx context.Context, t sandbox.Turn, o *sandbox.RunOption
 	}
 	t.Prompt += " [" + e.marker + "]"
 	if o == nil {
-		o = &sandbox.RunOptions{}
+		o = &engine.RunOptions{}
 	}
 	o.Provider, o.Store, o.Environ = e.prov, e.store, e.environ
 	if o.Grace == 0 {
@@ -153,7 +155,7 @@ func (e *codexEnv) run(ctx context.Context, t sandbox.Turn, o *sandbox.RunOption
 	}
 	var stderr bytes.Buffer
 	o.Stderr = &codexStderr{w: &stderr}
-	out.res, out.err = sandbox.Run(ctx, t, o)
+	out.res, out.err = engine.Run(ctx, t, o)
 	mu.Lock()
 	defer mu.Unlock()
 	checkNoSecret(e.t, out, stderr.String())
@@ -180,7 +182,7 @@ func checkNoSecret(t *testing.T, tr turn, stderr string) {
 	t.Helper()
 	b, _ := json.Marshal(struct {
 		Events []harness.Event
-		Result *sandbox.Result
+		Result *engine.Result
 	}{tr.events, tr.res})
 	if bytes.Contains(b, []byte(codexKey)) {
 		t.Errorf("the API key appears in the events or result: %s", b)
@@ -267,7 +269,7 @@ func processes(match func(env, cmdline []byte) bool) []string {
 
 func TestCodexText(t *testing.T) {
 	e := newCodexEnv(t, openai.Config{})
-	tr := e.run(context.Background(), sandbox.Turn{Prompt: "Say hello"}, nil, nil)
+	tr := e.run(context.Background(), engine.Turn{Prompt: "Say hello"}, nil, nil)
 	if tr.err != nil {
 		t.Fatal(tr.err)
 	}
@@ -302,7 +304,7 @@ func TestCodexDotEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.environ = []string{"HOME=" + os.Getenv("HOME")}
-	tr := e.run(context.Background(), sandbox.Turn{Prompt: "Say hello"}, nil, nil)
+	tr := e.run(context.Background(), engine.Turn{Prompt: "Say hello"}, nil, nil)
 	if tr.err != nil {
 		t.Fatal(tr.err)
 	}
@@ -334,7 +336,7 @@ func answered(reqs []openai.Request) ([]openai.Request, string) {
 func TestCodexUsageIsWhatTheFakeReported(t *testing.T) {
 	e := newCodexEnv(t, openai.Config{})
 	e.fake.Enqueue(openai.Text("one").WithUsage(openai.Usage{InputTokens: 123, CachedTokens: 23, OutputTokens: 45, ReasoningTokens: 6}))
-	first := e.run(context.Background(), sandbox.Turn{Prompt: "first"}, nil, nil)
+	first := e.run(context.Background(), engine.Turn{Prompt: "first"}, nil, nil)
 	if first.err != nil {
 		t.Fatal(first.err)
 	}
@@ -346,7 +348,7 @@ func TestCodexUsageIsWhatTheFakeReported(t *testing.T) {
 		t.Errorf("finished event %+v", fin)
 	}
 	e.fake.Enqueue(openai.Text("two").WithUsage(openai.Usage{InputTokens: 1000, CachedTokens: 900, OutputTokens: 7}))
-	second := e.run(context.Background(), sandbox.Turn{Prompt: "second", Resume: first.res.Conversation}, nil, nil)
+	second := e.run(context.Background(), engine.Turn{Prompt: "second", Resume: first.res.Conversation}, nil, nil)
 	if second.err != nil {
 		t.Fatal(second.err)
 	}
@@ -362,7 +364,7 @@ func TestCodexUsageIsWhatTheFakeReported(t *testing.T) {
 
 func TestCodexCommand(t *testing.T) {
 	e := newCodexEnv(t, openai.Config{})
-	tr := e.run(context.Background(), sandbox.Turn{Prompt: "Run a command FAKE_TOOL", Options: map[string]string{codex.OptionSandbox: "workspace-write"}}, nil, nil)
+	tr := e.run(context.Background(), engine.Turn{Prompt: "Run a command FAKE_TOOL", Options: map[string]string{codex.OptionSandbox: "workspace-write"}}, nil, nil)
 	if tr.err != nil {
 		t.Fatal(tr.err)
 	}
@@ -386,12 +388,12 @@ func TestCodexCommand(t *testing.T) {
 // with nothing but what the store restored, and Codex sees the history.
 func TestCodexResumeOnFreshSandbox(t *testing.T) {
 	e := newCodexEnv(t, openai.Config{})
-	first := e.run(context.Background(), sandbox.Turn{Prompt: "First turn FAKE_ECHO"}, nil, nil)
+	first := e.run(context.Background(), engine.Turn{Prompt: "First turn FAKE_ECHO"}, nil, nil)
 	if first.err != nil {
 		t.Fatal(first.err)
 	}
 	e.fresh()
-	second := e.run(context.Background(), sandbox.Turn{Prompt: "Second turn FAKE_ECHO", Resume: first.res.Conversation}, nil, nil)
+	second := e.run(context.Background(), engine.Turn{Prompt: "Second turn FAKE_ECHO", Resume: first.res.Conversation}, nil, nil)
 	if second.err != nil {
 		t.Fatal(second.err)
 	}
@@ -432,12 +434,12 @@ func containsText(texts []string, s string) bool {
 // fresh sandbox.
 func TestCodexForkThenResumeFork(t *testing.T) {
 	e := newCodexEnv(t, openai.Config{})
-	parent := e.run(context.Background(), sandbox.Turn{Prompt: "Parent turn FAKE_ECHO"}, nil, nil)
+	parent := e.run(context.Background(), engine.Turn{Prompt: "Parent turn FAKE_ECHO"}, nil, nil)
 	if parent.err != nil {
 		t.Fatal(parent.err)
 	}
 	e.fresh()
-	fork := e.run(context.Background(), sandbox.Turn{Prompt: "Forked turn FAKE_ECHO", Fork: parent.res.Conversation}, nil, nil)
+	fork := e.run(context.Background(), engine.Turn{Prompt: "Forked turn FAKE_ECHO", Fork: parent.res.Conversation}, nil, nil)
 	if fork.err != nil {
 		t.Fatal(fork.err)
 	}
@@ -453,7 +455,7 @@ func TestCodexForkThenResumeFork(t *testing.T) {
 		t.Fatalf("the fork's stored files %v: %v (want its rollout and its parent's)", files, err)
 	}
 	e.fresh()
-	again := e.run(context.Background(), sandbox.Turn{Prompt: "Fork resumed FAKE_ECHO", Resume: fork.res.Conversation}, nil, nil)
+	again := e.run(context.Background(), engine.Turn{Prompt: "Fork resumed FAKE_ECHO", Resume: fork.res.Conversation}, nil, nil)
 	if again.err != nil {
 		t.Fatalf("resuming the fork on a fresh sandbox: %v", again.err)
 	}
@@ -478,7 +480,7 @@ func TestCodexSteerDuringStream(t *testing.T) {
 	e.fake.Enqueue(openai.Slow(40, 100*time.Millisecond))
 	steer := make(chan string, 1)
 	var once sync.Once
-	tr := e.run(context.Background(), sandbox.Turn{Prompt: "Count slowly"}, &sandbox.RunOptions{Steer: steer}, func(ev harness.Event) {
+	tr := e.run(context.Background(), engine.Turn{Prompt: "Count slowly"}, &engine.RunOptions{Steer: steer}, func(ev harness.Event) {
 		if ev.Type == harness.EventMessage && ev.Delta {
 			once.Do(func() { steer <- "Stop counting and say hello" })
 		}
@@ -523,7 +525,7 @@ func TestCodexSteerDuringStream(t *testing.T) {
 	}
 	// The app-server's thread resumes with exec like any other.
 	e.fresh()
-	next := e.run(context.Background(), sandbox.Turn{Prompt: "And now? FAKE_ECHO", Resume: tr.res.Conversation}, nil, nil)
+	next := e.run(context.Background(), engine.Turn{Prompt: "And now? FAKE_ECHO", Resume: tr.res.Conversation}, nil, nil)
 	if next.err != nil || next.res.Session != tr.res.Session {
 		t.Fatalf("resume after a live turn: %v %+v", next.err, next.res)
 	}
@@ -535,7 +537,7 @@ func TestCodexSteerDuringTool(t *testing.T) {
 	e := newCodexEnv(t, openai.Config{Command: "sleep 1.5; echo slept"})
 	steer := make(chan string, 1)
 	var once sync.Once
-	tr := e.run(context.Background(), sandbox.Turn{Prompt: "Run it FAKE_TOOL"}, &sandbox.RunOptions{Steer: steer}, func(ev harness.Event) {
+	tr := e.run(context.Background(), engine.Turn{Prompt: "Run it FAKE_TOOL"}, &engine.RunOptions{Steer: steer}, func(ev harness.Event) {
 		if ev.Type == harness.EventToolCall {
 			once.Do(func() { steer <- "Also mention the weather" })
 		}
@@ -566,7 +568,7 @@ func TestCodexInterrupt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	steer := make(chan string)
-	tr := e.run(ctx, sandbox.Turn{Prompt: "Count slowly"}, &sandbox.RunOptions{Steer: steer}, func(ev harness.Event) {
+	tr := e.run(ctx, engine.Turn{Prompt: "Count slowly"}, &engine.RunOptions{Steer: steer}, func(ev harness.Event) {
 		if ev.Type == harness.EventMessage && ev.Delta {
 			cancel()
 		}
@@ -584,7 +586,7 @@ func TestCodexInterrupt(t *testing.T) {
 		t.Errorf("the rollout does not record the interruption (%v)", err)
 	}
 	e.fresh()
-	next := e.run(context.Background(), sandbox.Turn{Prompt: "After the interrupt FAKE_ECHO", Resume: tr.res.Conversation}, nil, nil)
+	next := e.run(context.Background(), engine.Turn{Prompt: "After the interrupt FAKE_ECHO", Resume: tr.res.Conversation}, nil, nil)
 	if next.err != nil {
 		t.Fatal(next.err)
 	}
@@ -602,7 +604,7 @@ func TestCodexCancelExec(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sleeping bool
-	tr := e.run(ctx, sandbox.Turn{Prompt: "Run it FAKE_TOOL"}, nil, func(ev harness.Event) {
+	tr := e.run(ctx, engine.Turn{Prompt: "Run it FAKE_TOOL"}, nil, func(ev harness.Event) {
 		if ev.Type != harness.EventToolCall {
 			return
 		}
@@ -655,7 +657,7 @@ func TestCodexFailures(t *testing.T) {
 	} {
 		t.Run(c.marker, func(t *testing.T) {
 			t.Parallel()
-			tr := e.run(context.Background(), sandbox.Turn{Prompt: "x " + c.marker, Options: fastFailures}, nil, nil)
+			tr := e.run(context.Background(), engine.Turn{Prompt: "x " + c.marker, Options: fastFailures}, nil, nil)
 			var oe *outpost.Error
 			if !errors.As(tr.err, &oe) || oe.Code != c.code {
 				t.Fatalf("error %v, want code %s", tr.err, c.code)
@@ -680,7 +682,7 @@ func TestCodexWatchdog(t *testing.T) {
 	t.Run("hang", func(t *testing.T) {
 		t.Parallel()
 		e := newCodexEnv(t, openai.Config{})
-		tr := e.run(context.Background(), sandbox.Turn{Prompt: "x FAKE_HANG", Inactivity: 2 * time.Second, Options: fastFailures}, nil, nil)
+		tr := e.run(context.Background(), engine.Turn{Prompt: "x FAKE_HANG", Inactivity: 2 * time.Second, Options: fastFailures}, nil, nil)
 		var oe *outpost.Error
 		if !errors.As(tr.err, &oe) || oe.Code != outpost.Process || oe.Details["inactivity"] != true || oe.Details["stalled"] != true {
 			t.Fatalf("error %v, want process with details.inactivity and details.stalled", tr.err)
@@ -700,8 +702,8 @@ func TestCodexWatchdog(t *testing.T) {
 		// network" forever. Its retry notices are no activity (no
 		// inactivity watchdog here), and a turn of only retries is an
 		// outage once the retry bound passes.
-		tr := e.run(context.Background(), sandbox.Turn{Prompt: "hello", Inactivity: -1, RetryBound: 2 * time.Second, Timeout: 2 * time.Minute, Options: fastFailures},
-			&sandbox.RunOptions{Secrets: sandbox.SecretsEnv}, nil)
+		tr := e.run(context.Background(), engine.Turn{Prompt: "hello", Inactivity: -1, RetryBound: 2 * time.Second, Timeout: 2 * time.Minute, Options: fastFailures},
+			&engine.RunOptions{Secrets: engine.SecretsEnv}, nil)
 		var oe *outpost.Error
 		if !errors.As(tr.err, &oe) || oe.Code != outpost.Process || oe.Details["retrying"] != true || !outpost.UnavailableFault(tr.err) {
 			t.Fatalf("error %v, want process with details.retrying and details.unavailable", tr.err)
@@ -726,8 +728,8 @@ func TestCodexWatchdog(t *testing.T) {
 		// Codex reaches the gateway, which drops the connection when the
 		// upstream refuses it: Codex retries its stream, then gives up
 		// ("stream disconnected before completion"), an outage.
-		tr := e.run(context.Background(), sandbox.Turn{Prompt: "hello", Inactivity: -1, RetryBound: 2 * time.Second, Timeout: 2 * time.Minute, Options: fastFailures}, nil, nil)
-		if outpost.CodeOf(tr.err) != outpost.Process || !outpost.UnavailableFault(tr.err) || tr.res == nil || tr.res.Secrets != sandbox.SecretsGateway {
+		tr := e.run(context.Background(), engine.Turn{Prompt: "hello", Inactivity: -1, RetryBound: 2 * time.Second, Timeout: 2 * time.Minute, Options: fastFailures}, nil, nil)
+		if outpost.CodeOf(tr.err) != outpost.Process || !outpost.UnavailableFault(tr.err) || tr.res == nil || tr.res.Secrets != engine.SecretsGateway {
 			t.Fatalf("error %v, want process with details.unavailable through the gateway", tr.err)
 		}
 		checkNoCodexLeft(t, e.base)
@@ -735,7 +737,7 @@ func TestCodexWatchdog(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
 		e := newCodexEnv(t, openai.Config{})
-		tr := e.run(context.Background(), sandbox.Turn{Prompt: "x FAKE_HANG", Timeout: 3 * time.Second, Inactivity: -1}, nil, nil)
+		tr := e.run(context.Background(), engine.Turn{Prompt: "x FAKE_HANG", Timeout: 3 * time.Second, Inactivity: -1}, nil, nil)
 		if outpost.CodeOf(tr.err) != outpost.Timeout {
 			t.Fatalf("error %v, want timeout", tr.err)
 		}
@@ -747,7 +749,7 @@ func TestCodexWatchdog(t *testing.T) {
 // max-model-requests budget.
 func TestCodexBudget(t *testing.T) {
 	e := newCodexEnv(t, openai.Config{Choose: func(*openai.Request) openai.Scenario { return openai.ToolCall("echo again") }})
-	tr := e.run(context.Background(), sandbox.Turn{Prompt: "Loop", Options: map[string]string{codex.OptionMaxModelRequests: "2"}}, nil, nil)
+	tr := e.run(context.Background(), engine.Turn{Prompt: "Loop", Options: map[string]string{codex.OptionMaxModelRequests: "2"}}, nil, nil)
 	var oe *outpost.Error
 	if !errors.As(tr.err, &oe) || oe.Code != outpost.Process || oe.Details["limit"] != codex.OptionMaxModelRequests {
 		t.Fatalf("error %v, want process with details.limit", tr.err)
@@ -768,7 +770,7 @@ func TestCodexDocker(t *testing.T) {
 
 	var first turn
 	t.Run("text", func(t *testing.T) {
-		first = e.run(ctx, sandbox.Turn{Prompt: "First turn FAKE_ECHO"}, nil, nil)
+		first = e.run(ctx, engine.Turn{Prompt: "First turn FAKE_ECHO"}, nil, nil)
 		if first.err != nil {
 			t.Fatal(first.err)
 		}
@@ -786,9 +788,9 @@ func TestCodexDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Close(context.Background())
-	held := func(o *sandbox.RunOptions) *sandbox.RunOptions {
+	held := func(o *engine.RunOptions) *engine.RunOptions {
 		if o == nil {
-			o = &sandbox.RunOptions{}
+			o = &engine.RunOptions{}
 		}
 		o.Lease = lease
 		return o
@@ -796,7 +798,7 @@ func TestCodexDocker(t *testing.T) {
 	t.Run("command", func(t *testing.T) {
 		// The container is the sandbox: Codex's bubblewrap needs user
 		// namespaces that a hardened container does not give.
-		tr := e.run(ctx, sandbox.Turn{Prompt: "Run a command FAKE_TOOL", Options: map[string]string{codex.OptionSandbox: "danger-full-access"}}, held(nil), nil)
+		tr := e.run(ctx, engine.Turn{Prompt: "Run a command FAKE_TOOL", Options: map[string]string{codex.OptionSandbox: "danger-full-access"}}, held(nil), nil)
 		if tr.err != nil {
 			t.Fatal(tr.err)
 		}
@@ -805,7 +807,7 @@ func TestCodexDocker(t *testing.T) {
 		}
 	})
 	t.Run("resume in a fresh container", func(t *testing.T) {
-		tr := e.run(ctx, sandbox.Turn{Prompt: "Second turn FAKE_ECHO", Resume: first.res.Conversation}, nil, nil)
+		tr := e.run(ctx, engine.Turn{Prompt: "Second turn FAKE_ECHO", Resume: first.res.Conversation}, nil, nil)
 		if tr.err != nil {
 			t.Fatal(tr.err)
 		}
@@ -815,14 +817,14 @@ func TestCodexDocker(t *testing.T) {
 		}
 	})
 	t.Run("fork, then resume the fork in fresh containers", func(t *testing.T) {
-		fork := e.run(ctx, sandbox.Turn{Prompt: "Forked turn FAKE_ECHO", Fork: first.res.Conversation}, nil, nil)
+		fork := e.run(ctx, engine.Turn{Prompt: "Forked turn FAKE_ECHO", Fork: first.res.Conversation}, nil, nil)
 		if fork.err != nil {
 			t.Fatal(fork.err)
 		}
 		if fork.res.Session == first.res.Session || fork.res.Parent != first.res.Conversation {
 			t.Fatalf("fork %+v", fork.res)
 		}
-		again := e.run(ctx, sandbox.Turn{Prompt: "Fork resumed FAKE_ECHO", Resume: fork.res.Conversation}, nil, nil)
+		again := e.run(ctx, engine.Turn{Prompt: "Fork resumed FAKE_ECHO", Resume: fork.res.Conversation}, nil, nil)
 		if again.err != nil {
 			t.Fatal(again.err)
 		}
@@ -836,7 +838,7 @@ func TestCodexDocker(t *testing.T) {
 		steer := make(chan string, 1)
 		var once sync.Once
 		n := len(e.fake.Requests())
-		tr := e.run(ctx, sandbox.Turn{Prompt: "Count slowly"}, held(&sandbox.RunOptions{Steer: steer}), func(ev harness.Event) {
+		tr := e.run(ctx, engine.Turn{Prompt: "Count slowly"}, held(&engine.RunOptions{Steer: steer}), func(ev harness.Event) {
 			if ev.Type == harness.EventMessage && ev.Delta {
 				once.Do(func() { steer <- "Stop counting and say hello" })
 			}
@@ -851,7 +853,7 @@ func TestCodexDocker(t *testing.T) {
 	})
 	t.Run("failures", func(t *testing.T) {
 		for marker, want := range map[string]outpost.Code{"FAKE_USAGE_LIMIT": outpost.Quota, "FAKE_500": outpost.Process} {
-			tr := e.run(ctx, sandbox.Turn{Prompt: "x " + marker, Options: fastFailures}, held(nil), nil)
+			tr := e.run(ctx, engine.Turn{Prompt: "x " + marker, Options: fastFailures}, held(nil), nil)
 			var oe *outpost.Error
 			if !errors.As(tr.err, &oe) || oe.Code != want || (marker == "FAKE_500") != (oe.Details["unavailable"] == true) {
 				t.Errorf("%s: %v", marker, tr.err)
@@ -859,7 +861,7 @@ func TestCodexDocker(t *testing.T) {
 		}
 	})
 	t.Run("hang ended by the watchdog", func(t *testing.T) {
-		tr := e.run(ctx, sandbox.Turn{Prompt: "x FAKE_HANG", Inactivity: 2 * time.Second, Options: fastFailures}, held(nil), nil)
+		tr := e.run(ctx, engine.Turn{Prompt: "x FAKE_HANG", Inactivity: 2 * time.Second, Options: fastFailures}, held(nil), nil)
 		var oe *outpost.Error
 		if !errors.As(tr.err, &oe) || oe.Details["inactivity"] != true {
 			t.Fatalf("error %v", tr.err)

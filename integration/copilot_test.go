@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"
@@ -26,7 +28,6 @@ import (
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // copilotKey is the BYOK API key the tests give Copilot; the fake also
@@ -123,7 +124,7 @@ func (e *copilotEnv) fresh() {
 // copilotTurn is one outpost turn of the copilot preset and what it
 // produced.
 type copilotTurn struct {
-	res    *sandbox.Result
+	res    *engine.Result
 	err    error
 	events []harness.Event
 	stderr string
@@ -139,7 +140,7 @@ func (tr copilotTurn) of(typ harness.EventType) []harness.Event {
 	return out
 }
 
-func (e *copilotEnv) run(t sandbox.Turn) copilotTurn {
+func (e *copilotEnv) run(t engine.Turn) copilotTurn {
 	e.t.Helper()
 	if t.Agent.Harness == nil {
 		t.Agent = harness.Agent{Kind: "cli", Harness: copilot.Harness()}
@@ -154,13 +155,13 @@ func (e *copilotEnv) run(t sandbox.Turn) copilotTurn {
 	var mu sync.Mutex
 	var out copilotTurn
 	var stderr lockedBuffer
-	o := &sandbox.RunOptions{Provider: e.prov, Store: e.store, Environ: e.environ, Stderr: &stderr, Grace: 2 * time.Second, Raw: true,
+	o := &engine.RunOptions{Provider: e.prov, Store: e.store, Environ: e.environ, Stderr: &stderr, Grace: 2 * time.Second, Raw: true,
 		OnEvent: func(ev harness.Event) {
 			mu.Lock()
 			out.events = append(out.events, ev)
 			mu.Unlock()
 		}}
-	out.res, out.err = sandbox.Run(context.Background(), t, o)
+	out.res, out.err = engine.Run(context.Background(), t, o)
 	out.stderr = stderr.String()
 	copilotNoSecret(e.t, out)
 	if e.t.Failed() {
@@ -176,7 +177,7 @@ func copilotNoSecret(t *testing.T, tr copilotTurn) {
 	t.Helper()
 	b, _ := json.Marshal(struct {
 		Events []harness.Event
-		Result *sandbox.Result
+		Result *engine.Result
 	}{tr.events, tr.res})
 	if bytes.Contains(b, []byte(copilotKey)) {
 		t.Errorf("the API key appears in the events or result")
@@ -246,7 +247,7 @@ func TestCopilot(t *testing.T) {
 	t.Run("Text", func(t *testing.T) {
 		t.Parallel()
 		e := newCopilotEnv(t)
-		tr := e.run(sandbox.Turn{Prompt: "Say hello"})
+		tr := e.run(engine.Turn{Prompt: "Say hello"})
 		if tr.err != nil {
 			t.Fatalf("turn failed: %v", tr.err)
 		}
@@ -294,7 +295,7 @@ func TestCopilot(t *testing.T) {
 	t.Run("Tool", func(t *testing.T) {
 		t.Parallel()
 		e := newCopilotEnv(t)
-		tr := e.run(sandbox.Turn{Prompt: "Run a command FAKE_TOOL"})
+		tr := e.run(engine.Turn{Prompt: "Run a command FAKE_TOOL"})
 		if tr.err != nil {
 			t.Fatalf("turn failed: %v", tr.err)
 		}
@@ -320,12 +321,12 @@ func TestCopilot(t *testing.T) {
 	t.Run("ResumeOnAFreshSandbox", func(t *testing.T) {
 		t.Parallel()
 		e := newCopilotEnv(t)
-		first := e.run(sandbox.Turn{Prompt: "First turn FAKE_ECHO"})
+		first := e.run(engine.Turn{Prompt: "First turn FAKE_ECHO"})
 		if first.err != nil {
 			t.Fatalf("first turn: %v", first.err)
 		}
 		e.fresh()
-		second := e.run(sandbox.Turn{Prompt: "Second turn FAKE_ECHO", Resume: first.res.Conversation})
+		second := e.run(engine.Turn{Prompt: "Second turn FAKE_ECHO", Resume: first.res.Conversation})
 		if second.err != nil {
 			t.Fatalf("resumed turn: %v", second.err)
 		}
@@ -359,12 +360,12 @@ func TestCopilot(t *testing.T) {
 	t.Run("ForkRefusedBeforeAllocation", func(t *testing.T) {
 		t.Parallel()
 		e := newCopilotEnv(t)
-		first := e.run(sandbox.Turn{Prompt: "Say hello"})
+		first := e.run(engine.Turn{Prompt: "Say hello"})
 		if first.err != nil {
 			t.Fatalf("first turn: %v", first.err)
 		}
 		e.fresh()
-		tr := e.run(sandbox.Turn{Prompt: "fork it", Fork: first.res.Conversation})
+		tr := e.run(engine.Turn{Prompt: "fork it", Fork: first.res.Conversation})
 		if code := outpost.CodeOf(tr.err); code != outpost.Refused {
 			t.Fatalf("fork: code %q (%v), want refused", code, tr.err)
 		}
@@ -382,7 +383,7 @@ func TestCopilot(t *testing.T) {
 	t.Run("RateLimitIsQuota", func(t *testing.T) {
 		t.Parallel()
 		e := newCopilotEnv(t)
-		tr := e.run(sandbox.Turn{Prompt: "x " + markerFast429})
+		tr := e.run(engine.Turn{Prompt: "x " + markerFast429})
 		var oe *outpost.Error
 		if !errors.As(tr.err, &oe) || oe.Code != outpost.Quota {
 			t.Fatalf("err %v, want code quota", tr.err)
@@ -419,7 +420,7 @@ func TestCopilot(t *testing.T) {
 	t.Run("ServerErrorIsUnavailable", func(t *testing.T) {
 		t.Parallel()
 		e := newCopilotEnv(t)
-		tr := e.run(sandbox.Turn{Prompt: "x " + markerFast500})
+		tr := e.run(engine.Turn{Prompt: "x " + markerFast500})
 		if code := outpost.CodeOf(tr.err); code != outpost.Process {
 			t.Fatalf("err %v, want code process", tr.err)
 		}
@@ -434,7 +435,7 @@ func TestCopilot(t *testing.T) {
 	t.Run("SecretIsRedacted", func(t *testing.T) {
 		t.Parallel()
 		e := newCopilotEnv(t)
-		tr := e.run(sandbox.Turn{Prompt: "what is the key " + markerLeak})
+		tr := e.run(engine.Turn{Prompt: "what is the key " + markerLeak})
 		if tr.err != nil {
 			t.Fatalf("turn failed: %v", tr.err)
 		}
@@ -525,10 +526,10 @@ func BenchmarkCopilotTurn(b *testing.B) {
 		p := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + path}})
 		store := conversation.NewFS(b.TempDir())
 		wd := b.TempDir()
-		o := &sandbox.RunOptions{Provider: p, Store: store, Environ: byok}
+		o := &engine.RunOptions{Provider: p, Store: store, Environ: byok}
 		h := copilot.Harness()
 		for b.Loop() {
-			res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "Say hello", Workdir: wd}, o)
+			res, err := engine.Run(context.Background(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "Say hello", Workdir: wd}, o)
 			if err != nil || res.Text != openai.DefaultText || res.Usage != perCall {
 				b.Fatalf("turn: %v %+v", err, res)
 			}
@@ -553,25 +554,25 @@ func TestCopilotDocker(t *testing.T) {
 	})
 	store := conversation.NewFS(t.TempDir())
 	environ := []string{"COPILOT_OFFLINE=true", "COPILOT_PROVIDER_BASE_URL=" + fake.URL(), "COPILOT_PROVIDER_API_KEY=" + copilotKey, "COPILOT_MODEL=" + copilotModel}
-	run := func(turn sandbox.Turn) copilotTurn {
+	run := func(turn engine.Turn) copilotTurn {
 		t.Helper()
 		turn.Agent = harness.Agent{Kind: "cli", Harness: copilot.Harness()}
 		turn.Workdir, turn.Timeout = t.TempDir(), 3*time.Minute
 		var out copilotTurn
 		var mu sync.Mutex
-		out.res, out.err = sandbox.Run(context.Background(), turn, &sandbox.RunOptions{Provider: prov, Store: store, Environ: environ,
+		out.res, out.err = engine.Run(context.Background(), turn, &engine.RunOptions{Provider: prov, Store: store, Environ: environ,
 			OnEvent: func(ev harness.Event) { mu.Lock(); out.events = append(out.events, ev); mu.Unlock() }})
 		copilotNoSecret(t, out)
 		return out
 	}
-	first := run(sandbox.Turn{Prompt: "First turn FAKE_ECHO"})
+	first := run(engine.Turn{Prompt: "First turn FAKE_ECHO"})
 	if first.err != nil {
 		t.Fatalf("first turn: %v", first.err)
 	}
 	if first.res.Sandbox != "docker" || !strings.HasPrefix(first.res.Text, "ECHO nmsg=2 ") || first.res.Usage != perCall {
 		t.Errorf("first turn %+v", first.res)
 	}
-	second := run(sandbox.Turn{Prompt: "Second turn FAKE_ECHO", Resume: first.res.Conversation})
+	second := run(engine.Turn{Prompt: "Second turn FAKE_ECHO", Resume: first.res.Conversation})
 	if second.err != nil {
 		t.Fatalf("resumed turn: %v", second.err)
 	}

@@ -13,12 +13,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // fooArchive is a release archive, foo-1.0/bin/foo, whose program speaks
@@ -85,10 +86,10 @@ func fooPreset() *harness.Harness {
 func TestBootstrapCustomPinsTurn(t *testing.T) {
 	archive := fooArchive(t)
 	srv := serveTarball(t, archive)
-	run := func(inst *bootstrap.Installer) (*sandbox.Result, []harness.Event, error) {
+	run := func(inst *bootstrap.Installer) (*engine.Result, []harness.Event, error) {
 		var mu sync.Mutex
 		var events []harness.Event
-		o := &sandbox.RunOptions{
+		o := &engine.RunOptions{
 			Provider:  local.New(&local.Options{BaseDir: t.TempDir()}),
 			Environ:   []string{"PATH=" + os.Getenv("PATH")},
 			Installer: inst,
@@ -98,7 +99,7 @@ func TestBootstrapCustomPinsTurn(t *testing.T) {
 				mu.Unlock()
 			},
 		}
-		res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: fooPreset()}, Prompt: "hello", Workdir: t.TempDir()}, o)
+		res, err := engine.Run(context.Background(), engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: fooPreset()}, Prompt: "hello", Workdir: t.TempDir()}, o)
 		return res, events, err
 	}
 

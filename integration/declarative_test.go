@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/claude"
@@ -16,7 +18,6 @@ import (
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // claudeFile describes the real Claude Code CLI in the declarative format
@@ -79,18 +80,18 @@ func TestDeclarativeClaude(t *testing.T) {
 	prov := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=" + filepath.Dir(bin) + ":/usr/local/bin:/usr/bin:/bin"}})
 	wd := t.TempDir()
 	environ := []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=" + key, "HOME=" + t.TempDir()}
-	run := func(tn sandbox.Turn) (*sandbox.Result, []harness.Event) {
+	run := func(tn engine.Turn) (*engine.Result, []harness.Event) {
 		t.Helper()
 		var evs []harness.Event
 		tn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: h, Model: tn.Agent.Model}
 		tn.Workdir, tn.Timeout = wd, 2*time.Minute
-		res, err := sandbox.Run(context.Background(), tn, &sandbox.RunOptions{Provider: prov, Store: store, Environ: environ,
+		res, err := engine.Run(context.Background(), tn, &engine.RunOptions{Provider: prov, Store: store, Environ: environ,
 			OnEvent: func(ev harness.Event) { evs = append(evs, ev) }})
 		if err != nil {
 			t.Fatalf("%v", err)
 		}
 		b, _ := json.Marshal(struct {
-			R *sandbox.Result
+			R *engine.Result
 			E []harness.Event
 		}{res, evs})
 		if strings.Contains(string(b), key) {
@@ -98,7 +99,7 @@ func TestDeclarativeClaude(t *testing.T) {
 		}
 		return res, evs
 	}
-	first, evs := run(sandbox.Turn{Prompt: "say hi", Agent: harness.Agent{Model: "claude-sonnet-4-5"}})
+	first, evs := run(engine.Turn{Prompt: "say hi", Agent: harness.Agent{Model: "claude-sonnet-4-5"}})
 	if first.Text != anthropic.DefaultText || !claude.ValidSessionID(first.Session) || first.Conversation == "" {
 		t.Fatalf("first turn %+v", first)
 	}
@@ -114,11 +115,11 @@ func TestDeclarativeClaude(t *testing.T) {
 	if want := []harness.EventType{harness.EventSession, harness.EventMessage, harness.EventFinished}; !equalTypes(types, want) {
 		t.Errorf("events %v, want %v", types, want)
 	}
-	again, _ := run(sandbox.Turn{Prompt: "FAKE_ECHO again", Resume: first.Conversation})
+	again, _ := run(engine.Turn{Prompt: "FAKE_ECHO again", Resume: first.Conversation})
 	if again.Text != "ECHO nmsg=3 last_user=FAKE_ECHO again" || again.Session != first.Session || again.Model != "claude-sonnet-4-5" {
 		t.Errorf("resume %+v", again)
 	}
-	child, _ := run(sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.Conversation})
+	child, _ := run(engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.Conversation})
 	if child.Text != "ECHO nmsg=5 last_user=FAKE_ECHO branch" || child.Session == first.Session || child.Parent != first.Conversation {
 		t.Errorf("fork %+v", child)
 	}

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/sandbox/driver"
 
@@ -109,11 +111,11 @@ func BenchmarkDockerTurn(b *testing.B) {
 	p := benchProvider(b)
 	wd := b.TempDir()
 	ctx := context.Background()
-	turn := sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
+	turn := engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
 	b.Run("outpost", func(b *testing.B) {
-		o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
+		o := &engine.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
 		for i := 0; i < b.N; i++ {
-			if _, err := sandbox.Run(ctx, turn, o); err != nil {
+			if _, err := engine.Run(ctx, turn, o); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -124,9 +126,9 @@ func BenchmarkDockerTurn(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer l.Close(ctx)
-		o := &sandbox.RunOptions{Lease: l, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
+		o := &engine.RunOptions{Lease: l, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
 		for i := 0; i < b.N; i++ {
-			if _, err := sandbox.Run(ctx, turn, o); err != nil {
+			if _, err := engine.Run(ctx, turn, o); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/docker/docker/api/types/container"
@@ -51,7 +53,7 @@ type turns struct {
 	events  []harness.Event
 }
 
-func (f *turns) run(p driver.Provider, l *sandbox.Lease, turn sandbox.Turn, mod ...func(*sandbox.RunOptions)) (*sandbox.Result, error) {
+func (f *turns) run(p driver.Provider, l *sandbox.Lease, turn engine.Turn, mod ...func(*engine.RunOptions)) (*engine.Result, error) {
 	f.mu.Lock()
 	f.events = nil
 	f.mu.Unlock()
@@ -61,7 +63,7 @@ func (f *turns) run(p driver.Provider, l *sandbox.Lease, turn sandbox.Turn, mod 
 	if turn.Workdir == "" {
 		turn.Workdir = f.workdir
 	}
-	o := &sandbox.RunOptions{Provider: p, Lease: l, Store: f.store, Environ: []string{"PATH=" + os.Getenv("PATH")}, Grace: 500 * time.Millisecond,
+	o := &engine.RunOptions{Provider: p, Lease: l, Store: f.store, Environ: []string{"PATH=" + os.Getenv("PATH")}, Grace: 500 * time.Millisecond,
 		OnEvent: func(ev harness.Event) {
 			f.mu.Lock()
 			f.events = append(f.events, ev)
@@ -70,10 +72,10 @@ func (f *turns) run(p driver.Provider, l *sandbox.Lease, turn sandbox.Turn, mod 
 	for _, m := range mod {
 		m(o)
 	}
-	return sandbox.Run(context.Background(), turn, o)
+	return engine.Run(context.Background(), turn, o)
 }
 
-func (f *turns) ok(p driver.Provider, turn sandbox.Turn) *sandbox.Result {
+func (f *turns) ok(p driver.Provider, turn engine.Turn) *engine.Result {
 	f.t.Helper()
 	res, err := f.run(p, nil, turn)
 	if err != nil {
@@ -82,7 +84,7 @@ func (f *turns) ok(p driver.Provider, turn sandbox.Turn) *sandbox.Result {
 	return res
 }
 
-func wantTurn(t *testing.T, res *sandbox.Result, n int) {
+func wantTurn(t *testing.T, res *engine.Result, n int) {
 	t.Helper()
 	if want := fmt.Sprintf("(turn %d)", n); !strings.Contains(res.Text, want) {
 		t.Errorf("final text %q lacks %q", res.Text, want)
@@ -98,22 +100,22 @@ func TestDockerEchoScenarios(t *testing.T) {
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 
 	t.Run("resume-fork", func(t *testing.T) {
-		res := f.ok(p, sandbox.Turn{Prompt: "hello"})
+		res := f.ok(p, engine.Turn{Prompt: "hello"})
 		wantTurn(t, res, 1)
 		if res.Sandbox != "docker" || res.Conversation == "" || !res.Usage.Complete {
 			t.Errorf("result %+v", res)
 		}
-		res2 := f.ok(p, sandbox.Turn{Prompt: "again", Resume: res.Conversation})
+		res2 := f.ok(p, engine.Turn{Prompt: "again", Resume: res.Conversation})
 		wantTurn(t, res2, 2)
 		if res2.Conversation != res.Conversation {
 			t.Errorf("resume changed the conversation: %s", res2.Conversation)
 		}
-		fork := f.ok(p, sandbox.Turn{Prompt: "forked", Fork: res.Conversation})
+		fork := f.ok(p, engine.Turn{Prompt: "forked", Fork: res.Conversation})
 		wantTurn(t, fork, 3)
 		if fork.Parent != res.Conversation || fork.Session == res2.Session {
 			t.Errorf("fork %+v", fork)
 		}
-		wantTurn(t, f.ok(p, sandbox.Turn{Prompt: "fork again", Resume: fork.Conversation}), 4)
+		wantTurn(t, f.ok(p, engine.Turn{Prompt: "fork again", Resume: fork.Conversation}), 4)
 	})
 
 	// The failure classes on one held lease (a persistent container).
@@ -127,14 +129,14 @@ func TestDockerEchoScenarios(t *testing.T) {
 		code        outpost.Code
 		unavailable bool
 		detail      string
-		turn        sandbox.Turn
+		turn        engine.Turn
 	}{
 		{prompt: "#quota", code: outpost.Quota, detail: "resets_at"},
 		{prompt: "#outage", code: outpost.Process, unavailable: true},
 		{prompt: "#crash", code: outpost.Process, detail: "exit_code"},
 		{prompt: "#nofinish", code: outpost.Process, detail: "finished"},
-		{prompt: "#slow=100000", code: outpost.Timeout, turn: sandbox.Turn{Timeout: 2 * time.Second}},
-		{prompt: "#hang", code: outpost.Process, detail: "stalled", turn: sandbox.Turn{Inactivity: time.Second}},
+		{prompt: "#slow=100000", code: outpost.Timeout, turn: engine.Turn{Timeout: 2 * time.Second}},
+		{prompt: "#hang", code: outpost.Process, detail: "stalled", turn: engine.Turn{Inactivity: time.Second}},
 	} {
 		t.Run(c.prompt, func(t *testing.T) {
 			turn := c.turn
@@ -158,12 +160,12 @@ func TestDockerEchoScenarios(t *testing.T) {
 	}
 	t.Run("after-failures", func(t *testing.T) {
 		// The lease survived its failed turns, and kept their state.
-		wantTurn(t, f.ok2(l, sandbox.Turn{Prompt: "still here"}), 1)
+		wantTurn(t, f.ok2(l, engine.Turn{Prompt: "still here"}), 1)
 	})
 	t.Run("steer-live", func(t *testing.T) {
 		steer := make(chan string, 1)
 		var once sync.Once
-		res, err := f.run(nil, l, sandbox.Turn{Prompt: "#slow=100000"}, func(o *sandbox.RunOptions) {
+		res, err := f.run(nil, l, engine.Turn{Prompt: "#slow=100000"}, func(o *engine.RunOptions) {
 			o.Steer = steer
 			inner := o.OnEvent
 			o.OnEvent = func(ev harness.Event) {
@@ -182,7 +184,7 @@ func TestDockerEchoScenarios(t *testing.T) {
 	})
 }
 
-func (f *turns) ok2(l *sandbox.Lease, turn sandbox.Turn) *sandbox.Result {
+func (f *turns) ok2(l *sandbox.Lease, turn engine.Turn) *engine.Result {
 	f.t.Helper()
 	res, err := f.run(nil, l, turn)
 	if err != nil {
@@ -199,17 +201,17 @@ func TestDockerLocalConversations(t *testing.T) {
 	lp := local.New(&local.Options{BaseDir: t.TempDir()})
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 
-	c1 := f.ok(d, sandbox.Turn{Prompt: "born in docker"})
+	c1 := f.ok(d, engine.Turn{Prompt: "born in docker"})
 	wantTurn(t, c1, 1)
-	r := f.ok(lp, sandbox.Turn{Prompt: "on local", Resume: c1.Conversation})
+	r := f.ok(lp, engine.Turn{Prompt: "on local", Resume: c1.Conversation})
 	wantTurn(t, r, 2)
-	r = f.ok(d, sandbox.Turn{Prompt: "back in docker", Resume: c1.Conversation})
+	r = f.ok(d, engine.Turn{Prompt: "back in docker", Resume: c1.Conversation})
 	wantTurn(t, r, 3)
 
-	c2 := f.ok(lp, sandbox.Turn{Prompt: "born on local"})
-	r = f.ok(d, sandbox.Turn{Prompt: "in docker", Resume: c2.Conversation})
+	c2 := f.ok(lp, engine.Turn{Prompt: "born on local"})
+	r = f.ok(d, engine.Turn{Prompt: "in docker", Resume: c2.Conversation})
 	wantTurn(t, r, 2)
-	fork := f.ok(lp, sandbox.Turn{Prompt: "forked on local", Fork: c2.Conversation})
+	fork := f.ok(lp, engine.Turn{Prompt: "forked on local", Fork: c2.Conversation})
 	wantTurn(t, fork, 3)
 	if fork.Parent != c2.Conversation {
 		t.Errorf("fork parent %q", fork.Parent)

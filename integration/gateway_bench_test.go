@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // BenchmarkGatewayClaudeTurn measures what the credential gateway adds to
@@ -38,14 +39,14 @@ func BenchmarkGatewayClaudeTurn(b *testing.B) {
 	turn := func(secrets string) (whole, first time.Duration) {
 		var once sync.Once
 		start := time.Now()
-		o := &sandbox.RunOptions{Provider: p, Store: store, Secrets: secrets,
+		o := &engine.RunOptions{Provider: p, Store: store, Secrets: secrets,
 			Environ: []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=sk-fake"},
 			OnEvent: func(ev harness.Event) {
 				if ev.Type == harness.EventMessage {
 					once.Do(func() { first = time.Since(start) })
 				}
 			}}
-		res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "say hi", Workdir: wd}, o)
+		res, err := engine.Run(context.Background(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "say hi", Workdir: wd}, o)
 		if err != nil || res.Text != anthropic.DefaultText || res.Secrets != secrets {
 			b.Fatalf("turn: %v %+v", err, res)
 		}
@@ -56,11 +57,11 @@ func BenchmarkGatewayClaudeTurn(b *testing.B) {
 	for b.Loop() {
 		var e, g, ef, gf time.Duration
 		if i%2 == 0 {
-			e, ef = turn(sandbox.SecretsEnv)
-			g, gf = turn(sandbox.SecretsGateway)
+			e, ef = turn(engine.SecretsEnv)
+			g, gf = turn(engine.SecretsGateway)
 		} else {
-			g, gf = turn(sandbox.SecretsGateway)
-			e, ef = turn(sandbox.SecretsEnv)
+			g, gf = turn(engine.SecretsGateway)
+			e, ef = turn(engine.SecretsEnv)
 		}
 		i++
 		env, gw = append(env, ms(e)), append(gw, ms(g))

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
-	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
@@ -60,8 +61,8 @@ func TestKeylessDocker(t *testing.T) {
 			p := keylessDocker(t, c)
 			key, probe := testenv.KeylessProbe(t)
 			environ, fake := c.start(t, probe, key)
-			r := runKeylessOn(t, p, c, inSandbox(environ), sandbox.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, nil)
-			checkKeyless(t, r, fake, key, sandbox.SecretsGateway, sandbox.EgressGateway)
+			r := runKeylessOn(t, p, c, inSandbox(environ), engine.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, nil)
+			checkKeyless(t, r, fake, key, engine.SecretsGateway, engine.EgressGateway)
 		})
 	}
 }
@@ -78,9 +79,9 @@ func TestKeylessSSH(t *testing.T) {
 		egress string
 		want   string
 	}{
-		{0, "", sandbox.EgressOpen},
-		{1, sandbox.EgressGateway, sandbox.EgressUnenforced},
-		{2, "", sandbox.EgressOpen},
+		{0, "", engine.EgressOpen},
+		{1, engine.EgressGateway, engine.EgressUnenforced},
+		{2, "", engine.EgressOpen},
 	} {
 		c := keylessCLIs[tt.cli]
 		t.Run(c.name, func(t *testing.T) {
@@ -89,8 +90,8 @@ func TestKeylessSSH(t *testing.T) {
 			key, probe := testenv.KeylessProbe(t)
 			environ, fake := c.start(t, probe, key)
 			environ = append(inSandbox(environ), "PATH=/usr/local/bin:/usr/bin:/bin")
-			r := runKeylessOn(t, p, c, environ, sandbox.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, func(o *sandbox.RunOptions) { o.Egress = tt.egress })
-			checkKeyless(t, r, fake, key, sandbox.SecretsGateway, tt.want)
+			r := runKeylessOn(t, p, c, environ, engine.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, func(o *engine.RunOptions) { o.Egress = tt.egress })
+			checkKeyless(t, r, fake, key, engine.SecretsGateway, tt.want)
 		})
 	}
 }
@@ -145,13 +146,13 @@ func TestKeylessDockerEgress(t *testing.T) {
 	denied, deniedSeen := countingServer(t, "127.0.0.1:0")
 	key := "sk-kl-" + randomHex(t, 16)
 	environ, fake := c.start(t, egressProbe(direct, allowed, denied), key)
-	r := runKeylessOn(t, p, c, environ, sandbox.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, func(o *sandbox.RunOptions) {
+	r := runKeylessOn(t, p, c, environ, engine.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, func(o *engine.RunOptions) {
 		o.EgressAllow = []string{allowed}
 	})
 	if r.err != nil {
 		t.Fatalf("turn: %v", r.err)
 	}
-	if r.res.Secrets != sandbox.SecretsGateway || r.res.Egress != sandbox.EgressGateway {
+	if r.res.Secrets != engine.SecretsGateway || r.res.Egress != engine.EgressGateway {
 		t.Errorf("result secrets %q egress %q, want gateway and gateway", r.res.Secrets, r.res.Egress)
 	}
 	got := egressOutput.FindString(fake.bodies())

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -20,7 +22,6 @@ import (
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
@@ -115,7 +116,7 @@ func dirOf(bin string) string { return bin[:strings.LastIndex(bin, "/")] }
 
 // keylessRun is one turn of a keyless test.
 type keylessRun struct {
-	res    *sandbox.Result
+	res    *engine.Result
 	err    error
 	events []harness.Event
 }
@@ -131,14 +132,14 @@ func (r keylessRun) notices(kind string) []harness.Event {
 }
 
 // runKeyless runs one turn of c on a local sandbox with environ.
-func runKeyless(t *testing.T, c keylessCLI, environ []string, tn sandbox.Turn, mod func(*sandbox.RunOptions)) keylessRun {
+func runKeyless(t *testing.T, c keylessCLI, environ []string, tn engine.Turn, mod func(*engine.RunOptions)) keylessRun {
 	t.Helper()
 	p := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=" + c.path(t) + ":/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}})
 	return runKeylessOn(t, p, c, environ, tn, mod)
 }
 
 // runKeylessOn runs one turn of c on p with environ.
-func runKeylessOn(t *testing.T, p driver.Provider, c keylessCLI, environ []string, tn sandbox.Turn, mod func(*sandbox.RunOptions)) keylessRun {
+func runKeylessOn(t *testing.T, p driver.Provider, c keylessCLI, environ []string, tn engine.Turn, mod func(*engine.RunOptions)) keylessRun {
 	t.Helper()
 	tn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: c.h, Model: c.model}
 	tn.Options = c.options
@@ -148,7 +149,7 @@ func runKeylessOn(t *testing.T, p driver.Provider, c keylessCLI, environ []strin
 	}
 	var mu sync.Mutex
 	var out keylessRun
-	o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(t.TempDir()), Grace: 2 * time.Second, Raw: true, Logger: testenv.FailureLog(t),
+	o := &engine.RunOptions{Provider: p, Store: conversation.NewFS(t.TempDir()), Grace: 2 * time.Second, Raw: true, Logger: testenv.FailureLog(t),
 		Environ: append(environ, "HOME="+t.TempDir()),
 		OnEvent: func(ev harness.Event) {
 			mu.Lock()
@@ -158,7 +159,7 @@ func runKeylessOn(t *testing.T, p driver.Provider, c keylessCLI, environ []strin
 	if mod != nil {
 		mod(o)
 	}
-	out.res, out.err = sandbox.Run(context.Background(), tn, o)
+	out.res, out.err = engine.Run(context.Background(), tn, o)
 	return out
 }
 
@@ -174,11 +175,11 @@ func TestKeylessRealCLIs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			key, probe := testenv.KeylessProbe(t)
-			for _, mode := range []string{sandbox.SecretsGateway, sandbox.SecretsEnv} {
+			for _, mode := range []string{engine.SecretsGateway, engine.SecretsEnv} {
 				t.Run(mode, func(t *testing.T) {
 					environ, fake := c.start(t, probe, key)
-					r := runKeyless(t, c, environ, sandbox.Turn{Prompt: "Run a command FAKE_TOOL"}, func(o *sandbox.RunOptions) { o.Secrets = mode })
-					checkKeyless(t, r, fake, key, mode, sandbox.EgressOpen)
+					r := runKeyless(t, c, environ, engine.Turn{Prompt: "Run a command FAKE_TOOL"}, func(o *engine.RunOptions) { o.Secrets = mode })
+					checkKeyless(t, r, fake, key, mode, engine.EgressOpen)
 				})
 			}
 		})
@@ -213,7 +214,7 @@ func checkKeyless(t *testing.T, r keylessRun, fake keylessFake, key, mode, egres
 	// own env shows neither); in env mode the same check finds the key (it
 	// works).
 	want := testenv.KeylessNoKey
-	if mode == sandbox.SecretsEnv {
+	if mode == engine.SecretsEnv {
 		want = regexp.MustCompile(`^env=[0-9]+ home=[0-9]+ procs=[1-9]`)
 	}
 	if got := testenv.KeylessProbeOutput.FindAllString(bodies, -1); len(got) == 0 || !want.MatchString(got[0]) {
@@ -252,7 +253,7 @@ func TestKeylessFailuresClassify(t *testing.T) {
 			t.Parallel()
 			key := "sk-kl-" + randomHex(t, 16)
 			environ, _ := c.start(t, "true", key)
-			r := runKeyless(t, c, environ, sandbox.Turn{Prompt: "fail " + tt.marker}, nil)
+			r := runKeyless(t, c, environ, engine.Turn{Prompt: "fail " + tt.marker}, nil)
 			var oe *outpost.Error
 			if !errors.As(r.err, &oe) || oe.Code != tt.code {
 				t.Fatalf("error %v, want code %s", r.err, tt.code)
@@ -260,7 +261,7 @@ func TestKeylessFailuresClassify(t *testing.T) {
 			if got, _ := oe.Details["unavailable"].(bool); got != tt.unavailable {
 				t.Errorf("details.unavailable %v, want %v (details %v)", got, tt.unavailable, oe.Details)
 			}
-			if r.res == nil || r.res.Secrets != sandbox.SecretsGateway {
+			if r.res == nil || r.res.Secrets != engine.SecretsGateway {
 				t.Errorf("result %+v, want secrets gateway", r.res)
 			}
 		})
@@ -281,7 +282,7 @@ func TestKeylessStructuredAndSteer(t *testing.T) {
 		// re-prompt); outpost's repair gets the structured answer.
 		srv.Enqueue(anthropic.Text("```json\n{\"name\": \"Linus\",\n```"), anthropic.Text("```json\n{\"name\": \"Linus\",\n```"),
 			anthropic.StructuredOutput(map[string]any{"name": "Linus"}))
-		r := runKeyless(t, c, environ, sandbox.Turn{Prompt: "name a kernel author", Output: []byte(personSchema)}, nil)
+		r := runKeyless(t, c, environ, engine.Turn{Prompt: "name a kernel author", Output: []byte(personSchema)}, nil)
 		if r.err != nil || string(r.res.Output) != `{"name":"Linus"}` || len(r.res.Attempts) != 2 {
 			t.Fatalf("error %v, result %+v", r.err, r.res)
 		}
@@ -297,7 +298,7 @@ func TestKeylessStructuredAndSteer(t *testing.T) {
 		environ, fake := c.start(t, "sleep 2", key)
 		steer := make(chan string, 1)
 		var once sync.Once
-		r := runKeyless(t, c, environ, sandbox.Turn{Prompt: "Run a command FAKE_TOOL"}, func(o *sandbox.RunOptions) {
+		r := runKeyless(t, c, environ, engine.Turn{Prompt: "Run a command FAKE_TOOL"}, func(o *engine.RunOptions) {
 			o.Steer = steer
 			on := o.OnEvent
 			o.OnEvent = func(ev harness.Event) {

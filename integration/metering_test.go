@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/gateway/meter"
 	"github.com/outposthq/outpost/gateway/meter/metertest"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // TestClaudeMetered: the real Claude Code against the fake Anthropic API
@@ -26,7 +27,7 @@ func TestClaudeMetered(t *testing.T) {
 	e := newClaudeEnv(t, "local", anthropic.Options{})
 	m := meter.New(meter.Options{APIs: []string{meter.Anthropic}})
 	e.vars["ANTHROPIC_BASE_URL"] = metertest.Proxy(t, m, e.srv.URL())
-	o := e.run(sandbox.Turn{Prompt: "say hi", Agent: harness.Agent{Kind: harness.KindCLI, Model: "claude-sonnet-4-5"}}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "say hi", Agent: harness.Agent{Kind: harness.KindCLI, Model: "claude-sonnet-4-5"}}, turnOpts{})
 	e.mustSucceed(o)
 	m.Settle(time.Minute)
 	got := m.Metered()
@@ -46,7 +47,7 @@ func TestClaudeMetered(t *testing.T) {
 	e2 := newClaudeEnv(t, "local", anthropic.Options{Usage: anthropic.Usage{InputTokens: 100000, OutputTokens: 37}})
 	m2 := meter.New(meter.Options{APIs: []string{meter.Anthropic}, Limits: []meter.Limiter{meter.Limit{Budget: meter.BudgetTurn, Tokens: 100000}}})
 	e2.vars["ANTHROPIC_BASE_URL"] = metertest.Proxy(t, m2, e2.srv.URL())
-	o2 := e2.run(sandbox.Turn{Prompt: "use a tool FAKE_TOOL", Options: map[string]string{"max-retries": "3"}}, turnOpts{})
+	o2 := e2.run(engine.Turn{Prompt: "use a tool FAKE_TOOL", Options: map[string]string{"max-retries": "3"}}, turnOpts{})
 	if n := len(e2.messages()); n != 1 {
 		t.Errorf("the fake received %d calls, want the one before the budget was spent", n)
 	}
@@ -72,7 +73,7 @@ func TestCodexMetered(t *testing.T) {
 	e := newCodexEnv(t, openai.Config{})
 	m := meter.New(meter.Options{APIs: []string{meter.OpenAIResponses}})
 	e.environ = []string{"OPENAI_BASE_URL=" + metertest.Proxy(t, m, e.fake.Root()) + "/v1", "OPENAI_API_KEY=" + codexKey, "HOME=" + os.Getenv("HOME")}
-	tr := e.run(context.Background(), sandbox.Turn{Prompt: "Say hello"}, nil, nil)
+	tr := e.run(context.Background(), engine.Turn{Prompt: "Say hello"}, nil, nil)
 	if tr.err != nil {
 		t.Fatal(tr.err)
 	}
@@ -92,7 +93,7 @@ func TestCodexMetered(t *testing.T) {
 	m2 := meter.New(meter.Options{APIs: []string{meter.OpenAIResponses}, Limits: []meter.Limiter{meter.Limit{Budget: meter.BudgetTurn, Tokens: 100000}}})
 	e2.environ = []string{"OPENAI_BASE_URL=" + metertest.Proxy(t, m2, e2.fake.Root()) + "/v1", "OPENAI_API_KEY=" + codexKey, "HOME=" + os.Getenv("HOME")}
 	e2.fake.Enqueue(openai.ToolCall("echo hi"))
-	tr2 := e2.run(context.Background(), sandbox.Turn{Prompt: "run a command"}, nil, nil)
+	tr2 := e2.run(context.Background(), engine.Turn{Prompt: "run a command"}, nil, nil)
 	if n := e2.fake.Count(); n != 1 {
 		t.Errorf("the fake received %d calls, want the one before the budget was spent", n)
 	}

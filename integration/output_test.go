@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost"
@@ -16,7 +18,6 @@ import (
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/output"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // Structured answers (docs/output.md) with the real CLIs against the fake
@@ -37,7 +38,7 @@ func TestClaudeStructuredOutput(t *testing.T) { eachProvider(t, testClaudeStruct
 func testClaudeStructuredOutput(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
 	e.srv.Enqueue(anthropic.StructuredOutput(map[string]any{"name": "Ada", "age": 36}))
-	o := e.run(sandbox.Turn{Prompt: "who wrote the first program?", Output: json.RawMessage(personSchema)}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "who wrote the first program?", Output: json.RawMessage(personSchema)}, turnOpts{})
 	e.mustSucceed(o)
 	if string(o.res.Output) != `{"name":"Ada","age":36}` && string(o.res.Output) != `{"age":36,"name":"Ada"}` {
 		t.Errorf("output %s (text %q)", o.res.Output, o.res.Text)
@@ -68,7 +69,7 @@ func TestClaudeStructuredTextFirst(t *testing.T) {
 	t.Parallel()
 	e := newClaudeEnv(t, "local", anthropic.Options{})
 	e.srv.Enqueue(anthropic.Text("Let me think."), anthropic.Text("Here it is: {\"name\": \"Grace\"}"))
-	o := e.run(sandbox.Turn{Prompt: "name a pioneer", Output: json.RawMessage(personSchema)}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "name a pioneer", Output: json.RawMessage(personSchema)}, turnOpts{})
 	e.mustSucceed(o)
 	if string(o.res.Output) != `{"name":"Grace"}` {
 		t.Errorf("output %s", o.res.Output)
@@ -92,7 +93,7 @@ func TestClaudeRepair(t *testing.T) {
 	// own re-prompt.
 	e.srv.Enqueue(anthropic.Text("```json\n{\"name\": \"Linus\",\n```"), anthropic.Text("```json\n{\"name\": \"Linus\",\n```"),
 		anthropic.StructuredOutput(map[string]any{"name": "Linus"}))
-	o := e.run(sandbox.Turn{Prompt: "name a kernel author", Output: json.RawMessage(personSchema)}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "name a kernel author", Output: json.RawMessage(personSchema)}, turnOpts{})
 	e.mustSucceed(o)
 	if string(o.res.Output) != `{"name":"Linus"}` {
 		t.Fatalf("output %s", o.res.Output)
@@ -134,7 +135,7 @@ func TestClaudeRepairExhausted(t *testing.T) {
 	e := newClaudeEnv(t, "local", anthropic.Options{})
 	leak := "prose that quotes the key " + e.key
 	e.srv.Enqueue(anthropic.Text("no"), anthropic.Text("no again"), anthropic.Text("still no"), anthropic.Text(leak))
-	o := e.run(sandbox.Turn{Prompt: "refuse", Output: json.RawMessage(personSchema), Repairs: intPtr(1)}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "refuse", Output: json.RawMessage(personSchema), Repairs: intPtr(1)}, turnOpts{})
 	var oe *outpost.Error
 	if !errors.As(o.err, &oe) || oe.Code != outpost.Output || outpost.ExitCode(o.err) != 10 {
 		t.Fatalf("err = %v, want output", o.err)
@@ -158,7 +159,7 @@ func TestClaudeProtocol(t *testing.T) {
 		anthropic.Text("Not for me.\n```json\n{\"handoff\": {\"to\": \"tester\", \"task\": \"run the tests\", \"context\": \"after the refactor\"}}\n```"),
 		anthropic.Text("I looked around and everything is fine.\n\nNo further action."),
 	)
-	o := e.run(sandbox.Turn{Prompt: "check", Protocol: "handoff"}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "check", Protocol: "handoff"}, turnOpts{})
 	e.mustSucceed(o)
 	// The block's own changedFiles is kept as the claim, beside the files
 	// outpost saw change (none).
@@ -168,12 +169,12 @@ func TestClaudeProtocol(t *testing.T) {
 	if reqs := e.messages(); !strings.Contains(reqs[0].LastUserText, `{"handoff": {"to": "<agent>"`) {
 		t.Errorf("the protocol instruction did not reach the model: %q", reqs[0].LastUserText)
 	}
-	o = e.run(sandbox.Turn{Prompt: "check", Protocol: "handoff"}, turnOpts{})
+	o = e.run(engine.Turn{Prompt: "check", Protocol: "handoff"}, turnOpts{})
 	e.mustSucceed(o)
 	if d := cmp.Diff(&output.Outcome{Kind: "handoff", To: "tester", Task: "run the tests", Context: "after the refactor"}, o.res.Protocol); d != "" {
 		t.Errorf("handoff (-want +got):\n%s", d)
 	}
-	o = e.run(sandbox.Turn{Prompt: "check", Protocol: "handoff"}, turnOpts{})
+	o = e.run(engine.Turn{Prompt: "check", Protocol: "handoff"}, turnOpts{})
 	e.mustSucceed(o)
 	if o.res.Protocol == nil || !o.res.Protocol.Fallback || o.res.Protocol.Summary != "I looked around and everything is fine." || len(o.kind("protocol_fallback")) != 1 {
 		t.Errorf("fallback %+v", o.res.Protocol)
@@ -198,7 +199,7 @@ func testClaudeChangedFiles(t *testing.T, kind string) {
 	}
 	e.srv.Enqueue(anthropic.Bash("mkdir -p src && echo new > src/new.txt && echo more >> edit.txt && rm gone.txt"),
 		anthropic.Text("Done.\n```json\n{\"result\": {\"summary\": \"edited\", \"changedFiles\": [\"everything\"]}}\n```"))
-	o := e.run(sandbox.Turn{Prompt: "change things", Protocol: "handoff", Options: map[string]string{"permission-mode": "bypassPermissions"}}, turnOpts{})
+	o := e.run(engine.Turn{Prompt: "change things", Protocol: "handoff", Options: map[string]string{"permission-mode": "bypassPermissions"}}, turnOpts{})
 	e.mustSucceed(o)
 	want := &output.Changes{Complete: true, Files: []output.ChangedFile{
 		{Path: "edit.txt", Operation: "modified"}, {Path: "gone.txt", Operation: "deleted"}, {Path: "src/new.txt", Operation: "created"},
@@ -217,7 +218,7 @@ func testClaudeChangedFiles(t *testing.T, kind string) {
 func TestCodexOutputSchema(t *testing.T) {
 	t.Parallel()
 	e := newCodexEnv(t, openai.Config{Text: `{"name":"Margaret","age":33}`})
-	tr := e.run(context.Background(), sandbox.Turn{Prompt: "who led Apollo software?", Output: json.RawMessage(personSchema)}, nil, nil)
+	tr := e.run(context.Background(), engine.Turn{Prompt: "who led Apollo software?", Output: json.RawMessage(personSchema)}, nil, nil)
 	if tr.err != nil {
 		t.Fatalf("turn failed: %v", tr.err)
 	}
@@ -244,7 +245,7 @@ func TestCopilotInstruction(t *testing.T) {
 	t.Parallel()
 	e := newCopilotEnv(t)
 	e.fake.Enqueue(openai.Text("Sure.\n\n```json\n{\"name\": \"Barbara\", \"age\": 88}\n```\nAnything else?"))
-	tr := e.run(sandbox.Turn{Prompt: "name a pioneer", Output: json.RawMessage(personSchema)})
+	tr := e.run(engine.Turn{Prompt: "name a pioneer", Output: json.RawMessage(personSchema)})
 	if tr.err != nil {
 		t.Fatalf("turn failed: %v\n%s", tr.err, tr.stderr)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/outposthq/outpost"
@@ -20,7 +22,6 @@ import (
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // raceWorld is a race's world on the local sandbox: the real claude
@@ -30,7 +31,7 @@ type raceWorld struct {
 	t     *testing.T
 	srv   *anthropic.Server
 	store *conversation.FS
-	opts  sandbox.RaceOptions
+	opts  engine.RaceOptions
 	mu    sync.Mutex
 	evs   map[int][]harness.Event
 	steps map[int][]string
@@ -50,15 +51,15 @@ func newRaceWorld(t *testing.T, settings string) *raceWorld {
 	if settings != "" {
 		environ = append(environ, claude.SettingsVariable+"="+settings)
 	}
-	w.opts = sandbox.RaceOptions{
-		Run: sandbox.RunOptions{Provider: local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=" + path, "LANG=C.UTF-8"}}),
+	w.opts = engine.RaceOptions{
+		Run: engine.RunOptions{Provider: local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=" + path, "LANG=C.UTF-8"}}),
 			Store: w.store, Environ: environ, Grace: 2 * time.Second, Logger: testenv.FailureLog(t)},
 		OnEvent: func(i int, ev harness.Event) {
 			w.mu.Lock()
 			w.evs[i] = append(w.evs[i], ev)
 			w.mu.Unlock()
 		},
-		OnProgress: func(p sandbox.RaceProgress) {
+		OnProgress: func(p engine.RaceProgress) {
 			w.mu.Lock()
 			w.steps[p.Contestant] = append(w.steps[p.Contestant], p.State)
 			w.mu.Unlock()
@@ -68,7 +69,7 @@ func newRaceWorld(t *testing.T, settings string) *raceWorld {
 }
 
 // race runs one race and resets the recorded events and progress.
-func (w *raceWorld) race(spec sandbox.RaceSpec) *sandbox.RaceResult {
+func (w *raceWorld) race(spec engine.RaceSpec) *engine.RaceResult {
 	w.t.Helper()
 	w.mu.Lock()
 	w.evs, w.steps = map[int][]harness.Event{}, map[int][]string{}
@@ -76,7 +77,7 @@ func (w *raceWorld) race(spec sandbox.RaceSpec) *sandbox.RaceResult {
 	if spec.Timeout == 0 {
 		spec.Timeout = 2 * time.Minute
 	}
-	res, err := sandbox.Race(context.Background(), spec, &w.opts)
+	res, err := engine.Race(context.Background(), spec, &w.opts)
 	if err != nil {
 		w.t.Fatalf("race: %v", err)
 	}
@@ -145,7 +146,7 @@ func TestRaceRealClaude(t *testing.T) {
 	workdir := t.TempDir()
 	writeFiles(t, workdir, map[string]string{"start.txt": "from the caller\n"})
 
-	res := w.race(sandbox.RaceSpec{
+	res := w.race(engine.RaceSpec{
 		Prompt:      raceTask,
 		Contestants: []harness.Agent{echoContestant(), claudeContestant(), crashingEcho()},
 		Workdir:     workdir,
@@ -188,7 +189,7 @@ func TestRaceRealClaude(t *testing.T) {
 
 	// From the winner's checkpoint, with a budget of one token a turn.
 	winnerTree := w.treeOf(claudeC.Result.Checkpoint.Commit)
-	res2 := w.race(sandbox.RaceSpec{
+	res2 := w.race(engine.RaceSpec{
 		Prompt:      strings.Replace(raceTask, "echo.txt", "second.txt", 1),
 		Contestants: []harness.Agent{claudeContestant(), echoContestant()},
 		From:        res.Conversation,
@@ -219,7 +220,7 @@ func TestRaceRealClaude(t *testing.T) {
 func TestRaceClaudeContestantEdits(t *testing.T) {
 	t.Parallel()
 	w := newRaceWorld(t, "")
-	res := w.race(sandbox.RaceSpec{
+	res := w.race(engine.RaceSpec{
 		Prompt:      "FAKE_TOOL:printf 'fixed\\n' > claude.txt",
 		Contestants: []harness.Agent{claudeContestant()},
 		Workdir:     t.TempDir(),

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
@@ -188,15 +190,15 @@ func BenchmarkServePoolTurn(b *testing.B) {
 	pool := sandbox.NewPool(&sandbox.PoolOptions{Size: 2, Open: func(string, map[string]string) (driver.Provider, error) { return p, nil }})
 	defer func() { b.StopTimer(); pool.Close(ctx) }() // teardown: not counted
 	key := sandbox.PoolKey{Provider: "docker", Workdir: wd}
-	turn := sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
-	o := &sandbox.RunOptions{Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
+	turn := engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
+	o := &engine.RunOptions{Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
 	for i := 0; i < b.N; i++ {
 		l, err := pool.Get(ctx, key)
 		if err != nil {
 			b.Fatal(err)
 		}
 		o.Lease = l
-		if _, err := sandbox.Run(ctx, turn, o); err != nil {
+		if _, err := engine.Run(ctx, turn, o); err != nil {
 			b.Fatal(err)
 		}
 		pool.Release(key, l)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/internal/testenv"
@@ -123,7 +125,7 @@ func BenchmarkSSHLease(b *testing.B) {
 //   - direct: `ssh host outpost echo-agent -- hello`, output read to the
 //     end (OpenSSH's client, a new connection; the agent's session file
 //     stays on the host).
-//   - outpost: sandbox.Run on a provider whose connection is up: a lease,
+//   - outpost: engine.Run on a provider whose connection is up: a lease,
 //     the preset's checks, the agent under the shim, capture of its
 //     session file into a filesystem store, the workspace copied back,
 //     the lease removed.
@@ -143,7 +145,7 @@ func BenchmarkSSHEchoTurn(b *testing.B) {
 	})
 	f := &turns{t: &testing.T{}, store: conversation.NewFS(b.TempDir()), workdir: b.TempDir()}
 	turn := func(b *testing.B, p driver.Provider) {
-		res, err := f.run(p, nil, sandbox.Turn{Prompt: "hello"})
+		res, err := f.run(p, nil, engine.Turn{Prompt: "hello"})
 		if err != nil || !strings.Contains(res.Text, "hello") {
 			b.Fatal(res, err)
 		}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
@@ -61,22 +63,22 @@ func TestSSHEchoTurns(t *testing.T) {
 	srv := sshtest.Shared(t)
 	p := sshProvider(t, srv)
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
-	res := f.ok(p, sandbox.Turn{Prompt: "hello"})
+	res := f.ok(p, engine.Turn{Prompt: "hello"})
 	wantTurn(t, res, 1)
 	if res.Sandbox != "ssh" || res.Conversation == "" || !res.Usage.Complete {
 		t.Errorf("result %+v", res)
 	}
-	res2 := f.ok(p, sandbox.Turn{Prompt: "again", Resume: res.Conversation})
+	res2 := f.ok(p, engine.Turn{Prompt: "again", Resume: res.Conversation})
 	wantTurn(t, res2, 2)
 	if res2.Conversation != res.Conversation {
 		t.Errorf("resume changed the conversation: %s", res2.Conversation)
 	}
-	fork := f.ok(p, sandbox.Turn{Prompt: "forked", Fork: res.Conversation})
+	fork := f.ok(p, engine.Turn{Prompt: "forked", Fork: res.Conversation})
 	wantTurn(t, fork, 3)
 	if fork.Parent != res.Conversation || fork.Session == res2.Session {
 		t.Errorf("fork %+v", fork)
 	}
-	wantTurn(t, f.ok(p, sandbox.Turn{Prompt: "fork again", Resume: fork.Conversation}), 4)
+	wantTurn(t, f.ok(p, engine.Turn{Prompt: "fork again", Resume: fork.Conversation}), 4)
 
 	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: f.workdir})
 	if err != nil {
@@ -86,10 +88,10 @@ func TestSSHEchoTurns(t *testing.T) {
 	for _, c := range []struct {
 		prompt string
 		code   outpost.Code
-		turn   sandbox.Turn
+		turn   engine.Turn
 	}{
 		{prompt: "#crash", code: outpost.Process},
-		{prompt: "#slow=100000", code: outpost.Timeout, turn: sandbox.Turn{Timeout: 2 * time.Second}},
+		{prompt: "#slow=100000", code: outpost.Timeout, turn: engine.Turn{Timeout: 2 * time.Second}},
 	} {
 		turn := c.turn
 		turn.Prompt = c.prompt
@@ -99,7 +101,7 @@ func TestSSHEchoTurns(t *testing.T) {
 			t.Errorf("%s: %v, want code %s without vanished", c.prompt, err, c.code)
 		}
 	}
-	wantTurn(t, f.ok2(l, sandbox.Turn{Prompt: "still here"}), 1)
+	wantTurn(t, f.ok2(l, engine.Turn{Prompt: "still here"}), 1)
 }
 
 // TestSSHConversationsAcrossSandboxes: a conversation started on local is
@@ -111,11 +113,11 @@ func TestSSHConversationsAcrossSandboxes(t *testing.T) {
 	d := dockerProvider(t, dockertest.Busybox)
 	lp := local.New(&local.Options{BaseDir: t.TempDir()})
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
-	c := f.ok(lp, sandbox.Turn{Prompt: "born on local"})
+	c := f.ok(lp, engine.Turn{Prompt: "born on local"})
 	wantTurn(t, c, 1)
-	r := f.ok(s, sandbox.Turn{Prompt: "over ssh", Resume: c.Conversation})
+	r := f.ok(s, engine.Turn{Prompt: "over ssh", Resume: c.Conversation})
 	wantTurn(t, r, 2)
-	r = f.ok(d, sandbox.Turn{Prompt: "in docker", Resume: c.Conversation})
+	r = f.ok(d, engine.Turn{Prompt: "in docker", Resume: c.Conversation})
 	wantTurn(t, r, 3)
 	m, err := f.store.Meta(t.Context(), c.Conversation)
 	if err != nil || m.Turns != 3 || m.Sandbox != "docker" {
@@ -139,7 +141,7 @@ func TestSSHRealClaude(t *testing.T) {
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 	var conv string
 	for i, prompt := range []string{"say hi", "again"} {
-		res, err := f.run(p, nil, sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: h}, Prompt: prompt, Resume: conv}, func(o *sandbox.RunOptions) { o.Environ = environ })
+		res, err := f.run(p, nil, engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: h}, Prompt: prompt, Resume: conv}, func(o *engine.RunOptions) { o.Environ = environ })
 		if err != nil {
 			t.Fatalf("turn %d: %v\nevents: %+v", i+1, err, f.events)
 		}
@@ -263,7 +265,7 @@ func TestSSHHostGoneMidTurn(t *testing.T) {
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 	var once sync.Once
 	stopped := make(chan error, 1)
-	_, err := f.run(p, nil, sandbox.Turn{Prompt: "#slow=100000"}, func(o *sandbox.RunOptions) {
+	_, err := f.run(p, nil, engine.Turn{Prompt: "#slow=100000"}, func(o *engine.RunOptions) {
 		inner := o.OnEvent
 		o.OnEvent = func(ev harness.Event) {
 			inner(ev)

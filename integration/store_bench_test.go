@@ -6,16 +6,17 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/conversation/postgres"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/internal/pgtest"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
-// BenchmarkEchoTurnStore is a whole echo turn (sandbox.Run on the local
+// BenchmarkEchoTurnStore is a whole echo turn (engine.Run on the local
 // provider) with each store: "new" starts a conversation, "resume"
 // continues one (hold, read, restore, run, capture, mask, compare-and-swap
 // store, release). docs/benchmarks.md ("Stores") has the figures; run with
@@ -36,18 +37,18 @@ func BenchmarkEchoTurnStore(b *testing.B) {
 		for _, mode := range []string{"new", "resume"} {
 			b.Run(name+"/"+mode, func(b *testing.B) {
 				store := stores[name](b)
-				o := &sandbox.RunOptions{Provider: local.New(&local.Options{BaseDir: b.TempDir()}), Store: store,
+				o := &engine.RunOptions{Provider: local.New(&local.Options{BaseDir: b.TempDir()}), Store: store,
 					Environ: []string{"PATH=" + os.Getenv("PATH")}}
-				turn := sandbox.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "hello", Workdir: b.TempDir()}
+				turn := engine.Turn{Agent: harness.Agent{Harness: echo.Harness()}, Prompt: "hello", Workdir: b.TempDir()}
 				if mode == "resume" {
-					res, err := sandbox.Run(context.Background(), turn, o)
+					res, err := engine.Run(context.Background(), turn, o)
 					if err != nil {
 						b.Fatal(err)
 					}
 					turn.Resume = res.Conversation
 				}
 				for b.Loop() {
-					if _, err := sandbox.Run(context.Background(), turn, o); err != nil {
+					if _, err := engine.Run(context.Background(), turn, o); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // TestClaudeSecretNotStored: a real Claude Code is told its own API key
@@ -16,7 +17,7 @@ import (
 // and the CLI still resumes from the masked transcript.
 func TestClaudeSecretNotStored(t *testing.T) {
 	e := newClaudeEnv(t, "local", anthropic.Options{})
-	first := e.run(sandbox.Turn{Prompt: "remember " + e.key + " FAKE_ECHO"}, turnOpts{})
+	first := e.run(engine.Turn{Prompt: "remember " + e.key + " FAKE_ECHO"}, turnOpts{})
 	e.mustSucceed(first)
 	id := first.res.Conversation
 	if !strings.Contains(string(e.srv.Requests()[len(e.srv.Requests())-1].Body), e.key) {
@@ -36,7 +37,7 @@ func TestClaudeSecretNotStored(t *testing.T) {
 	if !masked {
 		t.Error("no masked key in the stored transcript")
 	}
-	second := e.run(sandbox.Turn{Prompt: "and now FAKE_ECHO", Resume: id}, turnOpts{})
+	second := e.run(engine.Turn{Prompt: "and now FAKE_ECHO", Resume: id}, turnOpts{})
 	e.mustSucceed(second)
 	last := e.messages()[len(e.messages())-1]
 	if last.NumMessages != 4 {

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 
@@ -26,7 +28,6 @@ import (
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // Workspaces that travel with the conversation (docs/workspaces.md),
@@ -55,7 +56,7 @@ var (
 
 // workspacesHome points OUTPOST_HOME, for the rest of the test process,
 // at a private directory (removed by TestMain), where Turn.Workspace
-// "new" and races make their workspaces (sandbox.WorkspacesDir). The
+// "new" and races make their workspaces (engine.WorkspacesDir). The
 // variable is process-wide and t.Setenv is not for parallel tests, so it
 // is set once, from the parallel phase (after every test that sets it
 // with t.Setenv has restored it), and only ever to this one value; no
@@ -289,7 +290,7 @@ var (
 
 // checkTwoTurns checks the checkpoints of two turns that ran turn1Shell
 // then turn2Shell in dir, started from startFiles, with git.
-func checkTwoTurns(t *testing.T, repo gitRepo, store conversation.Store, id, dir string, first, second *sandbox.CheckpointResult) {
+func checkTwoTurns(t *testing.T, repo gitRepo, store conversation.Store, id, dir string, first, second *engine.CheckpointResult) {
 	t.Helper()
 	if first == nil || second == nil {
 		t.Fatalf("checkpoints %+v %+v", first, second)
@@ -318,7 +319,7 @@ func checkTwoTurns(t *testing.T, repo gitRepo, store conversation.Store, id, dir
 	if got := repo.lsTree(first.Base); len(got) != 2 || got["keep.txt"] == "" || got[".gitignore"] == "" {
 		t.Errorf("the base of turn 1 holds %v, want keep.txt and .gitignore", got)
 	}
-	for i, c := range []*sandbox.CheckpointResult{first, second} {
+	for i, c := range []*engine.CheckpointResult{first, second} {
 		repo.checkRef(id, i+1, c.Commit)
 	}
 	cps := storedCheckpoints(t, store, id)
@@ -353,14 +354,14 @@ func TestWorkspaceCheckpointClaude(t *testing.T) {
 	writeFiles(t, e.workdir, startFiles)
 	bypass := map[string]string{"permission-mode": "bypassPermissions"}
 
-	one := e.run(sandbox.Turn{Prompt: "FAKE_TOOL:" + turn1Shell, Options: bypass}, turnOpts{})
+	one := e.run(engine.Turn{Prompt: "FAKE_TOOL:" + turn1Shell, Options: bypass}, turnOpts{})
 	e.mustSucceed(one)
 	id := one.res.Conversation
 	if one.res.Checkpoint == nil {
 		t.Fatalf("turn 1 recorded no checkpoint: %+v", one.res)
 	}
 	repo.sameAsDir(e.workdir, one.res.Checkpoint.Commit)
-	two := e.run(sandbox.Turn{Prompt: "FAKE_TOOL:" + turn2Shell, Resume: id, Options: bypass}, turnOpts{})
+	two := e.run(engine.Turn{Prompt: "FAKE_TOOL:" + turn2Shell, Resume: id, Options: bypass}, turnOpts{})
 	e.mustSucceed(two)
 	for i, o := range []*outcome{one, two} {
 		if calls := o.ofType(harness.EventToolResult); len(calls) != 1 || calls[0].Tool.Error {
@@ -380,7 +381,7 @@ func TestWorkspaceCheckpointClaude(t *testing.T) {
 	// A fork at turn 1 into a new directory: turn 1's tree, which git
 	// reads as the directory; the model is given turn 1's conversation.
 	dir := filepath.Join(t.TempDir(), "fork")
-	fork := e.run(sandbox.Turn{Prompt: "forked FAKE_ECHO", Fork: id + "@1", Workspace: dir, Options: bypass}, turnOpts{})
+	fork := e.run(engine.Turn{Prompt: "forked FAKE_ECHO", Fork: id + "@1", Workspace: dir, Options: bypass}, turnOpts{})
 	e.mustSucceed(fork)
 	if fork.res.Workdir != dir || fork.res.Parent != id {
 		t.Errorf("fork workdir %q parent %q", fork.res.Workdir, fork.res.Parent)
@@ -417,7 +418,7 @@ func TestWorkspaceCheckpointCodex(t *testing.T) {
 	opts := map[string]string{codex.OptionSandbox: "workspace-write", codex.OptionRequestMaxRetries: "0", codex.OptionStreamMaxRetries: "0"}
 
 	e.fake.Enqueue(openai.ToolCall(turn1Shell))
-	one := e.run(context.Background(), sandbox.Turn{Prompt: "make the files", Options: opts}, nil, nil)
+	one := e.run(context.Background(), engine.Turn{Prompt: "make the files", Options: opts}, nil, nil)
 	if one.err != nil {
 		t.Fatal(one.err)
 	}
@@ -430,7 +431,7 @@ func TestWorkspaceCheckpointCodex(t *testing.T) {
 	// patch cannot do (modes, links).
 	e.fake.Enqueue(openai.ApplyPatch("*** Begin Patch\n*** Update File: notes.txt\n@@\n one\n-two\n+TWO\n+three\n*** Delete File: run.sh\n*** End Patch\n"),
 		openai.ToolCall(`chmod +x keep.txt && ln -sfn keep.txt link && echo more > build/more.o`))
-	two := e.run(context.Background(), sandbox.Turn{Prompt: "edit them", Resume: id, Options: opts}, nil, nil)
+	two := e.run(context.Background(), engine.Turn{Prompt: "edit them", Resume: id, Options: opts}, nil, nil)
 	if two.err != nil {
 		t.Fatal(two.err)
 	}
@@ -456,9 +457,9 @@ func TestWorkspaceForksDocker(t *testing.T) {
 	f := &turns{t: t, store: store, workdir: t.TempDir()}
 
 	var id string
-	var cps []*sandbox.CheckpointResult
+	var cps []*engine.CheckpointResult
 	for i, prompt := range []string{"#write=a.txt one", "#write=sub/b.txt two", "#append=a.txt #write=c.txt three"} {
-		res := f.ok(p, sandbox.Turn{Prompt: prompt, Resume: id})
+		res := f.ok(p, engine.Turn{Prompt: prompt, Resume: id})
 		wantTurn(t, res, i+1)
 		if res.Sandbox != "docker" || res.Checkpoint == nil || res.Checkpoint.Turn != i+1 || res.Checkpoint.Changed == 0 {
 			t.Fatalf("turn %d: %+v checkpoint %+v", i+1, res, res.Checkpoint)
@@ -469,7 +470,7 @@ func TestWorkspaceForksDocker(t *testing.T) {
 	repo.sameAsDir(f.workdir, cps[2].Commit)
 
 	dir := filepath.Join(t.TempDir(), "fork-at-1")
-	fork := f.ok(p, sandbox.Turn{Prompt: "#write=d.txt fork", Fork: id + "@1", Workspace: dir})
+	fork := f.ok(p, engine.Turn{Prompt: "#write=d.txt fork", Fork: id + "@1", Workspace: dir})
 	wantTurn(t, fork, 2) // the echo agent continues turn 1's memory
 	if fork.Workdir != dir || fork.Parent != id || fork.Sandbox != "docker" {
 		t.Errorf("fork %+v", fork)
@@ -495,7 +496,7 @@ func TestWorkspaceForksDocker(t *testing.T) {
 	}
 
 	// Two forks at once, each in a "new" workspace.
-	results := make([]*sandbox.Result, 2)
+	results := make([]*engine.Result, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -504,7 +505,7 @@ func TestWorkspaceForksDocker(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			results[i], errs[i] = f.run(p, nil, sandbox.Turn{Prompt: fmt.Sprintf("#write=fork%d.txt", i), Fork: id + "@2", Workspace: sandbox.WorkspaceNew})
+			results[i], errs[i] = f.run(p, nil, engine.Turn{Prompt: fmt.Sprintf("#write=fork%d.txt", i), Fork: id + "@2", Workspace: engine.WorkspaceNew})
 		}()
 	}
 	close(start)
@@ -560,9 +561,9 @@ func TestWorkspaceResumeOnSSH(t *testing.T) {
 	f := &turns{t: t, store: store, workdir: t.TempDir()}
 	writeFiles(t, f.workdir, map[string]string{"run.sh*": "#!/bin/sh\necho run\n", "link": "->a.txt", "sub/data.txt": "data\n"})
 
-	first := f.ok(lp, sandbox.Turn{Prompt: "#write=a.txt"})
+	first := f.ok(lp, engine.Turn{Prompt: "#write=a.txt"})
 	id := first.Conversation
-	second := f.ok(s, sandbox.Turn{Prompt: "#append=a.txt", Resume: id, Workspace: sandbox.WorkspaceNew})
+	second := f.ok(s, engine.Turn{Prompt: "#append=a.txt", Resume: id, Workspace: engine.WorkspaceNew})
 	t.Cleanup(func() { os.RemoveAll(second.Workdir) })
 	wantTurn(t, second, 2)
 	if second.Sandbox != "ssh" || second.Conversation != id || filepath.Dir(second.Workdir) != base {

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 )
 
 // Operations of a changed file.

@@ -19,7 +19,7 @@
 //     and the paths the text mentions, MentionedPaths). The agent's own
 //     list of changed files is kept as a claim beside outpost's.
 //   - Diff: the files a turn created, modified or deleted, computed from
-//     two workspace snapshots (sandbox/snapshot), never from the
+//     two workspace snapshots (snapshot), never from the
 //     agent's claim.
 //
 // The package does no I/O of its own: the turn engine (package sandbox)

@@ -12,23 +12,7 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// installer is the turn's bootstrap installer (RunOptions.Installer or a
-// default one).
-func (e *engine) installer() *bootstrap.Installer {
-	if e.inst == nil {
-		e.inst = e.o.Installer
-		if e.inst == nil {
-			e.inst = &bootstrap.Installer{}
-		}
-	}
-	return e.inst
-}
 
-// bootstrapMounts are the mounts a lease made for this turn asks for
-// (CacheMounts).
-func (e *engine) bootstrapMounts() []driver.Mount {
-	return CacheMounts(e.installer(), e.caps(), e.h.Bootstrap)
-}
 
 // CacheMounts are the mounts a lease should be opened with so that the
 // pinned CLI name runs from inst's host cache: the cache's unpacked CLIs,
@@ -101,17 +85,3 @@ func Install(ctx context.Context, lease *Lease, inst *bootstrap.Installer, name 
 	return res, nil
 }
 
-// bootstrapProgress delivers an install's progress (step 5) to the caller
-// as notice events of kind "bootstrap" (bootstrap.Progress.Event). The
-// installer reports from one goroutine at a time, before the agent
-// starts, so OnEvent's one-at-a-time contract holds.
-func (e *engine) bootstrapProgress(p bootstrap.Progress) {
-	if e.o.OnEvent == nil {
-		return
-	}
-	ev := p.Event()
-	ev.Agent = e.h.Name
-	ev.Conversation = e.convID
-	e.red.Event(&ev)
-	e.o.OnEvent(ev)
-}

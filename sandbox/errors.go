@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os/exec"
 
@@ -12,15 +11,14 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// errTurnTimeout is the cause of a turn's context when its Timeout ran
-// out.
-var errTurnTimeout = fmt.Errorf("turn timeout")
 
 // ctxError codes the end of ctx: timeout for a deadline (the turn's or the
 // caller's), cancelled otherwise.
 func ctxError(ctx context.Context, op string, cause error) error {
-	code, msg := ctxCode(ctx.Err(), context.Cause(ctx))
-	return &outpost.Error{Code: code, Op: op, Msg: msg, Err: cause}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &outpost.Error{Code: outpost.Timeout, Op: op, Msg: "deadline reached", Err: cause}
+	}
+	return &outpost.Error{Code: outpost.Cancelled, Op: op, Msg: "cancelled", Err: cause}
 }
 
 // wrap codes a driver's error, once: an error that already has a code
@@ -46,7 +44,7 @@ func (l *Lease) wrap(ctx context.Context, op string, err error) error {
 	e := &outpost.Error{Code: outpost.Sandbox, Op: op, Err: err}
 	if errors.Is(err, driver.ErrVanished) || errors.Is(err, driver.ErrDisconnected) ||
 		!isAnswer(err) && l.Vanished(context.WithoutCancel(ctx)) {
-		markVanished(e, "the sandbox vanished")
+		MarkVanished(e, "the sandbox vanished")
 	}
 	return e
 }
@@ -62,10 +60,10 @@ func isAnswer(err error) bool {
 	return false
 }
 
-// markVanished records on e that the sandbox is gone, and that its
+// MarkVanished records on e that the sandbox is gone, and that its
 // connection dropped when the cause says so (driver.ErrDisconnected: a
 // remote host's).
-func markVanished(e *outpost.Error, msg string) *outpost.Error {
+func MarkVanished(e *outpost.Error, msg string) *outpost.Error {
 	e.Msg = msg
 	if errors.Is(e.Err, driver.ErrDisconnected) {
 		e.Detail("disconnected", true)
@@ -73,8 +71,9 @@ func markVanished(e *outpost.Error, msg string) *outpost.Error {
 	return e.Detail("vanished", true)
 }
 
-// vanished reports whether err records a vanished sandbox.
-func vanished(err error) bool {
+// IsVanished reports whether err records a vanished sandbox (MarkVanished):
+// the turn engine tells a sandbox that went away from one that failed.
+func IsVanished(err error) bool {
 	var oe *outpost.Error
 	if !errors.As(err, &oe) {
 		return false

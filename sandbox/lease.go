@@ -6,16 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"sync"
 
 	"github.com/outposthq/outpost"
-	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/sandbox/driver"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 )
 
 // ErrClosed is returned by every method of a released lease.
@@ -39,12 +39,10 @@ type Lease struct {
 
 	mu      sync.Mutex
 	closed  bool
-	applied map[string]bool         // harness names whose plans are in place
-	plans   map[string]harness.Plan // the credential plan of each applied harness
-	active  sync.WaitGroup          // running processes, awaited by Close
+	active  sync.WaitGroup // running processes, awaited by Close
 	onClose []func()
-	egress  driver.Egress               // the Options.Egress it was opened with
-	tunnels map[*gateway.Gateway]string // kept tunnels to gateways (keyless.go)
+	egress  driver.Egress // the Options.Egress it was opened with
+	values  map[any]any   // what the lease's users keep with it (Value)
 }
 
 // Acquire allocates a sandbox from p. An empty opts.Workdir is the current
@@ -53,7 +51,7 @@ func Acquire(ctx context.Context, p driver.Provider, opts driver.Options) (*Leas
 	if p == nil {
 		return nil, outpost.New(outpost.Configuration, "lease", "no sandbox provider")
 	}
-	wd, err := workdir(opts.Workdir)
+	wd, err := ResolveWorkdir(opts.Workdir)
 	if err != nil {
 		return nil, &outpost.Error{Code: outpost.Sandbox, Op: "lease", Msg: "working directory", Err: err}
 	}
@@ -73,12 +71,12 @@ func Acquire(ctx context.Context, p driver.Provider, opts driver.Options) (*Leas
 		}
 		return nil, &outpost.Error{Code: code, Op: "lease", Msg: "allocating a " + p.Name() + " sandbox", Err: err}
 	}
-	return &Lease{provider: p, sb: sb, caps: p.Capabilities(), applied: map[string]bool{}, egress: opts.Egress}, nil
+	return &Lease{provider: p, sb: sb, caps: p.Capabilities(), egress: opts.Egress}, nil
 }
 
-// workdir is the one place the default working directory is chosen: wd,
-// or the current directory when wd is empty.
-func workdir(wd string) (string, error) {
+// ResolveWorkdir is the one place the default working directory is
+// chosen: wd, or the current directory when wd is empty.
+func ResolveWorkdir(wd string) (string, error) {
 	if wd != "" {
 		return wd, nil
 	}
@@ -105,6 +103,10 @@ func (l *Lease) Environment() driver.Environment { return l.sb.Environment() }
 
 // Sandbox returns the driver value, for provider-specific inspection.
 func (l *Lease) Sandbox() driver.Sandbox { return l.sb }
+
+// Egress is the egress the lease was opened with (driver.Options.Egress);
+// whether it is enforced is Capabilities().Egress.
+func (l *Lease) Egress() driver.Egress { return l.egress }
 
 // Isolated reports whether the sandbox has its own filesystem.
 func (l *Lease) Isolated() bool { return l.caps.Isolated }
@@ -242,39 +244,45 @@ func (l *Lease) Degraded() error {
 	return nil
 }
 
-// planned reports whether a harness's plans are in place.
-func (l *Lease) planned(name string) bool {
+// Value returns what a user of the lease keeps with it under key, made
+// by init the first time key is asked for (under the lease's lock: init
+// must not call the lease). It lives as long as the lease: the turn
+// engine keeps in it which presets' credentials are in place and its
+// tunnels to credential gateways, so that the turns of one lease share
+// them. Keys follow context.WithValue's rule: a type of the caller's own.
+func (l *Lease) Value(key any, init func() any) any {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.applied[name]
-}
-
-// markPlanned records that a preset's plans are in place, and keeps its
-// credential plan: the preset's Credentials hook is called once per lease.
-func (l *Lease) markPlanned(name string, p harness.Plan) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.applied[name] = true
-	if l.plans == nil {
-		l.plans = map[string]harness.Plan{}
+	v, ok := l.values[key]
+	if !ok {
+		v = init()
+		if l.values == nil {
+			l.values = map[any]any{}
+		}
+		l.values[key] = v
 	}
-	l.plans[name] = p
+	return v
 }
 
-// unplan forgets that a preset's plans are in place, so that the next
-// turn applies them again (a new gateway token).
-func (l *Lease) unplan(name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.applied, name)
-}
-
-// plan returns the credential plan a preset's earlier turn made here.
-func (l *Lease) plan(name string) (harness.Plan, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p, ok := l.plans[name]
-	return p, ok
+// Tunnel opens a listener on the host whose connections are made from
+// inside the sandbox to the address it returns (driver.Tunneler), and
+// closes it when the lease is released. A sandbox whose provider has no
+// tunnel gives an error satisfying errors.Is(err, errors.ErrUnsupported).
+func (l *Lease) Tunnel(ctx context.Context) (string, net.Listener, error) {
+	if err := l.enter("tunnel"); err != nil {
+		return "", nil, err
+	}
+	defer l.active.Done()
+	tn, ok := l.sb.(driver.Tunneler)
+	if !ok {
+		return "", nil, l.wrap(ctx, "tunnel", l.unsupported("open a tunnel"))
+	}
+	addr, ln, err := tn.Tunnel(ctx)
+	if err != nil {
+		return "", nil, l.wrap(ctx, "tunnel", err)
+	}
+	l.OnClose(func() { _ = ln.Close() })
+	return addr, ln, nil
 }
 
 // OnClose registers f to run when the lease is released (after the

@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // TurnRequest is the body of POST /v1/turns.
@@ -41,7 +42,7 @@ type TurnRequest struct {
 	Raw bool `json:"raw,omitempty"`
 	// Secrets, Egress and EgressAllow are the credential gateway's modes
 	// (the CLI's --secrets, --egress and --egress-allow;
-	// sandbox.RunOptions): every turn of the server uses its one gateway.
+	// engine.RunOptions): every turn of the server uses its one gateway.
 	Secrets     string   `json:"secrets,omitempty"`
 	Egress      string   `json:"egress,omitempty"`
 	EgressAllow []string `json:"egress_allow,omitempty"`
@@ -72,7 +73,7 @@ type TurnRequest struct {
 
 // RaceRequest is the body of POST /v1/races: one task run as several
 // turns at once, each in its own sandbox and workspace made from one
-// starting checkpoint, checked, with a winner (sandbox.Race,
+// starting checkpoint, checked, with a winner (engine.Race,
 // docs/workspaces.md).
 type RaceRequest struct {
 	// Prompt is the task every contestant gets.
@@ -129,7 +130,7 @@ const MaxRaceContestants = 16
 // "checked" (its check ran; passed says how).
 type RaceProgress struct {
 	Type string `json:"type"`
-	sandbox.RaceProgress
+	engine.RaceProgress
 }
 
 // RaceEvent is one event of a contestant's turn, tagged with its index.
@@ -140,7 +141,7 @@ type RaceEvent struct {
 
 // RaceResultLine is a contestant's result line, tagged with its index.
 type RaceResultLine struct {
-	sandbox.ResultLine
+	engine.ResultLine
 	Contestant int `json:"contestant"`
 }
 
@@ -148,7 +149,7 @@ type RaceResultLine struct {
 // line of `outpost race --json`: winner is -1 when no contestant passed.
 type RaceLine struct {
 	Type string `json:"type"`
-	*sandbox.RaceResult
+	*engine.RaceResult
 }
 
 // RaceResponse is POST /v1/races's answer to a plain JSON request: every
@@ -183,7 +184,7 @@ type TurnStatus struct {
 	Started  *time.Time `json:"started,omitempty"`
 	Finished *time.Time `json:"finished,omitempty"`
 	// Result is the turn's result line once finished.
-	Result *sandbox.ResultLine `json:"result,omitempty"`
+	Result *engine.ResultLine `json:"result,omitempty"`
 }
 
 // SteerRequest is the body of POST /v1/turns/{id}/messages.

@@ -7,7 +7,7 @@
 // (openapi.json, served at /v1/openapi.json) that tests validate every
 // handler against. Its shapes are those of the `--json` wire contract
 // (docs/events.md): a turn's stream is harness.Event values followed by
-// one sandbox.ResultLine, each with a sequence number, so one decoder
+// one engine.ResultLine, each with a sequence number, so one decoder
 // reads both. Errors are one JSON shape, {"error": outpost.ErrorJSON},
 // with HTTP statuses mapped from the codes (docs/serve.md).
 //
@@ -24,7 +24,7 @@
 // Workspaces travel with the conversation (docs/workspaces.md): a turn
 // may run in a fresh workspace ("new") holding the files of the
 // checkpoint it continues, with a check; GET /v1/conversations/{id}/diff
-// shows what a turn changed; POST /v1/races runs sandbox.Race, its
+// shows what a turn changed; POST /v1/races runs engine.Race, its
 // contestants taking the server's turn slots, its progress streamed
 // while the request lasts (race.go).
 //

@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
-	"github.com/outposthq/outpost/sandbox"
-	"github.com/outposthq/outpost/server/turnstore"
+	"github.com/outposthq/outpost/turnstore"
 )
 
 // A fleet (docs/serve.md): with Options.Turns, every turn's record and
@@ -354,7 +355,7 @@ func (f *fleet) since(ctx context.Context, id string, after int64, wake <-chan s
 // lostResult is the result line of a turn whose replica was lost.
 func (s *Server) lostResult(t turnstore.Turn) []byte {
 	err := outpost.New(outpost.Sandbox, "serve", "the replica running the turn was lost (no heartbeat for "+(s.o.Heartbeat*lostAfter).String()+")").Detail("replica_lost", t.Owner)
-	b, _ := encodeLine(sandbox.NewResultLine(&sandbox.Result{Agent: t.Agent, Sandbox: t.Sandbox}, err))
+	b, _ := encodeLine(engine.NewResultLine(&engine.Result{Agent: t.Agent, Sandbox: t.Sandbox}, err))
 	return b
 }
 
@@ -370,7 +371,7 @@ func remoteStatus(rec turnstore.Turn) TurnStatus {
 		st.Finished = &ts
 	}
 	if rec.Result != nil {
-		var line sandbox.ResultLine
+		var line engine.ResultLine
 		if json.Unmarshal(rec.Result, &line) == nil {
 			st.Result = &line
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/server"
-	"github.com/outposthq/outpost/server/turnstore"
+	"github.com/outposthq/outpost/turnstore"
 )
 
 // fleetOf starts n servers sharing one in-process turn store.

@@ -14,14 +14,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
-	"github.com/outposthq/outpost/sandbox"
-	"github.com/outposthq/outpost/server/turnstore"
+	"github.com/outposthq/outpost/turnstore"
 )
 
 // OpenAPI is the API's OpenAPI 3.1 document, served at /v1/openapi.json.
@@ -538,7 +539,7 @@ func agentList() []Agent {
 	out := []Agent{}
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
-		out = append(out, Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: sandbox.Keyless(h)})
+		out = append(out, Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: engine.Keyless(h)})
 	}
 	return out
 }

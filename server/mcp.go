@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // RunTurnArgs are the arguments of the MCP tool run_turn: a turn as
@@ -387,7 +388,7 @@ func isResultLine(e []byte) bool { return strings.HasPrefix(string(e), `{"type":
 // answerText is a turn's answer as the text a model reads: the
 // structured answer's JSON, else the final message; on failure the
 // error; then the conversation id to continue from.
-func answerText(line *sandbox.ResultLine) string {
+func answerText(line *engine.ResultLine) string {
 	var b strings.Builder
 	switch {
 	case line.Error != nil:

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outposthq/outpost"
@@ -22,7 +24,7 @@ import (
 	"github.com/outposthq/outpost/sandbox"
 )
 
-// Races (POST /v1/races, MCP's race tool): sandbox.Race with the
+// Races (POST /v1/races, MCP's race tool): engine.Race with the
 // server's provider, store and gateway, as a turn runs. A race lives as
 // long as the request (or MCP call) that started it, on the replica that
 // received it: a client that goes away cancels it. Each contestant takes
@@ -40,7 +42,7 @@ type race struct {
 	begin  sync.Once
 	done   chan struct{} // closed once res or err is set and the queue is final
 
-	res   *sandbox.RaceResult
+	res   *engine.RaceResult
 	lines []RaceResultLine
 	err   error
 
@@ -125,9 +127,9 @@ func (r *race) take() ([][]byte, bool, <-chan struct{}) {
 // checkRace refuses what is wrong in a race request and returns the
 // race's spec, the sandbox's pool key and the conversation From
 // continues.
-func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (sandbox.RaceSpec, sandbox.PoolKey, string, error) {
-	bad := func(format string, args ...any) (sandbox.RaceSpec, sandbox.PoolKey, string, error) {
-		return sandbox.RaceSpec{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf(format, args...))
+func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (engine.RaceSpec, sandbox.PoolKey, string, error) {
+	bad := func(format string, args ...any) (engine.RaceSpec, sandbox.PoolKey, string, error) {
+		return engine.RaceSpec{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf(format, args...))
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
 		return bad("empty prompt")
@@ -162,10 +164,10 @@ func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (sandbox.RaceS
 		v    int64
 	}{{"timeout_ms", req.TimeoutMS}, {"check_timeout_ms", req.CheckTimeoutMS}} {
 		if err := s.checkTimeout(f.name, f.v); err != nil {
-			return sandbox.RaceSpec{}, sandbox.PoolKey{}, "", err
+			return engine.RaceSpec{}, sandbox.PoolKey{}, "", err
 		}
 	}
-	if err := sandbox.CheckModes(req.Secrets, req.Egress, req.EgressAllow); err != nil {
+	if err := engine.CheckModes(req.Secrets, req.Egress, req.EgressAllow); err != nil {
 		return bad("%s", err.Error())
 	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
@@ -177,7 +179,7 @@ func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (sandbox.RaceS
 			return bad("invalid variable name %q", k)
 		}
 	}
-	spec := sandbox.RaceSpec{Prompt: req.Prompt, Workdir: s.o.Workdir, Check: req.Check, MaxTokens: req.MaxTokens, Budget: req.Budget, Timeout: timeout, Env: req.Env}
+	spec := engine.RaceSpec{Prompt: req.Prompt, Workdir: s.o.Workdir, Check: req.Check, MaxTokens: req.MaxTokens, Budget: req.Budget, Timeout: timeout, Env: req.Env}
 	if len(req.Options) > 0 || len(req.AgentOptions) > 0 {
 		spec.Options = map[string]map[string]string{"": req.Options}
 		for name, o := range req.AgentOptions {
@@ -214,20 +216,20 @@ func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (sandbox.RaceS
 	}
 	key, err := s.poolKey(req.Sandbox, req.Settings, false)
 	if err != nil {
-		return sandbox.RaceSpec{}, key, "", err
+		return engine.RaceSpec{}, key, "", err
 	}
 	if _, ok := s.o.Store.(conversation.ObjectStorer); !ok {
-		return sandbox.RaceSpec{}, key, "", fail(outpost.Configuration, ReasonUnsupported, "a race needs a store that keeps checkpoints; this server's keeps none")
+		return engine.RaceSpec{}, key, "", fail(outpost.Configuration, ReasonUnsupported, "a race needs a store that keeps checkpoints; this server's keeps none")
 	}
 	var conv string
 	if req.From != "" {
 		id, at, _, err := s.resolveTurn(ctx, req.From)
 		if err != nil {
-			return sandbox.RaceSpec{}, key, "", err
+			return engine.RaceSpec{}, key, "", err
 		}
 		spec.From = joinRef(id, at)
 		if _, err := conversation.LocateCheckpoint(ctx, s.o.Store, spec.From); err != nil {
-			return sandbox.RaceSpec{}, key, "", checkpointFail("race", err)
+			return engine.RaceSpec{}, key, "", checkpointFail("race", err)
 		}
 		conv = id
 	}
@@ -258,12 +260,12 @@ func (s *Server) startRace(ctx context.Context, req *RaceRequest, keep bool) (*r
 	for _, a := range spec.Contestants {
 		r.agents = append(r.agents, a.Harness.Name)
 	}
-	opts := &sandbox.RaceOptions{Run: sandbox.RunOptions{
+	opts := &engine.RaceOptions{Run: engine.RunOptions{
 		Provider: provider, Store: s.o.Store, Spool: s.o.Spool, Environ: s.o.Environ, Installer: s.o.Installer, Logger: s.log,
 		Secrets: req.Secrets, Egress: req.Egress, EgressAllow: req.EgressAllow, Gateway: s.gw, Limits: s.limitsFor(peerOf(ctx)),
 		CheckTimeout: time.Duration(req.CheckTimeoutMS) * time.Millisecond,
 	}}
-	opts.OnProgress = func(p sandbox.RaceProgress) { s.raceProgress(r, p) }
+	opts.OnProgress = func(p engine.RaceProgress) { s.raceProgress(r, p) }
 	opts.OnEvent = func(i int, ev harness.Event) { r.push(RaceEvent{Event: ev, Contestant: i}, i, true) }
 
 	s.mu.Lock()
@@ -298,10 +300,10 @@ func (s *Server) startRace(ctx context.Context, req *RaceRequest, keep bool) (*r
 }
 
 // raceProgress follows a contestant's steps: "started" waits for one of
-// the server's turn slots (sandbox.Race calls it from the contestant's
+// the server's turn slots (engine.Race calls it from the contestant's
 // goroutine before its sandbox is opened), "checked", its last, gives it
 // back.
-func (s *Server) raceProgress(r *race, p sandbox.RaceProgress) {
+func (s *Server) raceProgress(r *race, p engine.RaceProgress) {
 	i := p.Contestant
 	switch p.State {
 	case "started":
@@ -344,9 +346,9 @@ func (s *Server) raceProgress(r *race, p sandbox.RaceProgress) {
 // runRace runs a started race to its end: its result lines and race line
 // queued last, its contestants counted and logged, the workspaces whose
 // checkpoints hold their files removed.
-func (s *Server) runRace(r *race, spec sandbox.RaceSpec, opts *sandbox.RaceOptions, sandboxName string) {
+func (s *Server) runRace(r *race, spec engine.RaceSpec, opts *engine.RaceOptions, sandboxName string) {
 	defer s.wg.Done()
-	res, err := sandbox.Race(r.ctx, spec, opts)
+	res, err := engine.Race(r.ctx, spec, opts)
 	s.mu.Lock()
 	s.queued -= r.waiting // contestants that never started (a race that failed to start)
 	r.waiting = 0
@@ -373,7 +375,7 @@ func (s *Server) runRace(r *race, spec sandbox.RaceSpec, opts *sandbox.RaceOptio
 			if outpost.CodeOf(c.Err) == outpost.Cancelled && errors.As(c.Err, &oe) {
 				oe.Detail("cancelled_by", by)
 			}
-			line := sandbox.NewResultLine(c.Result, c.Err)
+			line := engine.NewResultLine(c.Result, c.Err)
 			if line.Agent == "" {
 				line.Agent = c.Agent
 			}
@@ -416,7 +418,7 @@ func (s *Server) runRace(r *race, spec sandbox.RaceSpec, opts *sandbox.RaceOptio
 }
 
 // raceOptions are one preset's options in a race: those for every
-// contestant, its own over them (sandbox.RaceSpec.Options).
+// contestant, its own over them (engine.RaceSpec.Options).
 func raceOptions(all map[string]map[string]string, preset string) map[string]string {
 	out := map[string]string{}
 	for _, m := range []map[string]string{all[""], all[preset]} {

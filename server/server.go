@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outposthq/outpost"
@@ -26,7 +28,7 @@ import (
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
-	"github.com/outposthq/outpost/server/turnstore"
+	"github.com/outposthq/outpost/turnstore"
 )
 
 // Options configure New; nil means defaults.
@@ -526,13 +528,13 @@ func (s *Server) poolKey(name string, settings map[string]string, trusted bool) 
 }
 
 // egressKey sets on key the egress a turn asks of its sandbox
-// (sandbox.EgressFor), so that pooled sandboxes are opened with it.
+// (engine.EgressFor), so that pooled sandboxes are opened with it.
 func (s *Server) egressKey(key sandbox.PoolKey, egress string, allow []string) (sandbox.PoolKey, error) {
 	p, err := s.pool.Provider(key)
 	if err != nil {
 		return key, err
 	}
-	if e := sandbox.EgressFor(p.Capabilities(), egress, allow); e == driver.EgressGateway {
+	if e := engine.EgressFor(p.Capabilities(), egress, allow); e == driver.EgressGateway {
 		key.Egress = e
 	}
 	return key, nil

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outposthq/outpost"
@@ -34,7 +36,7 @@ type turn struct {
 	key     sandbox.PoolKey
 	created time.Time
 	conv    string // the conversation continued (resume/fork), for DELETE's check
-	// the credential gateway's modes (sandbox.RunOptions)
+	// the credential gateway's modes (engine.RunOptions)
 	secrets, egress string
 	egressAllow     []string
 	ws              workspaceOptions // checkpoints and the check (workspace.go)
@@ -57,7 +59,7 @@ type turn struct {
 	maxBytes int64
 	dropped  int64         // bytes of events dropped from the log so far
 	total    *atomic.Int64 // the server's retained bytes, all turns
-	result   *sandbox.ResultLine
+	result   *engine.ResultLine
 	notify   chan struct{} // closed and replaced on every append
 
 	streams int // open event streams (Server.mu)
@@ -250,13 +252,13 @@ func (s *Server) checkRequest(req *TurnRequest) (time.Duration, error) {
 // plan resolves the request's conversation, agent and sandbox into the
 // engine's turn, refusing (400) what the preset would refuse: its
 // options, model or prompt (the engine checks the same, after a 202).
-func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Duration) (sandbox.Turn, sandbox.PoolKey, string, error) {
+func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Duration) (engine.Turn, sandbox.PoolKey, string, error) {
 	agent := req.Agent
 	var conv string
 	if ref := req.Resume + req.Fork; ref != "" {
 		id, at, m, err := s.resolveTurn(ctx, ref)
 		if err != nil {
-			return sandbox.Turn{}, sandbox.PoolKey{}, "", err
+			return engine.Turn{}, sandbox.PoolKey{}, "", err
 		}
 		conv = id
 		if agent == "" {
@@ -264,12 +266,12 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 		}
 		if req.Resume != "" {
 			if at > 0 {
-				return sandbox.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("resume %q: a resume continues the last turn; fork at a turn with fork ID@TURN", req.Resume))
+				return engine.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("resume %q: a resume continues the last turn; fork at a turn with fork ID@TURN", req.Resume))
 			}
 			req.Resume = id
 		} else {
 			if err := forkable(m, at); err != nil {
-				return sandbox.Turn{}, sandbox.PoolKey{}, "", err
+				return engine.Turn{}, sandbox.PoolKey{}, "", err
 			}
 			req.Fork = joinRef(id, at)
 		}
@@ -279,22 +281,22 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 	}
 	h, ok := presets.Lookup(agent)
 	if !ok {
-		return sandbox.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("unknown agent %q (known: %s)", agent, strings.Join(presets.Names(), ", ")))
+		return engine.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("unknown agent %q (known: %s)", agent, strings.Join(presets.Names(), ", ")))
 	}
-	if err := sandbox.CheckModes(req.Secrets, req.Egress, req.EgressAllow); err != nil {
-		return sandbox.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, err.Error())
+	if err := engine.CheckModes(req.Secrets, req.Egress, req.EgressAllow); err != nil {
+		return engine.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, err.Error())
 	}
 	key, err := s.poolKey(req.Sandbox, req.Settings, false)
 	if err != nil {
-		return sandbox.Turn{}, key, "", err
+		return engine.Turn{}, key, "", err
 	}
 	if key, err = s.egressKey(key, req.Egress, req.EgressAllow); err != nil {
-		return sandbox.Turn{}, key, "", err
+		return engine.Turn{}, key, "", err
 	}
 	if _, err := h.Request(harness.Input{Prompt: req.Prompt, Model: req.Model, Workdir: s.o.Workdir, Options: req.Options}); err != nil {
-		return sandbox.Turn{}, key, "", fail(outpost.Configuration, ReasonBadRequest, err.Error())
+		return engine.Turn{}, key, "", fail(outpost.Configuration, ReasonBadRequest, err.Error())
 	}
-	st := sandbox.Turn{
+	st := engine.Turn{
 		Agent:      harness.Agent{Kind: "cli", Harness: h, Model: req.Model},
 		Prompt:     req.Prompt,
 		Workdir:    s.o.Workdir,
@@ -307,7 +309,7 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 		Workspace:  req.Workspace,
 	}
 	if err := req.structured(&st); err != nil {
-		return sandbox.Turn{}, key, "", err
+		return engine.Turn{}, key, "", err
 	}
 	return st, key, conv, nil
 }
@@ -315,7 +317,7 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 // enqueue starts an admitted turn, unless the server is draining or full.
 // enqueue queues the turn; ctx is the request's: its peer's budgets
 // and its caller's trace go with the turn.
-func (s *Server) enqueue(ctx context.Context, st sandbox.Turn, key sandbox.PoolKey, conv string, req *TurnRequest) (*turn, error) {
+func (s *Server) enqueue(ctx context.Context, st engine.Turn, key sandbox.PoolKey, conv string, req *TurnRequest) (*turn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -353,7 +355,7 @@ func (s *Server) enqueue(ctx context.Context, st sandbox.Turn, key sandbox.PoolK
 // structured checks the structured-answer fields (docs/output.md) and
 // sets them on the turn; the engine compiles the schema before any
 // sandbox is allocated, so a bad one fails the turn with configuration.
-func (r *TurnRequest) structured(t *sandbox.Turn) error {
+func (r *TurnRequest) structured(t *engine.Turn) error {
 	if r.Repairs != nil && *r.Repairs < 0 {
 		return fail(outpost.Configuration, ReasonBadRequest, "repairs is negative")
 	}
@@ -407,10 +409,10 @@ func validRef(ref string) bool {
 
 // run runs an admitted turn: waits for a slot, takes a pooled sandbox,
 // runs, records the result.
-func (s *Server) run(t *turn, st sandbox.Turn, raw bool) {
+func (s *Server) run(t *turn, st engine.Turn, raw bool) {
 	defer s.wg.Done()
 	queuedAt := time.Now()
-	var res *sandbox.Result
+	var res *engine.Result
 	var err error
 	select {
 	case s.sem <- struct{}{}:
@@ -439,7 +441,7 @@ func (s *Server) run(t *turn, st sandbox.Turn, raw bool) {
 		s.queued--
 		s.metrics.queued.Set(float64(s.queued))
 		s.mu.Unlock()
-		res = &sandbox.Result{Agent: t.agent, Sandbox: t.sandbox}
+		res = &engine.Result{Agent: t.agent, Sandbox: t.sandbox}
 		err = outpost.New(outpost.Cancelled, "queue", "cancelled before it started")
 	}
 	if err != nil && outpost.CodeOf(err) == outpost.Cancelled {
@@ -457,8 +459,8 @@ func (s *Server) run(t *turn, st sandbox.Turn, raw bool) {
 
 // execute runs the turn on a pooled sandbox (or one of its own without a
 // pool).
-func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, error) {
-	opts := &sandbox.RunOptions{
+func (s *Server) execute(t *turn, st engine.Turn, raw bool) (*engine.Result, error) {
+	opts := &engine.RunOptions{
 		Store:     s.o.Store,
 		Spool:     s.o.Spool,
 		OnEvent:   func(ev harness.Event) { s.record(t, ev) },
@@ -480,10 +482,10 @@ func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, e
 	if s.o.PoolSize < 0 || st.Workspace != "" {
 		p, err := s.pool.Provider(t.key)
 		if err != nil {
-			return &sandbox.Result{Agent: t.agent, Sandbox: t.sandbox}, err
+			return &engine.Result{Agent: t.agent, Sandbox: t.sandbox}, err
 		}
 		opts.Provider = p
-		res, err := sandbox.Run(t.runContext(), st, opts)
+		res, err := engine.Run(t.runContext(), st, opts)
 		if st.Workspace != "" {
 			s.dropWorkspace(res)
 		}
@@ -491,11 +493,11 @@ func (s *Server) execute(t *turn, st sandbox.Turn, raw bool) (*sandbox.Result, e
 	}
 	lease, err := s.pool.Get(t.ctx, t.key)
 	if err != nil {
-		return &sandbox.Result{Agent: t.agent, Sandbox: t.sandbox}, err
+		return &engine.Result{Agent: t.agent, Sandbox: t.sandbox}, err
 	}
 	defer s.pool.Release(t.key, lease)
 	opts.Lease = lease
-	return sandbox.Run(t.runContext(), st, opts)
+	return engine.Run(t.runContext(), st, opts)
 }
 
 // record adds an event to the turn's log (and the turn store's).
@@ -508,11 +510,11 @@ func (s *Server) record(t *turn, ev harness.Event) {
 }
 
 // finish records a turn's result and schedules its removal.
-func (s *Server) finish(t *turn, res *sandbox.Result, err error) {
+func (s *Server) finish(t *turn, res *engine.Result, err error) {
 	if res == nil {
-		res = &sandbox.Result{Agent: t.agent, Sandbox: t.sandbox}
+		res = &engine.Result{Agent: t.agent, Sandbox: t.sandbox}
 	}
-	line := sandbox.NewResultLine(res, err)
+	line := engine.NewResultLine(res, err)
 	code := "ok"
 	if err != nil {
 		code = string(outpost.CodeOf(err))
@@ -561,7 +563,7 @@ func (s *Server) finish(t *turn, res *sandbox.Result, err error) {
 }
 
 // countTurn counts a finished turn and its tokens.
-func (s *Server) countTurn(agent, sandboxName, code string, res *sandbox.Result) {
+func (s *Server) countTurn(agent, sandboxName, code string, res *engine.Result) {
 	s.metrics.turns.WithLabelValues(agent, sandboxName, code).Inc()
 	if res == nil {
 		return
@@ -575,7 +577,7 @@ func (s *Server) countTurn(agent, sandboxName, code string, res *sandbox.Result)
 
 // observeTurn counts a turn that ran outside the turn log (a race's
 // contestant): its count, tokens and duration.
-func (s *Server) observeTurn(agent, sandboxName string, res *sandbox.Result, err error) {
+func (s *Server) observeTurn(agent, sandboxName string, res *engine.Result, err error) {
 	code := "ok"
 	if err != nil {
 		code = string(outpost.CodeOf(err))

@@ -11,10 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/conversation"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // Workspaces that travel with the conversation (docs/workspaces.md), as
@@ -28,7 +29,7 @@ const (
 )
 
 // workspaceOptions are a turn's checkpoint and check settings
-// (sandbox.RunOptions).
+// (engine.RunOptions).
 type workspaceOptions struct {
 	checkpoint   string
 	include      []string
@@ -42,7 +43,7 @@ func (r *TurnRequest) workspaceOptions() workspaceOptions {
 }
 
 // apply sets the settings on a turn's run options.
-func (w workspaceOptions) apply(o *sandbox.RunOptions) {
+func (w workspaceOptions) apply(o *engine.RunOptions) {
 	o.Checkpoint, o.CheckpointInclude = w.checkpoint, w.include
 	o.Check, o.CheckTimeout = w.check, w.checkTimeout
 }
@@ -51,9 +52,9 @@ func (w workspaceOptions) apply(o *sandbox.RunOptions) {
 // client may not give.
 func (s *Server) checkWorkspace(req *TurnRequest) error {
 	switch req.Workspace {
-	case "", sandbox.WorkspaceNew:
+	case "", engine.WorkspaceNew:
 	default:
-		return fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("workspace %q: a client may ask only for %q (a fresh directory of the server's); it does not name the server's directories", req.Workspace, sandbox.WorkspaceNew))
+		return fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("workspace %q: a client may ask only for %q (a fresh directory of the server's); it does not name the server's directories", req.Workspace, engine.WorkspaceNew))
 	}
 	if err := checkCheckpoint(req.Checkpoint, req.CheckpointInclude); err != nil {
 		return err
@@ -65,9 +66,9 @@ func (s *Server) checkWorkspace(req *TurnRequest) error {
 // include patterns.
 func checkCheckpoint(mode string, include []string) error {
 	switch mode {
-	case "", sandbox.CheckpointOn, sandbox.CheckpointOff:
+	case "", engine.CheckpointOn, engine.CheckpointOff:
 	default:
-		return fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("checkpoint %q: want %q or %q", mode, sandbox.CheckpointOn, sandbox.CheckpointOff))
+		return fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("checkpoint %q: want %q or %q", mode, engine.CheckpointOn, engine.CheckpointOff))
 	}
 	if len(include) > maxIncludePatterns {
 		return fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("checkpoint_include has %d patterns, over the limit of %d", len(include), maxIncludePatterns))
@@ -158,7 +159,7 @@ func checkpointFail(op string, err error) error {
 		}
 		return e
 	}
-	return fromError(sandbox.CheckpointError(op, err))
+	return fromError(engine.CheckpointError(op, err))
 }
 
 // dropWorkspace removes a directory of the server's own (Turn.Workspace
@@ -166,7 +167,7 @@ func checkpointFail(op string, err error) error {
 // store holds its tree, a fork or a resume with workspace "new" writes it
 // back, and the diff route reads it. A workspace whose turn recorded none
 // stays, for the operator to look at.
-func (s *Server) dropWorkspace(res *sandbox.Result) {
+func (s *Server) dropWorkspace(res *engine.Result) {
 	if res == nil || res.Checkpoint == nil || res.Workdir == "" {
 		return
 	}
@@ -174,9 +175,9 @@ func (s *Server) dropWorkspace(res *sandbox.Result) {
 }
 
 // removeWorkspace removes dir, and its stat cache, when it is under
-// sandbox.WorkspacesDir.
+// engine.WorkspacesDir.
 func (s *Server) removeWorkspace(dir string) {
-	base, err := sandbox.WorkspacesDir()
+	base, err := engine.WorkspacesDir()
 	if err != nil {
 		return
 	}

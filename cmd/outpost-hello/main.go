@@ -1,6 +1,6 @@
 // Command outpost-hello runs one turn of the built-in echo agent on the
 // local sandbox: the README's first command, and the smallest program
-// built on the library (sandbox.Run with the local provider).
+// built on the library (engine.Run with the local provider).
 //
 // It compiles about a third of what the full CLI does, so a first
 // `go run ./cmd/outpost-hello "hello"` on a fresh machine is quick. Its
@@ -21,12 +21,13 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 func main() {
@@ -59,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		var wd string
 		if wd, err = os.Getwd(); err == nil {
-			return turn(ctx, sandbox.Turn{
+			return turn(ctx, engine.Turn{
 				Agent:   harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()},
 				Prompt:  fs.Arg(0),
 				Workdir: wd,
@@ -73,10 +74,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // turn runs t, streaming the answer to stdout and the conversation to
 // continue with to stderr, as `outpost run` does.
-func turn(ctx context.Context, t sandbox.Turn, store conversation.Store, stdout, stderr io.Writer) int {
+func turn(ctx context.Context, t engine.Turn, store conversation.Store, stdout, stderr io.Writer) int {
 	var mu sync.Mutex
 	midLine, streamed := false, map[string]bool{}
-	res, err := sandbox.Run(ctx, t, &sandbox.RunOptions{
+	res, err := engine.Run(ctx, t, &engine.RunOptions{
 		Provider: local.New(nil),
 		Store:    store,
 		OnEvent: func(ev harness.Event) {

@@ -37,7 +37,7 @@ var forbidden = []string{
 
 // required are the libraries the in-sandbox binary links on purpose
 // beyond the standard library: yamux multiplexes the connections of a
-// tunnel (internal/tunnel) over the exec stream of its sandbox-shim
+// tunnel (providers/tunnel) over the exec stream of its sandbox-shim
 // tunnel mode. Small, no dependencies of its own, no init work.
 var required = []string{"github.com/hashicorp/yamux"}
 

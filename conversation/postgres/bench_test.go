@@ -12,7 +12,7 @@ import (
 
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/internal/pgtest"
-	"github.com/outposthq/outpost/server/turnstore"
+	"github.com/outposthq/outpost/turnstore"
 )
 
 // These benchmarks give the figures of docs/benchmarks.md ("Stores"). Run

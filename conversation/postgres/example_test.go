@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/conversation/postgres"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // A PostgreSQL store that a fleet shares: a turn run on one machine is
@@ -25,13 +26,13 @@ func ExampleOpen() {
 
 	echo, _ := presets.Lookup("echo")
 	agent := harness.Agent{Kind: harness.KindCLI, Harness: echo}
-	opts := &sandbox.RunOptions{Provider: local.New(nil), Store: store}
-	first, err := sandbox.Run(ctx, sandbox.Turn{Agent: agent, Prompt: "plan the change"}, opts)
+	opts := &engine.RunOptions{Provider: local.New(nil), Store: store}
+	first, err := engine.Run(ctx, engine.Turn{Agent: agent, Prompt: "plan the change"}, opts)
 	if err != nil {
 		log.Fatal(err)
 	}
 	// Here or on another machine with the same store:
-	next, err := sandbox.Run(ctx, sandbox.Turn{Agent: agent, Prompt: "now do it", Resume: first.Conversation}, opts)
+	next, err := engine.Run(ctx, engine.Turn{Agent: agent, Prompt: "now do it", Resume: first.Conversation}, opts)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/outposthq/outpost/conversation/postgres"
 	"github.com/outposthq/outpost/conversation/storetest"
 	"github.com/outposthq/outpost/internal/pgtest"
-	"github.com/outposthq/outpost/server/turnstore"
-	"github.com/outposthq/outpost/server/turnstore/turnstoretest"
+	"github.com/outposthq/outpost/turnstore"
+	"github.com/outposthq/outpost/turnstore/turnstoretest"
 )
 
 func TestMain(m *testing.M) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outposthq/outpost/server/turnstore"
+	"github.com/outposthq/outpost/turnstore"
 )
 
 // The LISTEN/NOTIFY channels of the turn store: the payload is a turn id

@@ -30,7 +30,7 @@
 // ~/.gemini/antigravity-cli/brain/<id>/ (Storage). There is no headless
 // fork, so the preset is not forkable.
 //
-// Options (sandbox.Turn.Options):
+// Options (engine.Turn.Options):
 //
 //	permissions    skip (default), accept-edits, plan, sandbox or default
 //	effort         low, medium, high or max

@@ -13,7 +13,7 @@
 // so a pinned CLI stays pinned and talks to nothing but the model API. The
 // prompt comes after "--", where no variadic flag (--allowedTools, ...) can
 // swallow it; prompts over MaxArgPrompt bytes go through standard input.
-// With live input (sandbox.RunOptions.Steer) the CLI reads user messages as
+// With live input (engine.RunOptions.Steer) the CLI reads user messages as
 // stream-json lines on its standard input instead.
 //
 // Every stream-json line type is decoded into normalized events (see
@@ -24,7 +24,7 @@
 // ~/.claude/projects/<slug>/<id>.jsonl (Storage), restored into the slug of
 // the new working directory so --resume works on any sandbox.
 //
-// Options (sandbox.Turn.Options, `outpost run --option KEY=VALUE`):
+// Options (engine.Turn.Options, `outpost run --option KEY=VALUE`):
 //
 //	permission-mode   default, manual, acceptEdits, auto, dontAsk, plan or
 //	                  bypassPermissions (which also sets IS_SANDBOX=1: the

@@ -10,7 +10,7 @@
 //
 // with standard input closed (exec blocks forever on an open one) and a
 // private CODEX_HOME, ~/.codex in the sandbox home. With live input
-// (sandbox.RunOptions.Steer) the turn runs through `codex app-server`
+// (engine.RunOptions.Steer) the turn runs through `codex app-server`
 // instead (LiveInput): JSON-RPC over standard input and output, turn/steer
 // for the messages sent while the agent works, turn/interrupt when the
 // caller cancels.
@@ -31,7 +31,7 @@
 // a fork's together with its ancestors' (Storage), so a fork resumes on a
 // fresh sandbox.
 //
-// Options (sandbox.Turn.Options, `outpost run --option KEY=VALUE`):
+// Options (engine.Turn.Options, `outpost run --option KEY=VALUE`):
 //
 //	sandbox              read-only (the CLI's default), workspace-write,
 //	                     danger-full-access

@@ -35,7 +35,7 @@
 // The CLI cannot fork in print mode, so the preset is not forkable: a fork
 // is refused before any sandbox is allocated.
 //
-// Options (sandbox.Turn.Options, `outpost run --option KEY=VALUE`):
+// Options (engine.Turn.Options, `outpost run --option KEY=VALUE`):
 //
 //	permissions       tools (default: --allow-all-tools) or all
 //	                  (--allow-all: tools, paths and URLs)

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/providers/local"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // TestAiderThroughEngine runs the aider preset, with the stand-in on the
@@ -28,15 +29,15 @@ func TestAiderThroughEngine(t *testing.T) {
 	path := "PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")
 	prov := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{path}})
 	environ := []string{path, "OPENAI_API_KEY=sk-engine-test-1234"}
-	run := func(turn sandbox.Turn) (*sandbox.Result, []harness.Event, error) {
+	run := func(turn engine.Turn) (*engine.Result, []harness.Event, error) {
 		var evs []harness.Event
 		turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: declarative.Aider()}
 		turn.Workdir = wd
-		res, err := sandbox.Run(context.Background(), turn, &sandbox.RunOptions{Provider: prov, Store: store, Environ: environ,
+		res, err := engine.Run(context.Background(), turn, &engine.RunOptions{Provider: prov, Store: store, Environ: environ,
 			OnEvent: func(ev harness.Event) { evs = append(evs, ev) }})
 		return res, evs, err
 	}
-	first, evs, err := run(sandbox.Turn{Prompt: "write hello.py AIDER_EDIT"})
+	first, evs, err := run(engine.Turn{Prompt: "write hello.py AIDER_EDIT"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,14 +59,14 @@ func TestAiderThroughEngine(t *testing.T) {
 			notices++
 		}
 	}
-	if deltas != 2 || notices != 2 || secrets != 1 || first.Secrets != sandbox.SecretsEnv {
+	if deltas != 2 || notices != 2 || secrets != 1 || first.Secrets != engine.SecretsEnv {
 		t.Errorf("%d deltas, %d notices, %d secrets notices, secrets %q; want 2, 2, 1 and env", deltas, notices, secrets, first.Secrets)
 	}
-	again, _, err := run(sandbox.Turn{Prompt: "more", Resume: first.Conversation})
+	again, _, err := run(engine.Turn{Prompt: "more", Resume: first.Conversation})
 	if err != nil || !strings.Contains(again.Text, "(turn 2)") || again.Session != first.Session {
 		t.Fatalf("resume: %+v %v", again, err)
 	}
-	child, _, err := run(sandbox.Turn{Prompt: "branch", Fork: first.Conversation})
+	child, _, err := run(engine.Turn{Prompt: "branch", Fork: first.Conversation})
 	if err != nil || !strings.Contains(child.Text, "(turn 3)") || child.Session == first.Session || child.Parent != first.Conversation {
 		t.Fatalf("fork: %+v %v", child, err)
 	}
@@ -81,7 +82,7 @@ func TestAiderThroughEngine(t *testing.T) {
 		{"x AIDER_OUTAGE", outpost.Process, true},
 		{"x AIDER_AUTH", outpost.Configuration, false},
 	} {
-		_, _, err := run(sandbox.Turn{Prompt: c.prompt})
+		_, _, err := run(engine.Turn{Prompt: c.prompt})
 		if outpost.CodeOf(err) != c.code || outpost.UnavailableFault(err) != c.unavail {
 			t.Errorf("%s: %v, want %s (unavailable %v)", c.prompt, err, c.code, c.unavail)
 		}
@@ -89,7 +90,7 @@ func TestAiderThroughEngine(t *testing.T) {
 			t.Errorf("the error shows the key: %v", err)
 		}
 	}
-	_, _, err = run(sandbox.Turn{Prompt: "x AIDER_RETRY_FOREVER", RetryBound: 200 * time.Millisecond, Timeout: time.Minute})
+	_, _, err = run(engine.Turn{Prompt: "x AIDER_RETRY_FOREVER", RetryBound: 200 * time.Millisecond, Timeout: time.Minute})
 	if outpost.CodeOf(err) != outpost.Process || !outpost.UnavailableFault(err) {
 		t.Errorf("retrying forever: %v, want process with details.unavailable", err)
 	}

@@ -1,6 +1,8 @@
 package kit
 
-import "time"
+import (
+	"time"
+)
 
 const (
 	// MaxArgPrompt is the largest prompt a preset passes as one argument;
@@ -18,7 +20,7 @@ const (
 	// retries is an outage after harness.RetryBound). It is above the longest silence of a healthy
 	// turn: a shell command of up to 10 minutes, or a long generation that
 	// prints nothing until its block is complete. Each preset documents
-	// why it holds for its CLI; sandbox.Turn.Inactivity (`outpost run
+	// why it holds for its CLI; engine.Turn.Inactivity (`outpost run
 	// --inactivity`) changes it per turn.
 	Inactivity = 15 * time.Minute
 )

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -162,7 +164,7 @@ func BenchmarkKubernetesTurn(b *testing.B) {
 	c := kubetest.Require(b)
 	wd := b.TempDir()
 	ctx := context.Background()
-	turn := sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
+	turn := engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}
 	b.Run("kubectl-run", func(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			if out, err := kubectlRun(b, c, "bench-turn-"+itoa(i)+"-"+itoa(int(time.Now().UnixNano()%1e9))).CombinedOutput(); err != nil {
@@ -176,9 +178,9 @@ func BenchmarkKubernetesTurn(b *testing.B) {
 	}{{"", false}, {"-exec-each", true}} {
 		p := c.Provider(b, func(o *kubernetes.Options) { o.ExecEach = pc.execEach })
 		b.Run("outpost"+pc.suffix, func(b *testing.B) {
-			o := &sandbox.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
+			o := &engine.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
 			for b.Loop() {
-				if _, err := sandbox.Run(ctx, turn, o); err != nil {
+				if _, err := engine.Run(ctx, turn, o); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -189,9 +191,9 @@ func BenchmarkKubernetesTurn(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer l.Close(ctx)
-			o := &sandbox.RunOptions{Lease: l, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
+			o := &engine.RunOptions{Lease: l, Store: conversation.NewFS(b.TempDir()), Environ: []string{}}
 			for b.Loop() {
-				if _, err := sandbox.Run(ctx, turn, o); err != nil {
+				if _, err := engine.Run(ctx, turn, o); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -17,7 +19,6 @@ import (
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/kubernetes"
 	"github.com/outposthq/outpost/providers/kubernetes/kubetest"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // forward serves the loopback address to on the address at (the pods'
@@ -77,10 +78,10 @@ func TestClaudeInPod(t *testing.T) {
 	p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Debian; o.NodeCache = true })
 	key := "sk-ant-fake-kubernetes-test-key"
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
-	env := func(o *sandbox.RunOptions) {
+	env := func(o *engine.RunOptions) {
 		o.Environ = []string{"PATH=" + os.Getenv("PATH"), "ANTHROPIC_API_KEY=" + key, "ANTHROPIC_BASE_URL=" + url}
 	}
-	turn := sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: h}, Prompt: "say hi", Options: map[string]string{"max-retries": "0"}}
+	turn := engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: h}, Prompt: "say hi", Options: map[string]string{"max-retries": "0"}}
 	res, err := f.run(context.Background(), p, nil, turn, env)
 	if err != nil {
 		t.Fatalf("%v\nevents: %+v", err, f.events)

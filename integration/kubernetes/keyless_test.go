@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
@@ -16,7 +18,6 @@ import (
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/kubernetes"
 	"github.com/outposthq/outpost/providers/kubernetes/kubetest"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // TestKeylessInPod: the real Claude Code, Codex and Copilot CLI in pods with the
@@ -72,14 +73,14 @@ func TestKeylessInPod(t *testing.T) {
 			environ, seen := tt.start(t, probe, key)
 			p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Debian; o.NodeCache = true })
 			f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
-			turn := sandbox.Turn{Agent: harness.Agent{Kind: "cli", Harness: h, Model: tt.model}, Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute, Options: tt.options}
-			res, err := f.run(context.Background(), p, nil, turn, func(o *sandbox.RunOptions) {
+			turn := engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: h, Model: tt.model}, Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute, Options: tt.options}
+			res, err := f.run(context.Background(), p, nil, turn, func(o *engine.RunOptions) {
 				o.Environ = append(environ, "PATH="+os.Getenv("PATH"), "HOME="+t.TempDir())
 			})
 			if err != nil {
 				t.Fatalf("%v\nevents: %+v", err, f.events)
 			}
-			if res.Secrets != sandbox.SecretsGateway || res.Egress != sandbox.EgressGateway || res.Sandbox != "kubernetes" {
+			if res.Secrets != engine.SecretsGateway || res.Egress != engine.EgressGateway || res.Sandbox != "kubernetes" {
 				t.Errorf("result secrets %q egress %q sandbox %q, want gateway, gateway, kubernetes", res.Secrets, res.Egress, res.Sandbox)
 			}
 			creds, bodies := seen()

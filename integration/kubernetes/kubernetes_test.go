@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -55,7 +57,7 @@ type turns struct {
 	events  []harness.Event
 }
 
-func (f *turns) run(ctx context.Context, p driver.Provider, l *sandbox.Lease, turn sandbox.Turn, mod ...func(*sandbox.RunOptions)) (*sandbox.Result, error) {
+func (f *turns) run(ctx context.Context, p driver.Provider, l *sandbox.Lease, turn engine.Turn, mod ...func(*engine.RunOptions)) (*engine.Result, error) {
 	f.mu.Lock()
 	f.events = nil
 	f.mu.Unlock()
@@ -65,7 +67,7 @@ func (f *turns) run(ctx context.Context, p driver.Provider, l *sandbox.Lease, tu
 	if turn.Workdir == "" {
 		turn.Workdir = f.workdir
 	}
-	o := &sandbox.RunOptions{Provider: p, Lease: l, Store: f.store, Environ: []string{"PATH=" + os.Getenv("PATH")}, Grace: 500 * time.Millisecond,
+	o := &engine.RunOptions{Provider: p, Lease: l, Store: f.store, Environ: []string{"PATH=" + os.Getenv("PATH")}, Grace: 500 * time.Millisecond,
 		OnEvent: func(ev harness.Event) {
 			f.mu.Lock()
 			f.events = append(f.events, ev)
@@ -74,10 +76,10 @@ func (f *turns) run(ctx context.Context, p driver.Provider, l *sandbox.Lease, tu
 	for _, m := range mod {
 		m(o)
 	}
-	return sandbox.Run(ctx, turn, o)
+	return engine.Run(ctx, turn, o)
 }
 
-func (f *turns) ok(p driver.Provider, turn sandbox.Turn) *sandbox.Result {
+func (f *turns) ok(p driver.Provider, turn engine.Turn) *engine.Result {
 	f.t.Helper()
 	res, err := f.run(context.Background(), p, nil, turn)
 	if err != nil {
@@ -86,7 +88,7 @@ func (f *turns) ok(p driver.Provider, turn sandbox.Turn) *sandbox.Result {
 	return res
 }
 
-func wantTurn(t *testing.T, res *sandbox.Result, n int) {
+func wantTurn(t *testing.T, res *engine.Result, n int) {
 	t.Helper()
 	if want := fmt.Sprintf("(turn %d)", n); !strings.Contains(res.Text, want) {
 		t.Errorf("final text %q lacks %q", res.Text, want)
@@ -99,22 +101,22 @@ func TestEchoTurns(t *testing.T) {
 	c := kubetest.Require(t)
 	p := c.Provider(t)
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
-	res := f.ok(p, sandbox.Turn{Prompt: "hello"})
+	res := f.ok(p, engine.Turn{Prompt: "hello"})
 	wantTurn(t, res, 1)
 	if res.Sandbox != "kubernetes" || res.Conversation == "" || !res.Usage.Complete {
 		t.Errorf("result %+v", res)
 	}
-	res2 := f.ok(p, sandbox.Turn{Prompt: "again", Resume: res.Conversation})
+	res2 := f.ok(p, engine.Turn{Prompt: "again", Resume: res.Conversation})
 	wantTurn(t, res2, 2)
 	if res2.Conversation != res.Conversation {
 		t.Errorf("resume changed the conversation: %s", res2.Conversation)
 	}
-	fork := f.ok(p, sandbox.Turn{Prompt: "forked", Fork: res.Conversation})
+	fork := f.ok(p, engine.Turn{Prompt: "forked", Fork: res.Conversation})
 	wantTurn(t, fork, 3)
 	if fork.Parent != res.Conversation || fork.Session == res2.Session {
 		t.Errorf("fork %+v", fork)
 	}
-	wantTurn(t, f.ok(p, sandbox.Turn{Prompt: "fork again", Resume: fork.Conversation}), 4)
+	wantTurn(t, f.ok(p, engine.Turn{Prompt: "fork again", Resume: fork.Conversation}), 4)
 	if pods := c.Pods(t, kubernetes.LabelRole+"=sandbox"); len(livePods(pods)) != 0 {
 		t.Errorf("pods left after the turns: %v", livePods(pods))
 	}
@@ -192,13 +194,13 @@ func TestDockerToKubernetes(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	k := c.Provider(t)
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
-	c1 := f.ok(d, sandbox.Turn{Prompt: "born in docker"})
+	c1 := f.ok(d, engine.Turn{Prompt: "born in docker"})
 	wantTurn(t, c1, 1)
-	r := f.ok(k, sandbox.Turn{Prompt: "in a pod", Resume: c1.Conversation})
+	r := f.ok(k, engine.Turn{Prompt: "in a pod", Resume: c1.Conversation})
 	wantTurn(t, r, 2)
-	r = f.ok(d, sandbox.Turn{Prompt: "back in docker", Resume: c1.Conversation})
+	r = f.ok(d, engine.Turn{Prompt: "back in docker", Resume: c1.Conversation})
 	wantTurn(t, r, 3)
-	fork := f.ok(k, sandbox.Turn{Prompt: "forked in a pod", Fork: c1.Conversation})
+	fork := f.ok(k, engine.Turn{Prompt: "forked in a pod", Fork: c1.Conversation})
 	wantTurn(t, fork, 4)
 	m, err := f.store.Meta(t.Context(), c1.Conversation)
 	if err != nil || m.Turns != 3 || m.Sandbox != "docker" {
@@ -218,7 +220,7 @@ func TestPodDeletedMidTurn(t *testing.T) {
 	}
 	defer l.Close(context.Background())
 	var once sync.Once
-	_, err = f.run(t.Context(), nil, l, sandbox.Turn{Prompt: "#slow=100000"}, func(o *sandbox.RunOptions) {
+	_, err = f.run(t.Context(), nil, l, engine.Turn{Prompt: "#slow=100000"}, func(o *engine.RunOptions) {
 		inner := o.OnEvent
 		o.OnEvent = func(ev harness.Event) {
 			inner(ev)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
@@ -24,7 +26,6 @@ import (
 	"github.com/outposthq/outpost/providers/local"
 	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
-	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
@@ -73,7 +74,7 @@ func (e *geminiEnv) fresh() {
 // local provider.
 func (e *geminiEnv) firstTurn() geminiTurn {
 	e.t.Helper()
-	turn := sandbox.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}}
+	turn := engine.Turn{Prompt: "run it FAKE_TOOL", Agent: harness.Agent{Model: geminiModel}}
 	first := e.run(turn)
 	if outpost.UnavailableFault(first.err) {
 		// Once, in a CI run of the whole suite (2 cores, every package at
@@ -92,7 +93,7 @@ func (e *geminiEnv) firstTurn() geminiTurn {
 }
 
 type geminiTurn struct {
-	res    *sandbox.Result
+	res    *engine.Result
 	err    error
 	events []harness.Event
 	stderr string
@@ -108,9 +109,9 @@ func (tr geminiTurn) of(typ harness.EventType) []harness.Event {
 	return out
 }
 
-func (e *geminiEnv) run(turn sandbox.Turn) geminiTurn {
+func (e *geminiEnv) run(turn engine.Turn) geminiTurn {
 	e.t.Helper()
-	tr := runGemini(e.t, turn, &sandbox.RunOptions{Provider: e.prov, Store: e.store, Environ: e.environ})
+	tr := runGemini(e.t, turn, &engine.RunOptions{Provider: e.prov, Store: e.store, Environ: e.environ})
 	if e.t.Failed() || tr.err != nil {
 		e.logFake()
 	}
@@ -127,7 +128,7 @@ func (e *geminiEnv) logFake() {
 	e.t.Logf("the fake's requests:\n%s", b.String())
 }
 
-func runGemini(t *testing.T, turn sandbox.Turn, o *sandbox.RunOptions) geminiTurn {
+func runGemini(t *testing.T, turn engine.Turn, o *engine.RunOptions) geminiTurn {
 	t.Helper()
 	turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: gemini.Harness(), Model: turn.Agent.Model}
 	if turn.Workdir == "" {
@@ -144,11 +145,11 @@ func runGemini(t *testing.T, turn sandbox.Turn, o *sandbox.RunOptions) geminiTur
 	// The engine's steps, with their times: where a slow turn spent its
 	// time (a failure logs them).
 	o.Logger = slog.New(slog.NewTextHandler(&steps, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	out.res, out.err = sandbox.Run(context.Background(), turn, o)
+	out.res, out.err = engine.Run(context.Background(), turn, o)
 	out.stderr = stderr.String()
 	b, _ := json.Marshal(struct {
 		E []harness.Event
-		R *sandbox.Result
+		R *engine.Result
 		S string
 	}{out.events, out.res, out.stderr})
 	if strings.Contains(string(b), geminiKey) || strings.Contains(steps.String(), geminiKey) || (out.err != nil && strings.Contains(out.err.Error(), geminiKey)) {
@@ -189,7 +190,7 @@ func TestGemini(t *testing.T) {
 	t.Run("ResumeOnAFreshSandbox", func(t *testing.T) {
 		e.fresh()
 		e.fake.Reset()
-		tr := e.run(sandbox.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation, Agent: harness.Agent{Model: geminiModel}})
+		tr := e.run(engine.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation, Agent: harness.Agent{Model: geminiModel}})
 		if tr.err != nil {
 			t.Fatalf("resumed turn: %v", tr.err)
 		}
@@ -203,7 +204,7 @@ func TestGemini(t *testing.T) {
 	t.Run("ForkOnAFreshSandbox", func(t *testing.T) {
 		e.fresh()
 		e.fake.Reset()
-		tr := e.run(sandbox.Turn{Prompt: "fork FAKE_ECHO", Fork: first.res.Conversation, Agent: harness.Agent{Model: geminiModel}})
+		tr := e.run(engine.Turn{Prompt: "fork FAKE_ECHO", Fork: first.res.Conversation, Agent: harness.Agent{Model: geminiModel}})
 		if tr.err != nil {
 			t.Fatalf("forked turn: %v", tr.err)
 		}
@@ -242,7 +243,7 @@ func TestGeminiFailures(t *testing.T) {
 				base = "http://127.0.0.1:1"
 			}
 			e := newGeminiEnv(t, base)
-			tr := e.run(sandbox.Turn{Prompt: tc.prompt, Agent: harness.Agent{Model: geminiModel}, RetryBound: 2 * time.Minute})
+			tr := e.run(engine.Turn{Prompt: tc.prompt, Agent: harness.Agent{Model: geminiModel}, RetryBound: 2 * time.Minute})
 			var oe *outpost.Error
 			if !errors.As(tr.err, &oe) || oe.Code != tc.code {
 				t.Fatalf("err %v, want code %s", tr.err, tc.code)
@@ -266,7 +267,7 @@ func TestGeminiRepair(t *testing.T) {
 	t.Parallel()
 	e := newGeminiEnv(t, "")
 	e.fake.Enqueue(fakegemini.Text("I would rather not."), fakegemini.Text("```json\n{\"name\": \"Barbara\", \"age\": 88}\n```"))
-	tr := e.run(sandbox.Turn{Prompt: "name a pioneer", Output: json.RawMessage(personSchema), Agent: harness.Agent{Model: geminiModel}})
+	tr := e.run(engine.Turn{Prompt: "name a pioneer", Output: json.RawMessage(personSchema), Agent: harness.Agent{Model: geminiModel}})
 	if tr.err != nil {
 		t.Fatalf("turn: %v", tr.err)
 	}
@@ -296,14 +297,14 @@ func TestGeminiResumeAndFork(t *testing.T) {
 	if first.err != nil {
 		t.Fatalf("local turn: %v", first.err)
 	}
-	on := func(prov driver.Provider, environ []string, turn sandbox.Turn) geminiTurn {
+	on := func(prov driver.Provider, environ []string, turn engine.Turn) geminiTurn {
 		t.Helper()
 		e.fake.Reset()
 		turn.Agent.Model = geminiModel
 		// These turns install the pinned CLI first (the bootstrap step):
 		// on a CI machine with both cores busy that alone took minutes.
 		turn.Timeout = 6 * time.Minute
-		tr := runGemini(t, turn, &sandbox.RunOptions{Provider: prov, Store: e.store, Environ: environ})
+		tr := runGemini(t, turn, &engine.RunOptions{Provider: prov, Store: e.store, Environ: environ})
 		if t.Failed() || tr.err != nil {
 			e.logFake()
 		}
@@ -313,7 +314,7 @@ func TestGeminiResumeAndFork(t *testing.T) {
 		o.Network = "host"
 		o.Binary = testenv.OutpostBinary(t)
 	})
-	resumed := on(dock, e.environ, sandbox.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation})
+	resumed := on(dock, e.environ, engine.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation})
 	if resumed.err != nil {
 		t.Fatalf("resumed turn: %v", resumed.err)
 	}
@@ -324,7 +325,7 @@ func TestGeminiResumeAndFork(t *testing.T) {
 	ssh := sshtest.Provider(t, sshd, func(o *sshp.Options) { o.Binary = testenv.OutpostBinary(t) })
 	relay := "http://" + sshd.Relay(t, strings.TrimPrefix(e.fake.URL(), "http://"))
 	environ := []string{"GEMINI_API_KEY=" + geminiKey, "GOOGLE_GEMINI_BASE_URL=" + relay}
-	tool := on(ssh, environ, sandbox.Turn{Prompt: "fork FAKE_TOOL", Fork: first.res.Conversation})
+	tool := on(ssh, environ, engine.Turn{Prompt: "fork FAKE_TOOL", Fork: first.res.Conversation})
 	if tool.err != nil {
 		t.Fatalf("forked turn: %v", tool.err)
 	}

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // The helpers below are the integration package's, for the preset tests
@@ -31,7 +32,7 @@ func runOutpost(t *testing.T, home, dir string, args ...string) (int, string, st
 
 // outcome is what one turn produced.
 type outcome struct {
-	res    *sandbox.Result
+	res    *engine.Result
 	err    error
 	events []harness.Event
 	stderr string

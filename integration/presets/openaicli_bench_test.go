@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -35,10 +37,10 @@ import (
 //   - direct: the command the preset builds (its Request), run with
 //     os/exec in one home prepared once (the preset's configuration files,
 //     the same HOME, XDG_* and TMPDIR layout a lease has);
-//   - outpost: sandbox.Run of the same turn on a local lease held across
+//   - outpost: engine.Run of the same turn on a local lease held across
 //     the iterations (its home prepared once, as direct's): the engine's
 //     steps, the credential gateway, decoding, the capture into a store;
-//   - outpost-fresh: sandbox.Run on the local provider, a new lease (a
+//   - outpost-fresh: engine.Run on the local provider, a new lease (a
 //     new private home, the preset's configuration written again) every
 //     turn, as a one-off `outpost run` has.
 //
@@ -141,9 +143,9 @@ func (c benchCLI) direct(b *testing.B, wd string) func() {
 	}
 }
 
-// turn is sandbox.Run of the benchmark's turn with o.
-func (c benchCLI) turn(b *testing.B, wd string, o *sandbox.RunOptions) {
-	res, err := sandbox.Run(context.Background(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: c.h, Model: c.model},
+// turn is engine.Run of the benchmark's turn with o.
+func (c benchCLI) turn(b *testing.B, wd string, o *engine.RunOptions) {
+	res, err := engine.Run(context.Background(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: c.h, Model: c.model},
 		Prompt: "Say hello", Workdir: wd}, o)
 	if err != nil || res.Text != c.text {
 		b.Fatalf("%v %+v", err, res)
@@ -153,12 +155,12 @@ func (c benchCLI) turn(b *testing.B, wd string, o *sandbox.RunOptions) {
 // options returns the turn's provider and options, the options recording
 // the turn's spans, and a function returning outpost's own time in the
 // last turn.
-func (c benchCLI) options(b *testing.B) (*local.Provider, *sandbox.RunOptions, func() float64) {
+func (c benchCLI) options(b *testing.B) (*local.Provider, *engine.RunOptions, func() float64) {
 	prov := local.New(&local.Options{BaseDir: b.TempDir(), Environ: []string{"PATH=" + c.path(), "LANG=C.UTF-8"}})
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	o := &sandbox.RunOptions{Store: conversation.NewFS(b.TempDir()), TracerProvider: tp}
+	o := &engine.RunOptions{Store: conversation.NewFS(b.TempDir()), TracerProvider: tp}
 	for k, v := range c.vars {
 		o.Environ = append(o.Environ, k+"="+v)
 	}

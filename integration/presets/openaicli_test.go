@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
@@ -26,7 +28,6 @@ import (
 	"github.com/outposthq/outpost/providers/local"
 	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
-	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
@@ -96,7 +97,7 @@ func (e *oaiEnv) workdir() string { return e.t.TempDir() }
 
 // run runs one turn on a new sandbox of kind. Every event (with its raw
 // line), the result and the error are checked for the API key.
-func (e *oaiEnv) run(kind string, tn sandbox.Turn) *outcome {
+func (e *oaiEnv) run(kind string, tn engine.Turn) *outcome {
 	e.t.Helper()
 	tn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: e.h, Model: tn.Agent.Model}
 	if tn.Workdir == "" {
@@ -116,7 +117,7 @@ func (e *oaiEnv) run(kind string, tn sandbox.Turn) *outcome {
 	}
 	o := &outcome{}
 	var mu sync.Mutex
-	res, err := sandbox.Run(context.Background(), tn, &sandbox.RunOptions{
+	res, err := engine.Run(context.Background(), tn, &engine.RunOptions{
 		Provider: e.provider(kind), Store: e.store, Environ: environ, Raw: true, Grace: time.Second, Logger: testenv.FailureLog(e.t, e.key),
 		OnEvent: func(ev harness.Event) {
 			mu.Lock()
@@ -126,7 +127,7 @@ func (e *oaiEnv) run(kind string, tn sandbox.Turn) *outcome {
 	})
 	o.res, o.err = res, err
 	b, _ := json.Marshal(struct {
-		R *sandbox.Result
+		R *engine.Result
 		E []harness.Event
 	}{res, o.events})
 	if strings.Contains(string(b), e.key) || err != nil && strings.Contains(err.Error(), e.key) {
@@ -278,7 +279,7 @@ func testOAIOutage(t *testing.T, kind string, newEnv func(*testing.T) *oaiEnv) {
 				}
 				e.vars["OPENAI_BASE_URL"] = url
 			}
-			o := e.run(kind, sandbox.Turn{Prompt: c.prompt})
+			o := e.run(kind, engine.Turn{Prompt: c.prompt})
 			if outpost.CodeOf(o.err) != outpost.Process || !outpost.UnavailableFault(o.err) {
 				t.Fatalf("error %v, want code process with details.unavailable; events %s", o.err, eventSummary(o.events))
 			}

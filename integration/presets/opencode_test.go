@@ -8,13 +8,14 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/internal/fakeapi"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // OpenCode (docs/presets/opencode.md), the real pinned CLI (its native
@@ -36,7 +37,7 @@ func TestOpenCodeToolTurn(t *testing.T) { eachProvider(t, testOpenCodeToolTurn) 
 
 func testOpenCodeToolTurn(t *testing.T, kind string) {
 	e := newOpenCodeEnv(t)
-	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_TOOL list the files"})
+	o := e.run(kind, engine.Turn{Prompt: "FAKE_TOOL list the files"})
 	e.mustSucceed(o)
 	var types []harness.EventType
 	for _, ev := range o.events {
@@ -92,17 +93,17 @@ func testOpenCodeToolTurn(t *testing.T, kind string) {
 func TestOpenCodeResumeAndFork(t *testing.T) {
 	t.Parallel()
 	e := newOpenCodeEnv(t)
-	first := e.run("local", sandbox.Turn{Prompt: "FAKE_ECHO first"})
+	first := e.run("local", engine.Turn{Prompt: "FAKE_ECHO first"})
 	e.mustSucceed(first)
 	if !strings.HasPrefix(first.res.Session, "ses_") || first.res.Conversation == "" {
 		t.Fatalf("first %+v", first.res)
 	}
-	again := e.run("docker", sandbox.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
+	again := e.run("docker", engine.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
 	e.mustSucceed(again)
 	if !strings.HasPrefix(again.res.Text, "ECHO nmsg=4 ") || again.res.Session != first.res.Session {
 		t.Errorf("resume: %q session %s", again.res.Text, again.res.Session)
 	}
-	child := e.run("ssh", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
 	e.mustSucceed(child)
 	if !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
 		t.Errorf("fork: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
@@ -115,7 +116,7 @@ func TestOpenCodeRateLimitIsQuota(t *testing.T) { eachProvider(t, testOpenCodeRa
 
 func testOpenCodeRateLimitIsQuota(t *testing.T, kind string) {
 	e := newOpenCodeEnv(t)
-	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_429 say hi"})
+	o := e.run(kind, engine.Turn{Prompt: "FAKE_429 say hi"})
 	if outpost.CodeOf(o.err) != outpost.Quota {
 		t.Fatalf("error %v, want code quota; events %s", o.err, eventSummary(o.events))
 	}
@@ -148,7 +149,7 @@ func testOpenCodeSchema(t *testing.T, kind string) {
 		}
 		return openai.Text("```json\n{\"name\": \"Ada Lovelace\", \"age\": 36}\n```")
 	})
-	o := e.run(kind, sandbox.Turn{Prompt: "who wrote the first program?", Output: json.RawMessage(personSchema)})
+	o := e.run(kind, engine.Turn{Prompt: "who wrote the first program?", Output: json.RawMessage(personSchema)})
 	e.mustSucceed(o)
 	if string(o.res.Output) != openai.StructuredAnswer {
 		t.Fatalf("output %s", o.res.Output)
@@ -177,7 +178,7 @@ func testOpenCodeSchema(t *testing.T, kind string) {
 // reported it, and the difference is a metered notice.
 func TestOpenCodeMetered(t *testing.T) {
 	e := newOpenCodeEnv(t)
-	o := e.run("local", sandbox.Turn{Prompt: "FAKE_TOOL list the files"})
+	o := e.run("local", engine.Turn{Prompt: "FAKE_TOOL list the files"})
 	e.mustSucceed(o)
 	var n int64
 	for _, r := range e.fake.Requests() {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/claude"
@@ -12,7 +14,6 @@ import (
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // Qwen Code (docs/presets/qwen.md), the real pinned CLI against the fake
@@ -34,7 +35,7 @@ func TestQwenToolTurn(t *testing.T) { eachProvider(t, testQwenToolTurn) }
 
 func testQwenToolTurn(t *testing.T, kind string) {
 	e := newQwenEnv(t, openai.Config{})
-	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_TOOL list the files"})
+	o := e.run(kind, engine.Turn{Prompt: "FAKE_TOOL list the files"})
 	e.mustSucceed(o)
 	var types []harness.EventType
 	for _, ev := range o.events {
@@ -75,17 +76,17 @@ func testQwenToolTurn(t *testing.T, kind string) {
 func TestQwenResumeAndFork(t *testing.T) {
 	t.Parallel()
 	e := newQwenEnv(t, openai.Config{})
-	first := e.run("local", sandbox.Turn{Prompt: "FAKE_ECHO first"})
+	first := e.run("local", engine.Turn{Prompt: "FAKE_ECHO first"})
 	e.mustSucceed(first)
 	if !claude.ValidSessionID(first.res.Session) || first.res.Conversation == "" {
 		t.Fatalf("first %+v", first.res)
 	}
-	again := e.run("docker", sandbox.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
+	again := e.run("docker", engine.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
 	e.mustSucceed(again)
 	if !strings.HasPrefix(again.res.Text, "ECHO nmsg=4 ") || !strings.HasSuffix(strings.TrimSpace(again.res.Text), "FAKE_ECHO again") || again.res.Session != first.res.Session {
 		t.Errorf("resume on docker: %q session %s", again.res.Text, again.res.Session)
 	}
-	child := e.run("ssh", sandbox.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
 	e.mustSucceed(child)
 	if child.res.Sandbox != "ssh" || !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
 		t.Errorf("fork on ssh: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
@@ -103,7 +104,7 @@ func TestQwenRateLimitIsQuota(t *testing.T) { eachProvider(t, testQwenRateLimitI
 
 func testQwenRateLimitIsQuota(t *testing.T, kind string) {
 	e := newQwenEnv(t, openai.Config{})
-	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_429 say hi"})
+	o := e.run(kind, engine.Turn{Prompt: "FAKE_429 say hi"})
 	if outpost.CodeOf(o.err) != outpost.Quota {
 		t.Fatalf("error %v, want code quota; events %s", o.err, eventSummary(o.events))
 	}
@@ -128,7 +129,7 @@ func TestQwenSchema(t *testing.T) { eachProvider(t, testQwenSchema) }
 
 func testQwenSchema(t *testing.T, kind string) {
 	e := newQwenEnv(t, openai.Config{})
-	o := e.run(kind, sandbox.Turn{Prompt: "FAKE_STRUCTURED who wrote the first program?", Output: json.RawMessage(personSchema)})
+	o := e.run(kind, engine.Turn{Prompt: "FAKE_STRUCTURED who wrote the first program?", Output: json.RawMessage(personSchema)})
 	e.mustSucceed(o)
 	if string(o.res.Output) != openai.StructuredAnswer {
 		t.Errorf("output %s", o.res.Output)
@@ -148,7 +149,7 @@ func TestQwenRepair(t *testing.T) {
 	t.Parallel()
 	e := newQwenEnv(t, openai.Config{})
 	e.fake.Enqueue(openai.CallTool("structured_output", `{"name":"Ada","age":-5}`), openai.CallTool("structured_output", openai.StructuredAnswer))
-	o := e.run("local", sandbox.Turn{Prompt: "who wrote the first program?", Output: json.RawMessage(personSchema)})
+	o := e.run("local", engine.Turn{Prompt: "who wrote the first program?", Output: json.RawMessage(personSchema)})
 	e.mustSucceed(o)
 	if string(o.res.Output) != openai.StructuredAnswer || len(o.res.Attempts) > 1 {
 		t.Fatalf("output %s after %d attempts", o.res.Output, len(o.res.Attempts))

@@ -25,7 +25,7 @@
 //   - lookpath finds an executable on a PATH, as exec would.
 //   - tunnel carries connections made to a loopback address of the
 //     sandbox back to the host over its stdin and stdout
-//     (internal/tunnel); dial is a small client of such an address, for
+//     (providers/tunnel); dial is a small client of such an address, for
 //     tests.
 //   - snapshot describes the workspace's files (snapshot.Walk) as
 //     one JSON document, so the engine can tell which files a turn
@@ -57,7 +57,7 @@ import (
 	"syscall"
 
 	"github.com/outposthq/outpost/internal/tunnel/inside"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 )
 
 // Subcommand is the hidden outpost subcommand that runs the shim.

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/internal/tarsafe"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 )
 
 // PrivateDir is the directory of the caller's working directory that never
@@ -59,7 +59,7 @@ type entry struct {
 	mtime int64 // Unix nanoseconds; Write's entries only (Snapshot)
 }
 
-// Snapshot is the snapshot (sandbox/snapshot.Walk) of a directory into
+// Snapshot is the snapshot (snapshot.Walk) of a directory into
 // which the archive Write made m has just been extracted, with modes and
 // times kept: its files and links, without walking it again. ok is false
 // when only a walk can tell: more than limit files, a directory its owner

@@ -13,7 +13,7 @@ import (
 
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/internal/workspace"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 )
 
 var errConflict = errors.New("conflict")

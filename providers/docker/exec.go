@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/sandbox/driver"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/sandbox/driver"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 )
 
 // SpareRuns is how many requests s handed to a spare kept ahead (not

@@ -14,7 +14,7 @@ import (
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/shim"
 	"github.com/outposthq/outpost/sandbox/driver"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 )
 
 // The shim's helper modes (snapshot, tar) on a spare: a warm sandbox

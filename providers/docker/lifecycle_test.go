@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/sandbox/driver"
 
@@ -62,8 +64,8 @@ func TestMinimalImage(t *testing.T) {
 	p := dockertest.Provider(t, "")
 	store := storetest.NewMemory()
 	wd := t.TempDir()
-	res, err := sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "hello", Workdir: wd},
-		&sandbox.RunOptions{Provider: p, Store: store, Environ: []string{}})
+	res, err := engine.Run(t.Context(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "hello", Workdir: wd},
+		&engine.RunOptions{Provider: p, Store: store, Environ: []string{}})
 	if err != nil {
 		t.Fatalf("echo turn in %s: %v", docker.MinimalImage, err)
 	}
@@ -92,7 +94,7 @@ func TestVanishedDuringTurn(t *testing.T) {
 	}
 	cid := l.Sandbox().(*docker.Sandbox).ContainerID()
 	var once sync.Once
-	_, err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "#slow=100000"}, &sandbox.RunOptions{
+	_, err = engine.Run(t.Context(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "#slow=100000"}, &engine.RunOptions{
 		Lease: l, Store: storetest.NewMemory(), Environ: []string{},
 		OnEvent: func(ev harness.Event) {
 			if ev.Type == harness.EventMessage && ev.Delta {
@@ -115,7 +117,7 @@ func TestVanishedDuringTurn(t *testing.T) {
 		t.Error("Lease.Vanished is false")
 	}
 	// The next turn on the lease fails the same way, before its agent runs.
-	_, err = sandbox.Run(t.Context(), sandbox.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "next"}, &sandbox.RunOptions{
+	_, err = engine.Run(t.Context(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "next"}, &engine.RunOptions{
 		Lease: l, Store: storetest.NewMemory(), Environ: []string{}})
 	if !errors.As(err, &oe) || oe.Code != outpost.Sandbox || oe.Details["vanished"] != true {
 		t.Errorf("a turn on a vanished lease: %v (details %v)", err, oe.Details)

@@ -30,7 +30,7 @@ import (
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
-	"github.com/outposthq/outpost/internal/tunnel"
+	"github.com/outposthq/outpost/providers/tunnel"
 	"github.com/outposthq/outpost/internal/workspace"
 )
 
@@ -528,7 +528,7 @@ func (s *Sandbox) Vanished(ctx context.Context) bool {
 }
 
 // Tunnel carries connections made to a loopback address of the container
-// to the host over an exec of outpost's binary (internal/tunnel): no port
+// to the host over an exec of outpost's binary (providers/tunnel): no port
 // on the bridge, no socket, and it works with the network none of
 // EgressGateway. It implements driver.Tunneler.
 func (s *Sandbox) Tunnel(ctx context.Context) (string, net.Listener, error) {

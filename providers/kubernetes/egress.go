@@ -9,11 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/outposthq/outpost/internal/layout"
-	"github.com/outposthq/outpost/internal/tunnel"
+	"github.com/outposthq/outpost/providers/tunnel"
 )
 
 // Tunnel carries connections made to a loopback address of the pod to
-// the host over an exec of outpost's binary (internal/tunnel): no
+// the host over an exec of outpost's binary (providers/tunnel): no
 // Service, no node port, nothing another pod can reach, and it works
 // wherever exec works, a NetworkPolicy denying everything or not. It
 // implements driver.Tunneler.

@@ -37,7 +37,7 @@ import (
 
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/driver/settings"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/owner"

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outposthq/outpost/internal/tunnel"
+	"github.com/outposthq/outpost/providers/tunnel"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
@@ -19,7 +19,7 @@ import (
 // credential gateway behind it must check its token; and sshd's
 // GatewayPorts yes would bind it on every address). A server that
 // refuses forwarding (sshd's AllowTcpForwarding no or remote, a
-// restricted key) gets the exec tunnel instead (internal/tunnel: outpost's
+// restricted key) gets the exec tunnel instead (providers/tunnel: outpost's
 // binary on the host, multiplexing over an exec's stdin and stdout); an
 // error names both causes when neither works. It implements
 // driver.Tunneler. The lease's Close ends every tunnel it made.

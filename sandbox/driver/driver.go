@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 )
 
 // Provider makes sandboxes. Implementations must be safe for concurrent use.

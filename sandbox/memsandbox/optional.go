@@ -7,7 +7,7 @@ import (
 	"syscall"
 
 	"github.com/outposthq/outpost/sandbox/driver"
-	"github.com/outposthq/outpost/sandbox/snapshot"
+	"github.com/outposthq/outpost/snapshot"
 )
 
 // The optional interfaces of the driver contract the in-memory sandbox

@@ -12,6 +12,8 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/spf13/cobra"
@@ -187,7 +189,7 @@ func Agents(inst *bootstrap.Installer) []AgentRow {
 	var rows []AgentRow
 	for _, n := range presets.Names() {
 		h, _ := presets.Lookup(n)
-		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: sandbox.Keyless(h)}
+		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: engine.Keyless(h)}
 		if pin, ok := inst.Pin(h.Bootstrap); ok && h.Bootstrap != "" {
 			r.Version, r.Kind, r.Package, r.Program = pin.Version, string(pin.Kind), pin.Package, pin.Program
 		}

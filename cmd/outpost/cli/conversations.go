@@ -10,13 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/plural"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 func (a *app) conversationsCmd() *cobra.Command {
@@ -139,7 +140,7 @@ func (a *app) rmCmd() *cobra.Command {
 				// A conversation a turn holds (in any process, on any machine
 				// sharing the store) is not removed under it: busy, exit 75.
 				if err := conversation.DeleteUnheld(c.Context(), s, id, conversation.Self("outpost conversations rm")); err != nil {
-					if e, busy := sandbox.BusyError("rm", err); busy {
+					if e, busy := engine.BusyError("rm", err); busy {
 						return e
 					}
 					return outpost.Wrap(outpost.Conversation, "rm", err)

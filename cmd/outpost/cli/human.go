@@ -10,10 +10,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/output"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 var (
@@ -95,7 +96,7 @@ func (h *humanWriter) event(ev harness.Event) {
 	}
 }
 
-func (h *humanWriter) result(res *sandbox.Result, err error) {
+func (h *humanWriter) result(res *engine.Result, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.endLine()

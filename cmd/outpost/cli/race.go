@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
@@ -77,7 +79,7 @@ func (a *app) race(ctx context.Context, f raceFlags, task string) error {
 	if f.maxTokens < 0 || f.budget < 0 {
 		return usageError{errors.New("--max-tokens and --budget take a positive number of tokens")}
 	}
-	spec := sandbox.RaceSpec{Prompt: task, Workdir: f.workdir, From: f.from, Check: f.check, MaxTokens: f.maxTokens, Budget: f.budget, Timeout: f.timeout}
+	spec := engine.RaceSpec{Prompt: task, Workdir: f.workdir, From: f.from, Check: f.check, MaxTokens: f.maxTokens, Budget: f.budget, Timeout: f.timeout}
 	for _, name := range f.agents {
 		h, err := lookupAgent(strings.TrimSpace(name))
 		if err != nil {
@@ -115,15 +117,15 @@ func (a *app) race(ctx context.Context, f raceFlags, task string) error {
 	}
 	defer a.tracing(ctx)()
 	var mu sync.Mutex
-	opts := &sandbox.RaceOptions{
-		Run: sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, Secrets: f.secrets, Egress: f.egress, EgressAllow: f.egressAllow},
-		OnProgress: func(p sandbox.RaceProgress) {
+	opts := &engine.RaceOptions{
+		Run: engine.RunOptions{Provider: provider, Store: store, Spool: a.spool, Secrets: f.secrets, Egress: f.egress, EgressAllow: f.egressAllow},
+		OnProgress: func(p engine.RaceProgress) {
 			mu.Lock()
 			defer mu.Unlock()
 			fmt.Fprintln(a.stderr, progressLine(p))
 		},
 	}
-	res, err := sandbox.Race(ctx, spec, opts)
+	res, err := engine.Race(ctx, spec, opts)
 	if err != nil {
 		return err
 	}
@@ -134,7 +136,7 @@ func (a *app) race(ctx context.Context, f raceFlags, task string) error {
 }
 
 // progressLine is one contestant's step for a person.
-func progressLine(p sandbox.RaceProgress) string {
+func progressLine(p engine.RaceProgress) string {
 	s := fmt.Sprintf("· contestant %d (%s): %s", p.Contestant, p.Agent, p.State)
 	switch {
 	case p.Code != "":
@@ -147,10 +149,10 @@ func progressLine(p sandbox.RaceProgress) string {
 	return s
 }
 
-func (a *app) raceJSON(res *sandbox.RaceResult) error {
+func (a *app) raceJSON(res *engine.RaceResult) error {
 	var lines []any
 	for _, c := range res.Contestants {
-		line := sandbox.NewResultLine(c.Result, c.Err)
+		line := engine.NewResultLine(c.Result, c.Err)
 		if line.Agent == "" {
 			line.Agent = c.Agent
 		}
@@ -158,7 +160,7 @@ func (a *app) raceJSON(res *sandbox.RaceResult) error {
 	}
 	lines = append(lines, struct {
 		Type string `json:"type"`
-		*sandbox.RaceResult
+		*engine.RaceResult
 	}{"race", res})
 	if err := writeJSONLines(a.stdout, lines); err != nil {
 		return err
@@ -169,7 +171,7 @@ func (a *app) raceJSON(res *sandbox.RaceResult) error {
 	return nil
 }
 
-func (a *app) raceTable(res *sandbox.RaceResult) error {
+func (a *app) raceTable(res *engine.RaceResult) error {
 	t := newTable(a.stdout, "#", "AGENT", "MODEL", "CHECK", "TOKENS", "DURATION", "DIFF", "CONVERSATION")
 	for _, c := range res.Contestants {
 		check := "pass"

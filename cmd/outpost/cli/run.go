@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -25,7 +27,7 @@ import (
 
 // ResultLine is the last line of `outpost run --json`: the wire contract
 // documented in docs/events.md, shared with the HTTP API.
-type ResultLine = sandbox.ResultLine
+type ResultLine = engine.ResultLine
 
 // ErrorJSON is an error on the wire.
 type ErrorJSON = outpost.ErrorJSON
@@ -111,7 +113,7 @@ $XDG_CONFIG_HOME/outpost/agents/NAME.json.`,
 	fl.BoolVar(&f.steerStdin, "steer-stdin", false, "read messages for the running turn from standard input, one per line")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "show the agent's standard error")
 	fl.StringVar(&f.schema, "schema", "", "JSON Schema FILE (or - for standard input) the answer must match; the validated value is printed (docs/output.md)")
-	fl.IntVar(&f.repairs, "repairs", sandbox.DefaultRepairs, "response repair attempts for an answer that does not match (0 disables)")
+	fl.IntVar(&f.repairs, "repairs", engine.DefaultRepairs, "response repair attempts for an answer that does not match (0 disables)")
 	fl.StringVar(&f.protocol, "protocol", "", "ask for the result/handoff block: handoff")
 	fl.StringVar(&f.command, "command", "", "run this executable in place of the preset's program (no bootstrap)")
 	fl.StringVar(&f.trace, "trace", "", "append a JSON-lines trace of the turn to this file (steps, events, classification; redacted)")
@@ -188,7 +190,7 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 		return a.fail(f, nil, err)
 	}
 	out := a.eventWriter(f)
-	opts := &sandbox.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json,
+	opts := &engine.RunOptions{Provider: provider, Store: store, Spool: a.spool, OnEvent: out.event, Raw: f.raw && f.json,
 		Secrets: f.secrets, Egress: f.egress, EgressAllow: f.egressAllow, MaxTokens: f.maxTokens, Budget: f.budget,
 		Checkpoint: f.checkpoint, CheckpointInclude: f.checkpointInclude}
 	defer a.tracing(ctx)()
@@ -206,7 +208,7 @@ func (a *app) run(ctx context.Context, f runFlags, prompt string) error {
 	if f.steerStdin {
 		opts.Steer = a.steer(ctx)
 	}
-	res, err := sandbox.Run(ctx, turn, opts)
+	res, err := engine.Run(ctx, turn, opts)
 	return a.finish(out, f, res, err)
 }
 
@@ -263,14 +265,14 @@ func (a *app) runInputs(f runFlags, prompt string) (string, []byte, error) {
 
 // runTurn is the turn the flags describe (its agent resolved later, by
 // continued), with the provider's settings.
-func runTurn(f runFlags, prompt string, schema []byte) (sandbox.Turn, map[string]string, error) {
+func runTurn(f runFlags, prompt string, schema []byte) (engine.Turn, map[string]string, error) {
 	env, err := parsePairs(f.env, "--env", lookupEnv)
 	if err != nil {
-		return sandbox.Turn{}, nil, err
+		return engine.Turn{}, nil, err
 	}
 	settings, err := parsePairs(f.set, "--set", nil)
 	if err != nil {
-		return sandbox.Turn{}, nil, err
+		return engine.Turn{}, nil, err
 	}
 	if f.image != "" {
 		if settings == nil {
@@ -280,9 +282,9 @@ func runTurn(f runFlags, prompt string, schema []byte) (sandbox.Turn, map[string
 	}
 	options, err := parsePairs(f.options, "--option", nil)
 	if err != nil {
-		return sandbox.Turn{}, nil, err
+		return engine.Turn{}, nil, err
 	}
-	turn := sandbox.Turn{
+	turn := engine.Turn{
 		Agent:      harness.Agent{Kind: harness.KindCLI, Model: f.model},
 		Prompt:     prompt,
 		Workdir:    f.workdir, // "": the current directory
@@ -307,12 +309,12 @@ func runTurn(f runFlags, prompt string, schema []byte) (sandbox.Turn, map[string
 // continued resolves the conversation the turn continues (--resume or
 // --fork: an id, a unique prefix or a native id) and its agent: the
 // conversation's, unless --agent says.
-func (a *app) continued(ctx context.Context, store conversation.Store, f *runFlags, turn *sandbox.Turn) error {
+func (a *app) continued(ctx context.Context, store conversation.Store, f *runFlags, turn *engine.Turn) error {
 	for _, ref := range []*string{&turn.Resume, &turn.Fork} {
 		if *ref == "" {
 			continue
 		}
-		base, turnAt, err := sandbox.SplitRef(*ref)
+		base, turnAt, err := engine.SplitRef(*ref)
 		if err != nil {
 			return err
 		}
@@ -365,7 +367,7 @@ func (a *app) steer(ctx context.Context) <-chan string {
 	return ch
 }
 
-func (a *app) fail(f runFlags, res *sandbox.Result, err error) error {
+func (a *app) fail(f runFlags, res *engine.Result, err error) error {
 	if f.json {
 		return a.finish(newJSONWriter(a.stdout), f, res, err)
 	}
@@ -374,10 +376,10 @@ func (a *app) fail(f runFlags, res *sandbox.Result, err error) error {
 
 // finish prints the result. A turn that failed before it began (no
 // result) still names the agent given and the command's own timing.
-func (a *app) finish(out eventWriter, f runFlags, res *sandbox.Result, err error) error {
+func (a *app) finish(out eventWriter, f runFlags, res *engine.Result, err error) error {
 	if res == nil {
 		end := time.Now()
-		res = &sandbox.Result{Agent: f.agent, Model: f.model, StartedAt: f.started.UTC(), CompletedAt: end.UTC(), DurationMS: end.Sub(f.started).Milliseconds()}
+		res = &engine.Result{Agent: f.agent, Model: f.model, StartedAt: f.started.UTC(), CompletedAt: end.UTC(), DurationMS: end.Sub(f.started).Milliseconds()}
 	}
 	if res.Agent == "" {
 		res.Agent = f.agent
@@ -421,7 +423,7 @@ func readSchema(stdin io.Reader, name string) ([]byte, error) {
 // eventWriter renders a turn.
 type eventWriter interface {
 	event(ev harness.Event)
-	result(res *sandbox.Result, err error)
+	result(res *engine.Result, err error)
 	reportsErrors() bool
 }
 
@@ -445,10 +447,10 @@ func (j *jsonWriter) event(ev harness.Event) {
 	j.w.Flush()
 }
 
-func (j *jsonWriter) result(res *sandbox.Result, err error) {
+func (j *jsonWriter) result(res *engine.Result, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.enc.Encode(sandbox.NewResultLine(res, err))
+	j.enc.Encode(engine.NewResultLine(res, err))
 	j.w.Flush()
 }
 

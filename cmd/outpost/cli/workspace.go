@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/outposthq/outpost/engine"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/conversation"
-	"github.com/outposthq/outpost/sandbox"
 )
 
 // The workspace verbs (docs/workspaces.md): diff, apply and branch read
@@ -28,7 +29,7 @@ func checkpointErr(op string, err error) error {
 	if errors.Is(err, checkpoint.ErrBranchExists) {
 		return outpost.Wrap(outpost.Configuration, op, err)
 	}
-	return sandbox.CheckpointError(op, err)
+	return engine.CheckpointError(op, err)
 }
 
 func (a *app) diffCmd() *cobra.Command {

@@ -1,4 +1,4 @@
-// Package inside is the sandbox's side of a tunnel (internal/tunnel):
+// Package inside is the sandbox's side of a tunnel (providers/tunnel):
 // the exec shim's tunnel mode (Serve), which listens on 127.0.0.1:0
 // inside the sandbox, writes the address on its first line of stdout,
 // and carries every connection it accepts to the host as a yamux stream
