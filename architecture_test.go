@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/outposthq/outpost"
 )
 
 // TestArchitectureDeps holds docs/ARCHITECTURE.md's package table against
@@ -145,4 +147,38 @@ func modulePath(p string) string {
 		return module
 	}
 	return module + "/" + p
+}
+
+// TestErrorCodeList holds the error-code list of docs/ARCHITECTURE.md and
+// the code table of docs/errors.md to outpost.Codes.
+func TestErrorCodeList(t *testing.T) {
+	arch, err := os.ReadFile("docs/ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(arch), "## Error codes")
+	if !ok {
+		t.Fatal("docs/ARCHITECTURE.md has no section ## Error codes")
+	}
+	section, _, _ = strings.Cut(section, "(`outpost.Codes`")
+	var listed []string
+	for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(section, -1) {
+		listed = append(listed, m[1])
+	}
+	var want []string
+	for _, c := range outpost.Codes {
+		want = append(want, string(c))
+	}
+	if strings.Join(listed, " ") != strings.Join(want, " ") {
+		t.Errorf("docs/ARCHITECTURE.md lists the codes %v; outpost.Codes is %v", listed, want)
+	}
+	errs, err := os.ReadFile("docs/errors.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range want {
+		if !regexp.MustCompile("(?m)^\\| `" + c + "` \\|").Match(errs) {
+			t.Errorf("docs/errors.md has no table row for the code %s", c)
+		}
+	}
 }

@@ -87,6 +87,10 @@ func TestLayering(t *testing.T) {
 		{module + "/snapshot", func(string) bool { return false }, "the workspace snapshot is a leaf: the driver contract, the shim and output share it"},
 		{module + "/output", notDriver, "output never imports the driver contract: the snapshot type is in snapshot"},
 		{module + "/internal/shim", notDriver, "the shim never imports the driver contract: the snapshot walker is in snapshot"},
+		{module + "/sandbox", func(imp string) bool {
+			return imp == module || strings.HasPrefix(imp, module+"/sandbox") || imp == module+"/harness" || imp == module+"/snapshot" || imp == module+"/bootstrap" || strings.HasPrefix(imp, module+"/internal/")
+		}, "the portable layer imports only the driver contract, harness, bootstrap, the snapshot leaf, the root and leaf utilities: never the engine or what only the engine needs (conversation, credentials, checkpoint, output, gateway)"},
+		{module + "/providers/tunnel", driverOnly, "the tunnel opener the providers share imports only what a provider may"},
 		{module + "/providers", driverOnly, "providers import only sandbox/driver, harness, the root and leaf utilities"},
 		{module + "/server", func(imp string) bool {
 			return !strings.HasPrefix(imp, module+"/providers") && !strings.HasPrefix(imp, module+"/cmd")
@@ -104,7 +108,7 @@ func TestLayering(t *testing.T) {
 			if strings.HasPrefix(imp, module+"/cmd") && !strings.HasPrefix(p.path, module+"/cmd/") {
 				t.Errorf("%s imports %s: nobody imports the command", p.path, imp)
 			}
-			if strings.HasPrefix(p.path, module+"/providers/") && strings.HasPrefix(imp, module+"/providers/") {
+			if strings.HasPrefix(p.path, module+"/providers/") && strings.HasPrefix(imp, module+"/providers/") && imp != module+"/providers/tunnel" {
 				if provider(p.path) != provider(imp) {
 					t.Errorf("%s imports %s: providers never import each other", p.path, imp)
 				}

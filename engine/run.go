@@ -25,19 +25,6 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// The turn engine, by lifecycle step (docs/ARCHITECTURE.md):
-//
-//	run.go       Run, the lease and its release around the steps
-//	validate.go  1-2: refusals before allocation, variables, plans
-//	environment.go   the process environment (credentials.Environment)
-//	prepare.go   4-6: credentials and configuration, restore, command,
-//	             bootstrap (bootstrap.go)
-//	process.go   7: the agent process as a stream of events, with
-//	             stdin.go, watchdog.go, steer.go, pumps.go, events.go
-//	classify.go  8: the outcome as an error (pure)
-//	usage.go     9: usage by mode
-//	capture.go   10: capture into the store
-
 // errTurnTimeout is the cause of a turn's context when its Timeout ran
 // out.
 var errTurnTimeout = fmt.Errorf("turn timeout")
@@ -326,8 +313,8 @@ type turnRun struct {
 	ownLease bool                            // the lease is this turn's alone
 	put      func(ctx context.Context) error // deferred store write of step 10
 	stored   string                          // conversation id once stored
-	hold     conversation.Hold               // the resumed conversation's (sandbox/hold.go)
-	kl       keyless                         // the credential gateway (sandbox/keyless.go)
+	hold     conversation.Hold               // the resumed conversation's (engine/hold.go)
+	kl       keyless                         // the credential gateway (engine/keyless.go)
 	outerKl  *keyless                        // an inner turn's outer turn's
 
 	ws workspaceState // checkpoints and the turn's workspace (workspace.go)

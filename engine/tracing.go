@@ -13,7 +13,7 @@ import (
 )
 
 // TracerName is the instrumentation scope of the turn's spans.
-const TracerName = "github.com/outposthq/outpost/sandbox"
+const TracerName = "github.com/outposthq/outpost/engine"
 
 // run is one turn as a span, with a child span per lifecycle step
 // (engine.step) and, from the credential gateway's meter, per model call.

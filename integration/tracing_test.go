@@ -22,7 +22,7 @@ import (
 )
 
 // turnSteps are the step spans of a turn without a repair, in order
-// (sandbox/run.go's e.step calls).
+// (engine/run.go's e.step calls).
 var turnSteps = []string{"validate", "lease", "plans", "restore", "bootstrap", "run", "usage", "capture", "store+release"}
 
 // gatewayToken is the shape of a credential gateway token.

@@ -12,8 +12,6 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-
-
 // CacheMounts are the mounts a lease should be opened with so that the
 // pinned CLI name runs from inst's host cache: the cache's unpacked CLIs,
 // read-only, when name is a CLI the installer downloads and caches and
@@ -84,4 +82,3 @@ func Install(ctx context.Context, lease *Lease, inst *bootstrap.Installer, name 
 	res.Check, _, _ = strings.Cut(strings.TrimSpace(string(r.Stdout)), "\n")
 	return res, nil
 }
-

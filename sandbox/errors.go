@@ -11,7 +11,6 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-
 // ctxError codes the end of ctx: timeout for a deadline (the turn's or the
 // caller's), cancelled otherwise.
 func ctxError(ctx context.Context, op string, cause error) error {
