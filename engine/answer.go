@@ -11,13 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/plural"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/output"
+	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/snapshot"
 )
 

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost/bootstrap"

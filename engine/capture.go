@@ -5,11 +5,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 // captureStep is step 10: the conversation's files read out of the

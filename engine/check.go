@@ -7,10 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 // DefaultCheckTimeout bounds RunOptions.Check when CheckTimeout is zero.

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 // outcome is everything step 8 knows about how the agent's process ended.

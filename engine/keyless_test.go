@@ -12,11 +12,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"

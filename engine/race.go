@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/outposthq/outpost"
@@ -20,6 +18,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/gateway/meter"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 // A race runs one task as several turns at once, each in its own sandbox

@@ -7,9 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 )

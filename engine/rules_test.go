@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/codex"
 	"github.com/outposthq/outpost/harness/echo"

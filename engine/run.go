@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outposthq/outpost"
@@ -22,6 +20,7 @@ import (
 	"github.com/outposthq/outpost/gateway/meter"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/output"
+	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 

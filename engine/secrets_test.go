@@ -11,11 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/credentials"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness/echo"
 )
 

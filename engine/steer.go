@@ -4,10 +4,9 @@ import (
 	"context"
 	"io"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 // steer delivers the caller's messages (RunOptions.Steer) until the

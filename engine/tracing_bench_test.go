@@ -5,11 +5,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/local"

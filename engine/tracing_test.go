@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/google/go-cmp/cmp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/outposthq/outpost/engine"
 )
 
 // TestTurnSpans: a turn is a span with a child per lifecycle step, and

@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 // usageTimeout bounds a preset's UsageCommand.

@@ -7,12 +7,11 @@ import (
 	"os"
 	"strings"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/credentials"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 

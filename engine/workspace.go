@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outposthq/outpost/sandbox"
-
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/output"
+	"github.com/outposthq/outpost/sandbox"
 )
 
 // Workspaces that travel with the conversation (docs/workspaces.md): the

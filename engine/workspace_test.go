@@ -8,13 +8,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 )
 

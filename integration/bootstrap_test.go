@@ -20,7 +20,6 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"

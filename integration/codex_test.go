@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"

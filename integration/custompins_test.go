@@ -13,10 +13,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/local"

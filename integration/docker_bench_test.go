@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/sandbox/driver"
 

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/docker/docker/api/types/container"

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"

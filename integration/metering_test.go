@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/gateway/meter"
 	"github.com/outposthq/outpost/gateway/meter/metertest"
 	"github.com/outposthq/outpost/harness"

@@ -9,11 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/internal/layout"

@@ -8,10 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/internal/testenv"
 	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"

@@ -6,10 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/conversation/postgres"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/internal/pgtest"

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 )
 

@@ -14,12 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/turnstore"

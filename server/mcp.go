@@ -8,12 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 )
 
 // RunTurnArgs are the arguments of the MCP tool run_turn: a turn as

@@ -13,12 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"

@@ -16,13 +16,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"

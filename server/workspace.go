@@ -11,11 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 )
 
 // Workspaces that travel with the conversation (docs/workspaces.md), as

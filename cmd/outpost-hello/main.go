@@ -21,10 +21,9 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/providers/local"

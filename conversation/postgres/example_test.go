@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/conversation/postgres"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/providers/local"

@@ -9,10 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"

@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/gemini"
 	fakegemini "github.com/outposthq/outpost/internal/fakeapi/gemini"

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"

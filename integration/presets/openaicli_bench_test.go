@@ -14,12 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"

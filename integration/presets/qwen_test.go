@@ -5,9 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/claude"
 	"github.com/outposthq/outpost/harness/declarative"

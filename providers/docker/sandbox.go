@@ -30,8 +30,8 @@ import (
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
-	"github.com/outposthq/outpost/providers/tunnel"
 	"github.com/outposthq/outpost/internal/workspace"
+	"github.com/outposthq/outpost/providers/tunnel"
 )
 
 // Sandbox is one lease: one container.

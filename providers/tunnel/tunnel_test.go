@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/providers/tunnel"
 	"github.com/outposthq/outpost/internal/tunnel/inside"
+	"github.com/outposthq/outpost/providers/tunnel"
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/memsandbox"
 )

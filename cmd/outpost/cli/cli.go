@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/spf13/cobra"

@@ -10,12 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/plural"
 )

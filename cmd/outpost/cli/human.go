@@ -10,9 +10,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/output"
 )

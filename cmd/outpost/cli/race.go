@@ -8,11 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/sandbox"
 )

@@ -12,13 +12,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/output"

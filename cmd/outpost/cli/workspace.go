@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/outposthq/outpost/engine"
-
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/engine"
 )
 
 // The workspace verbs (docs/workspaces.md): diff, apply and branch read
