@@ -217,3 +217,28 @@ func TestMentionedPaths(t *testing.T) {
 		t.Errorf("bounded: %d paths, first %q", len(got), got[0])
 	}
 }
+
+// An outcome's changed files are changed_files on the wire, and for one
+// release changedFiles too; both names are read back.
+func TestOutcomeChangedFilesNames(t *testing.T) {
+	b, err := json.Marshal(&Outcome{Kind: KindResult, Summary: "s", ChangedFiles: []string{"a.go"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"kind":"result","summary":"s","changed_files":["a.go"],"changedFiles":["a.go"]}`; string(b) != want {
+		t.Errorf("got %s, want %s", b, want)
+	}
+	for _, in := range []string{`{"kind":"result","changed_files":["a.go"]}`, `{"kind":"result","changedFiles":["a.go"]}`} {
+		var o Outcome
+		if err := json.Unmarshal([]byte(in), &o); err != nil {
+			t.Fatal(err)
+		}
+		if len(o.ChangedFiles) != 1 || o.ChangedFiles[0] != "a.go" {
+			t.Errorf("%s: read %+v", in, o)
+		}
+	}
+	b, _ = json.Marshal(&Outcome{Kind: KindHandoff, To: "r", Task: "t"})
+	if strings.Contains(string(b), "hanged") {
+		t.Errorf("an outcome without changed files writes none: %s", b)
+	}
+}

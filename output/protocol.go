@@ -66,8 +66,10 @@ type Outcome struct {
 	// Result.
 	Summary string `json:"summary,omitempty"`
 	// ChangedFiles are the workspace paths the turn changed, as outpost
-	// computed them (never the model's claim); nil when unknown.
-	ChangedFiles []string `json:"changedFiles,omitempty"`
+	// computed them (never the model's claim); nil when unknown. On the
+	// wire it is changed_files, and for one release also changedFiles,
+	// its old name (MarshalJSON), which UnmarshalJSON still reads.
+	ChangedFiles []string `json:"changed_files,omitempty"`
 	// ClaimedChangedFiles are the files the agent says it changed, kept
 	// beside ChangedFiles, never in place of it: the block's own
 	// changedFiles (of a result or a handoff), or for a fallback the paths
@@ -80,6 +82,36 @@ type Outcome struct {
 	// Fallback is true when the answer held no block and the result was
 	// made from the text's first paragraph.
 	Fallback bool `json:"fallback,omitempty"`
+}
+
+// outcomeWire is Outcome on the wire with changedFiles, the old name of
+// changed_files, kept for one release (docs/output.md).
+type outcomeWire struct {
+	plainOutcome
+	OldChangedFiles []string `json:"changedFiles,omitempty"`
+}
+
+type plainOutcome Outcome
+
+// MarshalJSON writes changed_files and, for readers of the old name,
+// changedFiles with the same paths (deprecated: removed in the next
+// release).
+func (o Outcome) MarshalJSON() ([]byte, error) {
+	return json.Marshal(outcomeWire{plainOutcome(o), o.ChangedFiles})
+}
+
+// UnmarshalJSON reads changed_files, or changedFiles where an older
+// outpost wrote only that.
+func (o *Outcome) UnmarshalJSON(b []byte) error {
+	var w outcomeWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*o = Outcome(w.plainOutcome)
+	if o.ChangedFiles == nil {
+		o.ChangedFiles = w.OldChangedFiles
+	}
+	return nil
 }
 
 // ProtocolAnswer is a checked protocol answer.
