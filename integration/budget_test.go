@@ -158,6 +158,7 @@ func checkMetered(t *testing.T, got harness.MeteredUsage, want func(int64) harne
 		return
 	}
 	t.Logf("the agent abandoned %d of its %d replies before their end", gone, n)
+	testenv.ShowLog(t, "an abandoned reply")
 	whole, all := want(int64(n-gone)).Tokens(), want(int64(n)).Tokens()
 	if got.Requests != int64(n) || got.Complete || got.Tokens() < whole || got.Tokens() > all {
 		t.Errorf("metered %+v from %d calls, %d abandoned: want %d requests, incomplete, %d to %d tokens", got, n, gone, n, whole, all)

@@ -139,6 +139,9 @@ func (e *codexEnv) run(ctx context.Context, t engine.Turn, o *engine.RunOptions,
 		o = &engine.RunOptions{}
 	}
 	o.Provider, o.Store, o.Environ = e.prov, e.store, e.environ
+	if o.Logger == nil {
+		o.Logger = testenv.FailureLog(e.t, codexKey)
+	}
 	if o.Grace == 0 {
 		o.Grace = 2 * time.Second
 	}
@@ -279,7 +282,7 @@ func TestCodexText(t *testing.T) {
 	if tr.res.Usage != want || tr.res.ThreadUsage == nil || *tr.res.ThreadUsage != want {
 		t.Errorf("usage %+v thread %+v, want %+v", tr.res.Usage, tr.res.ThreadUsage, want)
 	}
-	reqs, all := answered(e.fake.Requests())
+	reqs, all := answered(t, e.fake.Requests())
 	if len(reqs) != 1 || reqs[0].BearerToken() != codexKey || reqs[0].Model != codexModel {
 		t.Fatalf("requests answered %+v; all:\n%s", reqs, all)
 	}
@@ -307,7 +310,7 @@ func TestCodexDotEnv(t *testing.T) {
 	if tr.err != nil {
 		t.Fatal(tr.err)
 	}
-	if reqs, all := answered(e.fake.Requests()); len(reqs) != 1 || reqs[0].BearerToken() != codexKey || tr.res.Text != openai.DefaultText {
+	if reqs, all := answered(t, e.fake.Requests()); len(reqs) != 1 || reqs[0].BearerToken() != codexKey || tr.res.Text != openai.DefaultText {
 		t.Errorf("%d requests answered, text %q; all:\n%s", len(reqs), tr.res.Text, all)
 	}
 }
@@ -317,7 +320,8 @@ func TestCodexDotEnv(t *testing.T) {
 // when a streamed reply is cut on its side (docs/metering.md); the fake
 // records which end each reply had (fakeapi.EndOf), so a retry is
 // tolerated only where the fake saw the client go.
-func answered(reqs []openai.Request) ([]openai.Request, string) {
+func answered(t *testing.T, reqs []openai.Request) ([]openai.Request, string) {
+	t.Helper()
 	var kept []openai.Request
 	var b strings.Builder
 	for _, r := range reqs {
@@ -325,6 +329,11 @@ func answered(reqs []openai.Request) ([]openai.Request, string) {
 		if r.Ended != fakeapi.EndClientGone {
 			kept = append(kept, r)
 		}
+	}
+	if len(kept) < len(reqs) {
+		// The gateway's records say which layer cut the reply.
+		t.Logf("Codex abandoned %d of %d replies:\n%s", len(reqs)-len(kept), len(reqs), b.String())
+		testenv.ShowLog(t, "an abandoned reply")
 	}
 	return kept, b.String()
 }
@@ -378,7 +387,7 @@ func TestCodexCommand(t *testing.T) {
 	if out := results[0].Tool.Output; !strings.Contains(out, "hi\n") || !strings.Contains(out, "bye\n") || results[0].Tool.Error {
 		t.Errorf("result %+v", results[0].Tool)
 	}
-	if reqs, all := answered(e.fake.Requests()); !strings.HasPrefix(tr.res.Text, "Tool output was:") || len(reqs) != 2 {
+	if reqs, all := answered(t, e.fake.Requests()); !strings.HasPrefix(tr.res.Text, "Tool output was:") || len(reqs) != 2 {
 		t.Errorf("text %q, %d requests answered; all:\n%s", tr.res.Text, len(reqs), all)
 	}
 }

@@ -69,6 +69,10 @@ func testOpenCodeToolTurn(t *testing.T, kind string) {
 		if len(r.ToolNames) > 0 && r.Ended != fakeapi.EndClientGone {
 			n++
 		}
+		if r.Ended == fakeapi.EndClientGone {
+			// The gateway's records say which layer cut the reply.
+			testenv.ShowLog(t, "an abandoned reply")
+		}
 	}
 	u := openai.DefaultUsage
 	wantUsage := harness.Usage{InputTokens: int64(n * (u.InputTokens - u.CachedTokens)), OutputTokens: int64(n * (u.OutputTokens - u.ReasoningTokens)),

@@ -95,9 +95,10 @@ func Median(v []float64) float64 {
 }
 
 // FailureLog is a debug logger whose records the test prints only when
-// it failed (at its cleanup): the lifecycle steps and the gateway's
-// records of a turn that went wrong, without the noise of those that did
-// not. secrets, when any shows in a record, fail the test.
+// it failed (at its cleanup), or when it asked for them (ShowLog): the
+// lifecycle steps and the gateway's records of a turn that went wrong,
+// without the noise of those that did not. secrets, when any shows in a
+// record, fail the test.
 func FailureLog(t testing.TB, secrets ...string) *slog.Logger {
 	t.Helper()
 	buf := &LockedBuffer{}
@@ -108,9 +109,24 @@ func FailureLog(t testing.TB, secrets ...string) *slog.Logger {
 				t.Errorf("a log record holds a secret")
 			}
 		}
-		if t.Failed() && s != "" {
+		why, shown := showLog.LoadAndDelete(t)
+		switch {
+		case s == "":
+		case t.Failed():
 			t.Logf("the turn's log records:\n%s", s)
+		case shown:
+			t.Logf("the turn's log records (%s):\n%s", why, s)
 		}
 	})
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// showLog holds the tests that asked for their FailureLog records.
+var showLog sync.Map // testing.TB -> string
+
+// ShowLog makes t's FailureLog records print at its cleanup although it
+// passed, saying why: a test that tolerates what it does not test (a
+// reply the CLI abandoned and asked again) still leaves the records that
+// name the layer which cut it (the gateway's: the agent left, the grant
+// ended, or the upstream broke the reply off).
+func ShowLog(t testing.TB, why string) { showLog.Store(t, why) }

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -567,7 +568,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // client is gone; callers check ok().
 type sse struct {
 	w   http.ResponseWriter
-	f   http.Flusher
+	rc  *http.ResponseController
 	err error
 }
 
@@ -575,15 +576,19 @@ func newSSE(w http.ResponseWriter) *sse {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	f, _ := w.(http.Flusher)
-	e := &sse{w: w, f: f}
+	e := &sse{w: w, rc: http.NewResponseController(w)}
 	e.flush()
 	return e
 }
 
+// flush sends what was written; its failure (the client gone) is the
+// stream's error, so that a reply whose last events never left is not
+// recorded as finished (Request.Ended).
 func (e *sse) flush() {
-	if e.f != nil && e.err == nil {
-		e.f.Flush()
+	if e.err == nil {
+		if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			e.err = err
+		}
 	}
 }
 

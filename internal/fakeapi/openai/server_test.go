@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -847,5 +848,27 @@ func TestReplyEnded(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ended %q, want %q", got, want)
+	}
+}
+
+// flushFails is a ResponseWriter whose writes succeed into its buffer
+// but whose flush fails, as net/http's does once the client is gone.
+type flushFails struct{ *httptest.ResponseRecorder }
+
+func (f flushFails) FlushError() error { return errors.New("write: broken pipe") }
+
+// TestSSEFlushFailureIsCut: a stream whose flush failed is not ok, so a
+// reply whose last events never reached the client is not recorded as
+// finished.
+func TestSSEFlushFailureIsCut(t *testing.T) {
+	e := newSSE(flushFails{httptest.NewRecorder()})
+	e.event("response.completed", map[string]any{"type": "response.completed"})
+	if e.ok() {
+		t.Errorf("the stream is ok after a failed flush")
+	}
+	ok := newSSE(httptest.NewRecorder())
+	ok.event("response.completed", map[string]any{"type": "response.completed"})
+	if !ok.ok() {
+		t.Errorf("the stream failed: %v", ok.err)
 	}
 }
