@@ -3,9 +3,11 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outposthq/outpost/harness"
 )
@@ -188,4 +190,14 @@ func rawJSON(line []byte) []byte {
 		return append([]byte(nil), line...)
 	}
 	return jsonString(line)
+}
+
+// jsonValid reports whether a native line can be attached to its event
+// as it is (valid UTF-8 and JSON).
+func jsonValid(b []byte) bool { return utf8.Valid(b) && json.Valid(b) }
+
+// jsonString is a native line that is not JSON, as a JSON string.
+func jsonString(b []byte) []byte {
+	out, _ := json.Marshal(string(b))
+	return out
 }
