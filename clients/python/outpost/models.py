@@ -123,6 +123,14 @@ class Event:
 
 
 @_model
+class ExitStatus:
+    """How the agent process ended: ``code`` (-1 when a signal ended it)
+    and ``signal``."""
+    code: int
+    signal: Optional[str] = None
+
+
+@_model
 class ChangedFile:
     path: str
     operation: str
@@ -185,6 +193,8 @@ class Result:
     sandbox: Optional[str] = None
     text: Optional[str] = None
     thread_usage: Optional[Usage] = None
+    exit: Optional[ExitStatus] = None
+    steered: Optional[int] = None
     metered: Optional[Metered] = None
     output: Any = None
     protocol: Optional[Dict[str, Any]] = None
