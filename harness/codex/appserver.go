@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // ClientName is the clientInfo.name outpost gives the app-server; Codex
@@ -192,15 +193,14 @@ func (l *live) Done() bool {
 // Decode decodes one app-server message and writes what the protocol
 // needs next: the handshake's next steps, queued steers, replies to the
 // server's requests.
-func (l *live) Decode(line []byte, w io.Writer) (evs []harness.Event) {
+func (l *live) Decode(line []byte, w io.Writer) []harness.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	defer func() {
-		if r := recover(); r != nil {
-			evs = []harness.Event{{Type: harness.EventNotice, Kind: "decode_error", Text: fmt.Sprintf("codex: a %d-byte app-server message could not be decoded", len(line))}}
-		}
-	}()
-	o := parseObj(line)
+	return kit.Guard(line, "codex", "app-server message", func() []harness.Event { return l.decode(parseObj(line), w) })
+}
+
+// decode is Decode of a parsed message (nil: not a JSON object), under l.mu.
+func (l *live) decode(o obj, w io.Writer) []harness.Event {
 	if o == nil {
 		return nil
 	}

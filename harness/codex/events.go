@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
@@ -136,13 +137,12 @@ func retryNotice(text string) harness.Event {
 // earlier turns (and the parent's history), so the finished event carries
 // no usage — the turn's own is known after the turn, from the rollout
 // (TranscriptUsage). Either way details.thread_usage holds the total.
-func (d *decoder) decode(line []byte) (evs []harness.Event) {
-	defer func() {
-		if r := recover(); r != nil {
-			evs = []harness.Event{{Type: harness.EventNotice, Kind: "decode_error", Text: fmt.Sprintf("codex: a %d-byte output line could not be decoded", len(line))}}
-		}
-	}()
-	o := parseObj(line)
+func (d *decoder) decode(line []byte) []harness.Event {
+	return kit.Guard(line, "codex", "output line", func() []harness.Event { return d.decodeObj(parseObj(line)) })
+}
+
+// decodeObj decodes a parsed line (nil: not a JSON object).
+func (d *decoder) decodeObj(o obj) []harness.Event {
 	if o == nil {
 		return nil
 	}
