@@ -181,7 +181,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return nil
 	}
 	defer s.released()
-	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+	cctx, cancel := driver.ReleaseContext(ctx)
 	defer cancel()
 	var errs []error
 	s.procsMu.Lock()

@@ -139,9 +139,9 @@ L=%s
 mkdir "$L" || exit 1
 trap 'rm -rf "$L"' EXIT
 cd "$L" || exit 1
-mkdir -p home/.config home/.local/share home/.local/state home/.cache tmp run || exit 1
+mkdir -p %s run || exit 1
 printf '%%s\n' %s >owner.tmp && mv owner.tmp owner || exit 1
-`, shq(s.dir), shq(string(b)))
+`, shq(s.dir), strings.Join(driver.HomeDirs("home", "tmp"), " "), shq(string(b)))
 	switch s.mode {
 	case Copy:
 		script += "mkdir workspace && tar -x -p --no-same-owner -C workspace -f - || exit 21\n"
@@ -254,7 +254,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return nil
 	}
 	s.tunnels.closeAll()
-	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+	cctx, cancel := driver.ReleaseContext(ctx)
 	defer cancel()
 	c, err := s.liveConn(cctx)
 	if err != nil {
