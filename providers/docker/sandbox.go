@@ -102,7 +102,7 @@ func (s *Sandbox) User() string { return s.user }
 // Environment: HOME, XDG_* and TMPDIR are fixed; the image's variables
 // are defaults, and PATH starts with outpost's binary directory.
 func (s *Sandbox) Environment() driver.Environment {
-	return driver.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
+	return s.env.Clone()
 }
 
 func newID() string {

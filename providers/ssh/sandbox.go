@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path"
 	"strings"
@@ -83,7 +82,7 @@ func (s *Sandbox) Workdir() string { return s.workdir }
 // variables of the host are defaults, and PATH starts with the directory
 // of outpost's binary on the host.
 func (s *Sandbox) Environment() driver.Environment {
-	return driver.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
+	return s.env.Clone()
 }
 
 // Open makes a lease directory on the host (0700, under the provider's

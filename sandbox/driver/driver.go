@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"path"
 	"path/filepath"
@@ -187,6 +188,12 @@ type Lister interface {
 type Environment struct {
 	Fixed    map[string]string // HOME, XDG_*, TMPDIR: a turn may not override them
 	Defaults map[string]string // PATH, LANG, TZ, TERM: a turn may override them
+}
+
+// Clone is a copy of e whose maps the caller may change: what a
+// Sandbox.Environment returns of the environment it keeps.
+func (e Environment) Clone() Environment {
+	return Environment{Fixed: maps.Clone(e.Fixed), Defaults: maps.Clone(e.Defaults)}
 }
 
 // ExecRequest is one process to start.
@@ -441,6 +448,15 @@ func ProgressBound(ctx context.Context, copy func(ctx context.Context, wrap func
 		return fmt.Errorf("no byte for %s; the changes not yet copied are lost: %w: %w", idle, ErrStalled, err)
 	}
 	return err
+}
+
+// Wrapped is r behind wrap (a ProgressBound's), or r itself when wrap is
+// nil: a copy back outside a release runs without one.
+func Wrapped(r io.Reader, wrap func(io.Reader) io.Reader) io.Reader {
+	if wrap == nil {
+		return r
+	}
+	return wrap(r)
 }
 
 // progressReader calls progress after every read that returned bytes.
