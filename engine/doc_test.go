@@ -25,7 +25,9 @@ func TestDocNamesEveryFile(t *testing.T) {
 			t.Errorf("doc.go does not name %s", f)
 		}
 	}
-	for _, w := range strings.FieldsFunc(string(doc), func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == ',' || r == ';' || r == '(' || r == ')' }) {
+	for _, w := range strings.FieldsFunc(string(doc), func(r rune) bool {
+		return r == ' ' || r == '\t' || r == '\n' || r == ',' || r == ';' || r == '(' || r == ')'
+	}) {
 		if strings.HasSuffix(w, ".go") && !have[w] {
 			t.Errorf("doc.go names %s, which is not a file of the engine", w)
 		}

@@ -18,9 +18,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
-	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/turnstore"
 )
 
@@ -529,18 +527,7 @@ func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, id s
 }
 
 func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"agents": agentList()})
-}
-
-// agentList is the registered presets, for GET /v1/agents and MCP's
-// list_agents.
-func agentList() []Agent {
-	out := []Agent{}
-	for _, n := range presets.Names() {
-		h, _ := presets.Lookup(n)
-		out = append(out, Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: engine.Keyless(h)})
-	}
-	return out
+	writeJSON(w, http.StatusOK, map[string]any{"agents": Agents(nil)})
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

@@ -437,5 +437,5 @@ func (s *Server) listConversationsTool(ctx context.Context, _ *mcp.CallToolReque
 }
 
 func (s *Server) listAgentsTool(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-	return nil, map[string]any{"agents": agentList()}, nil
+	return nil, map[string]any{"agents": Agents(nil)}, nil
 }

@@ -72,15 +72,8 @@ func newDecoder() *decoder {
 // maxBlocksTracked bounds the block numbering maps of one turn.
 const maxBlocksTracked = 10_000
 
-func (d *decoder) decode(line []byte) (evs []harness.Event) {
-	defer func() {
-		// Decoding must never take the turn down; a line that trips the
-		// decoder is reported and skipped.
-		if r := recover(); r != nil {
-			evs = []harness.Event{{Type: harness.EventNotice, Kind: "decode_error", Text: fmt.Sprintf("claude: a %d-byte output line could not be decoded", len(line))}}
-		}
-	}()
-	return d.decodeObj(parseObj(line))
+func (d *decoder) decode(line []byte) []harness.Event {
+	return kit.Guard(line, "claude", "output line", func() []harness.Event { return d.decodeObj(parseObj(line)) })
 }
 
 // decodeObj decodes a parsed line (nil: not a JSON object).

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // LiveInput opens a live turn: the command of Request with
@@ -157,14 +158,14 @@ func (l *live) Interrupt(w io.Writer) error {
 	return nil
 }
 
-func (l *live) Decode(line []byte, _ io.Writer) (evs []harness.Event) {
+func (l *live) Decode(line []byte, _ io.Writer) []harness.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	defer func() {
-		if r := recover(); r != nil {
-			evs = []harness.Event{{Type: harness.EventNotice, Kind: "decode_error", Text: fmt.Sprintf("claude: a %d-byte output line could not be decoded", len(line))}}
-		}
-	}()
+	return kit.Guard(line, "claude", "output line", func() []harness.Event { return l.decode(line) })
+}
+
+// decode is Decode under l.mu.
+func (l *live) decode(line []byte) []harness.Event {
 	o := parseObj(line)
 	if o == nil {
 		return nil
@@ -172,7 +173,7 @@ func (l *live) Decode(line []byte, _ io.Writer) (evs []harness.Event) {
 	if o.Str("type") == "command_lifecycle" {
 		return l.lifecycleLine(o)
 	}
-	evs = l.dec.decodeObj(o)
+	evs := l.dec.decodeObj(o)
 	for _, ev := range evs {
 		switch ev.Type {
 		case harness.EventToolCall:

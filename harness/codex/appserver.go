@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // ClientName is the clientInfo.name outpost gives the app-server; Codex
@@ -192,15 +193,14 @@ func (l *live) Done() bool {
 // Decode decodes one app-server message and writes what the protocol
 // needs next: the handshake's next steps, queued steers, replies to the
 // server's requests.
-func (l *live) Decode(line []byte, w io.Writer) (evs []harness.Event) {
+func (l *live) Decode(line []byte, w io.Writer) []harness.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	defer func() {
-		if r := recover(); r != nil {
-			evs = []harness.Event{{Type: harness.EventNotice, Kind: "decode_error", Text: fmt.Sprintf("codex: a %d-byte app-server message could not be decoded", len(line))}}
-		}
-	}()
-	o := parseObj(line)
+	return kit.Guard(line, "codex", "app-server message", func() []harness.Event { return l.decode(parseObj(line), w) })
+}
+
+// decode is Decode of a parsed message (nil: not a JSON object), under l.mu.
+func (l *live) decode(o obj, w io.Writer) []harness.Event {
 	if o == nil {
 		return nil
 	}
@@ -357,10 +357,12 @@ func (l *live) notification(method string, p obj) []harness.Event {
 		if l.turn == "" {
 			l.startTurn(p.obj("turn").str("id"))
 		}
-	case "item/started":
-		return l.item(p, p.obj("item"), false)
-	case "item/completed":
-		return l.item(p, p.obj("item"), true)
+	case "item/started", "item/completed":
+		it := p.obj("item")
+		if it != nil && l.turn == "" {
+			l.startTurn(p.str("turnId"))
+		}
+		return l.item(it, camelCase, method == "item/completed")
 	case "item/agentMessage/delta":
 		if d := p.str("delta"); d != "" {
 			return []harness.Event{{Type: harness.EventMessage, ID: l.itemID(p, p.str("itemId")), Text: d, Delta: true}}
@@ -389,80 +391,6 @@ func (l *live) notification(method string, p obj) []harness.Event {
 	// thread/status/changed (idle, active, systemError),
 	// account/rateLimits/updated, remoteControl/status/changed and the
 	// other status notifications carry nothing a turn reports.
-	return nil
-}
-
-// item decodes an app-server item notification.
-func (l *live) item(p, it obj, done bool) []harness.Event {
-	if it == nil {
-		return nil
-	}
-	id := l.itemID(p, it.str("id"))
-	switch typ := it.str("type"); typ {
-	case "agentMessage":
-		if !done {
-			return nil
-		}
-		text := it.str("text")
-		l.final = text
-		return []harness.Event{{Type: harness.EventMessage, ID: id, Text: text}}
-	case "reasoning":
-		if !done {
-			return nil
-		}
-		var parts []string
-		for _, raw := range append(it.list("summary"), it.list("content")...) {
-			var s string
-			if json.Unmarshal(raw, &s) == nil && s != "" {
-				parts = append(parts, s)
-			}
-		}
-		if len(parts) == 0 {
-			return nil
-		}
-		return []harness.Event{{Type: harness.EventReasoning, ID: id, Text: strings.Join(parts, "\n")}}
-	case "commandExecution":
-		return l.toolItem(id, done, commandCall(id, it.str("command")), func() harness.Event {
-			code, hasCode := it.num("exitCode")
-			return commandResult(id, it.str("aggregatedOutput"), it.str("status"), code, hasCode)
-		})
-	case "fileChange":
-		return l.toolItem(id, done, fileChangeCall(id, it), func() harness.Event { return fileChangeResult(id, it) })
-	case "mcpToolCall", "dynamicToolCall":
-		name := "mcp:" + it.str("server") + "/" + it.str("tool")
-		if typ == "dynamicToolCall" {
-			name = "dynamic:" + it.str("tool")
-		}
-		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: name, Input: it.rawJSON("arguments")}}
-		return l.toolItem(id, done, call, func() harness.Event {
-			status := it.str("status")
-			res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}, Details: map[string]any{"status": status}}
-			if e := it.obj("error"); e != nil {
-				res.Tool.Output, res.Tool.Error = e.str("message"), true
-			} else if r := it.raw("result"); r != nil {
-				res.Tool.Output = string(r)
-			} else if r := it.raw("contentItems"); r != nil {
-				res.Tool.Output = string(r)
-			}
-			res.Tool.Error = res.Tool.Error || status == "failed" || string(it.raw("success")) == "false"
-			return res
-		})
-	case "webSearch":
-		return l.toolItem(id, done, webSearchCall(id, it), func() harness.Event { return harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}} })
-	case "plan":
-		if done {
-			return []harness.Event{{Type: harness.EventNotice, Kind: "plan", ID: id, Text: it.str("text")}}
-		}
-	case "contextCompaction":
-		if done {
-			return []harness.Event{{Type: harness.EventNotice, Kind: "compaction", ID: id, Text: "codex compacted the conversation"}}
-		}
-	case "userMessage", "hookPrompt", "":
-	default:
-		if done {
-			return []harness.Event{{Type: harness.EventNotice, Kind: "item", ID: id, Text: "codex item " + typ, Details: map[string]any{"type": typ}}}
-		}
-	}
 	return nil
 }
 

@@ -3,11 +3,14 @@ package codex
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
 
@@ -134,13 +137,12 @@ func retryNotice(text string) harness.Event {
 // earlier turns (and the parent's history), so the finished event carries
 // no usage — the turn's own is known after the turn, from the rollout
 // (TranscriptUsage). Either way details.thread_usage holds the total.
-func (d *decoder) decode(line []byte) (evs []harness.Event) {
-	defer func() {
-		if r := recover(); r != nil {
-			evs = []harness.Event{{Type: harness.EventNotice, Kind: "decode_error", Text: fmt.Sprintf("codex: a %d-byte output line could not be decoded", len(line))}}
-		}
-	}()
-	o := parseObj(line)
+func (d *decoder) decode(line []byte) []harness.Event {
+	return kit.Guard(line, "codex", "output line", func() []harness.Event { return d.decodeObj(parseObj(line)) })
+}
+
+// decodeObj decodes a parsed line (nil: not a JSON object).
+func (d *decoder) decodeObj(o obj) []harness.Event {
 	if o == nil {
 		return nil
 	}
@@ -156,14 +158,14 @@ func (d *decoder) decode(line []byte) (evs []harness.Event) {
 		d.reset(newTurnKey())
 		return nil
 	case "item.started":
-		return d.item(o.obj("item"), false)
+		return d.item(o.obj("item"), snakeCase, false)
 	case "item.updated":
 		if it := o.obj("item"); it.str("type") == "todo_list" {
 			return []harness.Event{planNotice(it)}
 		}
 		return nil
 	case "item.completed":
-		return d.item(o.obj("item"), true)
+		return d.item(o.obj("item"), snakeCase, true)
 	case "turn.completed":
 		ev := harness.Event{Type: harness.EventFinished, Text: d.final, Stop: "completed"}
 		if u, ok := usageOf(o.obj("usage")); ok {
@@ -192,63 +194,137 @@ func (d *decoder) decode(line []byte) (evs []harness.Event) {
 	return nil
 }
 
-// item decodes an exec item (item.started when !done, item.completed).
-func (d *decoder) item(it obj, done bool) []harness.Event {
+// spelling is how one of Codex's two output formats writes its items:
+// `exec --json` in snake_case (type command_execution, field exit_code),
+// the app-server in camelCase (commandExecution, exitCode). The items are
+// the same; one decoder, item, reads both.
+type spelling bool
+
+const (
+	snakeCase spelling = false // exec --json
+	camelCase spelling = true  // app-server
+)
+
+// key is the name of a field, given in snake_case, in this spelling.
+func (sp spelling) key(name string) string {
+	if sp == snakeCase {
+		return name
+	}
+	var b strings.Builder
+	up := false
+	for _, r := range name {
+		switch {
+		case r == '_':
+			up = true
+		case up:
+			b.WriteRune(unicode.ToUpper(r))
+			up = false
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// snakeType is an item type in snake_case, whichever format spelled it:
+// commandExecution is command_execution.
+func snakeType(typ string) string {
+	var b strings.Builder
+	for _, r := range typ {
+		if unicode.IsUpper(r) {
+			b.WriteByte('_')
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// item decodes an item of either format, spelled sp: item.started or
+// item/started when !done, item.completed or item/completed when done.
+// Types that only one format sends say which.
+func (t *turnState) item(it obj, sp spelling, done bool) []harness.Event {
 	if it == nil {
 		return nil
 	}
-	native := it.str("id")
-	id := d.id(native)
-	switch typ := it.str("type"); typ {
+	id := t.id(it.str("id"))
+	typ := it.str("type")
+	switch kind := snakeType(typ); kind {
 	case "agent_message":
 		if !done {
 			return nil
 		}
 		text := it.str("text")
-		d.final = text
+		t.final = text
 		return []harness.Event{{Type: harness.EventMessage, ID: id, Text: text}}
 	case "reasoning":
 		if !done {
 			return nil
 		}
-		return []harness.Event{{Type: harness.EventReasoning, ID: id, Text: it.str("text")}}
+		if sp == snakeCase {
+			return []harness.Event{{Type: harness.EventReasoning, ID: id, Text: it.str("text")}}
+		}
+		// The app-server's reasoning is a summary and a content, lists of texts.
+		var parts []string
+		for _, raw := range append(it.list("summary"), it.list("content")...) {
+			var s string
+			if json.Unmarshal(raw, &s) == nil && s != "" {
+				parts = append(parts, s)
+			}
+		}
+		if len(parts) == 0 {
+			return nil
+		}
+		return []harness.Event{{Type: harness.EventReasoning, ID: id, Text: strings.Join(parts, "\n")}}
 	case "command_execution":
-		return d.toolItem(id, done, commandCall(id, it.str("command")), func() harness.Event {
-			code, hasCode := it.num("exit_code")
-			return commandResult(id, it.str("aggregated_output"), it.str("status"), code, hasCode)
+		return t.toolItem(id, done, commandCall(id, it.str("command")), func() harness.Event {
+			code, hasCode := it.num(sp.key("exit_code"))
+			return commandResult(id, it.str(sp.key("aggregated_output")), it.str("status"), code, hasCode)
 		})
 	case "file_change":
-		return d.toolItem(id, done, fileChangeCall(id, it), func() harness.Event { return fileChangeResult(id, it) })
-	case "mcp_tool_call":
-		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: "mcp:" + it.str("server") + "/" + it.str("tool"), Input: it.rawJSON("arguments")}}
-		return d.toolItem(id, done, call, func() harness.Event {
+		return t.toolItem(id, done, fileChangeCall(id, it), func() harness.Event { return fileChangeResult(id, it) })
+	case "mcp_tool_call", "dynamic_tool_call": // dynamic: app-server
+		name := "mcp:" + it.str("server") + "/" + it.str("tool")
+		if kind == "dynamic_tool_call" {
+			name = "dynamic:" + it.str("tool")
+		}
+		call := harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: name, Input: it.rawJSON("arguments")}}
+		return t.toolItem(id, done, call, func() harness.Event {
 			status := it.str("status")
 			res := harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}, Details: map[string]any{"status": status}}
 			if e := it.obj("error"); e != nil {
 				res.Tool.Output, res.Tool.Error = e.str("message"), true
 			} else if r := it.raw("result"); r != nil {
 				res.Tool.Output = string(r)
+			} else if r := it.raw("contentItems"); r != nil { // app-server
+				res.Tool.Output = string(r)
 			}
-			res.Tool.Error = res.Tool.Error || status == "failed"
+			res.Tool.Error = res.Tool.Error || status == "failed" || string(it.raw("success")) == "false"
 			return res
 		})
 	case "web_search":
-		return d.toolItem(id, done, webSearchCall(id, it), func() harness.Event { return harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}} })
-	case "todo_list":
+		return t.toolItem(id, done, webSearchCall(id, it), func() harness.Event { return harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id}} })
+	case "todo_list": // exec
 		return []harness.Event{planNotice(it)}
-	case "error":
-		if !done {
-			return nil
+	case "plan": // app-server
+		if done {
+			return []harness.Event{{Type: harness.EventNotice, Kind: "plan", ID: id, Text: it.str("text")}}
 		}
-		return []harness.Event{{Type: harness.EventNotice, Kind: "warning", ID: id, Text: it.str("message")}}
-	case "":
-		return nil
+	case "error": // exec
+		if done {
+			return []harness.Event{{Type: harness.EventNotice, Kind: "warning", ID: id, Text: it.str("message")}}
+		}
+	case "context_compaction": // app-server
+		if done {
+			return []harness.Event{{Type: harness.EventNotice, Kind: "compaction", ID: id, Text: "codex compacted the conversation"}}
+		}
+	case "user_message", "hook_prompt", "": // app-server, and nothing
 	default:
-		if !done {
-			return nil
+		if done {
+			return []harness.Event{{Type: harness.EventNotice, Kind: "item", ID: id, Text: "codex item " + typ, Details: map[string]any{"type": typ}}}
 		}
-		return []harness.Event{{Type: harness.EventNotice, Kind: "item", ID: id, Text: "codex item " + typ, Details: map[string]any{"type": typ}}}
 	}
+	return nil
 }
 
 // toolItem emits a tool item: its call when the item starts, and when it

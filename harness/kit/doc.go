@@ -15,6 +15,8 @@
 //     Marshal encodes without HTML escaping.
 //   - Details and ResetsAt: a failure's machine-readable details, set only
 //     for the facts present, and the "resets_at" time of a usage limit.
+//   - Guard: a decoder that panics on a line gives a "decode_error"
+//     notice instead of taking the turn down.
 //   - MaxArgPrompt, Inactivity: the limits the presets share.
 //   - UUID, NewUUID: session ids of CLIs that use UUIDs.
 package kit

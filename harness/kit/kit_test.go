@@ -206,3 +206,17 @@ func TestPassVariables(t *testing.T) {
 		t.Errorf("a base URL that is not http(s): %v; want the preset and the variable named, never the value", err)
 	}
 }
+
+// TestGuard: a decoder that panics on a line gives a decode_error notice
+// naming the line; one that does not is passed through.
+func TestGuard(t *testing.T) {
+	got := kit.Guard([]byte("12345"), "codex", "output line", func() []harness.Event { panic("tripped") })
+	want := []harness.Event{{Type: harness.EventNotice, Kind: "decode_error", Text: "codex: a 5-byte output line could not be decoded"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Guard of a panicking decoder (-want +got):\n%s", diff)
+	}
+	ok := []harness.Event{{Type: harness.EventMessage, Text: "hi"}}
+	if diff := cmp.Diff(ok, kit.Guard(nil, "codex", "output line", func() []harness.Event { return ok })); diff != "" {
+		t.Errorf("Guard of a decoder that returns (-want +got):\n%s", diff)
+	}
+}

@@ -102,7 +102,7 @@ func (s *Sandbox) User() string { return s.user }
 // Environment: HOME, XDG_* and TMPDIR are fixed; the image's variables
 // are defaults, and PATH starts with outpost's binary directory.
 func (s *Sandbox) Environment() driver.Environment {
-	return driver.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
+	return s.env.Clone()
 }
 
 func newID() string {
@@ -404,7 +404,7 @@ func (s *Sandbox) writeState(tw *tar.Writer, prefix string) error {
 			return err
 		}
 	}
-	for _, d := range []string{"home", "home/.config", "home/.local", "home/.local/share", "home/.local/state", "home/.cache", "tmp", "run"} {
+	for _, d := range append(driver.HomeDirs("home", "tmp"), "run") {
 		if err := tw.WriteHeader(&tar.Header{Name: prefix + d + "/", Typeflag: tar.TypeDir, Mode: 0o700, Uid: s.uid, Gid: s.gid, ModTime: now, Format: tar.FormatPAX}); err != nil {
 			return err
 		}
@@ -448,7 +448,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	}
 	// A spare is no process of the lease: it ends first, whatever the mode.
 	s.dropSpare()
-	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+	cctx, cancel := driver.ReleaseContext(ctx)
 	defer cancel()
 	var errs []error
 	if s.mode == Copy {

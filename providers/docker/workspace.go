@@ -105,11 +105,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, wrap func(io.Reader) io.Rea
 		return err
 	}
 	defer rc.Close()
-	var r io.Reader = rc
-	if wrap != nil {
-		r = wrap(rc)
-	}
-	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(r))
+	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(driver.Wrapped(rc, wrap)))
 	if err != nil {
 		return fmt.Errorf("docker: copying the workspace of %s back: %w", s.id, err)
 	}

@@ -397,13 +397,10 @@ func loadConfig(o *Options) (*rest.Config, string, error) {
 // Name returns "kubernetes".
 func (p *Provider) Name() string { return "kubernetes" }
 
-// Fixed names the variables the provider defines; a turn may not set them.
-var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR"}
-
 // Capabilities: host files may be copied into the private home, processes
 // are isolated from the host, stdin is live, leases keep state.
 func (p *Provider) Capabilities() driver.Capabilities {
-	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed, Egress: true}
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: true}
 }
 
 // Options returns the provider's options, defaults applied.

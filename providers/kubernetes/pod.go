@@ -29,9 +29,6 @@ const (
 	seedDir = "/seed"
 )
 
-// stateDirs are made in the state volume by the init container.
-var stateDirs = []string{"home", "home/.config", "home/.local", "home/.local/share", "home/.local/state", "home/.cache", "tmp", "run"}
-
 // podSpec is the hardened pod of a lease: an init container copies
 // outpost's binary from outpostImage into the state volume, then the
 // sandbox container runs the shim's init from it.
@@ -74,9 +71,10 @@ func (p *Provider) podSpec(s *Sandbox, outpostImage string, o *owner, labels map
 // initContainer copies outpost's binary into the state volume and makes
 // the state directories.
 func (p *Provider) initContainer(outpostImage string) corev1.Container {
-	dirs := make([]string, len(stateDirs))
-	for i, d := range stateDirs {
-		dirs[i] = path.Join(seedDir, d)
+	// The state directories: the home's (driver.HomeDirs), TMPDIR and the shim's run directory.
+	var dirs []string
+	for _, d := range append(driver.HomeDirs("home", "tmp"), "run") {
+		dirs = append(dirs, path.Join(seedDir, d))
 	}
 	secure := p.securityContext()
 	yes := true

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path"
 	"strings"
@@ -69,7 +68,7 @@ func (s *Sandbox) Workdir() string { return layout.Workspace }
 // Environment: HOME, XDG_* and TMPDIR are fixed; PATH starts with
 // outpost's binary directory.
 func (s *Sandbox) Environment() driver.Environment {
-	return driver.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
+	return s.env.Clone()
 }
 
 // HostPath maps a host path inside a honored mount (Options.NodeCache).
@@ -181,7 +180,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return nil
 	}
 	defer s.released()
-	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+	cctx, cancel := driver.ReleaseContext(ctx)
 	defer cancel()
 	var errs []error
 	s.procsMu.Lock()
@@ -251,11 +250,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, wrap func(io.Reader) io.Rea
 		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.id, err)
 	}
 	defer rc.Close()
-	var r io.Reader = rc
-	if wrap != nil {
-		r = wrap(rc)
-	}
-	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(r))
+	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(driver.Wrapped(rc, wrap)))
 	if err != nil {
 		if s.Vanished(context.WithoutCancel(ctx)) {
 			return fmt.Errorf("kubernetes: %w: %s; its workspace changes are lost", driver.ErrVanished, s.reason())

@@ -49,9 +49,6 @@ import (
 // agent.
 var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME"}
 
-// Fixed names the variables the provider defines; a turn may not set them.
-var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR"}
-
 // Settings declares the keys sandbox.Open("local", settings) accepts
 // (docs/sandboxes/local.md shows them, generated from here).
 var Settings = settings.Set{Provider: "local", Keys: []settings.Key{
@@ -109,7 +106,7 @@ func (p *Provider) Close() error { return nil }
 // Capabilities: no host files (the home is on the host), not isolated,
 // live stdin, persistent leases.
 func (p *Provider) Capabilities() driver.Capabilities {
-	return driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: Fixed}
+	return driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars()}
 }
 
 // Open makes a private home for a new lease. Homes left behind by dead
@@ -141,14 +138,15 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	}
 	home := filepath.Join(dir, "home")
 	sb.home = home
-	for _, d := range []string{home, filepath.Join(home, ".config"), filepath.Join(home, ".local", "share"), filepath.Join(home, ".local", "state"), filepath.Join(home, ".cache"), filepath.Join(home, "tmp")} {
+	tmp := filepath.Join(home, "tmp")
+	for _, d := range driver.HomeDirs(home, tmp) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
 	}
 	env := driver.Environment{
-		Fixed:    driver.HomeEnv(home, filepath.Join(home, "tmp")),
+		Fixed:    driver.HomeEnv(home, tmp),
 		Defaults: map[string]string{},
 	}
 	for _, kv := range p.environ {

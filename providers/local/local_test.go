@@ -97,7 +97,7 @@ func TestRegistry(t *testing.T) {
 }
 
 func TestCapabilities(t *testing.T) {
-	want := driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: local.Fixed}
+	want := driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars()}
 	if diff := cmp.Diff(want, local.New(nil).Capabilities()); diff != "" {
 		t.Errorf("capabilities (-want +got):\n%s", diff)
 	}
@@ -165,7 +165,7 @@ func TestFixedEnv(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := slices.Sorted(slices.Values(local.Fixed))
+	want := slices.Sorted(slices.Values(driver.HomeVars()))
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("fixed names (-want +got):\n%s", diff)
 	}

@@ -207,11 +207,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string, wrap f
 	}
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
-	var r io.Reader = out
-	if wrap != nil {
-		r = wrap(out)
-	}
-	res, err := workspace.Sync(ctx, s.hostDir, "workspace", s.wsMan, tar.NewReader(r))
+	res, err := workspace.Sync(ctx, s.hostDir, "workspace", s.wsMan, tar.NewReader(driver.Wrapped(out, wrap)))
 	werr := sess.Wait()
 	if err == nil && werr != nil {
 		err = fmt.Errorf("tar: %w: %s", werr, errb.String())

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path"
 	"strings"
@@ -83,7 +82,7 @@ func (s *Sandbox) Workdir() string { return s.workdir }
 // variables of the host are defaults, and PATH starts with the directory
 // of outpost's binary on the host.
 func (s *Sandbox) Environment() driver.Environment {
-	return driver.Environment{Fixed: maps.Clone(s.env.Fixed), Defaults: maps.Clone(s.env.Defaults)}
+	return s.env.Clone()
 }
 
 // Open makes a lease directory on the host (0700, under the provider's
@@ -139,9 +138,9 @@ L=%s
 mkdir "$L" || exit 1
 trap 'rm -rf "$L"' EXIT
 cd "$L" || exit 1
-mkdir -p home/.config home/.local/share home/.local/state home/.cache tmp run || exit 1
+mkdir -p %s run || exit 1
 printf '%%s\n' %s >owner.tmp && mv owner.tmp owner || exit 1
-`, shq(s.dir), shq(string(b)))
+`, shq(s.dir), strings.Join(driver.HomeDirs("home", "tmp"), " "), shq(string(b)))
 	switch s.mode {
 	case Copy:
 		script += "mkdir workspace && tar -x -p --no-same-owner -C workspace -f - || exit 21\n"
@@ -254,7 +253,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return nil
 	}
 	s.tunnels.closeAll()
-	cctx, cancel := driver.ReleaseContext(ctx, driver.ReleaseTimeout)
+	cctx, cancel := driver.ReleaseContext(ctx)
 	defer cancel()
 	c, err := s.liveConn(cctx)
 	if err != nil {

@@ -209,9 +209,6 @@ func New(opts *Options) (*Provider, error) {
 // Name returns "ssh".
 func (p *Provider) Name() string { return "ssh" }
 
-// Fixed names the variables the provider defines; a turn may not set them.
-var Fixed = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR"}
-
 // Allowlist names the remote login environment's variables passed to
 // every process as overridable defaults (as the local provider does with
 // the host's).
@@ -223,7 +220,7 @@ var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "US
 func (p *Provider) Capabilities() driver.Capabilities {
 	// Egress stays false: a remote host's network is its own; EgressGateway
 	// runs as EgressOpen there, reported unenforced.
-	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: Fixed}
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars()}
 }
 
 // Options returns the provider's options, defaults applied.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"path"
 	"path/filepath"
@@ -187,6 +188,12 @@ type Lister interface {
 type Environment struct {
 	Fixed    map[string]string // HOME, XDG_*, TMPDIR: a turn may not override them
 	Defaults map[string]string // PATH, LANG, TZ, TERM: a turn may override them
+}
+
+// Clone is a copy of e whose maps the caller may change: what a
+// Sandbox.Environment returns of the environment it keeps.
+func (e Environment) Clone() Environment {
+	return Environment{Fixed: maps.Clone(e.Fixed), Defaults: maps.Clone(e.Defaults)}
 }
 
 // ExecRequest is one process to start.
@@ -393,14 +400,14 @@ const ReleaseTimeout = 60 * time.Second
 
 // ReleaseContext is the context a Sandbox.Close works under: ctx's values
 // without its cancellation, bounded by ctx's deadline while that is still
-// ahead, else by fallback. A release must finish even when the turn that
-// asks for it was cancelled.
-func ReleaseContext(ctx context.Context, fallback time.Duration) (context.Context, context.CancelFunc) {
+// ahead, else by ReleaseTimeout. A release must finish even when the turn
+// that asks for it was cancelled.
+func ReleaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	cctx := context.WithoutCancel(ctx)
 	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && time.Until(d) > 0 {
 		return context.WithDeadline(cctx, d)
 	}
-	return context.WithTimeout(cctx, fallback)
+	return context.WithTimeout(cctx, ReleaseTimeout)
 }
 
 // RemovalContext is the context of a release's last step, removing what
@@ -443,6 +450,15 @@ func ProgressBound(ctx context.Context, copy func(ctx context.Context, wrap func
 	return err
 }
 
+// Wrapped is r behind wrap (a ProgressBound's), or r itself when wrap is
+// nil: a copy back outside a release runs without one.
+func Wrapped(r io.Reader, wrap func(io.Reader) io.Reader) io.Reader {
+	if wrap == nil {
+		return r
+	}
+	return wrap(r)
+}
+
 // progressReader calls progress after every read that returned bytes.
 type progressReader struct {
 	r        io.Reader
@@ -457,16 +473,52 @@ func (p progressReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// xdgDirs are the XDG base directories of a lease's home, under it.
+var xdgDirs = []struct{ name, dir string }{
+	{"XDG_CONFIG_HOME", ".config"},
+	{"XDG_DATA_HOME", ".local/share"},
+	{"XDG_CACHE_HOME", ".cache"},
+	{"XDG_STATE_HOME", ".local/state"},
+}
+
 // HomeEnv is the fixed environment of a lease's private home: HOME, the
 // XDG base directories under it, and TMPDIR (tmp), each an absolute path
-// with forward slashes.
+// with forward slashes. Every provider but an in-memory one defines it.
 func HomeEnv(home, tmp string) map[string]string {
-	return map[string]string{
-		"HOME":            home,
-		"XDG_CONFIG_HOME": home + "/.config",
-		"XDG_DATA_HOME":   home + "/.local/share",
-		"XDG_STATE_HOME":  home + "/.local/state",
-		"XDG_CACHE_HOME":  home + "/.cache",
-		"TMPDIR":          tmp,
+	env := map[string]string{"HOME": home, "TMPDIR": tmp}
+	for _, x := range xdgDirs {
+		env[x.name] = home + "/" + x.dir
 	}
+	return env
+}
+
+// HomeVars names HomeEnv's variables (HOME, XDG_CONFIG_HOME,
+// XDG_DATA_HOME, XDG_CACHE_HOME, XDG_STATE_HOME, TMPDIR): the
+// Capabilities.FixedEnv of a provider whose Environment().Fixed is a
+// HomeEnv. A new slice each call.
+func HomeVars() []string {
+	names := []string{"HOME"}
+	for _, x := range xdgDirs {
+		names = append(names, x.name)
+	}
+	return append(names, "TMPDIR")
+}
+
+// HomeDirs are the directories a provider makes for HomeEnv(home, tmp):
+// home, the XDG base directories under it with the directories between
+// (home/.local), and tmp, each parent before its children and joined
+// with forward slashes. home and tmp may be relative.
+func HomeDirs(home, tmp string) []string {
+	dirs := []string{home}
+	made := map[string]bool{}
+	for _, x := range xdgDirs {
+		for i, c := range x.dir {
+			if c == '/' && !made[x.dir[:i]] {
+				made[x.dir[:i]] = true
+				dirs = append(dirs, home+"/"+x.dir[:i])
+			}
+		}
+		dirs = append(dirs, home+"/"+x.dir)
+	}
+	return append(dirs, tmp)
 }

@@ -10,23 +10,23 @@ import (
 )
 
 // TestReleaseContext: a cancelled turn's context still gives a live
-// release context bounded by the fallback; a deadline still ahead is kept.
+// release context bounded by ReleaseTimeout; a deadline still ahead is kept.
 func TestReleaseContext(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	ctx, stop := ReleaseContext(cancelled, time.Hour)
+	ctx, stop := ReleaseContext(cancelled)
 	defer stop()
 	if ctx.Err() != nil {
 		t.Fatalf("release context of a cancelled ctx is done: %v", ctx.Err())
 	}
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) < 59*time.Minute {
-		t.Errorf("deadline %v, %v; want the fallback's", d, ok)
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) < ReleaseTimeout-time.Minute/2 {
+		t.Errorf("deadline %v, %v; want about ReleaseTimeout from now", d, ok)
 	}
 
 	want := time.Now().Add(2 * time.Hour)
 	bounded, cancel2 := context.WithDeadline(context.Background(), want)
 	defer cancel2()
-	ctx2, stop2 := ReleaseContext(bounded, time.Minute)
+	ctx2, stop2 := ReleaseContext(bounded)
 	defer stop2()
 	if d, ok := ctx2.Deadline(); !ok || !d.Equal(want) {
 		t.Errorf("deadline %v, %v; want the caller's %v", d, ok, want)

@@ -12,8 +12,8 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/server"
 
 	"github.com/spf13/cobra"
 
@@ -21,7 +21,6 @@ import (
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness/echo"
-	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/sandbox"
 
 	_ "github.com/outposthq/outpost/providers/docker" // registers "docker"
@@ -160,43 +159,6 @@ func version() string {
 	return "devel"
 }
 
-// AgentRow is one line of `outpost agents --json`: a registered preset
-// (harness/presets) with what its bootstrap pin (bootstrap/pins.json, or
-// $OUTPOST_PINS over it) says of its CLI.
-type AgentRow struct {
-	Name      string `json:"name"`
-	Version   string `json:"version"`
-	Resumable bool   `json:"resumable"`
-	Forkable  bool   `json:"forkable"`
-	Live      bool   `json:"live_input"`
-	Bootstrap string `json:"bootstrap,omitempty"`
-	// Keyless says whether the preset's secrets can stay out of the
-	// sandbox (the credential gateway, docs/security.md): "yes", "base-url"
-	// (when its base-URL variable is set on the host) or "no".
-	Keyless string `json:"keyless"`
-	// Kind, Package and Program come from the pin: "npm", "archive" or
-	// "self" (outpost's own binary); the npm package; the executable.
-	Kind    string `json:"kind,omitempty"`
-	Package string `json:"package,omitempty"`
-	Program string `json:"program,omitempty"`
-}
-
-// Agents derives the rows of `outpost agents` from the preset registry and
-// inst's pins: a preset's version is its pin's (the preset's own Version
-// when it names no pin).
-func Agents(inst *bootstrap.Installer) []AgentRow {
-	var rows []AgentRow
-	for _, n := range presets.Names() {
-		h, _ := presets.Lookup(n)
-		r := AgentRow{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: engine.Keyless(h)}
-		if pin, ok := inst.Pin(h.Bootstrap); ok && h.Bootstrap != "" {
-			r.Version, r.Kind, r.Package, r.Program = pin.Version, string(pin.Kind), pin.Package, pin.Program
-		}
-		rows = append(rows, r)
-	}
-	return rows
-}
-
 func (a *app) agentsCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
@@ -204,7 +166,7 @@ func (a *app) agentsCmd() *cobra.Command {
 		Short: "List the agent presets and their pinned versions",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			rows := Agents(&bootstrap.Installer{})
+			rows := server.Agents(&bootstrap.Installer{})
 			if asJSON {
 				return writeJSONLines(a.stdout, rows)
 			}

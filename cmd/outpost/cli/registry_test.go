@@ -12,9 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/bootstrap"
-	"github.com/outposthq/outpost/cmd/outpost/cli"
 	"github.com/outposthq/outpost/harness/presets"
 	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/server"
 )
 
 // TestRegistryAgreement: a preset is registered once (harness/presets) and
@@ -60,15 +60,15 @@ func TestRegistryAgreement(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("agents: exit %d: %s", code, errOut)
 	}
-	var rows []cli.AgentRow
+	var rows []server.Agent
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r cli.AgentRow
+		var r server.Agent
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("agents line %q: %v", line, err)
 		}
 		rows = append(rows, r)
 	}
-	if d := cmp.Diff(cli.Agents(inst), rows); d != "" {
+	if d := cmp.Diff(server.Agents(inst), rows); d != "" {
 		t.Errorf("outpost agents (-derived +printed):\n%s", d)
 	}
 	var names []string
