@@ -128,7 +128,7 @@ func (e *turnRun) nativeSchema(ctx context.Context, lease *sandbox.Lease, in har
 		return in, outpost.Wrap(outpost.Configuration, "schema", err)
 	}
 	if err := lease.CopyIn(ctx, dir, &buf); err != nil {
-		return in, e.stepErr(ctx, outpost.Sandbox, "schema", err)
+		return in, outpost.Wrap(outpost.Sandbox, "schema", err)
 	}
 	in.Schema, in.SchemaFile = doc, path.Join(dir, name)
 	return in, nil
@@ -181,7 +181,8 @@ func (e *turnRun) notice(kind, text string, details map[string]any) {
 
 // answer runs once the outermost turn is over, with the lease still held:
 // it checks the answer against the schema or protocol, repairs it by
-// resuming the conversation, and computes the changed files.
+// resuming the conversation, computes the changed files and runs the
+// caller's check command (check.go).
 func (e *turnRun) answer(ctx context.Context, lease *sandbox.Lease, res *Result, err error) (*Result, error) {
 	if e.ans.inner || res == nil {
 		return res, err
@@ -190,6 +191,9 @@ func (e *turnRun) answer(ctx context.Context, lease *sandbox.Lease, res *Result,
 		res, err = e.repairLoop(ctx, lease, res)
 	}
 	e.changedFiles(ctx, lease, res)
+	if err == nil {
+		e.runCheck(ctx, lease, res)
+	}
 	return res, err
 }
 
@@ -300,7 +304,7 @@ func (e *turnRun) continueWith(ctx context.Context, lease *sandbox.Lease, prev *
 	}
 	if err != nil && ctx.Err() != nil {
 		if c := outpost.CodeOf(err); c != outpost.Cancelled && c != outpost.Timeout {
-			err = e.agentErr(ctxError(ctx, "repair", err))
+			err = ctxError(ctx, "repair", err)
 		}
 	}
 	return res, err

@@ -11,6 +11,65 @@ import (
 	"github.com/outposthq/outpost/sandbox"
 )
 
+// afterAgent runs steps 9 and 10 once the agent has exited: usage by the
+// preset's mode and the gateway's meter, then the capture into the store.
+// It returns the turn's error with the capture's folded in.
+func (e *turnRun) afterAgent(ctx context.Context, lease *sandbox.Lease, res *Result, st *stream, runErr error) error {
+	e.usage(ctx, lease, res, st)
+	e.meterUsage(res)
+	e.clock.step("usage")
+	runErr = e.captureStep(ctx, lease, res, st, runErr)
+	e.clock.step("capture")
+	return runErr
+}
+
+// usageTimeout bounds a preset's UsageCommand.
+const usageTimeout = 30 * time.Second
+
+// usage is step 9, by the preset's mode (harness.UsageMode):
+//
+//   - unavailable: nothing is recorded, whatever the events say;
+//   - unset: the usage the events reported, taken as complete (no
+//     completeness check);
+//   - events: the usage the events reported, complete only if they said
+//     so (none reported: zero and incomplete);
+//   - session: the preset's UsageCommand after exit, over what the events
+//     gave (a command that fails leaves that).
+//
+// Transcript usage (step 10) overrides all but unavailable.
+func (e *turnRun) usage(ctx context.Context, lease *sandbox.Lease, res *Result, st *stream) {
+	h := e.h
+	if h.Usage == harness.UsageUnavailable {
+		res.Usage = harness.Usage{}
+		return
+	}
+	if st.usage != nil {
+		res.Usage = *st.usage
+		if h.Usage == harness.UsageUnset {
+			res.Usage.Complete = true
+		}
+	}
+	if h.Usage != harness.UsageSession || h.UsageCommand == nil || st.native == "" || !st.started {
+		return
+	}
+	c := h.UsageCommand(st.native)
+	if c == nil {
+		return
+	}
+	req, err := e.execRequest(lease, *c)
+	if err != nil {
+		return
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), usageTimeout)
+	defer cancel()
+	r, err := lease.Exec(uctx, req, usageOutputLimit)
+	if err == nil && r.Status.Success() {
+		if u := h.UsageResult(r.Stdout); u != nil {
+			res.Usage = *u
+		}
+	}
+}
+
 // captureStep is step 10: the conversation's files read out of the
 // sandbox into the store. The store write itself is deferred to overlap
 // with the release (engine.finish) when nothing in this turn needs it
@@ -55,7 +114,7 @@ func (e *turnRun) afterCapture(res *Result, runErr, captureErr error) error {
 		}
 		return runErr
 	}
-	return e.agentErr(outpost.Wrap(outpost.Conversation, "capture", captureErr))
+	return outpost.Wrap(outpost.Conversation, "capture", captureErr)
 }
 
 // capture reads the conversation's files out of the sandbox, reads the
@@ -136,7 +195,7 @@ func (e *turnRun) foldCheckpoint(runErr error) error {
 	}
 	e.ws.err = nil
 	if runErr == nil {
-		return e.agentErr(cpErr)
+		return cpErr
 	}
 	var oe *outpost.Error
 	if errors.As(runErr, &oe) {

@@ -95,7 +95,7 @@ func (e *turnRun) runCheck(ctx context.Context, lease *sandbox.Lease, res *Resul
 	case err != nil:
 		cr.Error = e.red.String(outpost.Wrap(outpost.Sandbox, "check", err).Error())
 	}
-	e.step("check")
+	e.clock.step("check")
 }
 
 // syncWriter serialises the writes of two streams' copies into one writer.

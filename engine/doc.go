@@ -20,10 +20,11 @@
 //	process.go      7: the agent process as a stream of events, with
 //	                stdin.go, watchdog.go, steer.go, pumps.go, events.go
 //	classify.go     8: the outcome as an error (pure)
-//	usage.go        9: usage by mode; metering.go, the gateway's meter
-//	answer.go       structured answers and their repair; check.go, the
-//	                check command
-//	capture.go      10: capture into the store; hold.go, the store's hold
+//	capture.go      9-10: usage by mode, capture into the store;
+//	                metering.go, the gateway's meter; hold.go, the
+//	                store's hold
+//	answer.go       structured answers and their repair, the changed
+//	                files; check.go, the check command
 //	wire.go         the result line of --json and the HTTP API
 //	race.go         Race
 package engine

@@ -42,7 +42,7 @@ func (e *turnRun) checkEnv(cmdEnv map[string]string) error {
 func (e *turnRun) execRequest(lease *sandbox.Lease, c harness.Command) (driver.ExecRequest, error) {
 	env, err := credentials.Environment(e.sources(lease.Environment(), c.Env))
 	if err != nil {
-		return driver.ExecRequest{}, e.agentErr(err)
+		return driver.ExecRequest{}, err
 	}
 	return driver.ExecRequest{Path: c.Path, Args: c.Args, Env: env, Dir: c.Dir}, nil
 }

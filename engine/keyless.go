@@ -272,7 +272,7 @@ func (e *turnRun) openGateway(ctx context.Context, lease *sandbox.Lease, outer *
 	}
 	addr, err := gatewayAddr(ctx, lease, gw)
 	if err != nil {
-		return e.stepErr(ctx, outpost.Sandbox, "gateway", err)
+		return outpost.Wrap(outpost.Sandbox, "gateway", err)
 	}
 	if addr == "" {
 		k.eps, k.routes = nil, nil
@@ -284,7 +284,7 @@ func (e *turnRun) openGateway(ctx context.Context, lease *sandbox.Lease, outer *
 		return nil
 	}
 	if k.grant, err = gw.Grant(e.grantOptions()); err != nil {
-		return e.stepErr(ctx, outpost.Configuration, "gateway", err)
+		return outpost.Wrap(outpost.Configuration, "gateway", err)
 	}
 	k.addr = addr
 	e.red.Add(k.grant.Token())

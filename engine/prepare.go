@@ -23,6 +23,32 @@ const (
 	runnerOutputLimit = 16 << 20 // a preset hook's commands (Fork)
 )
 
+// prepareTurn runs steps 4 to 6: the plans (once per harness per lease),
+// the conversation restored for resume or fork (before the command: a Fork
+// hook needs it in place), the structured answer's input, and the command
+// with its CLI installed.
+func (e *turnRun) prepareTurn(ctx context.Context, lease *sandbox.Lease, res *Result) (harness.Input, harness.Live, harness.Command, error) {
+	var cmd harness.Command
+	if err := e.applyPlans(ctx, lease); err != nil {
+		return harness.Input{}, nil, cmd, err
+	}
+	e.clock.step("plans")
+	in, err := e.restore(ctx, lease, res)
+	if err != nil {
+		return in, nil, cmd, err
+	}
+	e.clock.step("restore")
+	if in, err = e.answerInput(ctx, lease, in); err != nil {
+		return in, nil, cmd, err
+	}
+	live, cmd, err := e.command(ctx, lease, in)
+	if err != nil {
+		return in, nil, cmd, err
+	}
+	e.clock.step("bootstrap")
+	return in, live, cmd, nil
+}
+
 // applyPlans is step 4: the credential and configuration plans' files, and
 // the login commands, once per harness per lease.
 func (e *turnRun) applyPlans(ctx context.Context, lease *sandbox.Lease) error {
@@ -44,7 +70,7 @@ func (e *turnRun) applyPlans(ctx context.Context, lease *sandbox.Lease) error {
 		}
 		release, err := credentials.Apply(ctx, lease, files, hosts, credentials.ApplyOptions{HostFiles: hostFiles})
 		if err != nil {
-			return e.stepErr(ctx, outpost.Configuration, op, err)
+			return outpost.Wrap(outpost.Configuration, op, err)
 		}
 		if release != nil {
 			lease.OnClose(release)
@@ -64,7 +90,7 @@ func (e *turnRun) applyPlans(ctx context.Context, lease *sandbox.Lease) error {
 			err = fmt.Errorf("login command %s exited with %d: %s", login.Path, r.Status.Code, bytes.TrimSpace(r.Stderr))
 		}
 		if err != nil {
-			return e.stepErr(ctx, outpost.Configuration, "login", err)
+			return outpost.Wrap(outpost.Configuration, "login", err)
 		}
 	}
 	// Then the configuration, once authenticated.
@@ -84,7 +110,7 @@ func (e *turnRun) restore(ctx context.Context, lease *sandbox.Lease, res *Result
 		return in, nil
 	}
 	if err := conversation.Restore(ctx, lease, h.Storage, e.parent.Native, lease.Workdir(), e.parentFs); err != nil {
-		return in, e.stepErr(ctx, outpost.Conversation, "restore", err)
+		return in, outpost.Wrap(outpost.Conversation, "restore", err)
 	}
 	in.Conversation = e.parent.Native
 	if e.t.Fork == "" {
@@ -99,11 +125,11 @@ func (e *turnRun) restore(ctx context.Context, lease *sandbox.Lease, res *Result
 	child, err := h.Fork(ctx, e.parent.Native, e.runner(lease, &last))
 	switch {
 	case err != nil:
-		return in, e.forkErr(ctx, err, last)
+		return in, e.forkErr(err, last)
 	case strings.TrimSpace(child) == "":
-		return in, e.forkErr(ctx, errors.New("the fork hook returned no conversation id"), last)
+		return in, e.forkErr(errors.New("the fork hook returned no conversation id"), last)
 	case child == e.parent.Native:
-		return in, e.forkErr(ctx, fmt.Errorf("the fork hook returned the parent's id %s, not a new one", child), last)
+		return in, e.forkErr(fmt.Errorf("the fork hook returned the parent's id %s, not a new one", child), last)
 	}
 	in.Conversation = child
 	return in, nil
@@ -135,25 +161,25 @@ func (e *turnRun) command(ctx context.Context, lease *sandbox.Lease, in harness.
 	} else {
 		path, err := e.installer().Ensure(ctx, lease, h.Bootstrap, cmd.Path, &bootstrap.EnsureOptions{Progress: e.bootstrapProgress})
 		if err != nil {
-			return nil, cmd, e.stepErr(ctx, outpost.Bootstrap, "bootstrap", err)
+			return nil, cmd, outpost.Wrap(outpost.Bootstrap, "bootstrap", err)
 		}
 		cmd.Path = path
 	}
 	if len(cmd.Files) > 0 {
 		// The command's own files (a prompt file), in the private home.
 		if _, err := credentials.Apply(ctx, lease, cmd.Files, nil, credentials.ApplyOptions{}); err != nil {
-			return nil, cmd, e.stepErr(ctx, outpost.Sandbox, "files", err)
+			return nil, cmd, outpost.Wrap(outpost.Sandbox, "files", err)
 		}
 	}
-	if err := e.prepare(ctx, lease, program, cmd); err != nil {
+	if err := e.runPrepare(ctx, lease, program, cmd); err != nil {
 		return nil, cmd, err
 	}
 	return live, cmd, nil
 }
 
-// prepare runs the command's Prepare commands, the preset's own program
+// runPrepare runs the command's Prepare commands, the preset's own program
 // being the installed CLI.
-func (e *turnRun) prepare(ctx context.Context, lease *sandbox.Lease, program string, cmd harness.Command) error {
+func (e *turnRun) runPrepare(ctx context.Context, lease *sandbox.Lease, program string, cmd harness.Command) error {
 	for _, p := range cmd.Prepare {
 		if p.Path == program {
 			p.Path = cmd.Path
@@ -164,7 +190,7 @@ func (e *turnRun) prepare(ctx context.Context, lease *sandbox.Lease, program str
 			err = fmt.Errorf("%s exited with %d: %s", path.Base(p.Path), r.Status.Code, bytes.TrimSpace(last.Stderr))
 		}
 		if err != nil {
-			return e.stepErr(ctx, outpost.Conversation, "prepare", err)
+			return outpost.Wrap(outpost.Conversation, "prepare", err)
 		}
 	}
 	return nil
@@ -190,10 +216,11 @@ func (e *turnRun) runner(lease *sandbox.Lease, last *harness.RunResult) harness.
 
 // forkErr is the error of a Fork hook that failed or gave no distinct
 // child id, with the output of its last command.
-func (e *turnRun) forkErr(ctx context.Context, err error, last harness.RunResult) error {
-	oe, ok := e.stepErr(ctx, outpost.Process, "fork", err).(*outpost.Error)
-	if !ok || oe.Code != outpost.Process {
-		return e.stepErr(ctx, outpost.Process, "fork", err)
+func (e *turnRun) forkErr(err error, last harness.RunResult) error {
+	err = outpost.Wrap(outpost.Process, "fork", err)
+	var oe *outpost.Error
+	if !errors.As(err, &oe) || oe.Code != outpost.Process {
+		return err
 	}
 	clip := func(b []byte) string {
 		if len(b) > 4096 {

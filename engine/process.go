@@ -84,7 +84,7 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 		close(s.gate)
 		s.job.Kill()
 		s.job.Wait()
-		return s.e.stepErr(ctx, outpost.Process, "start", err)
+		return outpost.Wrap(outpost.Process, "start", err)
 	}
 	go s.watch(ctx)
 	if s.e.o.Steer != nil {
@@ -121,7 +121,7 @@ func (s *stream) start(ctx context.Context, cmd harness.Command) error {
 	}
 	job, err := lease.Launch(ctx, req, &sandbox.JobOptions{Stdout: s.gated(s.pumpStdout), Stderr: s.gated(s.pumpStderr), Grace: grace})
 	if err != nil {
-		serr := e.stepErr(ctx, outpost.Sandbox, "start", err)
+		serr := outpost.Wrap(outpost.Sandbox, "start", err)
 		var oe *outpost.Error
 		if ctx.Err() == nil && sandbox.IsVanished(serr) && errors.As(serr, &oe) {
 			sandbox.MarkVanished(oe, "the sandbox vanished before the agent started")

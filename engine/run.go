@@ -294,12 +294,12 @@ func Run(ctx context.Context, t Turn, o *RunOptions) (*Result, error) {
 const releaseTurnTimeout = 30 * time.Second
 
 type turnRun struct {
-	mark time.Time
-	t    Turn
-	o    *RunOptions
-	h    *harness.Harness
-	red  *credentials.Redactor
-	ans  answerState // structured answers (answer.go)
+	clock stepClock // the lifecycle steps' records and spans
+	t     Turn
+	o     *RunOptions
+	h     *harness.Harness
+	red   *credentials.Redactor
+	ans   answerState // structured answers (answer.go)
 
 	workdir  string // the caller's working directory on the host
 	vars     harness.Vars
@@ -327,7 +327,7 @@ type turnRun struct {
 }
 
 func (e *turnRun) runSteps(ctx context.Context) (*Result, error) {
-	e.step("begin")
+	e.clock.step("begin")
 	// 1. Validate before allocation.
 	if err := e.validate(ctx); err != nil {
 		return nil, err
@@ -335,7 +335,7 @@ func (e *turnRun) runSteps(ctx context.Context) (*Result, error) {
 	if err := e.prepareAnswer(); err != nil {
 		return nil, err
 	}
-	e.step("validate")
+	e.clock.step("validate")
 	res := &Result{Agent: e.h.Name, Model: e.model}
 	if e.t.Workspace != "" {
 		res.Workdir = e.workdir
@@ -352,11 +352,11 @@ func (e *turnRun) runSteps(ctx context.Context) (*Result, error) {
 		var err error
 		lease, err = sandbox.Acquire(ctx, e.o.Provider, driver.Options{Workdir: e.workdir, Mounts: e.bootstrapMounts(), Egress: e.kl.egress})
 		if err != nil {
-			return nil, e.agentErr(err)
+			return nil, settle(ctx, err)
 		}
 		e.ownLease = true
 	}
-	e.step("lease")
+	e.clock.step("lease")
 	res.Sandbox = lease.Provider().Name()
 	err := e.openGateway(ctx, lease, e.outerKl)
 	defer e.closeGateway()
@@ -365,11 +365,8 @@ func (e *turnRun) runSteps(ctx context.Context) (*Result, error) {
 	if err == nil {
 		out, err = e.turn(ctx, lease, res)
 		out, err = e.answer(ctx, lease, out, err)
-		if err == nil {
-			e.runCheck(ctx, lease, out)
-		}
 	}
-	return out, e.finish(ctx, lease, out, err)
+	return out, e.finish(ctx, lease, out, settle(ctx, err))
 }
 
 // finish runs the deferred store write of step 10 and the release of a
@@ -393,58 +390,37 @@ func (e *turnRun) finish(ctx context.Context, lease *sandbox.Lease, out *Result,
 		cancel()
 	}
 	wg.Wait()
-	e.step("store+release")
+	e.clock.step("store+release")
 	if e.put != nil {
 		err = e.afterCapture(out, err, putErr)
 	}
 	if err == nil && releaseErr != nil {
-		err = e.agentErr(releaseErr)
+		err = releaseErr
 	}
 	return err
 }
 
 // turn runs steps 4 to 10 in the leased sandbox.
 func (e *turnRun) turn(ctx context.Context, lease *sandbox.Lease, res *Result) (*Result, error) {
-	// 4. Credentials and configuration, once per harness per lease.
-	if err := e.applyPlans(ctx, lease); err != nil {
-		return nil, err
-	}
-	e.step("plans")
-	// 6. Restore the conversation for resume or fork (before building the
-	// command: a Fork hook needs it in place).
-	in, err := e.restore(ctx, lease, res)
+	// 4 to 6. Credentials and configuration, the restored conversation,
+	// the command (bootstrapping the CLI).
+	in, live, cmd, err := e.prepareTurn(ctx, lease, res)
 	if err != nil {
 		return nil, err
 	}
-	e.step("restore")
-	if in, err = e.answerInput(ctx, lease, in); err != nil {
-		return nil, err
-	}
-	// 5. Bootstrap the CLI if its executable is missing.
-	live, cmd, err := e.command(ctx, lease, in)
-	if err != nil {
-		return nil, err
-	}
-	e.step("bootstrap")
 	// 7 and 8. Run, stream, classify.
 	st := newStream(e, lease, live, in, cmd)
-	e.snapshotBefore(ctx, lease)
 	if err := e.beforeTurn(ctx, lease); err != nil {
 		return nil, err
 	}
 	runErr := st.run(ctx, cmd)
 	res.Session, res.Text, res.Exit, res.Steered = st.native, st.final, st.exit, st.steered
 	e.noteDegraded(lease)
-	e.step("run")
-	// 9. Usage by mode; transcript usage overrides.
-	e.usage(ctx, lease, res, st)
-	e.meterUsage(res)
-	e.step("usage")
-	// 10. Capture into the store.
-	runErr = e.captureStep(ctx, lease, res, st, runErr)
-	e.step("capture")
+	e.clock.step("run")
+	// 9 and 10. Usage, and capture into the store.
+	runErr = e.afterAgent(ctx, lease, res, st, runErr)
 	if runErr != nil {
-		return res, e.agentErr(runErr)
+		return res, runErr
 	}
 	if st.pendingSteer != "" {
 		return e.resumeWith(ctx, lease, res, st.pendingSteer)
@@ -464,24 +440,39 @@ func (e *turnRun) noteDegraded(lease *sandbox.Lease) {
 	}
 }
 
-// step ends a lifecycle step: one record to the Logger (the --trace
-// file) and one child span of the turn's, both timed since the previous
-// step.
-func (e *turnRun) step(name string) {
-	tracing := e.span != nil && e.span.IsRecording()
-	if e.o.Logger == nil && !tracing {
+// stepClock times the lifecycle steps. Each step ends with one record to
+// the Logger (the --trace file) at once and, when the turn is traced, one
+// child span of the turn's made as the turn ends (turnRun.endSpan), both
+// timed since the previous step.
+type stepClock struct {
+	logger  *slog.Logger
+	agent   string
+	tracing bool
+	mark    time.Time
+	spans   []timedStep
+}
+
+// timedStep is one step's name and time, for its span.
+type timedStep struct {
+	name       string
+	start, end time.Time
+}
+
+// step ends the step named name.
+func (c *stepClock) step(name string) {
+	if c.logger == nil && !c.tracing {
 		return
 	}
 	now := time.Now()
-	if !e.mark.IsZero() {
-		if e.o.Logger != nil {
-			e.o.Logger.Debug("step", "step", name, "ms", float64(now.Sub(e.mark).Microseconds())/1000, "agent", e.agentName())
+	if !c.mark.IsZero() {
+		if c.logger != nil {
+			c.logger.Debug("step", "step", name, "ms", float64(now.Sub(c.mark).Microseconds())/1000, "agent", c.agent)
 		}
-		if tracing {
-			e.stepSpan(name, e.mark, now)
+		if c.tracing {
+			c.spans = append(c.spans, timedStep{name, c.mark, now})
 		}
 	}
-	e.mark = now
+	c.mark = now
 }
 
 // agentName is the preset's name, "" before there is one.
@@ -518,25 +509,32 @@ func (e *turnRun) traceEnd(err error) {
 	}
 }
 
+// agentErr names the turn's agent in its error, once for every step
+// (turnRun.run).
 func (e *turnRun) agentErr(err error) error {
 	var oe *outpost.Error
 	if errors.As(err, &oe) && oe.Agent == "" {
-		oe.Agent = e.h.Name
+		oe.Agent = e.agentName()
 	}
 	return err
 }
 
-// stepErr codes a failed step, or reports cancellation or timeout when
-// that is why it failed.
-func (e *turnRun) stepErr(ctx context.Context, code outpost.Code, op string, err error) error {
-	if ctx.Err() != nil {
-		return e.agentErr(ctxError(ctx, op, err))
+// settle is a failed turn's error as the caller sees it: when the turn's
+// context ended, that is why it failed (code cancelled or timeout, the
+// step's error wrapped), whatever the step reported. Each step codes its
+// own errors (outpost.Wrap); this is the one place that reads the context.
+func settle(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
 	}
-	var oe *outpost.Error
-	if errors.As(err, &oe) {
-		return e.agentErr(err)
+	op := ""
+	if oe := (*outpost.Error)(nil); errors.As(err, &oe) {
+		if oe.Code == outpost.Cancelled || oe.Code == outpost.Timeout {
+			return err
+		}
+		op = oe.Op
 	}
-	return &outpost.Error{Code: code, Op: op, Agent: e.h.Name, Err: err}
+	return ctxError(ctx, op, err)
 }
 
 // TracerName is the instrumentation scope of the turn's spans.
@@ -550,6 +548,7 @@ func (e *turnRun) run(ctx context.Context) (*Result, error) {
 	ctx = e.startSpan(ctx)
 	e.meterMark()
 	res, err := e.runSteps(ctx)
+	err = e.agentErr(err)
 	if !e.ans.inner {
 		err = e.meterEnd(res, err)
 	}
@@ -574,6 +573,7 @@ func (e *turnRun) startSpan(ctx context.Context) context.Context {
 	}
 	ctx, e.span = e.tracer().Start(ctx, name)
 	e.spanCtx = ctx
+	e.clock = stepClock{logger: e.o.Logger, agent: e.agentName(), tracing: e.span.IsRecording()}
 	if e.span.IsRecording() {
 		e.span.SetAttributes(attribute.String("outpost.agent", e.agentName()))
 		if e.t.Resume != "" {
@@ -583,17 +583,15 @@ func (e *turnRun) startSpan(ctx context.Context) context.Context {
 	return ctx
 }
 
-// stepSpan records one lifecycle step that ran from start to end.
-func (e *turnRun) stepSpan(name string, start, end time.Time) {
-	_, s := e.tracer().Start(e.spanCtx, name, trace.WithTimestamp(start))
-	s.End(trace.WithTimestamp(end))
-}
-
 // endSpan ends the turn's span with its outcome.
 func (e *turnRun) endSpan(res *Result, err error) {
 	if !e.span.IsRecording() {
 		e.span.End()
 		return
+	}
+	for _, st := range e.clock.spans {
+		_, s := e.tracer().Start(e.spanCtx, st.name, trace.WithTimestamp(st.start))
+		s.End(trace.WithTimestamp(st.end))
 	}
 	if res != nil {
 		e.span.SetAttributes(attribute.String("outpost.conversation", res.Conversation),

@@ -39,7 +39,7 @@ func BenchmarkTurnInstrumentation(b *testing.B) {
 				e.startSpan(context.Background())
 				e.meterMark()
 				for _, s := range steps {
-					e.step(s)
+					e.clock.step(s)
 				}
 				_ = e.meterEnd(&Result{}, nil)
 				e.endSpan(&Result{}, nil)

@@ -295,8 +295,9 @@ func (e *turnRun) snapshotOptions(skip string) *checkpoint.Options {
 }
 
 // beforeTurn reads the workspace a held lease's turn starts from, in the
-// sandbox.
+// sandbox, and describes it for the changed files (answer.go).
 func (e *turnRun) beforeTurn(ctx context.Context, lease *sandbox.Lease) error {
+	e.snapshotBefore(ctx, lease)
 	if e.ws.objs == nil || !e.ws.base.IsZero() {
 		return nil
 	}

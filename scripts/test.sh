@@ -54,6 +54,17 @@ machine_cpu() {
 	echo "$((user + nice + system + irq + softirq + steal)) $((idle + iowait))"
 }
 
+# failures prints each failing test of a go test (or pytest) log with the
+# indented lines that follow it (at most 80 a test), and any panic.
+failures() {
+	awk '
+		/^[[:space:]]*--- FAIL/ { n = 80; print; next }
+		/^(panic:|FAIL[[:space:]]|fatal error:|=+ FAILURES|FAILED )/ { print; n = 0; next }
+		n > 0 && /^[[:space:]]/ { print; n--; next }
+		{ n = 0 }
+	' "$1"
+}
+
 kube_pid=
 if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 	# The trace test's OpenTelemetry Collector, built from its Go modules
@@ -181,15 +192,25 @@ if [[ ${#pkgs[@]} -gt 0 ]]; then
 	# tried once, beside another build on the machine: it was 97% busy over
 	# the tests, the real CLIs' retries in integration/presets outran its
 	# 20 min bound and integration took 29 min. OUTPOST_TEST_P sets another number.
-	go test -race -count=1 -vet=off -timeout 30m -p "${OUTPOST_TEST_P:-2}" "${cpuexec[@]}" ${GOTESTFLAGS:-} "${pkgs[@]}" || fail=1
+	main_log=$(mktemp "${TMPDIR:-/tmp}/outpost-gotest.XXXXXX")
+	go test -race -count=1 -vet=off -timeout 30m -p "${OUTPOST_TEST_P:-2}" "${cpuexec[@]}" ${GOTESTFLAGS:-} "${pkgs[@]}" 2>&1 | tee "$main_log" || fail=1
 fi
+failed_log=$(mktemp "${TMPDIR:-/tmp}/outpost-failed.XXXXXX")
+[[ -n ${main_log:-} ]] && failures "$main_log" >>"$failed_log"
 for s in "${side[@]}"; do
 	IFS=: read -r pid log what <<<"$s"
 	wait "$pid" || fail=1
 	step "$what"
 	cat "$log"
+	failures "$log" >>"$failed_log"
 	rm -f "$log"
 done
+# A long log is often cut to its two ends: the failing tests again, last.
+if [[ -s $failed_log ]]; then
+	step "what failed (again, from the logs above)"
+	cat "$failed_log"
+fi
+rm -f "$failed_log" "${main_log:-}"
 step "CPU seconds of the test binaries, the most first"
 {
 	echo "     cpu     user   system     wall  package"
