@@ -773,7 +773,7 @@ func testClaudeCancelInterruptsLiveTurn(t *testing.T, kind string) {
 	}
 }
 
-func TestClaudeUsageLimitIsQuota(t *testing.T) { eachProvider(t, testClaudeUsageLimitIsQuota) }
+func TestClaudeUsageLimitIsQuota(t *testing.T) { onLocal(t, testClaudeUsageLimitIsQuota) }
 
 func testClaudeUsageLimitIsQuota(t *testing.T, kind string) {
 	resets := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -805,7 +805,7 @@ func testClaudeUsageLimitIsQuota(t *testing.T, kind string) {
 	}
 }
 
-func TestClaudeRateLimitIsQuota(t *testing.T) { eachProvider(t, testClaudeRateLimitIsQuota) }
+func TestClaudeRateLimitIsQuota(t *testing.T) { onLocal(t, testClaudeRateLimitIsQuota) }
 
 func testClaudeRateLimitIsQuota(t *testing.T, kind string) {
 	for _, c := range []struct{ name, prompt, retries string }{
@@ -826,7 +826,7 @@ func testClaudeRateLimitIsQuota(t *testing.T, kind string) {
 	}
 }
 
-func TestClaudeOutageIsUnavailable(t *testing.T) { eachProvider(t, testClaudeOutageIsUnavailable) }
+func TestClaudeOutageIsUnavailable(t *testing.T) { onLocal(t, testClaudeOutageIsUnavailable) }
 
 func testClaudeOutageIsUnavailable(t *testing.T, kind string) {
 	for _, c := range []struct{ name, prompt string }{{"529", "FAKE_529 say hi"}, {"500", "FAKE_500 say hi"}, {"connection refused", "say hi"}} {
@@ -857,7 +857,7 @@ func testClaudeOutageIsUnavailable(t *testing.T, kind string) {
 	}
 }
 
-func TestClaudeStallHitsTheWatchdog(t *testing.T) { eachProvider(t, testClaudeStallHitsTheWatchdog) }
+func TestClaudeStallHitsTheWatchdog(t *testing.T) { onLocal(t, testClaudeStallHitsTheWatchdog) }
 
 func testClaudeStallHitsTheWatchdog(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})

@@ -45,6 +45,7 @@ func outpostBinary(t testing.TB) string {
 // The end-to-end helpers integration/presets shares (internal/testenv).
 var (
 	eachProvider = testenv.EachProvider
+	onLocal      = testenv.OnLocal
 	copyFile     = testenv.CopyFile
 )
 

@@ -18,6 +18,7 @@ import (
 
 var (
 	eachProvider = testenv.EachProvider
+	onLocal      = testenv.OnLocal
 	copyFile     = testenv.CopyFile
 )
 

@@ -115,7 +115,7 @@ func TestOpenCodeResumeAndFork(t *testing.T) {
 
 // TestOpenCodeRateLimitIsQuota: 429 on every request; OpenCode retries by
 // itself, silently, then reports the error: code quota.
-func TestOpenCodeRateLimitIsQuota(t *testing.T) { eachProvider(t, testOpenCodeRateLimitIsQuota) }
+func TestOpenCodeRateLimitIsQuota(t *testing.T) { onLocal(t, testOpenCodeRateLimitIsQuota) }
 
 func testOpenCodeRateLimitIsQuota(t *testing.T, kind string) {
 	e := newOpenCodeEnv(t)
@@ -127,7 +127,7 @@ func testOpenCodeRateLimitIsQuota(t *testing.T, kind string) {
 
 // TestOpenCodeOutageIsUnavailable: 503, and a base URL nothing listens
 // on: code process with details.unavailable.
-func TestOpenCodeOutageIsUnavailable(t *testing.T) { eachProvider(t, testOpenCodeOutageIsUnavailable) }
+func TestOpenCodeOutageIsUnavailable(t *testing.T) { onLocal(t, testOpenCodeOutageIsUnavailable) }
 
 func testOpenCodeOutageIsUnavailable(t *testing.T, kind string) {
 	testOAIOutage(t, kind, newOpenCodeEnv)

@@ -99,7 +99,7 @@ func TestQwenResumeAndFork(t *testing.T) {
 // TestQwenRateLimitIsQuota: a 429 on every request; the CLI retries
 // (7 attempts, about 75 s: its own backoff, which no setting shortens)
 // and gives up with "[API Error: 429 ...]": code quota.
-func TestQwenRateLimitIsQuota(t *testing.T) { eachProvider(t, testQwenRateLimitIsQuota) }
+func TestQwenRateLimitIsQuota(t *testing.T) { onLocal(t, testQwenRateLimitIsQuota) }
 
 func testQwenRateLimitIsQuota(t *testing.T, kind string) {
 	e := newQwenEnv(t, openai.Config{})
@@ -115,7 +115,7 @@ func testQwenRateLimitIsQuota(t *testing.T, kind string) {
 // TestQwenOutageIsUnavailable: 503 on every request, and a base URL
 // nothing listens on: code process with details.unavailable, the CLI
 // having given up by itself well within the preset's retry bound.
-func TestQwenOutageIsUnavailable(t *testing.T) { eachProvider(t, testQwenOutageIsUnavailable) }
+func TestQwenOutageIsUnavailable(t *testing.T) { onLocal(t, testQwenOutageIsUnavailable) }
 
 func testQwenOutageIsUnavailable(t *testing.T, kind string) {
 	testOAIOutage(t, kind, func(t *testing.T) *oaiEnv { return newQwenEnv(t, openai.Config{}) })

@@ -27,6 +27,24 @@ func EachProvider(t *testing.T, f func(t *testing.T, kind string)) {
 	}
 }
 
+// OnLocal runs f as a parallel subtest on the local provider alone (named
+// "local", as under EachProvider). It is for the tests whose subject does
+// not depend on the sandbox: how a CLI's own report of a quota, an outage
+// or a stall is classified. The engine reads the same bytes on every
+// provider; that a CLI's output crosses a container unchanged is proven by
+// the EachProvider tests of the same CLI (text, tools, resume and fork),
+// and the docker provider's own failure paths (a stall, a timeout, a
+// vanished container) by the echo agent's scenarios on docker. Running
+// them twice cost a real CLI's start in a container per case and proved
+// nothing more.
+func OnLocal(t *testing.T, f func(t *testing.T, kind string)) {
+	t.Parallel()
+	t.Run("local", func(t *testing.T) {
+		t.Parallel()
+		f(t, "local")
+	})
+}
+
 // RunOutpost runs the built outpost binary (OutpostBinary) in dir with a
 // private OUTPOST_HOME and env added, and returns its exit code, standard
 // output and standard error.
