@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/outposthq/outpost/internal/fakeapi"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 	"github.com/outposthq/outpost/internal/fakeapi/gemini"
 	"github.com/outposthq/outpost/internal/testenv"
@@ -328,12 +328,10 @@ func TestCancelPropagates(t *testing.T) {
 // The failure is logged, naming no secret even when the secret is in the
 // upstream URL's query.
 func TestUpstreamUnreachable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	dead, err := fakeapi.RefusedAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := ln.Addr().String()
-	_ = ln.Close()
 	f := newFixture(t, Options{})
 	gr := f.grant(GrantOptions{Routes: []Route{{Upstream: "http://" + dead + "/v1beta", Secret: secret, Credential: QueryKey}}})
 	req, _ := http.NewRequest(http.MethodPost, gr.BaseURL(f.addr, 0)+"/models/x?key="+gr.Token(), strings.NewReader("{}"))

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/internal/fakeapi"
 	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox"
@@ -138,12 +139,10 @@ func TestKeyRefused(t *testing.T) {
 // ErrUnreachable and code sandbox.
 func TestUnreachable(t *testing.T) {
 	srv := sshtest.Shared(t)
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	closedAddr, err := fakeapi.RefusedAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	closedAddr := closed.Addr().String()
-	closed.Close()
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -246,19 +245,14 @@ func (s *Server) logf(format string, args ...any) {
 	}
 }
 
-// RefusedURL returns the base URL of a loopback port on which nothing listens
-// (connections are refused), for "no server" tests. The port was free a moment
-// ago; another process could take it, which is unlikely in tests.
+// RefusedURL returns the base URL of a loopback port on which connections
+// are refused (fakeapi.RefusedAddr), for "no server" tests.
 func RefusedURL() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := fakeapi.RefusedAddr()
 	if err != nil {
 		return "", err
 	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		return "", err
-	}
-	return "http://" + addr, nil
+	return "http://" + addr + "", nil
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {

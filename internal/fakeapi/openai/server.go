@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -307,15 +306,11 @@ func (s *Server) WaitForRequests(n int, timeout time.Duration) bool {
 	}
 }
 
-// RefusedURL returns a base URL (ending in /v1) on 127.0.0.1 where nothing listens, so
-// that connecting to it is refused. It binds a free port and releases it at once.
+// RefusedURL returns a base URL (ending in /v1) on 127.0.0.1 where
+// connections are refused (fakeapi.RefusedAddr), for "no server" tests.
 func RefusedURL() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := fakeapi.RefusedAddr()
 	if err != nil {
-		return "", err
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
 		return "", err
 	}
 	return "http://" + addr + "/v1", nil
