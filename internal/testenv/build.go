@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -71,7 +72,19 @@ func Build(pkg string) (string, error) {
 	return b.path, b.err
 }
 
+// SharedBuildsVariable names a directory through which the test processes
+// of one run share their builds (scripts/test.sh sets it to a directory of
+// the run's own and removes it at the end). The first process that needs
+// a package builds it there under a lock (sharedBuild), and the others
+// take that build instead of linking their own: a dozen test processes
+// need cmd/outpost or cmd/outpost-sandbox, and each static link is
+// seconds of CPU. The tree must not change during the run.
+const SharedBuildsVariable = "OUTPOST_TEST_BUILDS"
+
 func goBuild(pkg string) (string, error) {
+	if dir := os.Getenv(SharedBuildsVariable); dir != "" {
+		return sharedBuild(dir, pkg)
+	}
 	buildMu.Lock()
 	if buildDir == "" {
 		d, err := os.MkdirTemp("", "outpost-testbuild-")
@@ -88,20 +101,50 @@ func goBuild(pkg string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(out, path.Base(pkg))
-	root, err := moduleRoot()
+	return bin, buildTo(pkg, bin)
+}
+
+// sharedBuild is pkg's build in the shared directory dir, made by the
+// first process to need it while the others wait on its lock file.
+func sharedBuild(dir, pkg string) (string, error) {
+	name := strings.NewReplacer("/", "_", ".", "_").Replace(pkg)
+	bin := filepath.Join(dir, name, path.Base(pkg))
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockFile(filepath.Join(dir, name+".lock"))
 	if err != nil {
 		return "", err
+	}
+	defer unlock()
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	tmp := bin + ".building"
+	if err := buildTo(pkg, tmp); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return bin, os.Rename(tmp, bin)
+}
+
+// buildTo builds pkg statically (CGO_ENABLED=0) into bin.
+func buildTo(pkg, bin string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
 	}
 	cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 	}
-	return bin, nil
+	return nil
 }
 
-// RemoveBuilds removes what GoBuild built.
+// RemoveBuilds removes what GoBuild built (not the shared builds of
+// SharedBuildsVariable: the run's script removes those).
 func RemoveBuilds() {
 	buildMu.Lock()
 	defer buildMu.Unlock()
