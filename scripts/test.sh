@@ -8,7 +8,8 @@
 # python3 packages of the Python client's tests (httpx, pytest, setuptools,
 # wheel, venv), and the Kubernetes test cluster's packages and binaries
 # (scripts/kube-up.sh --prepare: built from source, cached;
-# integration/kubernetes starts the cluster and stops it), and the trace
+# integration/kubernetes starts the cluster when a test needs it and
+# stops it), and the trace
 # test's OpenTelemetry Collector (scripts/build-otelcol.sh: built from its
 # Go modules, cached). Then runs go
 # vet, the gofmt check, every test with the race detector and the Python

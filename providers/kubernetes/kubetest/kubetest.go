@@ -1,9 +1,9 @@
 // Package kubetest gives tests a real Kubernetes cluster for the
-// kubernetes provider: Main finds the cluster of scripts/kube-up.sh (or,
-// as root, starts it, and stops it after the tests), makes a namespace of
-// the test process, binds the provider's minimal Role (rbac.yaml) in it
-// to the cluster's rights-less test user, and imports the test's outpost
-// image into the node's containerd. Provider returns a provider that uses
+// kubernetes provider: the first Require finds the cluster of
+// scripts/kube-up.sh (or, as root, starts it; Main stops it after the
+// tests), makes a namespace of the test process, binds the provider's
+// minimal Role (rbac.yaml) in it to the cluster's rights-less test user,
+// and imports the test's outpost image into the node's containerd. Provider returns a provider that uses
 // exactly those rights.
 package kubetest
 
@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ import (
 	"github.com/outposthq/outpost/providers/kubernetes"
 )
 
-// Cluster is the test cluster, once Main found it.
+// Cluster is the test cluster, once Require found it.
 type Cluster struct {
 	Env        map[string]string // cluster.env of scripts/kube-up.sh
 	Admin      k8s.Interface     // cluster-admin client
@@ -82,51 +83,70 @@ func ready(env map[string]string) bool {
 	return exec.CommandContext(ctx, env["KUBECTL"], "--kubeconfig", env["KUBECONFIG"], "get", "--raw=/readyz").Run() == nil
 }
 
-// Main runs the tests with the cluster (see the package doc) and exits.
+// Main runs the tests and exits. The cluster is not looked for here:
+// the first Require (or Get) finds it or, as root, starts it, so that a
+// run of tests that need none (go test -run '^Example') costs no cluster.
+// After the tests, Main removes the test namespace and stops a cluster
+// that Require started (unless OUTPOST_KUBE_KEEP=1).
 func Main(m *testing.M) {
-	started := false
-	env, err := readEnv()
-	if err != nil || !ready(env) {
-		if os.Getuid() != 0 {
-			why = "no cluster answers and starting one needs root"
-		} else {
-			fmt.Fprintln(os.Stderr, "kubetest: starting the cluster with scripts/kube-up.sh")
-			cmd := exec.Command(filepath.Join(root, "scripts/kube-up.sh"))
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			if err := cmd.Run(); err != nil {
-				why = "scripts/kube-up.sh failed: " + err.Error()
-			} else {
-				started = true
-				env, err = readEnv()
-				if err != nil {
-					why = err.Error()
-				}
-			}
-		}
-	}
-	var cleanup func()
-	if why == "" {
-		cleanup, err = setup(env)
-		if err != nil {
-			why = "setting up the test namespace: " + err.Error()
-		}
-	}
-	if why != "" {
-		fmt.Fprintf(os.Stderr, "kubetest: no cluster: %s\n", why)
-	}
 	code := m.Run()
-	if cleanup != nil {
-		cleanup()
-	}
-	if started && os.Getenv("OUTPOST_KUBE_KEEP") != "1" {
-		cmd := exec.Command(filepath.Join(root, "scripts/kube-down.sh"))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil && code == 0 {
-			fmt.Fprintln(os.Stderr, "kubetest: scripts/kube-down.sh:", err)
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "kubetest:", err)
+		if code == 0 {
 			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+var (
+	once    sync.Once
+	started bool   // Require started the cluster (scripts/kube-up.sh)
+	cleanup func() // removes the test namespace
+)
+
+// start finds the cluster of scripts/kube-up.sh or, as root, starts it,
+// then sets up this process's namespace; on failure it sets why. Once.
+func start() {
+	env, err := readEnv()
+	if err != nil || !ready(env) {
+		if os.Getuid() != 0 {
+			why = "no cluster answers and starting one needs root"
+			return
+		}
+		fmt.Fprintln(os.Stderr, "kubetest: starting the cluster with scripts/kube-up.sh")
+		cmd := exec.Command(filepath.Join(root, "scripts/kube-up.sh"))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		started = true // stopped by Main even when it came up only partly
+		if err := cmd.Run(); err != nil {
+			why = "scripts/kube-up.sh failed: " + err.Error()
+			return
+		}
+		if env, err = readEnv(); err != nil {
+			why = err.Error()
+			return
+		}
+	}
+	if cleanup, err = setup(env); err != nil {
+		why = "setting up the test namespace: " + err.Error()
+	}
+}
+
+// stop removes the namespace and stops the cluster if this process
+// started it.
+func stop() error {
+	if cleanup != nil {
+		cleanup()
+	}
+	if !started || os.Getenv("OUTPOST_KUBE_KEEP") == "1" {
+		return nil
+	}
+	cmd := exec.Command(filepath.Join(root, "scripts/kube-down.sh"))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("scripts/kube-down.sh: %w", err)
+	}
+	return nil
 }
 
 func setup(env map[string]string) (func(), error) {
@@ -184,14 +204,18 @@ func setup(env map[string]string) (func(), error) {
 }
 
 // Require returns the cluster, or fails (CI) / skips the test loudly.
+// The first call finds or starts it (see Main), which can take a while;
+// concurrent calls wait for that one.
 func Require(t testing.TB) *Cluster {
 	t.Helper()
-	if cluster == nil {
-		w := why
-		if w == "" {
-			w = "kubetest.Main did not run"
+	once.Do(func() {
+		start()
+		if why != "" {
+			fmt.Fprintf(os.Stderr, "kubetest: no cluster: %s\n", why)
 		}
-		testenv.Missing(t, "a Kubernetes cluster ("+w+")", "scripts/kube-up.sh (as root)")
+	})
+	if cluster == nil {
+		testenv.Missing(t, "a Kubernetes cluster ("+why+")", "scripts/kube-up.sh (as root)")
 	}
 	return cluster
 }
