@@ -73,7 +73,6 @@ func TestKeylessDocker(t *testing.T) {
 // (the fake listens on the host's loopback only). Egress is open by
 // default and unenforced when gateway egress is asked for.
 func TestKeylessSSH(t *testing.T) {
-	t.Parallel()
 	srv := sshtest.Shared(t)
 	for _, tt := range []struct {
 		cli    int // index in keylessCLIs
