@@ -291,7 +291,6 @@ func TestAntigravity(t *testing.T) {
 // turn runs it as agy. A wrong digest installs nothing and fails the turn
 // with code bootstrap before the agent starts.
 func TestAntigravityArchiveBootstrap(t *testing.T) {
-	t.Parallel()
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skip("the test pin is for linux-x64")
 	}

@@ -55,7 +55,6 @@ func inSandbox(environ []string) []string {
 // home, every process's environment) while the token is there; the
 // result says secrets gateway and egress gateway.
 func TestKeylessDocker(t *testing.T) {
-	t.Parallel()
 	for _, c := range keylessCLIs {
 		t.Run(c.name, func(t *testing.T) {
 			p := keylessDocker(t, c)
@@ -139,7 +138,6 @@ var egressOutput = regexp.MustCompile(`EGRESS direct=\w+ allowed=\w* denied=\w* 
 // CONNECT, the allowlisted server answers 200 and a server off the list
 // gets 403, and sees nothing.
 func TestKeylessDockerEgress(t *testing.T) {
-	t.Parallel()
 	c := keylessCLIs[0]
 	p := keylessDocker(t, c)
 	direct, directSeen := countingServer(t, net.JoinHostPort(dockertest.BridgeGateway(t), "0"))

@@ -19,9 +19,8 @@
 #   scripts/test.sh ./sandbox/...   # only these packages (still installs)
 #   scripts/test.sh ./clients/python  # only the Python client's pytest suite
 #
-# The whole suite runs integration, integration/kubernetes,
-# integration/presets and the Python tests beside the other packages (see
-# below). The log ends with the CPU time of each
+# The whole suite runs integration/presets and the Python tests beside the
+# other packages (see below). The log ends with the CPU time of each
 # package's test binary (scripts/lib/cputime.sh) and the Docker Engine's.
 #
 # Environment: OUTPOST_CACHE (install cache, default ~/.cache/outpost),
@@ -150,17 +149,10 @@ pkgs=() python_tests=$(($# == 0))
 for p in "$@"; do
 	if [[ ${p%/} == ./clients/python || ${p%/} == clients/python ]]; then python_tests=1; else pkgs+=("$p"); fi
 done
-# The whole suite runs the three long integration packages beside the
-# other packages, each in a go test of its own with a -parallel of its
-# own, so that they overlap instead of queueing behind each other (before,
-# integration and integration/kubernetes took go test's two package slots
-# for 15 min and providers/docker and the rest waited): integration/presets
-# (the real CLIs of the last presets, mostly waiting on their retries and
-# bootstraps: four tests at a time), integration (its parallel tests wait
-# on containers and CLIs: three at a time) and integration/kubernetes
-# (TestConformance alone, then the rest in namespaces of their own, four at
-# a time: the cluster it starts burns CPU for as long as it is up), and
-# the Python client's tests. Their output follows the main run's.
+# The whole suite runs three things at once: integration/presets (the real
+# CLIs of the last presets, mostly waiting on their retries and bootstraps:
+# four tests at a time) and the Python client's tests beside every other
+# package. Their output follows the main run's.
 # go test's own vet pass is off (-vet=off): `go vet -race ./...` above ran every
 # analyzer on the same packages, test files included. On an empty build
 # cache go test's pass cost about 130 CPU-seconds more (974 vet processes,
@@ -179,22 +171,17 @@ OUTPOST_TEST_BUILDS=$(mktemp -d "${TMPDIR:-/tmp}/outpost-builds.XXXXXX")
 cpuexec=(-exec "$PWD/scripts/lib/cputime.sh")
 engine_cpu0=$(engine_cpu)
 read -r busy0 idle0 < <(machine_cpu)
-# beside PKG TIMEOUT PARALLEL: go test of one package in the background.
-beside() {
-	local log
-	log=$(mktemp "${TMPDIR:-/tmp}/outpost-side.XXXXXX")
-	# shellcheck disable=SC2086
-	go test -race -count=1 -vet=off -timeout "$2" -parallel "$3" "${cpuexec[@]}" ${GOTESTFLAGS:-} "$1" >"$log" 2>&1 &
-	side+=("$!:$log:go test $1")
-}
 if [[ $# -eq 0 ]]; then
-	beside ./integration/kubernetes 30m 4
-	beside ./integration 30m 3
-	beside ./integration/presets 20m 4
-	# The longest of the rest first (providers/docker ~7 min on a loaded
-	# two-core machine), so that the rest fills the slot beside it.
+	# The longest packages first (integration ~19 min, integration/kubernetes
+	# ~15 min and providers/docker ~7 min on a loaded two-core machine), so
+	# that the rest fills the slots beside them instead of waiting behind.
+	long=(./integration ./integration/kubernetes ./providers/docker)
 	mapfile -t pkgs < <(go list ./... | grep -v -e '/integration/presets$' -e '/integration$' -e '/integration/kubernetes$' -e '/providers/docker$')
-	pkgs=(./providers/docker "${pkgs[@]}")
+	pkgs=("${long[@]}" "${pkgs[@]}")
+	presets_log=$(mktemp "${TMPDIR:-/tmp}/outpost-presets.XXXXXX")
+	# shellcheck disable=SC2086
+	go test -race -count=1 -vet=off -timeout 20m -parallel 4 "${cpuexec[@]}" ${GOTESTFLAGS:-} ./integration/presets >"$presets_log" 2>&1 &
+	side+=("$!:$presets_log:go test ./integration/presets")
 fi
 if [[ $python_tests == 1 ]]; then
 	# Debian's Python, whose packages the set-up installed (the tests

@@ -18,7 +18,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,7 +175,23 @@ func setup(env map[string]string) (func(), error) {
 		return nil, fmt.Errorf("ctr images import: %v\n%s", err, out)
 	}
 	ns := fmt.Sprintf("outpost-test-%d", os.Getpid())
-	if err := bindNamespace(ctx, admin, env, ns); err != nil {
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{kubernetes.LabelManaged: "outpost-tests"}}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(kubernetes.RoleYAML, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	role := obj.(*rbacv1.Role)
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "outpost"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: env["OUTPOST_KUBE_USER"]}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
 	cluster = &Cluster{Env: env, Admin: admin, Kubeconfig: env["OUTPOST_KUBECONFIG"], Namespace: ns, Binary: bin, Image: ref, Gateway: env["GATEWAY"]}
@@ -186,58 +201,6 @@ func setup(env map[string]string) (func(), error) {
 		_ = admin.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 		testenv.RemoveBuilds()
 	}, nil
-}
-
-// bindNamespace creates namespace ns with the provider's Role bound to
-// the test user.
-func bindNamespace(ctx context.Context, admin k8s.Interface, env map[string]string, ns string) error {
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{kubernetes.LabelManaged: "outpost-tests"}}}, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(kubernetes.RoleYAML, nil, nil)
-	if err != nil {
-		return err
-	}
-	role := obj.(*rbacv1.Role)
-	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "outpost"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: env["OUTPOST_KUBE_USER"]}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-	}
-	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{})
-	return err
-}
-
-var owned atomic.Int64
-
-// Parallel marks the test parallel (t.Parallel) and returns the cluster
-// with a namespace of the test's own, set up as the process's is (the
-// Role bound to the test user) and deleted when the test ends (without
-// waiting): tests that count the pods, Leases or policies of their
-// namespace, or sweep it, run beside each other without seeing each
-// other's.
-func Parallel(t *testing.T) *Cluster {
-	t.Helper()
-	t.Parallel()
-	c := Require(t)
-	own := *c
-	own.Namespace = fmt.Sprintf("%s-%d", c.Namespace, owned.Add(1))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := bindNamespace(ctx, c.Admin, c.Env, own.Namespace); err != nil {
-		t.Fatalf("kubetest: the test's namespace: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := c.Admin.CoreV1().Namespaces().Delete(ctx, own.Namespace, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("kubetest: deleting the test's namespace: %v", err)
-		}
-	})
-	return &own
 }
 
 // Require returns the cluster, or fails (CI) / skips the test loudly.
