@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -247,19 +246,8 @@ func (s *Server) logf(format string, args ...any) {
 }
 
 // RefusedURL returns the base URL of a loopback port on which nothing listens
-// (connections are refused), for "no server" tests. The port was free a moment
-// ago; another process could take it, which is unlikely in tests.
-func RefusedURL() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		return "", err
-	}
-	return "http://" + addr, nil
-}
+// (connections are refused), for "no server" tests (fakeapi.RefusedURL).
+func RefusedURL() (string, error) { return fakeapi.RefusedURL() }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.life.Enter() {

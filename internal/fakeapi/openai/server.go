@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -308,17 +307,13 @@ func (s *Server) WaitForRequests(n int, timeout time.Duration) bool {
 }
 
 // RefusedURL returns a base URL (ending in /v1) on 127.0.0.1 where nothing listens, so
-// that connecting to it is refused. It binds a free port and releases it at once.
+// that connecting to it is refused (fakeapi.RefusedURL).
 func RefusedURL() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	u, err := fakeapi.RefusedURL()
 	if err != nil {
 		return "", err
 	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		return "", err
-	}
-	return "http://" + addr + "/v1", nil
+	return u + "/v1", nil
 }
 
 func (s *Server) newID(prefix string) string {
