@@ -36,6 +36,8 @@ readonly IMAGES_DIR=$ROOT/images
 readonly CACHE=${OUTPOST_CACHE:-${HOME:-/root}/.cache/outpost}/images
 # shellcheck source=lib/debian-mirror.sh
 source "$ROOT/scripts/lib/debian-mirror.sh"
+# shellcheck source=lib/apt.sh
+source "$ROOT/scripts/lib/apt.sh"
 readonly BUILDER=${OUTPOST_IMAGE_BUILDER:-auto}
 readonly REBUILD=${OUTPOST_REBUILD:-0}
 readonly DEBIAN_SUITE=bookworm
@@ -48,21 +50,6 @@ say() { printf 'build-images: %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1fs", b-a}'; }
-
-apt_install() {
-	export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
-	[[ $(id -u) -eq 0 ]] || die "need root to apt-get install $*"
-	local log=/tmp/outpost-apt.log
-	if ! apt-cache show "$@" >/dev/null 2>&1; then
-		say "apt-get update (package lists lack: $*)"
-		apt-get update -qq >>"$log" 2>&1 || { tail -n 20 "$log" >&2; return 1; }
-	fi
-	if ! apt-get install -y -qq --no-install-recommends "$@" >>"$log" 2>&1; then
-		say "apt-get install $* failed; refreshing package lists and retrying (log: $log)"
-		apt-get update -qq >>"$log" 2>&1 || true
-		apt-get install -y -qq --no-install-recommends "$@" >>"$log" 2>&1 || { tail -n 20 "$log" >&2; return 1; }
-	fi
-}
 
 # hash_inputs LABEL FILE... : sha256 over a label and files (by relative name and content).
 hash_inputs() {

@@ -48,19 +48,8 @@ unset DOCKER_HOST
 [[ $(id -u) -eq 0 ]] || die "no Docker daemon answers on $SOCK and starting one needs root (try: sudo $0)"
 
 # ---- install -----------------------------------------------------------------
-apt_install() {
-	export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
-	local log=/tmp/outpost-apt.log
-	if ! apt-cache show "$@" >/dev/null 2>&1; then
-		say "apt-get update (package lists lack: $*)"
-		apt-get update -qq >>"$log" 2>&1 || { tail -n 20 "$log" >&2; return 1; }
-	fi
-	if ! apt-get install -y -qq --no-install-recommends "$@" >>"$log" 2>&1; then
-		say "apt-get install $* failed; refreshing package lists and retrying (log: $log)"
-		apt-get update -qq >>"$log" 2>&1 || true
-		apt-get install -y -qq --no-install-recommends "$@" >>"$log" 2>&1 || { tail -n 20 "$log" >&2; return 1; }
-	fi
-}
+# shellcheck source=lib/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
 if ! command -v dockerd >/dev/null 2>&1; then
 	say "dockerd not found; installing Debian's docker.io (this takes ~20-60 s)"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -28,6 +29,17 @@ func Started[S interface{ Close() }](t TB, name string, s S, err error) S {
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// RefusedURL returns the base URL (http://127.0.0.1:PORT) of a loopback
+// port on which connections are refused (RefusedAddr: the port is held,
+// so no other server can take it), for "no server" tests.
+func RefusedURL() (string, error) {
+	addr, err := RefusedAddr()
+	if err != nil {
+		return "", err
+	}
+	return "http://" + addr, nil
 }
 
 // Lifecycle starts a fake's HTTP server on loopback, counts the handlers
@@ -165,4 +177,36 @@ func EndOf(finished bool, ctx context.Context) string {
 		return EndClientGone
 	}
 	return EndScenario
+}
+
+// ContentText is the text of a message's content as the model APIs send
+// it: a string; an array of content parts ({type: text|input_text|
+// output_text, text}, or strings), their texts joined by newlines; or one
+// part ({text} or {content}). Parts without text (images...) are left out.
+func ContentText(v any) string {
+	switch c := v.(type) {
+	case string:
+		return c
+	case []any:
+		var parts []string
+		for _, p := range c {
+			switch pm := p.(type) {
+			case string:
+				parts = append(parts, pm)
+			case map[string]any:
+				if t, ok := pm["text"].(string); ok {
+					parts = append(parts, t)
+				}
+			}
+		}
+		return strings.Join(parts, "\n")
+	case map[string]any:
+		if t, ok := c["text"].(string); ok {
+			return t
+		}
+		if t, ok := c["content"].(string); ok {
+			return t
+		}
+	}
+	return ""
 }

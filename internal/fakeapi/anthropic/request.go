@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/outposthq/outpost/internal/fakeapi"
 )
 
 // Request is one HTTP request the fake received, recorded for assertions.
@@ -95,7 +97,7 @@ func parseMessages(body map[string]any) []Message {
 						parts = append(parts, t)
 					}
 				case "tool_result":
-					parts = append(parts, "[tool_result] "+contentText(bm["content"]))
+					parts = append(parts, "[tool_result] "+fakeapi.ContentText(bm["content"]))
 				case "tool_use":
 					name, _ := bm["name"].(string)
 					in, _ := json.Marshal(bm["input"])
@@ -110,25 +112,6 @@ func parseMessages(body map[string]any) []Message {
 		out = append(out, msg)
 	}
 	return out
-}
-
-// contentText flattens a tool_result content (string or blocks) to text.
-func contentText(c any) string {
-	switch v := c.(type) {
-	case string:
-		return v
-	case []any:
-		var parts []string
-		for _, b := range v {
-			if bm, ok := b.(map[string]any); ok {
-				if t, ok := bm["text"].(string); ok {
-					parts = append(parts, t)
-				}
-			}
-		}
-		return strings.Join(parts, "\n")
-	}
-	return ""
 }
 
 func (r *Request) fillMessages() {

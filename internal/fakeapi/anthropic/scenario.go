@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -69,11 +70,14 @@ type Scenario struct {
 	Header       http.Header
 }
 
-func (sc Scenario) name() string {
-	if sc.Name != "" {
-		return sc.Name
-	}
-	return string(sc.Kind)
+// name is the scenario's name in the request log: Name, else its kind.
+func (sc Scenario) name() string { return cmp.Or(sc.Name, string(sc.Kind)) }
+
+// named is sc with Name set: the canned scenarios below name themselves
+// for the request log (Request.Scenario) and for ScenarioByName.
+func (sc Scenario) named(name string) Scenario {
+	sc.Name = name
+	return sc
 }
 
 // Text returns a scenario replying with one text block.
@@ -113,9 +117,7 @@ const StructuredOutputTool = "StructuredOutput"
 // StructuredOutput returns a ToolUse scenario answering with value through
 // Claude Code's StructuredOutput tool (--json-schema).
 func StructuredOutput(value any) Scenario {
-	sc := ToolUse(StructuredOutputTool, value)
-	sc.Name = "structured"
-	return sc
+	return ToolUse(StructuredOutputTool, value).named("structured")
 }
 
 // Bash returns a ToolUse scenario calling Claude Code's Bash tool with command.
@@ -150,8 +152,7 @@ func APIError(status int, errType, msg string) Scenario {
 // RateLimit returns a plain per-minute 429 rate_limit_error (retry-after: 1).
 func RateLimit() Scenario {
 	sc := APIError(http.StatusTooManyRequests, "rate_limit_error",
-		"Number of request tokens has exceeded your per-minute rate limit (fake)")
-	sc.Name = "rate_limit"
+		"Number of request tokens has exceeded your per-minute rate limit (fake)").named("rate_limit")
 	sc.Header = http.Header{"Retry-After": {"1"}}
 	return sc
 }
@@ -163,8 +164,7 @@ func RateLimit() Scenario {
 // "You've hit your 5-hour limit · resets <time>".
 func UsageLimit(resetsAt time.Time) Scenario {
 	sc := APIError(http.StatusTooManyRequests, "rate_limit_error",
-		"This request would exceed your account's rate limit. Please try again later.")
-	sc.Name = "usage_limit"
+		"This request would exceed your account's rate limit. Please try again later.").named("usage_limit")
 	sc.Header = UsageLimitHeaders(resetsAt)
 	return sc
 }
@@ -197,38 +197,28 @@ func UsageLimitHeaders(resetsAt time.Time) http.Header {
 
 // Overloaded returns a 529 overloaded_error.
 func Overloaded() Scenario {
-	sc := APIError(529, "overloaded_error", "Overloaded")
-	sc.Name = "overloaded"
-	return sc
+	return APIError(529, "overloaded_error", "Overloaded").named("overloaded")
 }
 
 // ServerError returns a 500 api_error.
 func ServerError() Scenario {
-	sc := APIError(http.StatusInternalServerError, "api_error", "Internal server error")
-	sc.Name = "server_error"
-	return sc
+	return APIError(http.StatusInternalServerError, "api_error", "Internal server error").named("server_error")
 }
 
 // Unauthorized returns a 401 authentication_error.
 func Unauthorized() Scenario {
-	sc := APIError(http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
-	sc.Name = "unauthorized"
-	return sc
+	return APIError(http.StatusUnauthorized, "authentication_error", "invalid x-api-key").named("unauthorized")
 }
 
 // Forbidden returns a 403 permission_error.
 func Forbidden() Scenario {
-	sc := APIError(http.StatusForbidden, "permission_error",
-		"Your API key does not have permission to use the specified resource.")
-	sc.Name = "forbidden"
-	return sc
+	return APIError(http.StatusForbidden, "permission_error",
+		"Your API key does not have permission to use the specified resource.").named("forbidden")
 }
 
 // BadRequest returns a 400 invalid_request_error with msg.
 func BadRequest(msg string) Scenario {
-	sc := APIError(http.StatusBadRequest, "invalid_request_error", msg)
-	sc.Name = "bad_request"
-	return sc
+	return APIError(http.StatusBadRequest, "invalid_request_error", msg).named("bad_request")
 }
 
 // Marker is the text that selects a scenario when it appears in the last user

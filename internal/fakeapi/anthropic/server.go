@@ -245,15 +245,9 @@ func (s *Server) logf(format string, args ...any) {
 	}
 }
 
-// RefusedURL returns the base URL of a loopback port on which connections
-// are refused (fakeapi.RefusedAddr), for "no server" tests.
-func RefusedURL() (string, error) {
-	addr, err := fakeapi.RefusedAddr()
-	if err != nil {
-		return "", err
-	}
-	return "http://" + addr + "", nil
-}
+// RefusedURL returns the base URL of a loopback port on which nothing listens
+// (connections are refused), for "no server" tests (fakeapi.RefusedURL).
+func RefusedURL() (string, error) { return fakeapi.RefusedURL() }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.life.Enter() {

@@ -1,6 +1,7 @@
 package gemini
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -71,11 +72,14 @@ type Scenario struct {
 	Header http.Header
 }
 
-func (sc Scenario) name() string {
-	if sc.Name != "" {
-		return sc.Name
-	}
-	return string(sc.Kind)
+// name is the scenario's name in the request log: Name, else its kind.
+func (sc Scenario) name() string { return cmp.Or(sc.Name, string(sc.Kind)) }
+
+// named is sc with Name set: the canned scenarios below name themselves
+// for the request log (Request.Served).
+func (sc Scenario) named(name string) Scenario {
+	sc.Name = name
+	return sc
 }
 
 // Text returns a scenario replying with one text part.
@@ -109,7 +113,7 @@ func APIError(status int, errStatus, msg string, details ...map[string]any) Scen
 // QuotaFailure whose quotaId names a per-day limit, which the CLI treats
 // as terminal (no retry).
 func DailyQuota() Scenario {
-	sc := APIError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
+	return APIError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
 		"You exceeded your current quota, please check your plan and billing details. (fake)",
 		map[string]any{
 			"@type": "type.googleapis.com/google.rpc.QuotaFailure",
@@ -117,24 +121,18 @@ func DailyQuota() Scenario {
 				"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
 				"quotaId":     "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
 			}},
-		})
-	sc.Name = "daily_quota"
-	return sc
+		}).named("daily_quota")
 }
 
 // RateLimit is a plain 429 RESOURCE_EXHAUSTED without details, which the
 // CLI retries.
 func RateLimit() Scenario {
-	sc := APIError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).")
-	sc.Name = "rate_limit"
-	return sc
+	return APIError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).").named("rate_limit")
 }
 
 // Unavailable is a 503 UNAVAILABLE (overloaded model).
 func Unavailable() Scenario {
-	sc := APIError(http.StatusServiceUnavailable, "UNAVAILABLE", "The model is overloaded. Please try again later.")
-	sc.Name = "unavailable"
-	return sc
+	return APIError(http.StatusServiceUnavailable, "UNAVAILABLE", "The model is overloaded. Please try again later.").named("unavailable")
 }
 
 // Markers select a scenario from the last user text when no queue entry

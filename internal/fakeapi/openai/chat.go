@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
@@ -10,83 +9,33 @@ import (
 // parseChatInput fills the request summary from a Chat Completions body.
 func parseChatInput(req *Request, body map[string]any) {
 	if msgs, ok := body["messages"].([]any); ok {
-		req.NumInput = len(msgs)
-		for _, it := range msgs {
-			m, _ := it.(map[string]any)
-			if m == nil {
-				continue
-			}
+		parseItems(req, msgs, func(m map[string]any) (string, itemKind, any) {
 			role, _ := m["role"].(string)
-			req.LastItemType = role
-			req.ToolOutput = ""
 			switch role {
 			case "user":
-				t := contentText(m["content"])
-				req.UserTexts = append(req.UserTexts, t)
-				req.LastUserText = t
+				return role, userItem, m["content"]
 			case "tool", "function":
-				req.ToolOutput = contentText(m["content"])
+				return role, toolOutputItem, m["content"]
 			}
-		}
+			return role, otherItem, nil
+		})
 	}
-	if f, ok := body["response_format"].(map[string]any); ok {
-		if typ, _ := f["type"].(string); typ != "" && typ != "text" {
-			req.OutputFormat = f
-		}
-	}
-	if tools, ok := body["tools"].([]any); ok {
-		for _, t := range tools {
-			m, _ := t.(map[string]any)
-			if m == nil {
-				continue
-			}
-			name := ""
-			if f, ok := m["function"].(map[string]any); ok {
-				name, _ = f["name"].(string)
-			}
-			if name == "" {
-				name, _ = m["name"].(string)
-			}
-			if name == "" {
-				name, _ = m["type"].(string)
-			}
-			req.ToolNames = append(req.ToolNames, name)
-		}
-	}
+	parseOutputFormat(req, body["response_format"])
+	parseToolNames(req, body["tools"], true)
 }
 
 // chatTool picks the tool name and arguments for a shell tool call on Chat Completions:
 // bash {"command","description"} (Copilot) unless the scenario says otherwise.
 func chatTool(req *Request, sc Scenario) (name, args string) {
-	name, args = sc.ToolName, sc.Arguments
-	if name == "" {
-		switch {
-		case req.HasTool("bash"):
-			name = "bash"
-		case req.HasTool("shell"):
-			name = "shell"
-		case req.HasTool("exec_command"):
-			name = "exec_command"
-		case req.HasTool("run_shell_command"):
-			name = "run_shell_command"
-		default:
-			name = "bash"
-		}
-	}
-	if args == "" {
-		var v any
+	return shellTool(req, sc, []string{"bash", "shell", "exec_command", "run_shell_command"}, func(name, command string) any {
 		switch name {
 		case "exec_command":
-			v = map[string]any{"cmd": sc.Command}
+			return map[string]any{"cmd": command}
 		case "shell":
-			v = map[string]any{"command": []string{"bash", "-lc", sc.Command}}
-		default:
-			v = map[string]any{"command": sc.Command, "description": "Run a shell command"}
+			return map[string]any{"command": []string{"bash", "-lc", command}}
 		}
-		b, _ := json.Marshal(v)
-		args = string(b)
-	}
-	return name, args
+		return map[string]any{"command": command, "description": "Run a shell command"}
+	})
 }
 
 func chatUsage(u Usage) map[string]any {

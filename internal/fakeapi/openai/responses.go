@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,123 +16,41 @@ func parseResponsesInput(req *Request, body map[string]any) {
 		req.LastUserText = in
 		req.UserTexts = []string{in}
 	case []any:
-		req.NumInput = len(in)
-		for _, it := range in {
-			m, _ := it.(map[string]any)
-			if m == nil {
-				continue
-			}
+		parseItems(req, in, func(m map[string]any) (string, itemKind, any) {
 			typ, _ := m["type"].(string)
 			if typ == "" {
 				if _, ok := m["role"]; ok {
 					typ = "message"
 				}
 			}
-			req.LastItemType = typ
-			req.ToolOutput = ""
 			switch typ {
 			case "message":
 				if role, _ := m["role"].(string); role == "user" {
-					t := contentText(m["content"])
-					req.UserTexts = append(req.UserTexts, t)
-					req.LastUserText = t
+					return typ, userItem, m["content"]
 				}
 			case "function_call_output", "custom_tool_call_output":
-				req.ToolOutput = contentText(m["output"])
+				return typ, toolOutputItem, m["output"]
 			}
-		}
+			return typ, otherItem, nil
+		})
 	}
 	if t, ok := body["text"].(map[string]any); ok {
-		if f, ok := t["format"].(map[string]any); ok {
-			if typ, _ := f["type"].(string); typ != "" && typ != "text" {
-				req.OutputFormat = f
-			}
-		}
+		parseOutputFormat(req, t["format"])
 	}
-	if tools, ok := body["tools"].([]any); ok {
-		for _, t := range tools {
-			m, _ := t.(map[string]any)
-			if m == nil {
-				continue
-			}
-			name, _ := m["name"].(string)
-			if name == "" {
-				if f, ok := m["function"].(map[string]any); ok {
-					name, _ = f["name"].(string)
-				}
-			}
-			if name == "" {
-				name, _ = m["type"].(string)
-			}
-			req.ToolNames = append(req.ToolNames, name)
-		}
-	}
-}
-
-// contentText joins the text of a string or of an array of content parts
-// ({type: input_text|output_text|text, text}).
-func contentText(v any) string {
-	switch c := v.(type) {
-	case string:
-		return c
-	case []any:
-		var parts []string
-		for _, p := range c {
-			switch pm := p.(type) {
-			case string:
-				parts = append(parts, pm)
-			case map[string]any:
-				if t, ok := pm["text"].(string); ok {
-					parts = append(parts, t)
-				}
-			}
-		}
-		return strings.Join(parts, "\n")
-	case map[string]any:
-		if t, ok := c["text"].(string); ok {
-			return t
-		}
-		if t, ok := c["content"].(string); ok {
-			return t
-		}
-	}
-	return ""
+	parseToolNames(req, body["tools"], false)
 }
 
 // responsesTool picks the tool name and arguments for a shell tool call.
 func responsesTool(req *Request, sc Scenario) (name, args string) {
-	if sc.ToolName != "" {
-		name = sc.ToolName
-	}
-	if sc.Arguments != "" {
-		args = sc.Arguments
-	}
-	if name == "" {
-		switch {
-		case req.HasTool("exec_command"):
-			name = "exec_command"
-		case req.HasTool("shell_command"):
-			name = "shell_command"
-		case req.HasTool("shell"):
-			name = "shell"
-		default:
-			name = "exec_command"
-		}
-	}
-	if args == "" {
-		var v any
+	return shellTool(req, sc, []string{"exec_command", "shell_command", "shell"}, func(name, command string) any {
 		switch name {
 		case "shell":
-			v = map[string]any{"command": []string{"bash", "-lc", sc.Command}}
+			return map[string]any{"command": []string{"bash", "-lc", command}}
 		case "shell_command", "bash":
-			v = map[string]any{"command": sc.Command}
-		default:
-			v = map[string]any{"cmd": sc.Command}
+			return map[string]any{"command": command}
 		}
-		b, _ := json.Marshal(v)
-		args = string(b)
-	}
-	return name, args
+		return map[string]any{"cmd": command}
+	})
 }
 
 func responsesUsage(u Usage) map[string]any {
@@ -248,40 +165,41 @@ func (st *rstream) reasoning(summary string) bool {
 		st.ev("response.output_item.done", map[string]any{"output_index": idx, "item": item})
 }
 
-func (st *rstream) functionCall(name, args string) bool {
-	idx := len(st.items)
-	id := st.s.newID("fc")
-	callID := st.s.newID("call")
-	if !st.ev("response.output_item.added", map[string]any{"output_index": idx, "item": map[string]any{
-		"id": id, "type": "function_call", "status": "in_progress", "name": name, "call_id": callID, "arguments": "",
-	}}) {
-		return false
-	}
-	if !st.ev("response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": idx, "delta": args}) {
-		return false
-	}
-	item := map[string]any{"id": id, "type": "function_call", "status": "completed", "name": name, "call_id": callID, "arguments": args}
-	st.items = append(st.items, item)
-	return st.ev("response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": idx, "arguments": args}) &&
-		st.ev("response.output_item.done", map[string]any{"output_index": idx, "item": item})
+// callKind is what tells the Responses API's two kinds of tool call apart
+// on the stream: a function call streams its JSON arguments, a custom tool
+// call (apply_patch) its free-form input. Their events are otherwise the
+// same, so one toolCall writes both.
+type callKind struct {
+	idPrefix string // of the item's id
+	typ      string // the item's type
+	field    string // the item's member that holds the streamed value
+	events   string // the prefix of the delta and done events
 }
 
-func (st *rstream) customToolCall(name, input string) bool {
+var (
+	functionCall   = callKind{"fc", "function_call", "arguments", "response.function_call_arguments"}
+	customToolCall = callKind{"ctc", "custom_tool_call", "input", "response.custom_tool_call_input"}
+)
+
+// toolCall streams a tool call of kind k: the item added in progress, its
+// value in one delta, then done.
+func (st *rstream) toolCall(k callKind, name, value string) bool {
 	idx := len(st.items)
-	id := st.s.newID("ctc")
+	id := st.s.newID(k.idPrefix)
 	callID := st.s.newID("call")
-	if !st.ev("response.output_item.added", map[string]any{"output_index": idx, "item": map[string]any{
-		"id": id, "type": "custom_tool_call", "status": "in_progress", "call_id": callID, "name": name, "input": "",
-	}}) {
+	item := func(status, v string) map[string]any {
+		return map[string]any{"id": id, "type": k.typ, "status": status, "name": name, "call_id": callID, k.field: v}
+	}
+	if !st.ev("response.output_item.added", map[string]any{"output_index": idx, "item": item("in_progress", "")}) {
 		return false
 	}
-	if !st.ev("response.custom_tool_call_input.delta", map[string]any{"item_id": id, "output_index": idx, "delta": input}) {
+	if !st.ev(k.events+".delta", map[string]any{"item_id": id, "output_index": idx, "delta": value}) {
 		return false
 	}
-	item := map[string]any{"id": id, "type": "custom_tool_call", "status": "completed", "call_id": callID, "name": name, "input": input}
-	st.items = append(st.items, item)
-	return st.ev("response.custom_tool_call_input.done", map[string]any{"item_id": id, "output_index": idx, "input": input}) &&
-		st.ev("response.output_item.done", map[string]any{"output_index": idx, "item": item})
+	done := item("completed", value)
+	st.items = append(st.items, done)
+	return st.ev(k.events+".done", map[string]any{"item_id": id, "output_index": idx, k.field: value}) &&
+		st.ev("response.output_item.done", map[string]any{"output_index": idx, "item": done})
 }
 
 func (st *rstream) completed(u Usage) bool {
@@ -319,13 +237,13 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, req *Req
 		finished = st.reasoning(sc.Reasoning) && st.message(chunkText(sc.Text), 0) && st.completed(u)
 	case KindToolCall:
 		name, args := responsesTool(req, sc)
-		finished = st.functionCall(name, args) && st.completed(u)
+		finished = st.toolCall(functionCall, name, args) && st.completed(u)
 	case KindApplyPatch:
 		name := sc.ToolName
 		if name == "" {
 			name = "apply_patch"
 		}
-		finished = st.customToolCall(name, sc.Patch) && st.completed(u)
+		finished = st.toolCall(customToolCall, name, sc.Patch) && st.completed(u)
 	case KindSlow:
 		finished = st.message(slowDeltas(sc), sc.Delay) && st.completed(u)
 	case KindDrop:

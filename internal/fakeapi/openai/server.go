@@ -306,14 +306,14 @@ func (s *Server) WaitForRequests(n int, timeout time.Duration) bool {
 	}
 }
 
-// RefusedURL returns a base URL (ending in /v1) on 127.0.0.1 where
-// connections are refused (fakeapi.RefusedAddr), for "no server" tests.
+// RefusedURL returns a base URL (ending in /v1) on 127.0.0.1 where nothing listens, so
+// that connecting to it is refused (fakeapi.RefusedURL).
 func RefusedURL() (string, error) {
-	addr, err := fakeapi.RefusedAddr()
+	u, err := fakeapi.RefusedURL()
 	if err != nil {
 		return "", err
 	}
-	return "http://" + addr + "/v1", nil
+	return u + "/v1", nil
 }
 
 func (s *Server) newID(prefix string) string {

@@ -15,12 +15,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/outposthq/outpost/internal/fakeapi"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
 )
 
@@ -56,17 +55,13 @@ func main() {
 	}
 	opts.Default = &def
 
-	var (
-		logMu sync.Mutex
-		logF  *os.File
-	)
-	if *logPath != "" {
-		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			fatalf("%v", err)
-		}
-		defer f.Close()
-		logF = f
+	var logMu sync.Mutex
+	logF, err := fakeapi.OpenLog(*logPath)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	if logF != nil {
+		defer logF.Close()
 	}
 	opts.OnRequest = func(r anthropic.Request) {
 		line := map[string]any{
@@ -83,11 +78,7 @@ func main() {
 			line["messages"] = r.Messages
 		}
 		if *logBodies && len(r.Body) > 0 {
-			if json.Valid(r.Body) {
-				line["body"] = json.RawMessage(r.Body)
-			} else {
-				line["body"] = string(r.Body)
-			}
+			line["body"] = fakeapi.LoggedBody(r.Body)
 		}
 		fmt.Fprintf(os.Stderr, "fakeanthropic: #%d %s %s?%s scenario=%s nmsg=%d last_user=%.80q\n",
 			r.Seq, r.Method, r.Path, r.RawQuery, r.Scenario, r.NumMessages, r.LastUserText)
@@ -104,10 +95,7 @@ func main() {
 	if err != nil {
 		fatalf("%v", err)
 	}
-	for _, name := range strings.Split(*queue, ",") {
-		if name = strings.TrimSpace(name); name == "" {
-			continue
-		}
+	for _, name := range fakeapi.SplitNames(*queue) {
 		sc, ok := anthropic.ScenarioByName(name, &opts)
 		if !ok {
 			srv.Close()
@@ -115,17 +103,11 @@ func main() {
 		}
 		srv.Enqueue(sc)
 	}
-	fmt.Println(srv.URL())
-	if *urlFile != "" {
-		if err := os.WriteFile(*urlFile, []byte(srv.URL()+"\n"), 0o644); err != nil {
-			srv.Close()
-			fatalf("%v", err)
-		}
+	if err := fakeapi.Announce(srv.URL(), *urlFile); err != nil {
+		srv.Close()
+		fatalf("%v", err)
 	}
-
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	<-sig
+	<-fakeapi.StopSignals()
 	srv.Close()
 }
 

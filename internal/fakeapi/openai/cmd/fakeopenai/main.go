@@ -20,12 +20,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/outposthq/outpost/internal/fakeapi"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 )
 
@@ -80,24 +79,19 @@ func main() {
 		fatalf("unknown scenario %q (known: %s)", *scenario, names())
 	}
 	var queued []openai.Scenario
-	for _, name := range strings.Split(*queue, ",") {
-		if name = strings.TrimSpace(name); name == "" {
-			continue
-		}
+	for _, name := range fakeapi.SplitNames(*queue) {
 		sc, ok := scenarios[name]
 		if !ok {
 			fatalf("unknown queued scenario %q (known: %s)", name, names())
 		}
 		queued = append(queued, sc)
 	}
-	var logF *os.File
-	if *logPath != "" {
-		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			fatalf("%v", err)
-		}
-		defer f.Close()
-		logF = f
+	logF, err := fakeapi.OpenLog(*logPath)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	if logF != nil {
+		defer logF.Close()
 	}
 	cfg := openai.Config{
 		Text:       *text,
@@ -122,15 +116,11 @@ func main() {
 		fatalf("%v", err)
 	}
 	srv.Enqueue(queued...)
-	fmt.Println(srv.URL())
-	if *urlFile != "" {
-		if err := os.WriteFile(*urlFile, []byte(srv.URL()+"\n"), 0o644); err != nil {
-			srv.Close()
-			fatalf("%v", err)
-		}
+	if err := fakeapi.Announce(srv.URL(), *urlFile); err != nil {
+		srv.Close()
+		fatalf("%v", err)
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	sig := fakeapi.StopSignals()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	written := 0
@@ -160,11 +150,7 @@ func writeLog(f *os.File, srv *openai.Server, written int, bodies bool) int {
 			"last_item_type": r.LastItemType, "last_user": r.LastUserText, "tools": r.ToolNames,
 		}
 		if bodies && len(r.RawBody) > 0 {
-			if json.Valid(r.RawBody) {
-				line["body"] = json.RawMessage(r.RawBody)
-			} else {
-				line["body"] = string(r.RawBody)
-			}
+			line["body"] = fakeapi.LoggedBody(r.RawBody)
 		}
 		b, err := json.Marshal(line)
 		if err != nil {
