@@ -211,7 +211,7 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	o := p.opts
 	labels := map[string]string{}
 	maps.Copy(labels, extra)
-	maps.Copy(labels, ownerLabels(self()))
+	maps.Copy(labels, self().Labels(LabelPrefix))
 	labels[LabelLease] = s.id
 	labels[LabelCreated] = time.Now().UTC().Format(time.RFC3339Nano)
 	labels[LabelVersion] = selfbin.Version()
@@ -265,7 +265,7 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 // containerMounts are the state volume, outpost's binary (unless it is
 // copied in), the shared host directories and the workspace.
 func containerMounts(eng *engine, s *Sandbox) []mount.Mount {
-	volLabels := ownerLabels(self())
+	volLabels := self().Labels(LabelPrefix)
 	volLabels[LabelLease] = s.id
 	mounts := []mount.Mount{{Type: mount.TypeVolume, Target: layout.StateDir, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}}}
 	if !eng.copyBinary {
