@@ -93,6 +93,22 @@ type Tunneler interface {
 	Tunnel(ctx context.Context) (addr string, l net.Listener, err error)
 }
 
+// TunnelAccept is the Accept of a Tunneler's listener: the next
+// connection accept yields; once accept fails, an error wrapping
+// net.ErrClosed (prefixed "what: ") when closed says the listener's Close
+// was called, else what ended makes of accept's error (why the tunnel
+// ended: the lease released, its connection lost...).
+func TunnelAccept(what string, accept func() (net.Conn, error), closed func() bool, ended func(error) error) (net.Conn, error) {
+	conn, err := accept()
+	if err == nil {
+		return conn, nil
+	}
+	if closed() {
+		return nil, fmt.Errorf("%s: %w", what, net.ErrClosed)
+	}
+	return nil, ended(err)
+}
+
 // Sandbox is one allocated sandbox: a private home, a working directory and
 // a way to run processes and move files. Paths are as seen inside it.
 type Sandbox interface {
