@@ -212,6 +212,40 @@ func (e Environment) Clone() Environment {
 	return Environment{Fixed: maps.Clone(e.Fixed), Defaults: maps.Clone(e.Defaults)}
 }
 
+// Base is what every provider's Sandbox answers alike, settled when the
+// provider opens it: the private home, the working directory and the
+// environment of its processes. The providers' Sandbox types embed it for
+// Home, Workdir and Environment, and their LookPath searches SearchPath.
+type Base struct {
+	home, workdir string
+	env           Environment
+}
+
+// NewBase is the Base of a sandbox with this home, working directory
+// (both absolute, inside the sandbox) and environment.
+func NewBase(home, workdir string, env Environment) Base {
+	return Base{home: home, workdir: workdir, env: env}
+}
+
+// Home is the sandbox's private home (Sandbox.Home).
+func (b Base) Home() string { return b.home }
+
+// Workdir is the working directory inside the sandbox (Sandbox.Workdir).
+func (b Base) Workdir() string { return b.workdir }
+
+// Environment is a copy of the environment the provider defines
+// (Sandbox.Environment), which the caller may change.
+func (b Base) Environment() Environment { return b.env.Clone() }
+
+// SearchPath is the PATH a PathLooker searches: pathEnv, or the
+// environment's default PATH when pathEnv is empty.
+func (b Base) SearchPath(pathEnv string) string {
+	if pathEnv == "" {
+		return b.env.Defaults["PATH"]
+	}
+	return pathEnv
+}
+
 // ExecRequest is one process to start.
 type ExecRequest struct {
 	Path  string            // executable; looked up in Env["PATH"] when not absolute
