@@ -31,3 +31,17 @@ func TestLiveness(t *testing.T) {
 		}
 	}
 }
+
+func TestLabelsRoundTrip(t *testing.T) {
+	o := owner.Owner{PID: 42, Start: 7, Boot: "b", PidNS: "pid:[1]", Host: "h"}
+	l := o.Labels("x.")
+	if l["x."+owner.KeyPID] != "42" || l["x."+owner.KeyHost] != "h" || len(l) != 5 {
+		t.Fatalf("Labels = %v", l)
+	}
+	if got := owner.FromLabels("x.", l); got != o {
+		t.Fatalf("FromLabels = %+v, want %+v", got, o)
+	}
+	if got := owner.FromLabels("x.", map[string]string{"x." + owner.KeyPID: "nope"}); got != (owner.Owner{}) {
+		t.Fatalf("FromLabels of a malformed pid = %+v", got)
+	}
+}

@@ -304,9 +304,7 @@ func (s *Sandbox) runLimit(ctx context.Context, cmd, env []string, max int) (res
 // inside the container, without a shell. A missing one gives an
 // *exec.Error wrapping exec.ErrNotFound. It implements driver.PathLooker.
 func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, error) {
-	if pathEnv == "" {
-		pathEnv = s.env.Defaults["PATH"]
-	}
+	pathEnv = s.SearchPath(pathEnv)
 	// outpost's own binary leads the default PATH: no need to ask.
 	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == path.Dir(layout.BinaryPath) && name == path.Base(layout.BinaryPath) {
 		return layout.BinaryPath, nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -25,12 +24,13 @@ const (
 	LabelLease = LabelPrefix + "lease"
 	// The owner process: pid, start time (clock ticks after boot, as in
 	// /proc/PID/stat), the kernel's boot id, the pid namespace and the
-	// host name. Together they tell whether the owner still runs.
-	LabelOwnerPID   = LabelPrefix + "owner.pid"
-	LabelOwnerStart = LabelPrefix + "owner.start"
-	LabelOwnerBoot  = LabelPrefix + "owner.boot"
-	LabelOwnerPidNS = LabelPrefix + "owner.pidns"
-	LabelOwnerHost  = LabelPrefix + "owner.host"
+	// host name (owner.Labels). Together they tell whether the owner
+	// still runs.
+	LabelOwnerPID   = LabelPrefix + owner.KeyPID
+	LabelOwnerStart = LabelPrefix + owner.KeyStart
+	LabelOwnerBoot  = LabelPrefix + owner.KeyBoot
+	LabelOwnerPidNS = LabelPrefix + owner.KeyPidNS
+	LabelOwnerHost  = LabelPrefix + owner.KeyHost
 	// LabelCreated is the creation time (RFC 3339, UTC).
 	LabelCreated = LabelPrefix + "created"
 	// LabelVersion is the outpost version that created the container.
@@ -46,23 +46,6 @@ var self = owner.Self
 
 // Self is the current process as an owner.
 func Self() Owner { return self() }
-
-func ownerLabels(o Owner) map[string]string {
-	return map[string]string{
-		LabelOwnerPID:   strconv.Itoa(o.PID),
-		LabelOwnerStart: strconv.FormatUint(o.Start, 10),
-		LabelOwnerBoot:  o.Boot,
-		LabelOwnerPidNS: o.PidNS,
-		LabelOwnerHost:  o.Host,
-	}
-}
-
-func ownerOf(labels map[string]string) Owner {
-	o := Owner{Boot: labels[LabelOwnerBoot], PidNS: labels[LabelOwnerPidNS], Host: labels[LabelOwnerHost]}
-	o.PID, _ = strconv.Atoi(labels[LabelOwnerPID])
-	o.Start, _ = strconv.ParseUint(labels[LabelOwnerStart], 10, 64)
-	return o
-}
 
 // Liveness of an owner as seen from this process.
 type Liveness = owner.Liveness
@@ -127,7 +110,7 @@ func gc(ctx context.Context, eng *engine, opts GCOptions) (GCReport, error) {
 	}
 	var errs []error
 	for _, c := range list {
-		o := ownerOf(c.Labels)
+		o := owner.FromLabels(LabelPrefix, c.Labels)
 		lv := o.Liveness()
 		if !opts.All && lv != Dead {
 			rep.Kept++

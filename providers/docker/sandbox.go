@@ -34,8 +34,12 @@ import (
 	"github.com/outposthq/outpost/providers/tunnel"
 )
 
-// Sandbox is one lease: one container.
+// Sandbox is one lease: one container. Its home is /outpost/home, its
+// working directory /workspace; in its environment HOME, XDG_* and TMPDIR
+// are fixed, the image's variables are defaults, and PATH starts with
+// outpost's binary directory.
 type Sandbox struct {
+	driver.Base
 	p       *Provider
 	eng     *engine
 	id      string // lease id and container name
@@ -43,7 +47,6 @@ type Sandbox struct {
 	user    string
 	uid     int // numeric ids of user, owners of what is copied in
 	gid     int
-	env     driver.Environment
 	mode    WorkspaceMode
 	hostDir string         // the caller's working directory (host side)
 	shared  []driver.Mount // host directories bind-mounted read-only (mounts.go)
@@ -84,12 +87,6 @@ func (s *Sandbox) ID() string { return s.id }
 // ContainerID is the engine's id of the lease's container.
 func (s *Sandbox) ContainerID() string { return s.cid }
 
-// Home is /outpost/home.
-func (s *Sandbox) Home() string { return layout.HomeDir }
-
-// Workdir is /workspace.
-func (s *Sandbox) Workdir() string { return layout.Workspace }
-
 // HostWorkdir is the caller's directory the workspace comes from.
 func (s *Sandbox) HostWorkdir() string { return s.hostDir }
 
@@ -98,12 +95,6 @@ func (s *Sandbox) Mode() WorkspaceMode { return s.mode }
 
 // User is the user processes run as.
 func (s *Sandbox) User() string { return s.user }
-
-// Environment: HOME, XDG_* and TMPDIR are fixed; the image's variables
-// are defaults, and PATH starts with outpost's binary directory.
-func (s *Sandbox) Environment() driver.Environment {
-	return s.env.Clone()
-}
 
 func newID() string {
 	var b [6]byte
@@ -117,10 +108,7 @@ func newID() string {
 // unavailable, the working directory's error, the engine's errors; on ctx
 // cancel, an error wrapping ctx's, and nothing is left behind.
 func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	wd, err := driver.HostDir(opts.Workdir)
+	wd, err := driver.OpenDir(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +133,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 			}
 		}
 	}
-	s.env = environment(img.env)
+	s.Base = driver.NewBase(layout.HomeDir, layout.Workspace, environment(img.env))
 	s.setup = !p.serveOff && !eng.copyBinary && setupUser(s.user)
 	cfg, hc := p.containerConfig(eng, s, img, opts.Labels)
 	// The create is not cancelled midway: the engine goes on making a
@@ -211,7 +199,7 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 	o := p.opts
 	labels := map[string]string{}
 	maps.Copy(labels, extra)
-	maps.Copy(labels, ownerLabels(self()))
+	maps.Copy(labels, self().Labels(LabelPrefix))
 	labels[LabelLease] = s.id
 	labels[LabelCreated] = time.Now().UTC().Format(time.RFC3339Nano)
 	labels[LabelVersion] = selfbin.Version()
@@ -265,7 +253,7 @@ func (p *Provider) containerConfig(eng *engine, s *Sandbox, img *imageFacts, ext
 // containerMounts are the state volume, outpost's binary (unless it is
 // copied in), the shared host directories and the workspace.
 func containerMounts(eng *engine, s *Sandbox) []mount.Mount {
-	volLabels := ownerLabels(self())
+	volLabels := self().Labels(LabelPrefix)
 	volLabels[LabelLease] = s.id
 	mounts := []mount.Mount{{Type: mount.TypeVolume, Target: layout.StateDir, VolumeOptions: &mount.VolumeOptions{Labels: volLabels}}}
 	if !eng.copyBinary {

@@ -267,9 +267,7 @@ func (t *podExec) Close() {
 // missing one gives an *exec.Error wrapping exec.ErrNotFound. It
 // implements driver.PathLooker.
 func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, error) {
-	if pathEnv == "" {
-		pathEnv = s.env.Defaults["PATH"]
-	}
+	pathEnv = s.SearchPath(pathEnv)
 	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == "/outpost/bin" && name == "outpost" {
 		return layout.BinaryPath, nil
 	}

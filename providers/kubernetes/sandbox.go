@@ -22,8 +22,11 @@ import (
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
-// Sandbox is one lease: one pod.
+// Sandbox is one lease: one pod. Its home is /outpost/home, its working
+// directory /workspace; in its environment HOME, XDG_* and TMPDIR are
+// fixed, and PATH starts with outpost's binary directory.
 type Sandbox struct {
+	driver.Base
 	p       *Provider
 	id      string // lease id and pod name
 	uid     int
@@ -31,7 +34,6 @@ type Sandbox struct {
 	host    string // this machine's name, for the pod's annotation
 	hostDir string
 	shared  []driver.Mount
-	env     driver.Environment
 	policy  bool // a NetworkPolicy denying all traffic was made (egress.go)
 
 	closing atomic.Bool
@@ -59,18 +61,6 @@ func (s *Sandbox) Pod() string { return s.id }
 // Namespace is the pod's namespace.
 func (s *Sandbox) Namespace() string { return s.p.ns }
 
-// Home is /outpost/home.
-func (s *Sandbox) Home() string { return layout.HomeDir }
-
-// Workdir is /workspace.
-func (s *Sandbox) Workdir() string { return layout.Workspace }
-
-// Environment: HOME, XDG_* and TMPDIR are fixed; PATH starts with
-// outpost's binary directory.
-func (s *Sandbox) Environment() driver.Environment {
-	return s.env.Clone()
-}
-
 // HostPath maps a host path inside a honored mount (Options.NodeCache).
 func (s *Sandbox) HostPath(p string) (string, bool) { return driver.MapMount(s.shared, p) }
 
@@ -86,7 +76,8 @@ func environment() driver.Environment {
 // naming the cause, ErrForbidden, ErrConfig, ErrUnreachable, the API's;
 // on ctx cancel an error wrapping ctx's, and the pod is deleted.
 func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
-	if err := ctx.Err(); err != nil {
+	wd, err := driver.OpenDir(ctx, opts)
+	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
@@ -94,10 +85,6 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	p.mu.Unlock()
 	if closed {
 		return nil, errors.New("kubernetes: the provider is closed")
-	}
-	wd, err := driver.HostDir(opts.Workdir)
-	if err != nil {
-		return nil, err
 	}
 	img, err := p.resolveImage(ctx)
 	if err != nil {
@@ -108,7 +95,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	s := &Sandbox{p: p, id: "outpost-" + randomHex(6), uid: int(p.opts.UID), gid: int(p.opts.GID), host: host, hostDir: wd, env: environment(), procs: map[*process]bool{}}
+	s := &Sandbox{p: p, id: "outpost-" + randomHex(6), uid: int(p.opts.UID), gid: int(p.opts.GID), host: host, hostDir: wd, Base: driver.NewBase(layout.HomeDir, layout.Workspace, environment()), procs: map[*process]bool{}}
 	s.shared = sharedMounts(&p.opts, opts.Mounts)
 	p.mu.Lock()
 	p.leases++

@@ -130,14 +130,13 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	sb := &Sandbox{id: id, dir: dir, workdir: wd, running: map[*process]struct{}{}}
+	sb := &Sandbox{id: id, dir: dir, running: map[*process]struct{}{}}
 	// The owner file sits beside the home, out of the agent's sight.
 	if err := sb.writeRecord(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	home := filepath.Join(dir, "home")
-	sb.home = home
 	tmp := filepath.Join(home, "tmp")
 	for _, d := range driver.HomeDirs(home, tmp) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -163,7 +162,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	if env.Defaults["PATH"] == "" {
 		env.Defaults["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 	}
-	sb.env = env
+	sb.Base = driver.NewBase(home, wd, env)
 	return sb, nil
 }
 
@@ -275,18 +274,15 @@ func (s *Sandbox) writeRecord() error {
 
 // Sandbox is one local lease.
 type Sandbox struct {
-	id, dir, home, workdir string
-	env                    driver.Environment
+	driver.Base // home, workdir, environment
+	id, dir     string
 
 	mu      sync.Mutex
 	running map[*process]struct{} // started and not yet waited for
 	closed  bool                  // Close began: the owner file is no longer written
 }
 
-func (s *Sandbox) ID() string                      { return s.id }
-func (s *Sandbox) Home() string                    { return s.home }
-func (s *Sandbox) Workdir() string                 { return s.workdir }
-func (s *Sandbox) Environment() driver.Environment { return s.env }
+func (s *Sandbox) ID() string { return s.id }
 
 // Start runs a process in its own process group, recorded in the lease's
 // owner file until it is waited for.
@@ -305,7 +301,7 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	cmd := exec.Command(path, req.Args...)
 	cmd.Dir = req.Dir
 	if cmd.Dir == "" {
-		cmd.Dir = s.workdir
+		cmd.Dir = s.Workdir()
 	}
 	cmd.Env = make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
@@ -390,10 +386,7 @@ func (s *Sandbox) LookPath(_ context.Context, name, pathEnv string) (string, err
 		}
 		return name, nil
 	}
-	if pathEnv == "" {
-		pathEnv = s.env.Defaults["PATH"]
-	}
-	return lookPath(name, pathEnv)
+	return lookPath(name, s.SearchPath(pathEnv))
 }
 
 type process struct {
@@ -520,7 +513,7 @@ func (s *Sandbox) List(ctx context.Context, dir string) ([]string, error) {
 // directory of homes when the working directory holds it. It implements
 // driver.Snapshotter.
 func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Snapshot, error) {
-	return snapshot.Walk(ctx, s.workdir, limit, filepath.Dir(s.dir))
+	return snapshot.Walk(ctx, s.Workdir(), limit, filepath.Dir(s.dir))
 }
 
 // Close removes the lease's home. The working directory is the caller's

@@ -23,7 +23,7 @@ import (
 // exec.ErrNotFound, a missing working directory an error wrapping
 // fs.ErrNotExist, a dropped connection driver.ErrDisconnected.
 func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Process, error) {
-	dir, err := shim.CheckStart(ctx, "ssh", s.id, s.closing.Load(), req.Env, req.Dir, s.workdir)
+	dir, err := shim.CheckStart(ctx, "ssh", s.id, s.closing.Load(), req.Env, req.Dir, s.Workdir())
 	if err != nil {
 		return nil, err
 	}
@@ -185,9 +185,7 @@ func signalName(sig string) string {
 // on the host, as exec would, without a shell. It implements
 // driver.PathLooker.
 func (s *Sandbox) LookPath(ctx context.Context, name, pathEnv string) (string, error) {
-	if pathEnv == "" {
-		pathEnv = s.env.Defaults["PATH"]
-	}
+	pathEnv = s.SearchPath(pathEnv)
 	if dir, _, _ := strings.Cut(pathEnv, ":"); dir == s.c.remote.binDir && name == "outpost" {
 		return s.c.remote.binary, nil
 	}

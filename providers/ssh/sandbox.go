@@ -38,16 +38,19 @@ type Record struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 }
 
-// Sandbox is one lease: a directory on the remote host.
+// Sandbox is one lease: a directory on the remote host. Its home is
+// <dir>/home, its working directory <dir>/workspace in copy mode and
+// Options.Workdir in remote mode; in its environment HOME, XDG_* and
+// TMPDIR are fixed, the allowlisted login variables of the host are
+// defaults, and PATH starts with the directory of outpost's binary on the
+// host.
 type Sandbox struct {
+	driver.Base
 	p         *Provider
 	c         *conn
 	id        string
 	dir       string // the lease's directory on the host
-	home      string
-	workdir   string
 	runDir    string
-	env       driver.Environment
 	mode      WorkspaceMode
 	hostDir   string         // copy mode: the caller's directory
 	shared    []driver.Mount // mounts mirrored on demand (trees.go)
@@ -71,19 +74,6 @@ func (s *Sandbox) ID() string { return s.id }
 
 // Dir is the lease's directory on the host.
 func (s *Sandbox) Dir() string { return s.dir }
-
-// Home is the private home, <dir>/home.
-func (s *Sandbox) Home() string { return s.home }
-
-// Workdir is <dir>/workspace in copy mode, Options.Workdir in remote mode.
-func (s *Sandbox) Workdir() string { return s.workdir }
-
-// Environment: HOME, XDG_* and TMPDIR are fixed; the allowlisted login
-// variables of the host are defaults, and PATH starts with the directory
-// of outpost's binary on the host.
-func (s *Sandbox) Environment() driver.Environment {
-	return s.env.Clone()
-}
 
 // Open makes a lease directory on the host (0700, under the provider's
 // root), with its owner record, private home and, in copy mode, a copy of
@@ -117,13 +107,13 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 // layout sets the lease's paths on the host and its environment.
 func (s *Sandbox) layout(r remote, opts driver.Options) {
 	s.dir = path.Join(r.root, "leases", s.id)
-	s.home = path.Join(s.dir, "home")
+	home := path.Join(s.dir, "home")
 	s.runDir = path.Join(s.dir, "run")
-	s.workdir = path.Join(s.dir, "workspace")
+	workdir := path.Join(s.dir, "workspace")
 	if s.mode == Remote {
-		s.workdir = s.p.opts.Workdir
+		workdir = s.p.opts.Workdir
 	}
-	s.env = environment(r, s.home, path.Join(s.dir, "tmp"))
+	s.Base = driver.NewBase(home, workdir, environment(r, home, path.Join(s.dir, "tmp")))
 	s.shared = sharedMounts(opts.Mounts)
 }
 
@@ -145,7 +135,7 @@ printf '%%s\n' %s >owner.tmp && mv owner.tmp owner || exit 1
 	case Copy:
 		script += "mkdir workspace && tar -x -p --no-same-owner -C workspace -f - || exit 21\n"
 	case Remote:
-		script += fmt.Sprintf("[ -d %s ] || exit 20\n", shq(s.workdir))
+		script += fmt.Sprintf("[ -d %s ] || exit 20\n", shq(s.Workdir()))
 	}
 	return script + "trap - EXIT\n"
 }
@@ -187,7 +177,7 @@ func (s *Sandbox) make(ctx context.Context, labels map[string]string) error {
 	case ferr != nil:
 		return fmt.Errorf("ssh: copying %s to the host: %w", s.hostDir, ferr)
 	case res.code == 20:
-		return fmt.Errorf("working directory %s: %w on %s", s.workdir, os.ErrNotExist, s.p.Address())
+		return fmt.Errorf("working directory %s: %w on %s", s.Workdir(), os.ErrNotExist, s.p.Address())
 	case res.code == 21:
 		return fmt.Errorf("ssh: copying %s to the host: tar: %s", s.hostDir, strings.TrimSpace(string(res.stderr)))
 	case res.code != 0:

@@ -79,22 +79,20 @@ type forward struct {
 // after the lease's release, driver.ErrDisconnected when the connection
 // dropped.
 func (f *forward) Accept() (net.Conn, error) {
-	conn, err := f.Listener.Accept()
-	if err == nil {
-		return conn, nil
-	}
-	if f.closed.Load() {
-		return nil, fmt.Errorf("ssh: tunnel: %w", net.ErrClosed)
-	}
+	return driver.TunnelAccept("ssh: tunnel", f.Listener.Accept, f.closed.Load, f.ended)
+}
+
+// ended is why the forward's Accept failed with err, Close not called.
+func (f *forward) ended(err error) error {
 	if f.s.closing.Load() {
-		return nil, fmt.Errorf("ssh: tunnel: %w: %w", driver.ErrClosed, err)
+		return fmt.Errorf("ssh: tunnel: %w: %w", driver.ErrClosed, err)
 	}
 	select { // the connection's end is marked once its Wait returns
 	case <-f.c.done:
-		return nil, fmt.Errorf("ssh: tunnel: %w: %w", driver.ErrDisconnected, err)
+		return fmt.Errorf("ssh: tunnel: %w: %w", driver.ErrDisconnected, err)
 	case <-time.After(time.Second):
 	}
-	return nil, fmt.Errorf("ssh: tunnel: %w", err)
+	return fmt.Errorf("ssh: tunnel: %w", err)
 }
 
 // Close cancels the forward.

@@ -151,15 +151,10 @@ type listener struct {
 // Accept waits for the next connection made to the tunnel's address in
 // the sandbox.
 func (l *listener) Accept() (net.Conn, error) {
-	c, err := l.sess.Accept()
-	if err == nil {
-		return c, nil
-	}
-	if l.closed.Load() {
-		return nil, fmt.Errorf("tunnel: %w", net.ErrClosed)
-	}
-	<-l.done
-	return nil, l.err
+	return driver.TunnelAccept("tunnel", l.sess.Accept, l.closed.Load, func(error) error {
+		<-l.done // the process ended: l.err says why
+		return l.err
+	})
 }
 
 // Close ends the tunnel: its process in the sandbox ends (killed when it

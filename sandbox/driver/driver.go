@@ -93,6 +93,22 @@ type Tunneler interface {
 	Tunnel(ctx context.Context) (addr string, l net.Listener, err error)
 }
 
+// TunnelAccept is the Accept of a Tunneler's listener: the next
+// connection accept yields; once accept fails, an error wrapping
+// net.ErrClosed (prefixed "what: ") when closed says the listener's Close
+// was called, else what ended makes of accept's error (why the tunnel
+// ended: the lease released, its connection lost...).
+func TunnelAccept(what string, accept func() (net.Conn, error), closed func() bool, ended func(error) error) (net.Conn, error) {
+	conn, err := accept()
+	if err == nil {
+		return conn, nil
+	}
+	if closed() {
+		return nil, fmt.Errorf("%s: %w", what, net.ErrClosed)
+	}
+	return nil, ended(err)
+}
+
 // Sandbox is one allocated sandbox: a private home, a working directory and
 // a way to run processes and move files. Paths are as seen inside it.
 type Sandbox interface {
@@ -194,6 +210,40 @@ type Environment struct {
 // Sandbox.Environment returns of the environment it keeps.
 func (e Environment) Clone() Environment {
 	return Environment{Fixed: maps.Clone(e.Fixed), Defaults: maps.Clone(e.Defaults)}
+}
+
+// Base is what every provider's Sandbox answers alike, settled when the
+// provider opens it: the private home, the working directory and the
+// environment of its processes. The providers' Sandbox types embed it for
+// Home, Workdir and Environment, and their LookPath searches SearchPath.
+type Base struct {
+	home, workdir string
+	env           Environment
+}
+
+// NewBase is the Base of a sandbox with this home, working directory
+// (both absolute, inside the sandbox) and environment.
+func NewBase(home, workdir string, env Environment) Base {
+	return Base{home: home, workdir: workdir, env: env}
+}
+
+// Home is the sandbox's private home (Sandbox.Home).
+func (b Base) Home() string { return b.home }
+
+// Workdir is the working directory inside the sandbox (Sandbox.Workdir).
+func (b Base) Workdir() string { return b.workdir }
+
+// Environment is a copy of the environment the provider defines
+// (Sandbox.Environment), which the caller may change.
+func (b Base) Environment() Environment { return b.env.Clone() }
+
+// SearchPath is the PATH a PathLooker searches: pathEnv, or the
+// environment's default PATH when pathEnv is empty.
+func (b Base) SearchPath(pathEnv string) string {
+	if pathEnv == "" {
+		return b.env.Defaults["PATH"]
+	}
+	return pathEnv
 }
 
 // ExecRequest is one process to start.

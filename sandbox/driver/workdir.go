@@ -1,10 +1,22 @@
 package driver
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 )
+
+// OpenDir is how an Open that copies or mounts the caller's working
+// directory begins, before it asks anything of its engine or cluster: ctx
+// must not be done, and Options.Workdir must pass HostDir. It returns the
+// directory made absolute.
+func OpenDir(ctx context.Context, opts Options) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	return HostDir(opts.Workdir)
+}
 
 // HostDir checks the caller's working directory (Options.Workdir) as a
 // provider that copies or mounts it does: made absolute (empty is the
