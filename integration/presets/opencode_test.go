@@ -136,7 +136,7 @@ func testOpenCodeOutageIsUnavailable(t *testing.T, kind string) {
 // TestOpenCodeSchema: OpenCode has no schema flag: the instruction goes
 // into the prompt, and outpost extracts the fenced answer; a first answer
 // that does not match is repaired by resuming the conversation.
-func TestOpenCodeSchema(t *testing.T) { eachProvider(t, testOpenCodeSchema) }
+func TestOpenCodeSchema(t *testing.T) { onLocal(t, testOpenCodeSchema) }
 
 func testOpenCodeSchema(t *testing.T, kind string) {
 	e := newOpenCodeEnv(t)

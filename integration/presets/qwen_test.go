@@ -124,7 +124,7 @@ func testQwenOutageIsUnavailable(t *testing.T, kind string) {
 // TestQwenSchema: --json-schema is native (Qwen Code's structured_output
 // tool); the answer is the tool call's arguments, and the instruction is
 // not added to the prompt.
-func TestQwenSchema(t *testing.T) { eachProvider(t, testQwenSchema) }
+func TestQwenSchema(t *testing.T) { onLocal(t, testQwenSchema) }
 
 func testQwenSchema(t *testing.T, kind string) {
 	e := newQwenEnv(t, openai.Config{})

@@ -30,7 +30,8 @@ func EachProvider(t *testing.T, f func(t *testing.T, kind string)) {
 // OnLocal runs f as a parallel subtest on the local provider alone (named
 // "local", as under EachProvider). It is for the tests whose subject does
 // not depend on the sandbox: how a CLI's own report of a quota, an outage
-// or a stall is classified. The engine reads the same bytes on every
+// or a stall is classified, and how its structured answer is extracted or
+// repaired. The engine reads the same bytes on every
 // provider; that a CLI's output crosses a container unchanged is proven by
 // the EachProvider tests of the same CLI (text, tools, resume and fork),
 // and the docker provider's own failure paths (a stall, a timeout, a

@@ -72,3 +72,15 @@ func PipeTar(fill func(*tar.Writer) error, send func(io.Reader) error) error {
 	}
 	return err
 }
+
+// CheckArchive copies the tar stream r to w, refusing unsafe entries and
+// entries that pass through a symbolic link the same archive made
+// (Entries): a provider spools an archive through it, whole, before it
+// sends anything into a sandbox, so an archive that fails writes nothing.
+func CheckArchive(r io.Reader, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	if err := Entries(r, func(h *tar.Header, tr *tar.Reader) error { return WriteEntry(tw, h, tr) }); err != nil {
+		return err
+	}
+	return tw.Close()
+}

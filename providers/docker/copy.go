@@ -19,7 +19,10 @@ import (
 )
 
 // CopyIn extracts a tar stream into dir, creating dir and its missing
-// parents (mode 0700). Files belong to the sandbox's user. The archive is
+// parents (mode 0700). Files belong to the sandbox's user. A warm sandbox
+// copies into its home or workspace through the shim's untar mode on a
+// spare (helper.go); otherwise the engine's archive endpoint writes the
+// container's filesystem. The archive is
 // read whole before anything is written, so an archive that fails (an
 // unsafe entry the Lease refused, a read error) writes nothing. Errors:
 // driver.ErrVanished, the archive's error, the engine's (a read-only
@@ -27,6 +30,9 @@ import (
 // /outpost).
 func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	s.pristine.Store(false)
+	if ok, err := s.spareUntar(ctx, dir, r); ok {
+		return err
+	}
 	base, missing, err := s.existingParent(ctx, dir)
 	if err != nil {
 		return err
@@ -62,6 +68,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	if err != nil {
 		return err
 	}
+	s.puts.Add(1)
 	err = s.eng.cli.CopyToContainer(ctx, s.cid, base, body, container.CopyToContainerOptions{})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -326,7 +326,7 @@ func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Sn
 		return snap, nil
 	}
 	cmd := shim.SnapshotArgs(layout.BinaryPath, layout.Workspace, limit)
-	if p, err := s.spareHelper(ctx, cmd[1:]); err != nil {
+	if p, err := s.spareHelper(ctx, cmd[1:], false); err != nil {
 		return snapshot.Snapshot{}, err
 	} else if p != nil {
 		return spareSnapshot(ctx, p)

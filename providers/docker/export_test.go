@@ -66,3 +66,6 @@ func SetServeWait(t interface{ Cleanup(func()) }, d time.Duration) {
 // ServedCopies is how many of s's workspace copies back the shim wrote
 // (not the engine's archive endpoint).
 func ServedCopies(s *Sandbox) int64 { return s.servedCopies.Load() }
+
+// UID is the numeric id of s's user, owner of what is copied in.
+func UID(s *Sandbox) int { return s.uid }

@@ -8,32 +8,40 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
+	"strings"
 	"sync"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/shim"
+	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/internal/workspace"
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/snapshot"
 )
 
-// The shim's helper modes (snapshot, tar) on a spare: a warm sandbox
+// The shim's helper modes (snapshot, tar, untar) on a spare: a warm sandbox
 // answers them without an exec, and the spare shim runs them in its own
 // process (shim's in-process modes), so they cost the work itself. A
 // sandbox without a spare uses an exec of the shim (snapshot) or the
-// engine's archive endpoint (CopyOut).
+// engine's archive endpoints (CopyOut, CopyIn). Each archive request
+// makes the engine start a process of its own to read or write the
+// container's filesystem (about 0.2 CPU-seconds, measured with process
+// accounting over the test suite: 1575 of them, 288 CPU-s).
 
 // spareHelper runs the shim's binary with args (its command line after
 // the binary: shim.Subcommand and a mode) on a spare, and returns the
-// process, or nil when no spare could take it (then nothing ran).
-func (s *Sandbox) spareHelper(ctx context.Context, args []string) (driver.Process, error) {
+// process, or nil when no spare could take it (then nothing ran). With
+// stdin, the process reads the caller's Stdin; else /dev/null.
+func (s *Sandbox) spareHelper(ctx context.Context, args []string, stdin bool) (driver.Process, error) {
 	sp := s.takeSpare()
 	if sp == nil {
 		if sp = s.servedSpare(ctx); sp == nil {
 			return nil, nil
 		}
 	}
-	p, err := s.startSpare(ctx, sp, driver.ExecRequest{Path: layout.BinaryPath, Args: args, Env: map[string]string{}}, "/", true)
+	p, err := s.startSpare(ctx, sp, driver.ExecRequest{Path: layout.BinaryPath, Args: args, Env: map[string]string{}, Stdin: stdin}, "/", true)
 	if errors.Is(err, errSpareDead) {
 		return nil, nil
 	}
@@ -119,7 +127,7 @@ func (s *Sandbox) spareTar(ctx context.Context, p string) (rc io.ReadCloser, ok 
 
 // helperTar is spareTar with the tar mode's command line args.
 func (s *Sandbox) helperTar(ctx context.Context, p string, args []string) (rc io.ReadCloser, ok bool, err error) {
-	pr, err := s.spareHelper(ctx, args)
+	pr, err := s.spareHelper(ctx, args, false)
 	if err != nil {
 		return nil, true, err
 	}
@@ -169,4 +177,54 @@ func (t *tarStream) Close() error {
 	t.h.p.Close()
 	go t.end(context.Background()) //nolint:errcheck // nobody reads on
 	return nil
+}
+
+// spareUntar is CopyIn through the shim's untar mode on a spare, as the
+// sandbox's user (so what it makes is the user's, as the engine's copy
+// makes it): ok is false when it cannot be used, and then r is unread.
+// It is used only for directories under the home or the workspace, which
+// the user owns; the user could not make a missing parent elsewhere (the
+// engine, as root, can). The archive is read and checked whole before
+// anything is sent; dir is made even when the archive is refused, as the
+// engine's copy makes it.
+func (s *Sandbox) spareUntar(ctx context.Context, dir string, r io.Reader) (ok bool, err error) {
+	if !under(dir, s.Home()) && !under(dir, s.Workdir()) {
+		return false, nil
+	}
+	p, err := s.spareHelper(ctx, shim.UntarArgs(layout.BinaryPath, dir)[1:], true)
+	if err != nil || p == nil {
+		return err != nil, err
+	}
+	what := "copying into " + dir
+	h := newHelper(ctx, p)
+	go io.Copy(io.Discard, p.Stdout()) //nolint:errcheck // untar writes nothing there
+	sp := &workspace.Spool{}
+	defer sp.Close()
+	cerr := workspace.CheckArchive(r, sp)
+	var werr error
+	if cerr == nil {
+		var body io.Reader
+		if body, werr = sp.Reader(); werr == nil {
+			_, werr = io.Copy(p.Stdin(), body)
+		}
+	}
+	p.Stdin().Close()
+	st, err := h.end(ctx, what)
+	switch {
+	case cerr != nil:
+		return true, cerr
+	case err != nil && st.Code == shim.ExitUnsafe && ctx.Err() == nil:
+		return true, fmt.Errorf("docker: %s: %w: %s", what, tarsafe.ErrUnsafe, strings.TrimSpace(h.errb.String()))
+	case err != nil:
+		return true, err
+	case werr != nil:
+		return true, fmt.Errorf("docker: %s: %w", what, werr)
+	}
+	return true, nil
+}
+
+// under reports whether the container path p is root or below it.
+func under(p, root string) bool {
+	p, root = path.Clean(p), path.Clean(root)
+	return root == "/" || p == root || strings.HasPrefix(p, root+"/")
 }

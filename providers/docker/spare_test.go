@@ -2,12 +2,15 @@ package docker_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -21,6 +24,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/layout"
+	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/sandbox"
@@ -462,5 +466,52 @@ func TestSparesNone(t *testing.T) {
 	}
 	if shims := spareShims(t, sb, 0); len(shims) != 0 {
 		t.Errorf("spare shims %q", shims)
+	}
+}
+
+// TestCopyInThroughSpare: a warm sandbox copies into its home and its
+// workspace through the shim's untar mode, without the engine's archive
+// endpoint, and what it writes is the sandbox user's, as the engine's
+// copy makes it; an unsafe archive is refused with tarsafe.ErrUnsafe (and
+// writes nothing but dir); a directory the user does not own goes through
+// the engine.
+func TestCopyInThroughSpare(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	l, sb := warmLease(t)
+	env := fullEnv(l)
+	puts := docker.Puts(sb)
+	files := []tarsafe.File{{Name: "a/b.txt", Data: []byte("through the spare"), Mode: 0o640}}
+	for _, dir := range []string{path.Join(l.Home(), "new", "dir"), l.Workdir()} {
+		if err := sandboxtest.WriteFiles(t.Context(), l, dir, files); err != nil {
+			t.Fatalf("CopyIn %s: %v", dir, err)
+		}
+		res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `cat "$1"; stat -c ' %u %a' "$1" "$2"`, "sh", path.Join(dir, "a/b.txt"), dir}, Env: env}, 1<<20)
+		if err != nil || res.Status.Code != 0 {
+			t.Fatalf("reading back: %v %+v", err, res)
+		}
+		uid := docker.UID(sb)
+		if want := fmt.Sprintf("through the spare %d 640\n %d ", uid, uid); !strings.HasPrefix(string(res.Stdout), want) {
+			t.Errorf("%s: %q, want it to begin %q", dir, res.Stdout, want)
+		}
+	}
+	if got := docker.Puts(sb); got != puts {
+		t.Errorf("%d archives went through the engine, want none", got-puts)
+	}
+	var unsafe bytes.Buffer
+	tw := tar.NewWriter(&unsafe)
+	_ = tw.WriteHeader(&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Mode: 0o600})
+	_ = tw.Close()
+	refused := path.Join(l.Home(), "refused")
+	if err := l.CopyIn(t.Context(), refused, &unsafe); !errors.Is(err, tarsafe.ErrUnsafe) {
+		t.Errorf("an unsafe archive: %v, want ErrUnsafe", err)
+	}
+	if res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "ls", Args: []string{"-A", refused}, Env: env}, 1<<20); err != nil || res.Status.Code != 0 || len(res.Stdout) != 0 {
+		t.Errorf("after a refused archive, dir holds %q (%v, %+v), want it made and empty", res.Stdout, err, res.Status)
+	}
+	if err := sandboxtest.WriteFiles(t.Context(), l, "/tmp/elsewhere", files); err != nil {
+		t.Fatalf("CopyIn outside the home: %v", err)
+	}
+	if got := docker.Puts(sb); got != puts+1 {
+		t.Errorf("%d archives went through the engine, want the one outside the home", got-puts)
 	}
 }

@@ -24,7 +24,7 @@ import (
 func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	sp := &workspace.Spool{}
 	defer sp.Close()
-	if err := checkArchive(r, sp); err != nil {
+	if err := workspace.CheckArchive(r, sp); err != nil {
 		return err
 	}
 	body, err := sp.Reader()
@@ -32,16 +32,6 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 		return err
 	}
 	return s.untarFrom(ctx, dir, body)
-}
-
-// checkArchive copies r to w, refusing unsafe entries and entries that
-// pass through a symbolic link the same archive made.
-func checkArchive(r io.Reader, w io.Writer) error {
-	tw := tar.NewWriter(w)
-	if err := workspace.Entries(r, func(h *tar.Header, tr *tar.Reader) error { return workspace.WriteEntry(tw, h, tr) }); err != nil {
-		return err
-	}
-	return tw.Close()
 }
 
 // untar streams the archive fill writes into dir.

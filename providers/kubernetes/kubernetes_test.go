@@ -22,6 +22,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/tarsafe"
+	"github.com/outposthq/outpost/internal/workspace"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
 
@@ -215,11 +216,11 @@ func TestCheckArchive(t *testing.T) {
 		"dotdot": mk(&tar.Header{Name: "../x", Typeflag: tar.TypeReg}),
 		"chain":  mk(&tar.Header{Name: "a", Typeflag: tar.TypeSymlink, Linkname: "."}, &tar.Header{Name: "a/x", Typeflag: tar.TypeReg}),
 	} {
-		if err := checkArchive(bytes.NewReader(a), &bytes.Buffer{}); !errors.Is(err, tarsafe.ErrUnsafe) {
+		if err := workspace.CheckArchive(bytes.NewReader(a), &bytes.Buffer{}); !errors.Is(err, tarsafe.ErrUnsafe) {
 			t.Errorf("%s: %v, want ErrUnsafe", name, err)
 		}
 	}
-	if err := checkArchive(bytes.NewReader(mk(&tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755})), &bytes.Buffer{}); err != nil {
+	if err := workspace.CheckArchive(bytes.NewReader(mk(&tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755})), &bytes.Buffer{}); err != nil {
 		t.Errorf("a safe archive: %v", err)
 	}
 }
