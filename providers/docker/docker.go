@@ -21,8 +21,9 @@ import (
 // Errors of the provider. Each is wrapped with the details; the Lease
 // gives them code sandbox.
 var (
-	// ErrNoEngine: no Docker Engine answers at the address in use.
-	ErrNoEngine = errors.New("docker: no Docker Engine answers")
+	// ErrNoEngine: no Docker Engine answers at the address in use; it is
+	// also driver.ErrUnreachable.
+	ErrNoEngine = driver.Unreachable("docker: no Docker Engine answers")
 	// ErrImage: the image is missing and could not be pulled or built.
 	ErrImage = errors.New("docker: image not available")
 )

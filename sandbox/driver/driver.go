@@ -410,6 +410,21 @@ var ErrClosed = errors.New("sandbox: lease released")
 // code sandbox with details.vanished and details.disconnected.
 var ErrDisconnected = errors.New("sandbox: connection to the sandbox's host lost")
 
+// ErrUnreachable is wrapped by the errors of a provider whose host does
+// not answer: an SSH server (ssh wraps it with its name: "ssh: host
+// unreachable: ..."), a cluster's API server or a Docker Engine (their own
+// sentinels, made by Unreachable, say it in their words).
+var ErrUnreachable = errors.New("host unreachable")
+
+// Unreachable returns a provider's own sentinel for ErrUnreachable: an
+// error of that text which errors.Is also finds to be ErrUnreachable.
+func Unreachable(text string) error { return &unreachable{text} }
+
+type unreachable struct{ text string }
+
+func (e *unreachable) Error() string        { return e.text }
+func (e *unreachable) Is(target error) bool { return target == ErrUnreachable }
+
 // ErrVanished is wrapped by the errors of a sandbox that was removed,
 // stopped or lost behind outpost's back (a container, a pod). The portable
 // layer reports such failures as code sandbox with details.vanished.
