@@ -9,7 +9,7 @@ import (
 	"net"
 	"path"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -336,12 +336,7 @@ func Lookup(name string) (Factory, bool) {
 func Names() []string {
 	regMu.Lock()
 	defer regMu.Unlock()
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(registry))
 }
 
 // ErrUnknown is the cause of a lookup of a name nobody registered.
