@@ -12,7 +12,8 @@ package outpost
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -156,12 +157,7 @@ func (e *Error) Detail(key string, value any) *Error {
 
 // DetailKeys returns the detail keys in sorted order.
 func (e *Error) DetailKeys() []string {
-	keys := make([]string, 0, len(e.Details))
-	for k := range e.Details {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return slices.Sorted(maps.Keys(e.Details))
 }
 
 // CodeOf returns the code of err: "" for nil, the code of the first *Error

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -94,7 +95,7 @@ func ResolveNPM(ctx context.Context, client *http.Client, registry, agent, versi
 	sources := NPMSources()
 	src, ok := sources[agent]
 	if !ok {
-		return nil, fmt.Errorf("%w %q: not an npm agent (npm agents: %v)", ErrUnknown, agent, sortedKeys(sources))
+		return nil, fmt.Errorf("%w %q: not an npm agent (npm agents: %v)", ErrUnknown, agent, slices.Sorted(maps.Keys(sources)))
 	}
 	return resolveNPM(ctx, client, registry, src, version)
 }
@@ -132,7 +133,7 @@ func resolveNPM(ctx context.Context, client *http.Client, registry string, src N
 	}
 	pin := &Pin{Kind: KindNPM, Version: version, Program: src.Program, Package: src.Package,
 		Tarball: main.Dist.Tarball, Integrity: main.Dist.Integrity, Platforms: map[string]*Artifact{}}
-	for _, key := range sortedKeys(src.Platforms) {
+	for _, key := range slices.Sorted(maps.Keys(src.Platforms)) {
 		sp := src.Platforms[key]
 		name, ver, err := optionalDependency(main, sp, version)
 		if err != nil {
@@ -179,7 +180,7 @@ func optionalDependency(main *npmManifest, sp NPMPlatform, version string) (name
 	if sp.Package == main.Name && sp.Suffix == "" {
 		return main.Name, version, nil
 	}
-	for _, dep := range sortedKeys(main.OptionalDependencies) {
+	for _, dep := range slices.Sorted(maps.Keys(main.OptionalDependencies)) {
 		spec := main.OptionalDependencies[dep]
 		name, ver := dep, spec
 		if alias, ok := strings.CutPrefix(spec, "npm:"); ok {

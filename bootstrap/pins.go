@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -305,12 +304,7 @@ func (p *Pins) Lookup(name string) (*Pin, bool) {
 
 // Names lists the pinned bootstrap names, sorted.
 func (p *Pins) Names() []string {
-	out := make([]string, 0, len(p.Agents))
-	for n := range p.Agents {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(p.Agents))
 }
 
 // rewrite points an npm URL under the pin file's registry at registry

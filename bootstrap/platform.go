@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -106,7 +106,7 @@ func (p *Pin) Select(pl Platform) (string, *Artifact, error) {
 		}
 	}
 	var have []string
-	for _, k := range sortedKeys(p.Platforms) {
+	for _, k := range slices.Sorted(maps.Keys(p.Platforms)) {
 		d := k
 		if l := p.Platforms[k].Libc; l != "" {
 			d += " (" + l + ")"
@@ -120,15 +120,6 @@ func (p *Pin) Select(pl Platform) (string, *Artifact, error) {
 		hint = "; the sandbox has no C library: use an image with one (e.g. Debian or Alpine)"
 	}
 	return "", nil, fmt.Errorf("%w: %s %s has no build for %s (pinned: %s)%s", ErrPlatform, p.Program, p.Version, pl, strings.Join(have, ", "), hint)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // loaders are the dynamic loaders that reveal a Linux system's C library

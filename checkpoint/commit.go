@@ -85,19 +85,32 @@ func oneLine(s string) string {
 
 // ReadCommit reads a commit object (ErrNotFound, ErrCorrupt).
 func ReadCommit(ctx context.Context, objs Objects, h plumbing.Hash) (*object.Commit, error) {
+	c, err := readObject[object.Commit](ctx, objs, h, plumbing.CommitObject)
+	if err != nil {
+		return nil, err
+	}
+	c.Hash = h
+	return c, nil
+}
+
+// readObject reads and decodes the object h, which must be of type typ
+// (ErrNotFound, ErrCorrupt).
+func readObject[T any, P interface {
+	*T
+	Decode(plumbing.EncodedObject) error
+}](ctx context.Context, objs Objects, h plumbing.Hash, typ plumbing.ObjectType) (P, error) {
 	o, err := objs.Read(ctx, h)
 	if err != nil {
 		return nil, err
 	}
-	if o.Type != plumbing.CommitObject {
-		return nil, fmt.Errorf("%w: %s is a %s, not a commit", ErrCorrupt, h, o.Type)
+	if o.Type != typ {
+		return nil, fmt.Errorf("%w: %s is a %s, not a %s", ErrCorrupt, h, o.Type, typ)
 	}
-	c := &object.Commit{}
-	if err := c.Decode(memObject(o)); err != nil {
-		return nil, fmt.Errorf("%w: commit %s: %w", ErrCorrupt, h, err)
+	v := P(new(T))
+	if err := v.Decode(memObject(o)); err != nil {
+		return nil, fmt.Errorf("%w: %s %s: %w", ErrCorrupt, typ, h, err)
 	}
-	c.Hash = h
-	return c, nil
+	return v, nil
 }
 
 // Trailers returns the trailers of a commit message written by Commit.
@@ -205,18 +218,7 @@ func listInto(ctx context.Context, objs Objects, h plumbing.Hash, prefix string,
 }
 
 func readTree(ctx context.Context, objs Objects, h plumbing.Hash) (*object.Tree, error) {
-	o, err := objs.Read(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	if o.Type != plumbing.TreeObject {
-		return nil, fmt.Errorf("%w: %s is a %s, not a tree", ErrCorrupt, h, o.Type)
-	}
-	t := &object.Tree{}
-	if err := t.Decode(memObject(o)); err != nil {
-		return nil, fmt.Errorf("%w: tree %s: %w", ErrCorrupt, h, err)
-	}
-	return t, nil
+	return readObject[object.Tree](ctx, objs, h, plumbing.TreeObject)
 }
 
 // ReadBlob reads a blob's content.

@@ -157,13 +157,16 @@ func (cp *capturer) scanRoot(root string, natives []string) ([]capturedFile, err
 	return cp.scanCopy(root, natives, path.Join(cp.home, root), "")
 }
 
-// wanted reports whether the file p, rel under root, is still to be
-// captured: not captured yet, under no inner root, and matching.
-func (cp *capturer) wanted(root, p, rel string, natives []string) (bool, error) {
+// wanted names the file rel under root (p, its path under the home) and
+// reports whether it is still to be captured: not captured yet, under no
+// inner root, and matching.
+func (cp *capturer) wanted(root, rel string, natives []string) (p string, ok bool, err error) {
+	p = root + "/" + rel
 	if _, done := cp.files[p]; done || innerRoot(p, cp.roots) != root {
-		return false, nil
+		return p, false, nil
 	}
-	return matchAny(cp.st, rel, natives)
+	ok, err = matchAny(cp.st, rel, natives)
+	return p, ok, err
 }
 
 // scanListed copies out, one by one, only the listed files that match.
@@ -176,8 +179,7 @@ func (cp *capturer) scanListed(root string, rels, natives []string) ([]capturedF
 		if !validPath(rel) {
 			return nil, fmt.Errorf("%w: the listing of %s holds %q", ErrUnsafe, root, rel)
 		}
-		p := root + "/" + rel
-		match, err := cp.wanted(root, p, rel, natives)
+		p, match, err := cp.wanted(root, rel, natives)
 		if err != nil {
 			return nil, err
 		}
@@ -245,8 +247,7 @@ func (cp *capturer) scanCopy(root string, natives []string, src, only string) ([
 				return nil, fmt.Errorf("%w: the copy of %s holds %q, outside %s/", ErrInvalid, root, h.Name, base)
 			}
 		}
-		p := root + "/" + rel
-		match, err := cp.wanted(root, p, rel, natives)
+		p, match, err := cp.wanted(root, rel, natives)
 		if err != nil {
 			return nil, err
 		}

@@ -73,12 +73,8 @@ func resolve(ref string, ids []string, metas func() ([]Meta, error)) (string, er
 			natives = append(natives, m.ID)
 		}
 	}
-	switch len(natives) {
-	case 1:
-		return natives[0], nil
-	case 0:
-	default:
-		return "", ambiguous(ref, "native id", natives)
+	if id, ok, err := Pick(ref, "native id", natives); ok {
+		return id, err
 	}
 	if len(ref) >= MinPrefix {
 		var hits []string
@@ -87,21 +83,26 @@ func resolve(ref string, ids []string, metas func() ([]Meta, error)) (string, er
 				hits = append(hits, id)
 			}
 		}
-		switch len(hits) {
-		case 1:
-			return hits[0], nil
-		case 0:
-		default:
-			return "", ambiguous(ref, "id prefix", hits)
+		if id, ok, err := Pick(ref, "id prefix", hits); ok {
+			return id, err
 		}
 	}
 	return "", fmt.Errorf("%w: %q", ErrNotFound, ref)
 }
 
-// Ambiguous returns the error Resolve gives when ref, a "native id" or an
-// "id prefix" (what), names every one of ids; for Resolver
-// implementations.
-func Ambiguous(ref, what string, ids []string) error { return ambiguous(ref, what, ids) }
+// Pick is how Resolve takes the ids that ref, as a "native id" or an "id
+// prefix" (what), matched; for Resolver implementations. One id is the
+// answer; several are an ambiguous reference (the error, ok); none is not
+// ok: the next kind of match is tried.
+func Pick(ref, what string, ids []string) (id string, ok bool, err error) {
+	switch len(ids) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return ids[0], true, nil
+	}
+	return "", true, ambiguous(ref, what, ids)
+}
 
 func ambiguous(ref, what string, ids []string) error {
 	slices.Sort(ids)

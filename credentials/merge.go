@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
 )
 
 // mergeJSON deep-merges the JSON object plan into the JSON object old:
@@ -29,7 +30,7 @@ func mergeJSON(p string, old, plan []byte) ([]byte, error) {
 	if err != nil {
 		return nil, contentError(p, "existing", "in the sandbox home is not a JSON object", line)
 	}
-	deepMerge(base, over)
+	harness.MergeObjects(base, over)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -38,18 +39,6 @@ func mergeJSON(p string, old, plan []byte) ([]byte, error) {
 		return nil, fmt.Errorf("encoding merged %s: %w", p, err)
 	}
 	return buf.Bytes(), nil
-}
-
-func deepMerge(dst, src map[string]any) {
-	for k, v := range src {
-		if sv, ok := v.(map[string]any); ok {
-			if dv, ok := dst[k].(map[string]any); ok {
-				deepMerge(dv, sv)
-				continue
-			}
-		}
-		dst[k] = v
-	}
 }
 
 // errNotObject marks JSON that parses but is not an object.

@@ -104,6 +104,18 @@ type Contestant struct {
 	Code   string  `json:"code,omitempty"`
 }
 
+// Verdict is the contestant's check in a word: its error's code when its
+// turn failed, else "pass" or "fail".
+func (c *Contestant) Verdict() string {
+	switch {
+	case c.Code != "":
+		return c.Code
+	case !c.Passed:
+		return "fail"
+	}
+	return "pass"
+}
+
 // RaceResult is a race's outcome. Winner is -1 when no contestant passed
 // (or the judge picked none).
 type RaceResult struct {

@@ -412,6 +412,20 @@ const (
 	MergeTOML Merge = "toml" // append top-level keys that are absent
 )
 
+// MergeObjects deep-merges src into dst, as MergeJSON merges a file into
+// the one in the home: objects merge, src's other values replace dst's.
+func MergeObjects(dst, src map[string]any) {
+	for k, v := range src {
+		if sv, ok := v.(map[string]any); ok {
+			if dv, ok := dst[k].(map[string]any); ok {
+				MergeObjects(dv, sv)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
 // File is a file generated into the sandbox's home.
 type File struct {
 	Path    string // relative to the sandbox home

@@ -280,14 +280,7 @@ func raceText(resp RaceResponse) string {
 		fmt.Fprintf(&b, "\nthe judge: %s", r.Judge.Reason)
 	}
 	for _, c := range r.Contestants {
-		check := "pass"
-		switch {
-		case c.Code != "":
-			check = c.Code
-		case !c.Passed:
-			check = "fail"
-		}
-		fmt.Fprintf(&b, "\n#%d %s: %s, %d tokens, %d ms, %d file(s) +%d -%d, conversation %s", c.Index, c.Agent, check, c.Tokens, c.DurationMS, c.Files, c.Added, c.Deleted, c.Conversation)
+		fmt.Fprintf(&b, "\n#%d %s: %s, %d tokens, %d ms, %d file(s) +%d -%d, conversation %s", c.Index, c.Agent, c.Verdict(), c.Tokens, c.DurationMS, c.Files, c.Added, c.Deleted, c.Conversation)
 	}
 	return b.String()
 }

@@ -645,24 +645,20 @@ func (s *Store) Resolve(ctx context.Context, ref string) (string, error) {
 		}
 	}
 	natives, err := ids(`SELECT id FROM outpost_conversations WHERE native = $1`, []byte(ref))
-	switch {
-	case err != nil:
+	if err != nil {
 		return "", err
-	case len(natives) == 1:
-		return natives[0], nil
-	case len(natives) > 1:
-		return "", conversation.Ambiguous(ref, "native id", natives)
+	}
+	if id, ok, err := conversation.Pick(ref, "native id", natives); ok {
+		return id, err
 	}
 	if len(ref) >= conversation.MinPrefix && conversation.ValidID(ref) {
 		like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(ref) + "%"
 		hits, err := ids(`SELECT id FROM outpost_conversations WHERE id LIKE $1 ESCAPE '\' ORDER BY id LIMIT 100`, like)
-		switch {
-		case err != nil:
+		if err != nil {
 			return "", err
-		case len(hits) == 1:
-			return hits[0], nil
-		case len(hits) > 1:
-			return "", conversation.Ambiguous(ref, "id prefix", hits)
+		}
+		if id, ok, err := conversation.Pick(ref, "id prefix", hits); ok {
+			return id, err
 		}
 	}
 	return "", fmt.Errorf("%w: %q", conversation.ErrNotFound, ref)

@@ -1,9 +1,8 @@
 package antigravity
 
 import (
-	"strings"
-
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // BrainDir is where agy keeps its conversations, relative to the home:
@@ -24,12 +23,5 @@ func Storage() *harness.Storage {
 // Match reports whether rel (relative to BrainDir) belongs to conversation
 // native: a file under <native>/ that is not a lock.
 func Match(rel, native string) bool {
-	if !ValidConversationID(native) {
-		return false
-	}
-	sub, ok := strings.CutPrefix(rel, native+"/")
-	if !ok || sub == "" || !harness.RelativePath(sub) {
-		return false
-	}
-	return !strings.HasSuffix(sub, ".lock")
+	return ValidConversationID(native) && kit.InSessionDir(rel, native)
 }

@@ -352,7 +352,7 @@ func Configuration(vars harness.Vars) (harness.Configuration, error) {
 		if err := dec.Decode(&user); err != nil || user == nil || dec.More() {
 			return c, fmt.Errorf("claude: %s must hold one JSON object (settings.json content)", SettingsVariable)
 		}
-		mergeInto(settings, user)
+		harness.MergeObjects(settings, user)
 	}
 	b, err := json.MarshalIndent(settings, "", "  ")
 	if err != nil {
@@ -360,19 +360,6 @@ func Configuration(vars harness.Vars) (harness.Configuration, error) {
 	}
 	c.Files = []harness.File{{Path: ".claude/settings.json", Content: append(b, '\n'), Mode: 0o600, Merge: harness.MergeJSON}}
 	return c, nil
-}
-
-// mergeInto deep-merges src into dst: objects merge, other values replace.
-func mergeInto(dst, src map[string]any) {
-	for k, v := range src {
-		if sv, ok := v.(map[string]any); ok {
-			if dv, ok := dst[k].(map[string]any); ok {
-				mergeInto(dv, sv)
-				continue
-			}
-		}
-		dst[k] = v
-	}
 }
 
 func deepCopy(v any) any {

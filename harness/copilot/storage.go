@@ -2,9 +2,9 @@ package copilot
 
 import (
 	"path"
-	"strings"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // SessionsDir is where the CLI keeps its sessions, relative to the sandbox
@@ -35,12 +35,5 @@ func Storage() *harness.Storage {
 // .workspace-fork.lock and the like, which are only meaningful to a
 // running process).
 func Match(rel, native string) bool {
-	if !ValidSessionID(native) {
-		return false
-	}
-	sub, ok := strings.CutPrefix(rel, native+"/")
-	if !ok || sub == "" || !harness.RelativePath(sub) {
-		return false
-	}
-	return !strings.HasSuffix(sub, ".lock")
+	return ValidSessionID(native) && kit.InSessionDir(rel, native)
 }

@@ -18,5 +18,6 @@
 //   - Guard: a decoder that panics on a line gives a "decode_error"
 //     notice instead of taking the turn down.
 //   - MaxArgPrompt, Inactivity: the limits the presets share.
-//   - UUID, NewUUID: session ids of CLIs that use UUIDs.
+//   - UUID, NewUUID: session ids of CLIs that use UUIDs; InSessionDir:
+//     the files of a conversation kept in a directory of its own.
 package kit

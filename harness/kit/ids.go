@@ -3,6 +3,9 @@ package kit
 import (
 	"crypto/rand"
 	"fmt"
+	"strings"
+
+	"github.com/outposthq/outpost/harness"
 
 	"github.com/outposthq/outpost/harness/kit/lazyre"
 )
@@ -23,4 +26,16 @@ func NewUUID() (string, error) {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// InSessionDir reports whether rel, relative to a storage root, is a file
+// of the directory <native>/ that holds a conversation's files, lock files
+// aside (the CLIs' .workspace-fork.lock and the like, only meaningful to a
+// running process). The preset checks native's form first.
+func InSessionDir(rel, native string) bool {
+	sub, ok := strings.CutPrefix(rel, native+"/")
+	if !ok || sub == "" || !harness.RelativePath(sub) {
+		return false
+	}
+	return !strings.HasSuffix(sub, ".lock")
 }

@@ -18,6 +18,7 @@ package presets
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -120,10 +121,5 @@ func Names() []string {
 	builtins()
 	mu.RLock()
 	defer mu.RUnlock()
-	out := make([]string, 0, len(registry))
-	for n := range registry {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(registry))
 }

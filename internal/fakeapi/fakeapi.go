@@ -104,6 +104,40 @@ func (l *Lifecycle) Leave() { l.handlers.Done() }
 // Done is closed once Close began: handlers that wait return.
 func (l *Lifecycle) Done() <-chan struct{} { return l.done }
 
+// Wait pauses a handler for d, or until the client (ctx) goes away or
+// Close begins; it reports whether d passed. d <= 0 does not pause, but
+// reports false when the client or the server is gone already.
+func (l *Lifecycle) Wait(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-l.done:
+			return false
+		default:
+			return true
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-l.done:
+		return false
+	}
+}
+
+// Block holds a handler until the client (ctx) goes away or Close begins.
+func (l *Lifecycle) Block(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-l.done:
+	}
+}
+
 // Close stops the server and waits for its handlers. It is safe to call
 // more than once.
 func (l *Lifecycle) Close() {

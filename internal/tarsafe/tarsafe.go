@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"os"
 	"path"
 	"path/filepath"
@@ -422,6 +423,27 @@ const MaxGlobalHeaders = 16
 // ErrGlobalHeaders is an archive with more than MaxGlobalHeaders global
 // headers in a row.
 var ErrGlobalHeaders = errors.New("too many global headers")
+
+// Entries yields tr's entries as Next reads them until the end, checking
+// ctx before each; it ends after yielding an error (ctx's, or Next's) with
+// a nil header.
+func Entries(ctx context.Context, tr *tar.Reader) iter.Seq2[*tar.Header, error] {
+	return func(yield func(*tar.Header, error) bool) {
+		for {
+			if err := ctx.Err(); err != nil {
+				yield(nil, err)
+				return
+			}
+			h, err := Next(tr)
+			if err == io.EOF {
+				return
+			}
+			if !yield(h, err) || err != nil {
+				return
+			}
+		}
+	}
+}
 
 // Next returns tr's next entry, skipping global headers (they describe no
 // file); io.EOF at the end. A read error is wrapped "reading archive".

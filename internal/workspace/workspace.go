@@ -271,14 +271,7 @@ type syncer struct {
 }
 
 func (sy *syncer) apply(ctx context.Context, tr *tar.Reader) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		h, err := tarsafe.Next(tr)
-		if err == io.EOF {
-			return nil
-		}
+	for h, err := range tarsafe.Entries(ctx, tr) {
 		if err != nil {
 			return err
 		}
@@ -303,6 +296,7 @@ func (sy *syncer) apply(ctx context.Context, tr *tar.Reader) error {
 			sy.errs = append(sy.errs, fmt.Errorf("%s: %w", rel, err))
 		}
 	}
+	return nil
 }
 
 func (sy *syncer) entry(tr *tar.Reader, h *tar.Header, rel string) error {

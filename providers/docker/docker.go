@@ -21,8 +21,9 @@ import (
 // Errors of the provider. Each is wrapped with the details; the Lease
 // gives them code sandbox.
 var (
-	// ErrNoEngine: no Docker Engine answers at the address in use.
-	ErrNoEngine = errors.New("docker: no Docker Engine answers")
+	// ErrNoEngine: no Docker Engine answers at the address in use; it is
+	// also driver.ErrUnreachable.
+	ErrNoEngine = driver.Unreachable("docker: no Docker Engine answers")
 	// ErrImage: the image is missing and could not be pulled or built.
 	ErrImage = errors.New("docker: image not available")
 )
@@ -261,22 +262,22 @@ func (p *Provider) connect(ctx context.Context) (*engine, error) {
 	if os.Getenv("DOCKER_HOST") == "" && p.opts.Host == "" {
 		where += " (DOCKER_HOST is not set)"
 	}
-	ping, err := cli.Ping(ctx)
-	if err != nil {
+	// unanswered is the error of a first call the engine did not answer.
+	unanswered := func(err error) error {
 		cli.Close()
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
-		return nil, fmt.Errorf("%w at %s: %w; %s", ErrNoEngine, where, err, Fix)
+		return fmt.Errorf("%w at %s: %w; %s", ErrNoEngine, where, err, Fix)
+	}
+	ping, err := cli.Ping(ctx)
+	if err != nil {
+		return nil, unanswered(err)
 	}
 	cli.NegotiateAPIVersionPing(ping)
 	info, err := cli.Info(ctx)
 	if err != nil {
-		cli.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("%w at %s: %w; %s", ErrNoEngine, where, err, Fix)
+		return nil, unanswered(err)
 	}
 	e := &engine{cli: cli, host: host, arch: selfbin.Arch(info.Architecture), ncpu: info.NCPU, apiVersion: cli.ClientVersion()}
 	if u, err := url.Parse(host); err == nil && (u.Scheme == "unix" || u.Scheme == "npipe") {

@@ -36,8 +36,9 @@ var (
 	// ErrForbidden: the cluster refuses the user something the provider
 	// needs (RBAC); docs/sandboxes/kubernetes.md ships a minimal Role.
 	ErrForbidden = errors.New("kubernetes: forbidden")
-	// ErrUnreachable: the cluster's API server does not answer.
-	ErrUnreachable = errors.New("kubernetes: the API server does not answer")
+	// ErrUnreachable: the cluster's API server does not answer; it is
+	// also driver.ErrUnreachable.
+	ErrUnreachable = driver.Unreachable("kubernetes: the API server does not answer")
 	// ErrStart: the lease's pod could not start (image missing,
 	// unschedulable, quota exceeded...); the error names the cause.
 	ErrStart = errors.New("kubernetes: the sandbox's pod did not start")

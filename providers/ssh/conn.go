@@ -441,7 +441,7 @@ func (p *Provider) dial(ctx context.Context) (*conn, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w: %s: %w (within %s)", ErrUnreachable, p.tgt.addr, err, p.opts.StartTimeout)
+		return nil, fmt.Errorf("ssh: %w: %s: %w (within %s)", driver.ErrUnreachable, p.tgt.addr, err, p.opts.StartTimeout)
 	}
 	// The handshake and authentication are bounded too.
 	stop := context.AfterFunc(dctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
@@ -461,9 +461,9 @@ func (p *Provider) dial(ctx context.Context) (*conn, error) {
 			return nil, configErr(ErrAuth, "%s refused every key offered (%s): add the public key to ~%s/.ssh/authorized_keys on the host", p.Address(), p.offered(), p.tgt.user)
 		}
 		if dctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %s: no SSH handshake within %s: %w", ErrUnreachable, p.tgt.addr, p.opts.StartTimeout, err)
+			return nil, fmt.Errorf("ssh: %w: %s: no SSH handshake within %s: %w", driver.ErrUnreachable, p.tgt.addr, p.opts.StartTimeout, err)
 		}
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, p.tgt.addr, err)
+		return nil, fmt.Errorf("ssh: %w: %s: %w", driver.ErrUnreachable, p.tgt.addr, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
 	c := &conn{client: ssh.NewClient(cc, chans, reqs), done: make(chan struct{})}

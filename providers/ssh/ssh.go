@@ -25,8 +25,10 @@ var (
 	ErrHostKey = errors.New("ssh: host key not verified")
 	// ErrAuth: the server accepted none of the offered keys.
 	ErrAuth = errors.New("ssh: authentication refused")
-	// ErrUnreachable: no SSH server answered within the dial timeout.
-	ErrUnreachable = errors.New("ssh: host unreachable")
+	// ErrUnreachable: no SSH server answered within the dial timeout. It
+	// is the driver's sentinel, which the errors wrap with the provider's
+	// name ("ssh: host unreachable: ...").
+	ErrUnreachable = driver.ErrUnreachable
 	// ErrRemote: the remote host lacks something outpost needs (sh, tar,
 	// a writable root directory, a supported architecture).
 	ErrRemote = errors.New("ssh: the remote host cannot run sandboxes")

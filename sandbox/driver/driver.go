@@ -9,7 +9,7 @@ import (
 	"net"
 	"path"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -336,12 +336,7 @@ func Lookup(name string) (Factory, bool) {
 func Names() []string {
 	regMu.Lock()
 	defer regMu.Unlock()
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(registry))
 }
 
 // ErrUnknown is the cause of a lookup of a name nobody registered.
@@ -409,6 +404,21 @@ var ErrClosed = errors.New("sandbox: lease released")
 // sandbox also reports Vanished; the portable layer reports the failure as
 // code sandbox with details.vanished and details.disconnected.
 var ErrDisconnected = errors.New("sandbox: connection to the sandbox's host lost")
+
+// ErrUnreachable is wrapped by the errors of a provider whose host does
+// not answer: an SSH server (ssh wraps it with its name: "ssh: host
+// unreachable: ..."), a cluster's API server or a Docker Engine (their own
+// sentinels, made by Unreachable, say it in their words).
+var ErrUnreachable = errors.New("host unreachable")
+
+// Unreachable returns a provider's own sentinel for ErrUnreachable: an
+// error of that text which errors.Is also finds to be ErrUnreachable.
+func Unreachable(text string) error { return &unreachable{text} }
+
+type unreachable struct{ text string }
+
+func (e *unreachable) Error() string        { return e.text }
+func (e *unreachable) Is(target error) bool { return target == ErrUnreachable }
 
 // ErrVanished is wrapped by the errors of a sandbox that was removed,
 // stopped or lost behind outpost's back (a container, a pod). The portable

@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -17,5 +18,19 @@ func TestCheckPath(t *testing.T) {
 		if ok != (err == nil) || (err != nil && !errors.Is(err, driver.ErrPath)) {
 			t.Errorf("CheckPath(%q) = %v, want ok=%v (wrapping driver.ErrPath)", p, err, ok)
 		}
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	own := driver.Unreachable("p: the host does not answer")
+	err := fmt.Errorf("%w at h: refused", own)
+	if !errors.Is(err, own) || !errors.Is(err, driver.ErrUnreachable) {
+		t.Errorf("%v is not both its provider's sentinel and driver.ErrUnreachable", err)
+	}
+	if err.Error() != "p: the host does not answer at h: refused" {
+		t.Errorf("text %q", err)
+	}
+	if errors.Is(driver.ErrUnreachable, own) || errors.Is(driver.Unreachable("q"), own) {
+		t.Error("a provider's sentinel is not another's")
 	}
 }

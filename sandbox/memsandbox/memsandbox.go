@@ -324,14 +324,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 		return err
 	}
 	tr := tar.NewReader(r)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		h, err := tarsafe.Next(tr)
-		if err == io.EOF {
-			return nil
-		}
+	for h, err := range tarsafe.Entries(ctx, tr) {
 		if err != nil {
 			return err
 		}
@@ -354,6 +347,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 			return err
 		}
 	}
+	return nil
 }
 
 // CopyOut returns a tar stream of path and everything below it, as it was

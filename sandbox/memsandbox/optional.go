@@ -2,6 +2,8 @@ package memsandbox
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -103,12 +105,8 @@ func (s *Sandbox) Warm(ctx context.Context) error {
 // Remove does (its users see it vanish).
 func (p *Provider) Collect(ctx context.Context, opts driver.CollectOptions) (driver.Collection, error) {
 	p.mu.Lock()
-	ids := make([]string, 0, len(p.sandboxes))
-	for id := range p.sandboxes {
-		ids = append(ids, id)
-	}
+	ids := slices.Sorted(maps.Keys(p.sandboxes))
 	p.mu.Unlock()
-	sort.Strings(ids)
 	col := driver.Collection{Where: Name}
 	if !opts.All {
 		col.Kept = len(ids)

@@ -173,13 +173,7 @@ func (a *app) raceJSON(res *engine.RaceResult) error {
 func (a *app) raceTable(res *engine.RaceResult) error {
 	t := newTable(a.stdout, "#", "AGENT", "MODEL", "CHECK", "TOKENS", "DURATION", "DIFF", "CONVERSATION")
 	for _, c := range res.Contestants {
-		check := "pass"
-		switch {
-		case c.Code != "":
-			check = c.Code
-		case !c.Passed:
-			check = "fail"
-		}
+		check := c.Verdict()
 		if c.Result != nil && c.Result.Check != nil && !c.Result.Check.Passed && c.Code == "" {
 			check = fmt.Sprintf("fail (%d)", c.Result.Check.ExitCode)
 		}

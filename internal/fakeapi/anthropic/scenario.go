@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -227,12 +229,7 @@ func Marker(name string) string { return "FAKE_" + strings.ToUpper(name) }
 
 // ScenarioNames lists the names accepted by ScenarioByName.
 func ScenarioNames() []string {
-	names := make([]string, 0, len(byName))
-	for n := range byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(byName))
 }
 
 var byName = map[string]func(o *Options) Scenario{

@@ -381,37 +381,6 @@ func (s *Server) choose(req *Request) Scenario {
 	return Text(s.opts.Text)
 }
 
-// wait pauses for d; it returns false if the client went away or the server closed.
-func (s *Server) wait(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-s.life.Done():
-			return false
-		default:
-			return true
-		}
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	case <-s.life.Done():
-		return false
-	}
-}
-
-func (s *Server) block(ctx context.Context) {
-	select {
-	case <-ctx.Done():
-	case <-s.life.Done():
-	}
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, _ := json.Marshal(v)
 	w.Header().Set("Content-Type", "application/json")
@@ -448,12 +417,12 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Requ
 	}
 	w.Header().Set("request-id", fmt.Sprintf("req_fake_%d", req.Seq))
 
-	if sc.Kind != KindSlow && sc.Delay > 0 && !s.wait(ctx, sc.Delay) {
+	if sc.Kind != KindSlow && sc.Delay > 0 && !s.life.Wait(ctx, sc.Delay) {
 		return
 	}
 	switch sc.Kind {
 	case KindHang:
-		s.block(ctx)
+		s.life.Block(ctx)
 		return
 	case KindError:
 		status := sc.Status
@@ -543,7 +512,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Requ
 
 	if !req.Stream {
 		if sc.Kind == KindStall {
-			s.block(ctx)
+			s.life.Block(ctx)
 			return
 		}
 		if sc.Kind == KindStreamError {
@@ -555,7 +524,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Requ
 			if d <= 0 {
 				d = s.opts.SlowDelay
 			}
-			if !s.wait(ctx, d) {
+			if !s.life.Wait(ctx, d) {
 				return
 			}
 		}
@@ -591,7 +560,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Requ
 	}
 	switch sc.Kind {
 	case KindStall:
-		s.block(ctx)
+		s.life.Block(ctx)
 		return
 	case KindStreamError:
 		send("error", map[string]any{"type": "error", "error": map[string]any{
@@ -614,7 +583,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request, req *Requ
 			return
 		}
 		for _, delta := range deltas(b) {
-			if !s.wait(ctx, delay) {
+			if !s.life.Wait(ctx, delay) {
 				return
 			}
 			if !send("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": delta}) {

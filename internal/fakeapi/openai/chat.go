@@ -117,11 +117,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, req *Request,
 	}
 	switch sc.Kind {
 	case KindStall:
-		select {
-		case <-r.Context().Done():
-		case <-s.life.Done():
-		}
-		panic(http.ErrAbortHandler)
+		s.hang(r)
 	case KindDrop:
 		chunk(map[string]any{"content": deltas[0]}, nil)
 		panic(http.ErrAbortHandler)

@@ -254,11 +254,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, req *Req
 	case KindTruncate:
 		st.partialMessage(chunkText(sc.Text)[0])
 	case KindStall:
-		select {
-		case <-r.Context().Done():
-		case <-s.life.Done():
-		}
-		panic(http.ErrAbortHandler)
+		s.hang(r)
 	case KindFailed:
 		code, msg := sc.ErrorCode, sc.ErrorMessage
 		if code == "" {

@@ -327,17 +327,16 @@ func (s *Server) newID(prefix string) string {
 // sleep waits d inside a handler. If the client or the server goes away first it aborts
 // the handler (the client sees a broken stream, not a clean end).
 func (s *Server) sleep(r *http.Request, d time.Duration) bool {
-	if d <= 0 {
+	if d <= 0 || s.life.Wait(r.Context(), d) {
 		return true
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-	case <-s.life.Done():
-	}
+	panic(http.ErrAbortHandler)
+}
+
+// hang holds the reply until the client or the server goes away, then
+// aborts the handler: the client sees no end.
+func (s *Server) hang(r *http.Request) {
+	s.life.Block(r.Context())
 	panic(http.ErrAbortHandler)
 }
 
@@ -519,11 +518,7 @@ func (s *Server) serveCommon(w http.ResponseWriter, r *http.Request, req *Reques
 		_, _ = io.WriteString(w, body)
 		return true
 	case KindHang:
-		select {
-		case <-r.Context().Done():
-		case <-s.life.Done():
-		}
-		panic(http.ErrAbortHandler)
+		s.hang(r)
 	case KindDisconnect:
 		if hj, ok := w.(http.Hijacker); ok {
 			if c, _, err := hj.Hijack(); err == nil {

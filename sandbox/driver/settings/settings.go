@@ -2,6 +2,7 @@ package settings
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,7 +163,7 @@ func (v Values) Map(name string) map[string]string {
 // sandbox, naming the key (Details["setting"]).
 func (s Set) Parse(settings map[string]string) (Values, error) {
 	v := Values{set: s, vals: map[string]any{}}
-	for _, name := range sortedKeys(settings) {
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
 		k, ok := s.Key(name)
 		if !ok {
 			return Values{}, s.unknown(name)
@@ -174,15 +175,6 @@ func (s Set) Parse(settings map[string]string) (Values, error) {
 		v.vals[name] = val
 	}
 	return v, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Invalid is the error of a value the provider itself refuses after

@@ -19,8 +19,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,12 +52,7 @@ var scenarios = map[string]openai.Scenario{
 }
 
 func names() string {
-	out := make([]string, 0, len(scenarios))
-	for n := range scenarios {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return strings.Join(out, ", ")
+	return strings.Join(slices.Sorted(maps.Keys(scenarios)), ", ")
 }
 
 func main() {
