@@ -54,7 +54,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	var ue usageError
 	if errors.As(err, &ue) || isFlagError(err) {
-		fmt.Fprintln(stderr, "outpost:", err)
+		fmt.Fprintln(stderr, "outpost:", strings.TrimRight(err.Error(), "\n"))
 		return 2
 	}
 	if !app.reported {
@@ -102,9 +102,11 @@ func (a *app) root() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(flagError)
 	root.PersistentFlags().StringVar(&a.storeFlag, "store", "", "conversation store: a directory, or postgres://... for a store a fleet shares (default $"+storeEnv+", else the local directory store)")
 	root.AddCommand(a.runCmd(), a.diffCmd(), a.applyCmd(), a.branchCmd(), a.raceCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.versionCmd(), echoAgentCmd(), a.gcCmd(), a.bootstrapCmd(), a.serveCmd(), a.mcpCmd(), a.kubernetesCmd())
+	root.InitDefaultCompletionCmd() // before mistypes, which covers it too
+	mistypes(root)
 	return root
 }
 

@@ -223,3 +223,48 @@ func TestKeylessFlags(t *testing.T) {
 		t.Errorf("the summary does not say the modes:\n%s", errOut)
 	}
 }
+
+// TestMistypes: an unknown command, subcommand or flag is a usage error
+// (exit status 2, docs/errors.md) that suggests what was meant; a command
+// that only groups others prints its help when given none.
+func TestMistypes(t *testing.T) {
+	home, wd := t.TempDir(), t.TempDir()
+	for _, tt := range []struct {
+		args   []string
+		exit   int
+		stderr []string // substrings of standard error
+		stdout string   // a substring of standard output
+	}{
+		{[]string{"conversations", "list"}, 2, []string{`unknown command "list" for "outpost conversations"`, "Did you mean this?\n\tls"}, ""},
+		{[]string{"conversations", "lsit", "--json"}, 2, []string{`unknown command "lsit" for "outpost conversations"`, "\tls"}, ""},
+		{[]string{"conversations", "delete", "c1"}, 2, []string{`unknown command "delete"`, "\trm"}, ""},
+		{[]string{"conversations", "frobnicate"}, 2, []string{`unknown command "frobnicate" for "outpost conversations" (see "outpost conversations --help")`}, ""},
+		{[]string{"conversation", "ls"}, 2, []string{`unknown command "conversation" for "outpost"`, "\tconversations"}, ""},
+		{[]string{"serve", "tokn", "add", "ci"}, 2, []string{`unknown command "tokn" for "outpost serve"`, "\ttoken"}, ""},
+		{[]string{"serve", "token", "ad", "ci"}, 2, []string{`unknown command "ad" for "outpost serve token"`, "\tadd"}, ""},
+		{[]string{"completion", "bsh"}, 2, []string{`unknown command "bsh"`, "\tbash"}, ""},
+		{[]string{"run", "--agnt", "echo", "x"}, 2, []string{"unknown flag: --agnt", "Did you mean this?\n\t--agent"}, ""},
+		{[]string{"run", "--jsno", "x"}, 2, []string{"unknown flag: --jsno", "\t--json"}, ""},
+		{[]string{"conversations", "ls", "--jsn"}, 2, []string{"unknown flag: --jsn", "\t--json"}, ""},
+		{[]string{"run", "--zzzzzzzz", "x"}, 2, []string{"unknown flag: --zzzzzzzz"}, ""},
+		{[]string{"conversations"}, 0, nil, "Available Commands:"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			exit, out, errOut := run(t, home, wd, tt.args...)
+			if exit != tt.exit {
+				t.Fatalf("exit = %d, want %d\nstdout: %s\nstderr: %s", exit, tt.exit, out, errOut)
+			}
+			for _, s := range tt.stderr {
+				if !strings.Contains(errOut, s) {
+					t.Errorf("stderr lacks %q:\n%s", s, errOut)
+				}
+			}
+			if !strings.Contains(out, tt.stdout) {
+				t.Errorf("stdout lacks %q:\n%s", tt.stdout, out)
+			}
+			if tt.exit != 0 && strings.Contains(out, "Usage:") {
+				t.Errorf("a mistype printed the help on stdout:\n%s", out)
+			}
+		})
+	}
+}

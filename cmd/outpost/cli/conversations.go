@@ -127,9 +127,10 @@ func (a *app) resolve(c *cobra.Command, op, ref string) (conversation.Store, str
 
 func (a *app) rmCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "rm ID...",
-		Short: "Remove stored conversations",
-		Args:  cobra.MinimumNArgs(1),
+		Use:        "rm ID...",
+		Short:      "Remove stored conversations",
+		SuggestFor: []string{"remove", "delete"},
+		Args:       cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			for _, ref := range args {
 				s, id, err := a.resolve(c, "rm", ref)
