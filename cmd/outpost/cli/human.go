@@ -23,17 +23,18 @@ var (
 
 // humanWriter shows a turn to a person: the assistant's text streams on
 // stdout; tools, notices and the summary go to stderr, so stdout can be
-// piped as the answer alone.
+// piped as the answer alone. A structured answer goes to answer (stdout).
 type humanWriter struct {
 	mu       sync.Mutex
 	out, err io.Writer
+	answer   io.Writer
 	streamed map[string]bool // message ids shown through deltas
 	midLine  bool
 	bar      *progressBar // bootstrap progress (cmd/outpost/cli/bootstrap.go)
 }
 
 func newHumanWriter(out, err io.Writer) *humanWriter {
-	return &humanWriter{out: out, err: err, streamed: map[string]bool{}, bar: newProgressBar(err, true)}
+	return &humanWriter{out: out, err: err, answer: out, streamed: map[string]bool{}, bar: newProgressBar(err, true)}
 }
 
 func (h *humanWriter) endLine() {
@@ -124,7 +125,7 @@ func (h *humanWriter) result(res *engine.Result, err error) {
 	if len(answer) > 0 {
 		var buf bytes.Buffer
 		if json.Indent(&buf, answer, "", "  ") == nil {
-			fmt.Fprintf(h.out, "%s\n", buf.Bytes())
+			fmt.Fprintf(h.answer, "%s\n", buf.Bytes())
 		}
 	}
 	if c := res.ChangedFiles; c != nil && len(c.Files) > 0 {

@@ -343,6 +343,13 @@ func (a *app) eventWriter(f runFlags) eventWriter {
 	if f.json {
 		return newJSONWriter(a.stdout)
 	}
+	if (f.schema != "" || f.protocol != "") && !isTerminal(a.stdout) {
+		// Redirected, stdout holds the structured answer alone (a JSON
+		// document); the agent's text streams on stderr.
+		h := newHumanWriter(a.stderr, a.stderr)
+		h.answer = a.stdout
+		return h
+	}
 	return newHumanWriter(a.stdout, a.stderr)
 }
 
