@@ -182,7 +182,7 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 			name, e := s.authenticate(r)
 			if e != nil {
 				if e.status == http.StatusUnauthorized {
-					w.Header().Set("WWW-Authenticate", `Bearer realm="outpost"`)
+					w.Header().Set("WWW-Authenticate", bearerChallenge(e.err.Msg))
 				}
 				reject(e)
 				return
@@ -210,13 +210,32 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	auth := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(auth, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", fail(outpost.Refused, ReasonUnauthorized, "a bearer token is required")
+		return "", fail(outpost.Refused, ReasonUnauthorized, "a bearer token is required: "+tokenHint)
 	}
 	name, ok := s.o.Tokens.Check(strings.TrimSpace(token))
 	if !ok {
-		return "", fail(outpost.Refused, ReasonUnauthorized, "the token is not valid")
+		return "", fail(outpost.Refused, ReasonUnauthorized, "the token is not valid: "+tokenHint)
 	}
 	return "token:" + name, nil
+}
+
+// tokenHint says where a token comes from and how to send it: the 401's
+// message and its WWW-Authenticate error_description, so that a client
+// (the MCP inspector, which would otherwise start an OAuth flow) shows the
+// fix. outpost does no OAuth.
+const tokenHint = "make one with outpost serve token add NAME on the server's host, and send it as the header Authorization: Bearer TOKEN"
+
+// bearerChallenge is the WWW-Authenticate of a 401 (RFC 6750, section 3):
+// the error invalid_token and msg as its description, without the
+// characters a quoted description may not hold.
+func bearerChallenge(msg string) string {
+	desc := strings.Map(func(r rune) rune {
+		if r == '"' || r == '\\' || r < 0x20 || r > 0x7e {
+			return -1
+		}
+		return r
+	}, msg)
+	return `Bearer realm="outpost", error="invalid_token", error_description="` + desc + `"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

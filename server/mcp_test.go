@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -224,6 +225,52 @@ func TestMCPAuth(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), "401") && !strings.Contains(err.Error(), "Unauthorized") {
 				t.Errorf("error %v, want a 401", err)
+			}
+		})
+	}
+}
+
+// TestUnauthorizedNamesTheFix: a 401 (of /mcp as of the rest of the API)
+// names the token and how to make one, in its body and in its
+// WWW-Authenticate (RFC 6750's error and error_description), so that an
+// MCP client such as the inspector shows it instead of starting OAuth.
+func TestUnauthorizedNamesTheFix(t *testing.T) {
+	ts := start(t, nil)
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"0"}}}`
+	challenge := regexp.MustCompile(`^Bearer realm="outpost", error="invalid_token", error_description="([^"\\]*)"$`)
+	for _, tc := range []struct{ name, path, auth string }{
+		{"mcp without a token", "/mcp", ""},
+		{"mcp with a wrong token", "/mcp", "Bearer opt_wrong"},
+		{"mcp with another scheme", "/mcp", "Basic dXNlcjpwYXNz"},
+		{"api without a token", "/v1/agents", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method, body := "GET", any(nil)
+			if tc.path == "/mcp" {
+				method, body = "POST", initialize
+			}
+			code, b, h := ts.do(method, tc.path, body, "Authorization", tc.auth, "Accept", "application/json, text/event-stream")
+			if code != http.StatusUnauthorized {
+				t.Fatalf("status %d, want 401: %s", code, b)
+			}
+			var e server.ErrorResponse
+			if err := json.Unmarshal(b, &e); err != nil || e.Error == nil {
+				t.Fatalf("not the error shape: %s", b)
+			}
+			if e.Error.Code != "refused" || e.Error.Details["reason"] != "unauthorized" {
+				t.Errorf("code %s, reason %v; want refused, unauthorized", e.Error.Code, e.Error.Details["reason"])
+			}
+			for _, s := range []string{"outpost serve token add NAME", "Authorization: Bearer TOKEN"} {
+				if !strings.Contains(e.Error.Message, s) {
+					t.Errorf("the message %q does not say %q", e.Error.Message, s)
+				}
+			}
+			m := challenge.FindStringSubmatch(h.Get("WWW-Authenticate"))
+			if m == nil {
+				t.Fatalf("WWW-Authenticate %q is not an RFC 6750 challenge with an error_description", h.Get("WWW-Authenticate"))
+			}
+			if m[1] != e.Error.Message {
+				t.Errorf("error_description %q, want the message %q", m[1], e.Error.Message)
 			}
 		})
 	}
