@@ -201,7 +201,7 @@ func (f *fleet) apply(o fleetOp) {
 		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
 	}
 	if err != nil {
-		f.s.log.Warn("outpost serve: writing a turn to the turn store", "turn", o.id, "err", err.Error())
+		f.s.log.Warn(f.s.o.Name+": writing a turn to the turn store", "turn", o.id, "err", err.Error())
 	}
 	if o.done != nil {
 		o.done <- err
@@ -226,7 +226,7 @@ func (f *fleet) heartbeat() {
 		}
 		ctx, cancel := context.WithTimeout(f.ctx, f.beat*lostAfter)
 		if err := f.st.Beat(ctx, f.replica); err != nil {
-			f.s.log.Warn("outpost serve: heartbeat", "err", err.Error())
+			f.s.log.Warn(f.s.o.Name+": heartbeat", "err", err.Error())
 			beats = 0
 		} else {
 			beats++
@@ -235,7 +235,7 @@ func (f *fleet) heartbeat() {
 			f.reap(ctx)
 		}
 		if _, err := f.st.Expire(ctx, time.Now().Add(-f.s.o.Retention)); err != nil {
-			f.s.log.Warn("outpost serve: expiring turns", "err", err.Error())
+			f.s.log.Warn(f.s.o.Name+": expiring turns", "err", err.Error())
 		}
 		f.commands(ctx)
 		cancel()
@@ -246,10 +246,10 @@ func (f *fleet) heartbeat() {
 func (f *fleet) reap(ctx context.Context) {
 	ids, err := f.st.Reap(ctx, f.beat*lostAfter, f.s.lostResult)
 	if err != nil {
-		f.s.log.Warn("outpost serve: reaping lost turns", "err", err.Error())
+		f.s.log.Warn(f.s.o.Name+": reaping lost turns", "err", err.Error())
 	}
 	for _, id := range ids {
-		f.s.log.Warn("outpost serve: turn of a lost replica ended", "turn", id)
+		f.s.log.Warn(f.s.o.Name+": turn of a lost replica ended", "turn", id)
 	}
 }
 
@@ -258,7 +258,7 @@ func (f *fleet) reap(ctx context.Context) {
 func (f *fleet) commands(ctx context.Context) {
 	cs, err := f.st.Take(ctx, f.replica)
 	if err != nil {
-		f.s.log.Warn("outpost serve: taking commands", "err", err.Error())
+		f.s.log.Warn(f.s.o.Name+": taking commands", "err", err.Error())
 		return
 	}
 	for _, c := range cs {
@@ -275,7 +275,7 @@ func (f *fleet) commands(ctx context.Context) {
 			select {
 			case t.steer <- c.Text:
 			default:
-				f.s.log.Warn("outpost serve: a forwarded message was dropped: the turn's queue is full", "turn", c.Turn)
+				f.s.log.Warn(f.s.o.Name+": a forwarded message was dropped: the turn's queue is full", "turn", c.Turn)
 			}
 		}
 	}

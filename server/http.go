@@ -143,7 +143,7 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				s.log.Error("outpost serve: panic", "route", route, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				s.log.Error(s.o.Name+": panic", "route", route, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 				if w.status == 0 {
 					fail(outpost.Process, ReasonInternal, "internal error").write(w)
 				}
@@ -389,7 +389,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *turn, agent s
 	for {
 		rp, err := next(after)
 		if err != nil {
-			s.log.Warn("outpost serve: reading a turn's events", "err", err.Error())
+			s.log.Warn(s.o.Name+": reading a turn's events", "err", err.Error())
 			return // the client resumes with Last-Event-ID
 		}
 		if rp.missed > 0 || len(rp.entries) > 0 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outposthq/outpost"
@@ -81,12 +82,51 @@ const mcpName = "outpost"
 // object is the output schema of a tool whose structured content is an
 // object: what the tool's description says of its fields, the SDK's
 // validation only that it is an object (the answer inside is the
-// caller's schema, checked by the engine).
-func object(props map[string]any) map[string]any {
-	return map[string]any{"type": "object", "properties": props}
+// caller's schema, checked by the engine). Every field has one type
+// (never a union with null, never an empty schema), as strict clients
+// such as the MCP inspector's strict mode require: a field that may be
+// absent is left out, not null.
+func object(desc string, props map[string]any) map[string]any {
+	return map[string]any{"type": "object", "description": desc, "properties": props}
 }
 
-var errorSchema = map[string]any{"type": []string{"object", "null"}, "description": "outpost's error: code (docs/errors.md), message, details"}
+// typed is a field's schema: its type and what it holds.
+func typed(typ, desc string) map[string]any {
+	s := map[string]any{"type": typ}
+	if desc != "" {
+		s["description"] = desc
+	}
+	if typ == "array" {
+		s["items"] = map[string]any{"type": "object"}
+	}
+	return s
+}
+
+// errorSchema is a tool result's "error", present only when the call or
+// its turn failed.
+var errorSchema = map[string]any{"type": "object", "description": "outpost's error, only when the call failed: code (docs/errors.md), message, details",
+	"properties": map[string]any{"code": typed("string", ""), "message": typed("string", ""), "details": typed("object", "")},
+	"required":   []string{"code", "message"}}
+
+// raceInput is race's input schema: the SDK's inference, with agents an
+// array (the inference allows null for a Go slice).
+func raceInput() *jsonschema.Schema {
+	s, err := jsonschema.For[RaceArgs](nil)
+	if err != nil {
+		panic(err) // a fixed type: fails in every test or never
+	}
+	if a := s.Properties["agents"]; a != nil {
+		a.Type, a.Types = "array", nil
+	}
+	return s
+}
+
+// turnResult is a result line as run_turn's structured content: without
+// "error" when the turn succeeded.
+type turnResult struct {
+	*engine.ResultLine
+	Error *outpost.ErrorJSON `json:"error,omitempty"`
+}
 
 // MCP returns the Model Context Protocol server of this server's turns
 // and conversations (docs/mcp.md): the tools run_turn, race, diff,
@@ -108,22 +148,27 @@ func (s *Server) newMCP() *mcp.Server {
 		Name:        "run_turn",
 		Title:       "Run an agent turn in a sandbox",
 		Description: "Run one turn of a coding agent inside a sandbox and return its answer. The result's conversation id continues it (resume) or branches it (fork). With schema, the agent's answer is validated against it and returned as output. The turn's events stream as progress notifications; cancelling the call cancels the turn.",
-		OutputSchema: object(map[string]any{
-			"conversation": map[string]any{"type": "string"},
-			"agent":        map[string]any{"type": "string"},
-			"text":         map[string]any{"type": "string", "description": "the agent's final message"},
-			"output":       map[string]any{"description": "the validated structured answer, with schema"},
-			"usage":        map[string]any{"type": "object"},
-			"error":        errorSchema,
+		OutputSchema: object("the turn's result line (docs/events.md); with schema, also output: the validated structured answer, any JSON value the schema allows", map[string]any{
+			"conversation":  typed("string", "the conversation to resume or fork"),
+			"agent":         typed("string", ""),
+			"text":          typed("string", "the agent's final message"),
+			"usage":         typed("object", "tokens: input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, complete"),
+			"changed_files": typed("object", "the files the turn created, modified or deleted"),
+			"checkpoint":    typed("object", "the workspace checkpoint the turn recorded"),
+			"workdir":       typed("string", "the directory the turn ran in, with workspace new"),
+			"check":         typed("object", "how the check ended"),
+			"exit_code":     typed("integer", "the exit status outpost run gives this turn (docs/errors.md)"),
+			"error":         errorSchema,
 		}),
 	}, s.runTurnTool)
 	mcp.AddTool(m, &mcp.Tool{
 		Name:        "race",
 		Title:       "Race agents on one task",
 		Description: "Run one task as several turns at once (each agent count times), each in its own sandbox and copy of the workspace, run the check in each, and pick the winner: the passing contestant with the fewest tokens, or the judge's pick. Every contestant stays a conversation (resume, fork or diff it). Progress and the contestants' events stream as progress notifications; cancelling the call cancels the race.",
-		OutputSchema: object(map[string]any{
-			"results": map[string]any{"type": "array", "description": "each contestant's result line, with its contestant index"},
-			"race":    map[string]any{"type": "object", "description": "winner (-1: none passed), conversation (the winner's), contestants, judge, tokens"},
+		InputSchema: raceInput(),
+		OutputSchema: object("the race's result lines and race line", map[string]any{
+			"results": typed("array", "each contestant's result line, with its contestant index"),
+			"race":    typed("object", "winner (-1: none passed), conversation (the winner's), contestants, judge, tokens"),
 			"error":   errorSchema,
 		}),
 	}, s.raceTool)
@@ -131,12 +176,12 @@ func (s *Server) newMCP() *mcp.Server {
 		Name:        "diff",
 		Title:       "Show what a turn changed",
 		Description: "The unified diff of what a turn changed in its workspace (its checkpoint against the workspace it started from), or of one turn's workspace against another's (to). format stat gives a line a file, json the files only.",
-		OutputSchema: object(map[string]any{
-			"from":    map[string]any{"type": "string"},
-			"to":      map[string]any{"type": "string"},
-			"files":   map[string]any{"type": "array", "description": "path, action (added, modified, deleted), added and deleted lines"},
-			"added":   map[string]any{"type": "integer"},
-			"deleted": map[string]any{"type": "integer"},
+		OutputSchema: object("the commits compared and the files changed", map[string]any{
+			"from":    typed("string", "commit"),
+			"to":      typed("string", "commit"),
+			"files":   typed("array", "path, action (added, modified, deleted), added and deleted lines"),
+			"added":   typed("integer", "lines"),
+			"deleted": typed("integer", "lines"),
 			"error":   errorSchema,
 		}),
 	}, s.diffTool)
@@ -144,19 +189,19 @@ func (s *Server) newMCP() *mcp.Server {
 		Name:         "get_conversation",
 		Title:        "Show a stored conversation",
 		Description:  "The metadata of a stored conversation: agent, model, sandbox, turns, token usage.",
-		OutputSchema: object(map[string]any{"id": map[string]any{"type": "string"}, "agent": map[string]any{"type": "string"}, "turns": map[string]any{"type": "integer"}, "error": errorSchema}),
+		OutputSchema: object("the conversation's metadata (GET /v1/conversations/{id})", map[string]any{"id": typed("string", ""), "agent": typed("string", ""), "turns": typed("integer", ""), "usage": typed("object", ""), "error": errorSchema}),
 	}, s.getConversationTool)
 	mcp.AddTool(m, &mcp.Tool{
 		Name:         "list_conversations",
 		Title:        "List stored conversations",
 		Description:  "The stored conversations, each with its id, agent, turns and usage.",
-		OutputSchema: object(map[string]any{"conversations": map[string]any{"type": "array"}, "error": errorSchema}),
+		OutputSchema: object("the stored conversations", map[string]any{"conversations": typed("array", "each conversation's metadata"), "error": errorSchema}),
 	}, s.listConversationsTool)
 	mcp.AddTool(m, &mcp.Tool{
 		Name:         "list_agents",
 		Title:        "List agent presets",
 		Description:  "The agent presets run_turn accepts, with their pinned versions and whether they resume, fork and take live input.",
-		OutputSchema: object(map[string]any{"agents": map[string]any{"type": "array"}}),
+		OutputSchema: object("the agent presets", map[string]any{"agents": typed("array", "name, pinned version, resumable, forkable, live input")}),
 	}, s.listAgentsTool)
 	return m
 }
@@ -335,7 +380,7 @@ func (s *Server) runTurnTool(ctx context.Context, call *mcp.CallToolRequest, arg
 	if line.Error != nil {
 		res.IsError = true
 	}
-	return res, line, nil
+	return res, turnResult{line, line.Error}, nil
 }
 
 // follow sends the turn's events as progress notifications (when the call

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"slices"
@@ -389,4 +390,66 @@ func TestMCPWorkspaces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMCPToolSchemas: every tool's input and output schema is one a strict
+// client accepts (the MCP inspector's strict mode, Claude Code): an
+// object schema whose every field is a schema object with one type,
+// never a union with null, never an empty schema.
+func TestMCPToolSchemas(t *testing.T) {
+	ts := start(t, nil)
+	cs := ts.mcpSession(t, &progress{})
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tools) == 0 {
+		t.Fatal("no tools")
+	}
+	for _, tool := range res.Tools {
+		for what, schema := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
+			if schema == nil {
+				t.Errorf("%s: no %s schema", tool.Name, what)
+				continue
+			}
+			var m any
+			if err := json.Unmarshal([]byte(mustJSON(schema)), &m); err != nil {
+				t.Fatal(err)
+			}
+			if obj, _ := m.(map[string]any); obj == nil || obj["type"] != "object" {
+				t.Errorf("%s: the %s schema is not an object schema: %s", tool.Name, what, mustJSON(schema))
+			}
+			for _, p := range strictProblems(tool.Name+" "+what, m) {
+				t.Error(p)
+			}
+		}
+	}
+}
+
+// strictProblems are the places in schema a strict client refuses.
+func strictProblems(at string, schema any) []string {
+	s, ok := schema.(map[string]any)
+	if !ok {
+		return []string{fmt.Sprintf("%s: %v is not a schema object", at, schema)}
+	}
+	typ, ok := s["type"].(string)
+	if !ok {
+		return []string{fmt.Sprintf("%s: type %v, want one type", at, s["type"])}
+	}
+	var out []string
+	switch typ {
+	case "object":
+		props, _ := s["properties"].(map[string]any)
+		for name, p := range props {
+			out = append(out, strictProblems(at+"."+name, p)...)
+		}
+		if ap, ok := s["additionalProperties"].(map[string]any); ok {
+			out = append(out, strictProblems(at+"[*]", ap)...)
+		}
+	case "array":
+		if items, ok := s["items"]; ok {
+			out = append(out, strictProblems(at+"[]", items)...)
+		}
+	}
+	return out
 }

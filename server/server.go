@@ -113,8 +113,11 @@ type Options struct {
 	// peer of a TCP request), per hour and per day (docs/metering.md).
 	TokenLimits map[string]TokenLimit
 
-	// Logger receives structured logs (default: discarded).
+	// Logger receives structured logs (default: discarded). Name starts
+	// the server's own log messages (default "outpost serve"; `outpost
+	// mcp` names itself).
 	Logger *slog.Logger
+	Name   string
 	// Version is reported by /healthz.
 	Version string
 	// Keepalive is the SSE comment interval (default 15s).
@@ -221,6 +224,9 @@ func New(opts *Options) (*Server, error) {
 // defaults fills in the options that name things: the directory, the
 // environment, the agent, the providers.
 func (o *Options) defaults() error {
+	if o.Name == "" {
+		o.Name = "outpost serve"
+	}
 	if o.Workdir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -330,7 +336,7 @@ func (s *Server) warm() error {
 		// A provider that cannot be opened yet (no cluster configuration,
 		// an unreachable host) fails the turns that need it, as before.
 		if pr, err := s.pool.Provider(key); err != nil {
-			s.log.Warn("outpost serve: opening a sandbox provider", "sandbox", name, "err", err)
+			s.log.Warn(s.o.Name+": opening a sandbox provider", "sandbox", name, "err", err)
 		} else {
 			sandbox.Sweep(pr)
 		}
@@ -414,7 +420,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		races = append(races, r)
 	}
 	s.mu.Unlock()
-	s.log.Info("outpost serve: draining", "turns", len(live), "races", len(races), "grace", s.o.Grace.String())
+	s.log.Info(s.o.Name+": draining", "turns", len(live), "races", len(races), "grace", s.o.Grace.String())
 	grace, cancel := context.WithTimeout(ctx, s.o.Grace)
 	waitTurns(grace, live)
 	for _, r := range races {
@@ -425,7 +431,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	cancel()
 	if len(s.unfinished(live)) > 0 {
-		s.log.Warn("outpost serve: grace over, cancelling turns", "turns", len(s.unfinished(live)))
+		s.log.Warn(s.o.Name+": grace over, cancelling turns", "turns", len(s.unfinished(live)))
 		for _, t := range live {
 			t.cancel(errShutdown)
 		}

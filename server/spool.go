@@ -34,13 +34,13 @@ func (s *Server) pushOnce() {
 	for _, p := range pushed {
 		switch {
 		case p.Err != nil:
-			s.log.Warn("outpost serve: spooled conversation not stored", "file", p.File, "err", p.Err.Error())
+			s.log.Warn(s.o.Name+": spooled conversation not stored", "file", p.File, "err", p.Err.Error())
 		default:
-			s.log.Info("outpost serve: stored spooled turn", "conversation", p.ID, "stored", p.Stored)
+			s.log.Info(s.o.Name+": stored spooled turn", "conversation", p.ID, "stored", p.Stored)
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		s.log.Warn("outpost serve: pushing the spool", "dir", s.o.Spool.Dir(), "err", err.Error())
+		s.log.Warn(s.o.Name+": pushing the spool", "dir", s.o.Spool.Dir(), "err", err.Error())
 	}
 }
 

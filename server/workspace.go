@@ -184,7 +184,7 @@ func (s *Server) removeWorkspace(dir string) {
 		return
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		s.log.Warn("outpost serve: removing a workspace", "dir", dir, "err", err.Error())
+		s.log.Warn(s.o.Name+": removing a workspace", "dir", dir, "err", err.Error())
 	}
 	if idx := checkpoint.IndexPath(dir); idx != "" {
 		_ = os.Remove(idx)

@@ -268,3 +268,32 @@ func TestMistypes(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPStdio: `outpost mcp` logs under its own name, and input that is
+// not MCP is the client's mistake (configuration, exit status 3), not the
+// sandbox's.
+func TestMCPStdio(t *testing.T) {
+	for _, tt := range []struct {
+		name, stdin string
+		exit        int
+		stderr      string
+	}{
+		{"end of input", "", 0, `"msg":"outpost mcp: draining"`},
+		{"not JSON-RPC", "this is not JSON\n", 3, "outpost: configuration: mcp: the client's messages on standard input: "},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("OUTPOST_HOME", t.TempDir())
+			var out, errb bytes.Buffer
+			exit := cli.Run(context.Background(), []string{"mcp", "--workdir", t.TempDir()}, strings.NewReader(tt.stdin), &out, &errb)
+			if exit != tt.exit {
+				t.Fatalf("exit = %d, want %d\nstdout: %s\nstderr: %s", exit, tt.exit, out.String(), errb.String())
+			}
+			if !strings.Contains(errb.String(), tt.stderr) {
+				t.Errorf("stderr lacks %q:\n%s", tt.stderr, errb.String())
+			}
+			if strings.Contains(errb.String(), "outpost serve") {
+				t.Errorf("outpost mcp logs as outpost serve:\n%s", errb.String())
+			}
+		})
+	}
+}

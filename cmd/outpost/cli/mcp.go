@@ -43,6 +43,7 @@ func (a *app) mcp(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	opts.Name = "outpost mcp"
 	srv, err := server.New(opts)
 	if err != nil {
 		return err
@@ -52,15 +53,17 @@ func (a *app) mcp(ctx context.Context, f serveFlags) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		err = nil
 	}
+	if err != nil {
+		// What ends the session early is what the client sent: not
+		// JSON-RPC, a batch the protocol forbids, a duplicate id.
+		err = outpost.Errorf(outpost.Configuration, "mcp", "the client's messages on standard input: %w", err)
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.grace+2*time.Minute)
 	defer cancel()
 	if serr := srv.Shutdown(sctx); serr != nil {
-		err = errors.Join(err, serr)
+		err = errors.Join(err, outpost.Wrap(outpost.Sandbox, "shutdown", serr))
 	}
-	if err != nil {
-		return outpost.Wrap(outpost.Sandbox, "mcp", err)
-	}
-	return nil
+	return err
 }
 
 type nopWriteCloser struct{ io.Writer }
