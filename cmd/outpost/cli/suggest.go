@@ -22,7 +22,10 @@ func mistypes(c *cobra.Command) {
 	c.SuggestionsMinimumDistance = suggestDistance
 	if c.HasSubCommands() {
 		if !c.Runnable() {
+			// Given nothing, it shows its help, as before; its usage line
+			// does not promise flags of its own.
 			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+			c.DisableFlagsInUseLine = true
 		}
 		// cobra checks only the root's arguments against its
 		// subcommands, and prints a command's help for any other.
