@@ -373,8 +373,8 @@ func TestRefusalsBeforeAllocation(t *testing.T) {
 }
 
 // TestUnknownConversationMessage: resuming a conversation the store does
-// not have names it once and says not found, without the stores' own
-// prefixes stacked ("conversation X: conversation: conversation: ...").
+// not have names it once and says not found, the code once, without the
+// stores' own prefixes stacked ("conversation X: conversation: conversation: ...").
 func TestUnknownConversationMessage(t *testing.T) {
 	f := newFixture(t)
 	for _, id := range []string{"c01m8vhsts85mkp3mp35cnb", "not-an-id"} {
@@ -382,7 +382,7 @@ func TestUnknownConversationMessage(t *testing.T) {
 		if !errors.Is(err, conversation.ErrNotFound) || outpost.CodeOf(err) != outpost.Conversation {
 			t.Fatalf("resume %s: %v, want code conversation and ErrNotFound", id, err)
 		}
-		if want := "conversation: locate: " + id + ": conversation: not found"; err.Error() != want {
+		if want := "conversation: locate: " + id + ": not found"; err.Error() != want {
 			t.Errorf("resume %s: %q, want %q", id, err, want)
 		}
 	}
