@@ -30,6 +30,7 @@ type humanWriter struct {
 	streamed map[string]bool // message ids shown through deltas
 	midLine  bool
 	bar      *progressBar // bootstrap progress (cmd/outpost/cli/bootstrap.go)
+	steer    string       // the text of the last steering notice shown
 }
 
 func newHumanWriter(out, err io.Writer) *humanWriter {
@@ -86,6 +87,14 @@ func (h *humanWriter) event(ev harness.Event) {
 		h.endLine()
 		if h.bar.event(ev) {
 			return
+		}
+		if ev.Kind == "steer" {
+			// outpost says a message was delivered; an agent that
+			// acknowledges it in the same words says it again.
+			if ev.Text == h.steer {
+				return
+			}
+			h.steer = ev.Text
 		}
 		fmt.Fprintf(h.err, "· %s: %s\n", orDefault(ev.Kind, "notice"), clip(ev.Text, 300))
 	case harness.EventFailure:
