@@ -128,7 +128,20 @@ func (e *Error) Error() string {
 		b.WriteString(": ")
 		b.WriteString(e.Err.Error())
 	}
-	return b.String()
+	return onceCode(b.String(), e.Code)
+}
+
+// onceCode drops from s, an error's text that begins with its code, the
+// code's later "code: " prefixes: a package's sentinel or a cause of the
+// same code says it again ("conversation: locate: X: conversation: not
+// found" reads "conversation: locate: X: not found").
+func onceCode(s string, c Code) string {
+	head, rest := string(c), s[len(c):]
+	repeat := ": " + string(c) + ": "
+	for strings.Contains(rest, repeat) {
+		rest = strings.ReplaceAll(rest, repeat, ": ")
+	}
+	return head + rest
 }
 
 // Message is Error() without the code prefix: what a person reads.

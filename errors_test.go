@@ -67,8 +67,9 @@ func TestWrapKeepsCode(t *testing.T) {
 	}
 }
 
-// An Op that only repeats the code is not printed twice: the CLI printed
-// "outpost: output: output: the answer does not match the schema".
+// A code is printed once: an Op that only repeats it is not printed (the
+// CLI printed "outpost: output: output: the answer does not match the
+// schema"), nor is a cause's "code: " prefix.
 func TestErrorOpRepeatingCode(t *testing.T) {
 	for _, tc := range []struct {
 		err       *outpost.Error
@@ -77,6 +78,13 @@ func TestErrorOpRepeatingCode(t *testing.T) {
 		{outpost.New(outpost.Output, "output", "the answer does not match"), "output: the answer does not match", "the answer does not match"},
 		{outpost.New(outpost.Bootstrap, "bootstrap", "download failed"), "bootstrap: download failed", "download failed"},
 		{outpost.New(outpost.Output, "repair", "no repair"), "output: repair: no repair", "repair: no repair"},
+		// A cause of the same code, a package's sentinel, says the code
+		// once: "conversation: locate: X: conversation: not found".
+		{outpost.Errorf(outpost.Conversation, "locate", "%s: %w", "c01x", errors.New("conversation: not found")), "conversation: locate: c01x: not found", "locate: c01x: not found"},
+		{&outpost.Error{Code: outpost.Sandbox, Op: "run", Err: fmt.Errorf("sandbox: lease: %w", errors.New("sandbox: closed"))}, "sandbox: run: lease: closed", "run: lease: closed"},
+		// Another code's name, or the word without its colon, stays.
+		{outpost.Errorf(outpost.Configuration, "sandbox", "docker: %w", errors.New("bootstrap: no pin")), "configuration: sandbox: docker: bootstrap: no pin", "sandbox: docker: bootstrap: no pin"},
+		{outpost.New(outpost.Conversation, "locate", "conversation c01x has 2 turns"), "conversation: locate: conversation c01x has 2 turns", "locate: conversation c01x has 2 turns"},
 	} {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("Error() = %q, want %q", got, tc.want)

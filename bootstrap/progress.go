@@ -2,6 +2,8 @@ package bootstrap
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,9 +80,27 @@ func (p Progress) Text() string {
 		}
 		return fmt.Sprintf("%s: copying into the sandbox", name)
 	case PhaseDone:
-		return fmt.Sprintf("%s: ready at %s (%s)", name, p.Path, p.Source)
+		return fmt.Sprintf("%s: ready at %s (%s)", name, ShortPath(p.Path), p.Source)
 	}
 	return fmt.Sprintf("%s: %s", name, p.Phase)
+}
+
+// ShortPath is a path for people: the home directory as "~", and a
+// digest's directory (the cache's "sha512-<128 hex digits>") cut to its
+// first 12 digits and "…".
+func ShortPath(path string) string {
+	if home, err := os.UserHomeDir(); err == nil && home != "/" && home != "" {
+		if rest, ok := strings.CutPrefix(path, home+"/"); ok {
+			path = "~/" + rest
+		}
+	}
+	parts := strings.Split(path, "/")
+	for i, part := range parts {
+		if algo, hex, ok := strings.Cut(part, "-"); ok && strings.HasPrefix(algo, "sha") && len(hex) > 16 {
+			parts[i] = algo + "-" + hex[:12] + "…"
+		}
+	}
+	return strings.Join(parts, "/")
 }
 
 // Event is the progress as a notice event of kind "bootstrap", the form

@@ -75,6 +75,14 @@ func (e *turnRun) usage(ctx context.Context, lease *sandbox.Lease, res *Result, 
 // with the release (engine.finish) when nothing in this turn needs it
 // first. It returns the turn's error with the capture's folded in.
 func (e *turnRun) captureStep(ctx context.Context, lease *sandbox.Lease, res *Result, st *stream, runErr error) error {
+	if e.refusedTurn() {
+		// No call reached the model: the conversation is as it was, and
+		// this is no turn of it. A resumed one can be continued.
+		if e.t.Resume != "" {
+			res.Conversation = e.parent.ID
+		}
+		return e.afterCapture(res, runErr, nil)
+	}
 	if !e.h.Captures() || e.o.Store == nil || st.native == "" {
 		return e.afterCapture(res, runErr, nil)
 	}

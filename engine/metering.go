@@ -115,6 +115,18 @@ func (e *turnRun) meterMeta(m *conversation.Meta) {
 	m.Metered = &own
 }
 
+// refusedTurn reports whether a budget refused this engine's model calls
+// before any reached the API: a turn that did nothing, not stored and not
+// counted (docs/metering.md).
+func (e *turnRun) refusedTurn() bool {
+	mt := e.meterNow()
+	if mt == nil || mt.Exceeded() == nil {
+		return false
+	}
+	mt.Settle(settleTimeout)
+	return mt.Since(e.meterFrom).Requests == 0
+}
+
 // meterEnd closes a Run's metering: Result.Metered, a notice when the
 // CLI's own usage differs, and the budget error when a budget refused a
 // call, whatever the agent made of the refusal.

@@ -72,7 +72,7 @@ func TestTurnMeterBudgets(t *testing.T) {
 	if !asError(err, &oe) || oe.Code != outpost.Budget || outpost.ExitCode(err) != 11 {
 		t.Fatalf("error %v, want code budget", err)
 	}
-	want := map[string]any{"limit": int64(1000), "spent": int64(1266), "budget": "conversation", "spooled": "/x"}
+	want := map[string]any{"limit": int64(1000), "spent": int64(1266), "left": int64(0), "estimate": int64(len(antStream) / 4), "budget": "conversation", "spooled": "/x"}
 	if diff := cmp.Diff(want, oe.Details); diff != "" {
 		t.Errorf("details (-want +got):\n%s", diff)
 	}
@@ -155,5 +155,50 @@ func TestMeterUsage(t *testing.T) {
 	e.meterUsage(res)
 	if res.Usage != own {
 		t.Errorf("usage %+v, want the CLI's", res.Usage)
+	}
+}
+
+// TestRefusedTurnNotStored: a turn whose every model call a budget
+// refused (none reached the API) is no turn of the conversation: nothing
+// is captured or stored, and a resumed conversation, as it was, is the
+// result's to continue. A turn that made a call before the refusal is
+// one.
+func TestRefusedTurnNotStored(t *testing.T) {
+	ant := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: 321, OutputTokens: 45}})
+	e := &turnRun{h: echo.Harness(), red: credentials.NewRedactor(),
+		t:      Turn{Resume: "c1"},
+		o:      &RunOptions{Store: conversation.NewFS(t.TempDir()), metering: &metering{}},
+		parent: conversation.Meta{ID: "c1", Turns: 3, Budget: 1000, Metered: spentConversation(1000)}}
+	base := metertest.Proxy(t, e.turnMeter([]string{meter.Anthropic}), ant.URL())
+	if s := call(t, base); s != 400 {
+		t.Fatalf("call: %d, want the refusal", s)
+	}
+	if !e.refusedTurn() {
+		t.Fatal("a turn of refused calls only is not a refused turn")
+	}
+	res := &Result{}
+	turnErr := outpost.New(outpost.Process, "run", "the agent gave up")
+	err := e.captureStep(t.Context(), nil, res, &stream{native: "session-1"}, turnErr)
+	if err != turnErr || e.put != nil || e.stored != "" {
+		t.Errorf("error %v, put %v, stored %q: want the turn's error, nothing stored", err, e.put != nil, e.stored)
+	}
+	if res.Conversation != "c1" {
+		t.Errorf("conversation %q, want the resumed c1, as it was", res.Conversation)
+	}
+	if ids, _ := e.o.Store.List(t.Context()); len(ids) != 0 {
+		t.Errorf("stored %v", ids)
+	}
+
+	// One call through, then a refusal: a turn.
+	e2 := &turnRun{h: echo.Harness(), red: credentials.NewRedactor(), o: &RunOptions{MaxTokens: 100, metering: &metering{}}}
+	base2 := metertest.Proxy(t, e2.turnMeter([]string{meter.Anthropic}), ant.URL())
+	if s := call(t, base2); s != 200 {
+		t.Fatalf("first call: %d", s)
+	}
+	if s := call(t, base2); s != 400 {
+		t.Fatalf("second call: %d, want the refusal", s)
+	}
+	if e2.refusedTurn() {
+		t.Error("a turn that reached the API is taken for a refused one")
 	}
 }

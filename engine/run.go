@@ -350,7 +350,7 @@ func (e *turnRun) runSteps(ctx context.Context) (*Result, error) {
 	lease := e.o.Lease
 	if lease == nil {
 		var err error
-		lease, err = sandbox.Acquire(ctx, e.o.Provider, driver.Options{Workdir: e.workdir, Mounts: e.bootstrapMounts(), Egress: e.kl.egress})
+		lease, err = sandbox.Acquire(ctx, e.o.Provider, driver.Options{Workdir: e.workdir, Mounts: e.bootstrapMounts(), Egress: e.kl.egress, Progress: e.imageProgress})
 		if err != nil {
 			return nil, settle(ctx, err)
 		}

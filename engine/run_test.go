@@ -373,8 +373,8 @@ func TestRefusalsBeforeAllocation(t *testing.T) {
 }
 
 // TestUnknownConversationMessage: resuming a conversation the store does
-// not have names it once and says not found, without the stores' own
-// prefixes stacked ("conversation X: conversation: conversation: ...").
+// not have names it once and says not found, the code once, without the
+// stores' own prefixes stacked ("conversation X: conversation: conversation: ...").
 func TestUnknownConversationMessage(t *testing.T) {
 	f := newFixture(t)
 	for _, id := range []string{"c01m8vhsts85mkp3mp35cnb", "not-an-id"} {
@@ -382,7 +382,7 @@ func TestUnknownConversationMessage(t *testing.T) {
 		if !errors.Is(err, conversation.ErrNotFound) || outpost.CodeOf(err) != outpost.Conversation {
 			t.Fatalf("resume %s: %v, want code conversation and ErrNotFound", id, err)
 		}
-		if want := "conversation: locate: " + id + ": conversation: not found"; err.Error() != want {
+		if want := "conversation: locate: " + id + ": not found"; err.Error() != want {
 			t.Errorf("resume %s: %q, want %q", id, err, want)
 		}
 	}
@@ -491,5 +491,53 @@ func TestMisconfigured(t *testing.T) {
 	}
 	if _, err := f.run(engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: h}, Prompt: "fine"}); err != nil {
 		t.Errorf("a successful turn failed: %v", err)
+	}
+}
+
+// pullingProvider's Open reports an image pull (driver.Options.Progress)
+// before it opens the sandbox, as the docker provider does.
+type pullingProvider struct{ driver.Provider }
+
+func (p pullingProvider) Open(ctx context.Context, o driver.Options) (driver.Sandbox, error) {
+	if o.Progress != nil {
+		o.Progress(driver.Progress{Step: driver.ProgressPull, Image: "node:22-bookworm"})
+		o.Progress(driver.Progress{Step: driver.ProgressPull, Image: "node:22-bookworm", Layers: 2, LayersDone: 1, Bytes: 50, Total: 100})
+		o.Progress(driver.Progress{Step: driver.ProgressPull, Image: "node:22-bookworm", Layers: 2, LayersDone: 2, Bytes: 100, Total: 100, Done: true})
+	}
+	return p.Provider.Open(ctx, o)
+}
+
+// TestImageProgressNotices: a provider's image pull reaches the turn's
+// events as notices of kind image, with the turn's agent and
+// conversation, the bytes and the layers, before the session starts.
+func TestImageProgressNotices(t *testing.T) {
+	f := newFixture(t)
+	res := f.ok(engine.Turn{Prompt: "hi"}, func(o *engine.RunOptions) { o.Provider = pullingProvider{f.provider} })
+	var got []harness.Event
+	session, lastImage := -1, -1
+	for i, e := range f.events {
+		if e.Type == harness.EventNotice && e.Kind == "image" {
+			got, lastImage = append(got, e), i
+		}
+		if e.Type == harness.EventSession && session < 0 {
+			session = i
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d image notices, want 3: %v", len(got), f.types())
+	}
+	mid, last := got[1], got[2]
+	if mid.Agent != "echo" || mid.Conversation != res.Conversation || mid.Details["bytes"] != float64(50) ||
+		mid.Details["layers"] != float64(2) || mid.Details["layers_done"] != float64(1) || mid.Details["image"] != "node:22-bookworm" {
+		t.Errorf("notice %+v", mid)
+	}
+	if want := "pulling node:22-bookworm: 50 B of 100 B (50%), 1 of 2 layers"; mid.Text != want {
+		t.Errorf("text %q, want %q", mid.Text, want)
+	}
+	if last.Details["done"] != true || last.Text != "pulled node:22-bookworm (2 layers, 100 B downloaded)" {
+		t.Errorf("last notice %+v", last)
+	}
+	if session >= 0 && lastImage > session {
+		t.Error("an image notice came after the session started")
 	}
 }

@@ -264,6 +264,62 @@ func TestRunBudgetCLI(t *testing.T) {
 	}
 }
 
+// TestRunBudgetRefusedTurn: a conversation whose budget has less left
+// than Claude Code's next prompt (some 10^4 tokens, estimated): the resume
+// is refused at its first call (exit status 11) with a message in the
+// figures `outpost usage` shows (what is left, what was used) and why
+// (the prompt's estimate); the API is not called, and the refused turn is
+// not counted: the conversation keeps its one turn, and the result names
+// it to continue.
+func TestRunBudgetRefusedTurn(t *testing.T) {
+	fake := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: bigCall, OutputTokens: 37}})
+	w := budgetWorld(t, filepath.Join(t.TempDir(), "store"), fake)
+	const left = 1000
+	r := w.claudeRun("--budget", fmt.Sprint(bigCall+37+left), "say hi")
+	if r.code != 0 {
+		t.Fatalf("first turn: exit %d, result %+v\n%s", r.code, r.res, lastLines(r.stderr))
+	}
+	calls := len(fake.MessageRequests())
+	if calls != 1 {
+		t.Fatalf("Claude Code made %d calls for the first turn; the test counts on one", calls)
+	}
+	r2 := w.claudeRun("--resume", r.res.Conversation, "and now?")
+	wantBudget(t, r2, "conversation", bigCall+37+left, bigCall+37)
+	if n := len(fake.MessageRequests()); n != calls {
+		t.Errorf("the fake received %d calls after the refusal, want none", n-calls)
+	}
+	d := r2.res.Error.Details
+	est, _ := d["estimate"].(float64)
+	if d["left"] != float64(left) || est <= left {
+		t.Errorf("details %v, want %d left and the refused prompt's estimate above it", d, left)
+	}
+	want := fmt.Sprintf("the conversation budget of %d tokens has %d tokens left (%d used), fewer than the next model call's prompt needs (about %d tokens)",
+		bigCall+37+left, left, bigCall+37, int64(est))
+	if !strings.Contains(r2.res.Error.Message, want) {
+		t.Errorf("message %q, want it to say %q", r2.res.Error.Message, want)
+	}
+	if r2.res.Conversation != r.res.Conversation {
+		t.Errorf("result conversation %q, want the resumed %q to continue", r2.res.Conversation, r.res.Conversation)
+	}
+	code, js, errOut := runOutpost(t, w.home, w.dir, "usage", "--json", "--store", w.spec, r.res.Conversation)
+	var u struct {
+		Turns      int   `json:"turns"`
+		Budget     int64 `json:"budget"`
+		BudgetLeft int64 `json:"budget_left"`
+	}
+	if err := json.Unmarshal([]byte(js), &u); code != 0 || err != nil {
+		t.Fatalf("usage: exit %d, %v: %s %s", code, err, js, errOut)
+	}
+	if u.Turns != 1 || u.Budget != bigCall+37+left || u.BudgetLeft != left {
+		t.Errorf("usage: %d turns, budget %d, %d left; want 1 turn (the refused one not counted) and %d left, as the refusal said", u.Turns, u.Budget, u.BudgetLeft, left)
+	}
+	// A person sees the same figures, and how to continue.
+	p := w.outpost("run", "--store", w.spec, "--agent", "claude", "--resume", r.res.Conversation, "and now?")
+	if p.code != 11 || !strings.Contains(p.stderr, "has 1000 tokens left") || !strings.Contains(p.stderr, "continue with: outpost run --resume "+r.res.Conversation) {
+		t.Errorf("exit %d, stderr:\n%s", p.code, p.stderr)
+	}
+}
+
 // TestRunBudgetAcrossMachines: a conversation's --budget kept in a
 // PostgreSQL store two machines share (two outpost processes with their
 // own OUTPOST_HOME): the first machine's turn spends part of it, the

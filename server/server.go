@@ -364,6 +364,9 @@ func (s *Server) warm() error {
 // treated as TCP requests: they need a token when Options.Tokens is set.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// Sandboxes are the providers the server serves, the default first.
+func (s *Server) Sandboxes() []string { return slices.Clone(s.o.Sandboxes) }
+
 // Pool is the server's sandbox pool.
 func (s *Server) Pool() *sandbox.Pool { return s.pool }
 

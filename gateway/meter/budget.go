@@ -21,27 +21,42 @@ const (
 	BudgetToken        = "token"        // serve's per-token-name limits
 )
 
-// Exceeded says which budget refused a call.
+// Exceeded says which budget refused a call, and why.
 type Exceeded struct {
 	Budget string // BudgetTurn, BudgetConversation or BudgetToken
 	Limit  int64  // the budget in tokens
 	Spent  int64  // the tokens spent against it when the call was refused
 	Window string // "hour" or "day" for BudgetToken
+	// Estimate is the refused call's prompt, estimated (its bytes / 4):
+	// a budget not spent yet refuses a call whose estimate is more than
+	// what is left.
+	Estimate int64
 }
 
+// Left is what was left of the budget when the call was refused (what
+// `outpost usage` shows for a conversation's), never below 0.
+func (x *Exceeded) Left() int64 { return max(x.Limit-x.Spent, 0) }
+
+// Error says the budget and why the call was refused, in the figures
+// `outpost usage` shows: spent, or not enough left for the next call's
+// prompt.
 func (x *Exceeded) Error() string {
 	w := ""
 	if x.Window != "" {
 		w = " per " + x.Window
 	}
-	return fmt.Sprintf("the %s budget of %d tokens%s is spent (%d tokens)", x.Budget, x.Limit, w, x.Spent)
+	name := fmt.Sprintf("the %s budget of %d tokens%s", x.Budget, x.Limit, w)
+	if x.Left() == 0 {
+		return fmt.Sprintf("%s is spent (%d tokens used)", name, x.Spent)
+	}
+	return fmt.Sprintf("%s has %d tokens left (%d used), fewer than the next model call's prompt needs (about %d tokens)", name, x.Left(), x.Spent, x.Estimate)
 }
 
-// Err is the turn's error for x: code budget, with details limit, spent
-// and budget (and window for a token budget).
+// Err is the turn's error for x: code budget, with details limit, spent,
+// left, estimate and budget (and window for a token budget).
 func (x *Exceeded) Err(op, agent string) *outpost.Error {
 	e := &outpost.Error{Code: outpost.Budget, Op: op, Agent: agent, Err: x}
-	e = e.Detail("limit", x.Limit).Detail("spent", x.Spent).Detail("budget", x.Budget)
+	e = e.Detail("limit", x.Limit).Detail("spent", x.Spent).Detail("left", x.Left()).Detail("estimate", x.Estimate).Detail("budget", x.Budget)
 	if x.Window != "" {
 		e = e.Detail("window", x.Window)
 	}
@@ -69,7 +84,7 @@ type Limit struct {
 func (l Limit) Allow(spent, est int64) *Exceeded {
 	s := l.Before + spent
 	if s >= l.Tokens || s+est > l.Tokens {
-		return &Exceeded{Budget: l.Budget, Limit: l.Tokens, Spent: s}
+		return &Exceeded{Budget: l.Budget, Limit: l.Tokens, Spent: s, Estimate: est}
 	}
 	return nil
 }
@@ -115,7 +130,7 @@ func (w *Window) Allow(_, est int64) *Exceeded {
 		name         string
 	}{{w.PerHour, w.hourN, "hour"}, {w.PerDay, w.dayN, "day"}} {
 		if c.limit > 0 && (c.spent >= c.limit || c.spent+est > c.limit) {
-			return &Exceeded{Budget: BudgetToken, Limit: c.limit, Spent: c.spent, Window: c.name}
+			return &Exceeded{Budget: BudgetToken, Limit: c.limit, Spent: c.spent, Window: c.name, Estimate: est}
 		}
 	}
 	return nil
@@ -138,29 +153,38 @@ func (w *Window) Spent() (hour, day int64) {
 	return w.hourN, w.dayN
 }
 
-// refusal is the response a refused call gets, in api's own shape for a
-// spent quota that its CLIs do not retry: Anthropic's 400 for a spent
-// credit balance, OpenAI's 429 insufficient_quota, Gemini's 429
+// RefusalPrefix begins the message of every refusal: what the agent
+// shows says it is outpost's budget, not the user's account with the
+// model's vendor.
+const RefusalPrefix = "outpost budget: "
+
+// refusal is the response a refused call gets, in api's own shape for an
+// error its CLIs do not retry: Anthropic's 400 invalid_request_error (as
+// for a spent credit balance, whose words Claude Code would show in
+// place of the message), OpenAI's 429 insufficient_quota, Gemini's 429
 // RESOURCE_EXHAUSTED with a per-day QuotaFailure; each says
-// x-should-retry: false, which the vendors' SDKs honour.
+// x-should-retry: false, which the vendors' SDKs honour. The message
+// says it is outpost's budget (RefusalPrefix); OpenAI's and Gemini's keep
+// the vendors' "exceeded your current quota", which their CLIs read.
 func refusal(api string, x *Exceeded, r *http.Request) *http.Response {
-	msg := "outpost: " + x.Error()
+	msg := RefusalPrefix + x.Error() + "; the API was not called"
+	quota := msg + ". You exceeded your current quota of outpost tokens, not your account's with the API"
 	status := http.StatusTooManyRequests
 	var v any
 	switch api {
 	case Anthropic:
 		status = http.StatusBadRequest
 		v = map[string]any{"type": "error", "error": map[string]any{"type": "invalid_request_error",
-			"message": "Your credit balance is too low to access the API: " + msg}}
+			"message": msg + " (a token budget of outpost's, not your Anthropic account's balance)"}}
 	case Gemini:
 		v = map[string]any{"error": map[string]any{"code": 429, "status": "RESOURCE_EXHAUSTED",
-			"message": "You exceeded your current quota: " + msg,
+			"message": quota,
 			"details": []any{map[string]any{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
 				"violations": []any{map[string]any{"quotaMetric": "outpost/tokens",
 					"quotaId": "OutpostTokensPerDay-" + x.Budget}}}}}}
 	default: // OpenAI's, also for an unknown API
 		v = map[string]any{"error": map[string]any{"type": "insufficient_quota", "code": "insufficient_quota",
-			"param": nil, "message": "You exceeded your current quota: " + msg}}
+			"param": nil, "message": quota}}
 	}
 	b, _ := json.Marshal(v)
 	h := http.Header{}
@@ -199,7 +223,7 @@ func (s *Shared) Allow(_, est int64) *Exceeded {
 		if name == "" {
 			name = BudgetRace
 		}
-		return &Exceeded{Budget: name, Limit: s.Tokens, Spent: s.spent}
+		return &Exceeded{Budget: name, Limit: s.Tokens, Spent: s.spent, Estimate: est}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package meter_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -44,7 +45,7 @@ func TestBudgetHardStop(t *testing.T) {
 	if got := settled(m).Metered().Tokens(); got != 732 {
 		t.Errorf("metered %d tokens, want 732", got)
 	}
-	want := &meter.Exceeded{Budget: meter.BudgetTurn, Limit: 500, Spent: 732}
+	want := &meter.Exceeded{Budget: meter.BudgetTurn, Limit: 500, Spent: 732, Estimate: int64(len(antStream) / 4)}
 	if diff := cmp.Diff(want, m.Exceeded()); diff != "" {
 		t.Errorf("exceeded (-want +got):\n%s", diff)
 	}
@@ -58,8 +59,11 @@ func TestBudgetHardStop(t *testing.T) {
 	if !claude.Quota(e.Error.Message) {
 		t.Errorf("claude does not take %q for a spent quota", e.Error.Message)
 	}
+	if !strings.HasPrefix(e.Error.Message, meter.RefusalPrefix) || strings.Contains(strings.ToLower(e.Error.Message), "credit balance is too low") {
+		t.Errorf("refusal %q: want outpost's budget named, not the account's balance", e.Error.Message)
+	}
 	oe := m.Exceeded().Err("run", "claude")
-	if outpost.ExitCode(oe) != 11 || oe.Details["budget"] != "turn" || oe.Details["limit"] != int64(500) || oe.Details["spent"] != int64(732) {
+	if outpost.ExitCode(oe) != 11 || oe.Details["budget"] != "turn" || oe.Details["limit"] != int64(500) || oe.Details["spent"] != int64(732) || oe.Details["left"] != int64(0) {
 		t.Errorf("error %v, details %v", oe, oe.Details)
 	}
 }
@@ -77,8 +81,39 @@ func TestBudgetEstimate(t *testing.T) {
 	if n := len(ant.MessageRequests()); n != 0 {
 		t.Errorf("the API received %d calls", n)
 	}
-	if x := m.Exceeded(); x == nil || x.Budget != meter.BudgetConversation || x.Spent != 900 {
-		t.Errorf("exceeded %+v", x)
+	x := m.Exceeded()
+	if x == nil || x.Budget != meter.BudgetConversation || x.Spent != 900 || x.Left() != 100 || x.Estimate <= 100 {
+		t.Fatalf("exceeded %+v", x)
+	}
+	// What the refusal says agrees with `outpost usage` (100 left) and
+	// says why: the next call needs more.
+	if want := fmt.Sprintf("the conversation budget of 1000 tokens has 100 tokens left (900 used), fewer than the next model call's prompt needs (about %d tokens)", x.Estimate); x.Error() != want {
+		t.Errorf("message %q, want %q", x.Error(), want)
+	}
+}
+
+// TestExceededMessage: a budget's refusal says what `outpost usage` says
+// is left, and why the call was refused: spent, or the call's prompt is
+// larger than what is left. The details carry the same figures.
+func TestExceededMessage(t *testing.T) {
+	for _, tc := range []struct {
+		x    meter.Exceeded
+		want string
+		left int64
+	}{
+		{meter.Exceeded{Budget: "conversation", Limit: 30, Spent: 19, Estimate: 25}, "the conversation budget of 30 tokens has 11 tokens left (19 used), fewer than the next model call's prompt needs (about 25 tokens)", 11},
+		{meter.Exceeded{Budget: "turn", Limit: 30, Spent: 30, Estimate: 25}, "the turn budget of 30 tokens is spent (30 tokens used)", 0},
+		{meter.Exceeded{Budget: "turn", Limit: 30, Spent: 45}, "the turn budget of 30 tokens is spent (45 tokens used)", 0},
+		{meter.Exceeded{Budget: "token", Limit: 100, Spent: 90, Estimate: 20, Window: "hour"}, "the token budget of 100 tokens per hour has 10 tokens left (90 used), fewer than the next model call's prompt needs (about 20 tokens)", 10},
+	} {
+		x := tc.x
+		if got := x.Error(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", x, got, tc.want)
+		}
+		oe := x.Err("run", "claude")
+		if oe.Details["left"] != tc.left || oe.Details["spent"] != x.Spent || oe.Details["estimate"] != x.Estimate {
+			t.Errorf("%+v: details %v", x, oe.Details)
+		}
 	}
 }
 
@@ -91,7 +126,7 @@ func TestRefusalShapes(t *testing.T) {
 		status int
 		want   string
 	}{
-		{meter.Anthropic, 400, "credit balance is too low"},
+		{meter.Anthropic, 400, `"message":"outpost budget: the turn budget`},
 		{meter.OpenAIResponses, 429, `"type":"insufficient_quota"`},
 		{meter.OpenAIChat, 429, `"code":"insufficient_quota"`},
 		{meter.Gemini, 429, `"status":"RESOURCE_EXHAUSTED"`},
@@ -106,8 +141,11 @@ func TestRefusalShapes(t *testing.T) {
 		if resp.StatusCode != tc.status || resp.Header.Get("X-Should-Retry") != "false" || !json.Valid(b) {
 			t.Errorf("%s: %d %v %s", tc.api, resp.StatusCode, resp.Header, b)
 		}
-		if !strings.Contains(string(b), tc.want) {
-			t.Errorf("%s: %s lacks %s", tc.api, b, tc.want)
+		if !strings.Contains(string(b), tc.want) || !strings.Contains(string(b), meter.RefusalPrefix) {
+			t.Errorf("%s: %s lacks %s or %q", tc.api, b, tc.want, meter.RefusalPrefix)
+		}
+		if strings.Contains(strings.ToLower(string(b)), "credit balance") {
+			t.Errorf("%s: %s reads as the account's balance", tc.api, b)
 		}
 	}
 }

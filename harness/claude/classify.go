@@ -24,7 +24,9 @@ var (
 	//   Credit balance is too low; Budget limit reached ($…)
 	//   spend limit reached · resets Aug 8 · request an increase at …
 	//   API Error: Request rejected (429) · … rate limit …
-	quotaFragments = []string{"usage limit", "spend limit", "out of usage credits", "out of credits",
+	// and the credential gateway's refusal of a call a budget of outpost's
+	// does not allow (gateway/meter: "API Error: 400 … outpost budget: …").
+	quotaFragments = []string{"usage limit", "spend limit", "out of usage credits", "out of credits", "outpost budget:",
 		"out of extra usage", "credit balance is too low", "credit balance too low", "budget limit reached",
 		"request rejected (429)", "usage_limit_reached", "rate limit reached", "rate limit exceeded"}
 	quotaRE = lazyre.New(`you['’]?ve (hit|reached) your [^\n]*limit|you have reached your [^\n]*limit|exceed(s|ed)? your [^\n]*rate limit`)

@@ -16,6 +16,9 @@ func TestQuotaAndUnavailable(t *testing.T) {
 		{"API Error: Request rejected (429) · Number of request tokens has exceeded your per-minute rate limit (fake)", true, false},
 		{"API Error: Request rejected (429) · This request would exceed your account's rate limit. Please try again later.", true, false},
 		{"Credit balance is too low", true, false},
+		// The credential gateway's refusal as Claude Code 2.1.332 shows it
+		// (integration's TestRunBudgetRefusedTurn).
+		{"API Error: 400 outpost budget: the conversation budget of 101037 tokens has 1000 tokens left (100037 used), fewer than the next model call's prompt needs (about 19711 tokens); the API was not called (a token budget of outpost's, not your Anthropic account's balance)", true, false},
 		{"API Error: 529 Overloaded. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:18522).", false, true},
 		{"API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment.", false, true},
 		{"API Error: Connection refused — a firewall or proxy may be blocking it (ECONNREFUSED)", false, true},

@@ -14,8 +14,9 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/pkg/jsonmessage"
+
 	"github.com/outposthq/outpost/internal/layout"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // MinimalImage is the default image: a root filesystem of a few files
@@ -65,8 +66,10 @@ func minimal() (string, []byte) {
 }
 
 // image returns the facts of the lease's image, pulling or building it as
-// the pull policy says. Errors wrap ErrImage, or are ctx's.
-func (p *Provider) image(ctx context.Context, eng *engine) (*imageFacts, error) {
+// the pull policy says, with the pull's or build's progress to report
+// (driver.Options.Progress; nil: none). Errors wrap ErrImage, or are
+// ctx's.
+func (p *Provider) image(ctx context.Context, eng *engine, report func(driver.Progress)) (*imageFacts, error) {
 	ref := p.opts.Image
 	if ref == "" {
 		ref = MinimalImage
@@ -77,7 +80,7 @@ func (p *Provider) image(ctx context.Context, eng *engine) (*imageFacts, error) 
 		return f, nil
 	}
 	if p.opts.Pull == PullAlways && ref != MinimalImage {
-		if err := pull(ctx, eng, ref); err != nil {
+		if err := pull(ctx, eng, ref, report); err != nil {
 			return nil, err
 		}
 	}
@@ -85,11 +88,11 @@ func (p *Provider) image(ctx context.Context, eng *engine) (*imageFacts, error) 
 	if errdefs.IsNotFound(err) {
 		switch {
 		case ref == MinimalImage:
-			err = importMinimal(ctx, eng)
+			err = importMinimal(ctx, eng, report)
 		case p.opts.Pull == PullNever:
 			return nil, fmt.Errorf("%w: %s is not present in the engine and pull=never (build or load it, or pull it with: docker pull %s)", ErrImage, ref, ref)
 		default:
-			err = pull(ctx, eng, ref)
+			err = pull(ctx, eng, ref, report)
 		}
 		if err != nil {
 			return nil, err
@@ -116,19 +119,19 @@ func (p *Provider) image(ctx context.Context, eng *engine) (*imageFacts, error) 
 	return f, nil
 }
 
-func pull(ctx context.Context, eng *engine, ref string) error {
+func pull(ctx context.Context, eng *engine, ref string, report func(driver.Progress)) error {
 	rc, err := eng.cli.ImagePull(ctx, ref, image.PullOptions{})
-	return drain(ctx, rc, err, func(err error) error {
+	return drain(ctx, rc, err, newImageProgress(driver.ProgressPull, ref, report), func(err error) error {
 		return fmt.Errorf("%w: %s is not present in the engine and pulling it failed: %w", ErrImage, ref, err)
 	})
 }
 
 // drain reads the progress stream of an image pull or import (the engine
-// reports the operation's failure in it) and closes it. When ctx ended,
-// the error is ctx's; otherwise a failure is wrapped by wrap.
-func drain(ctx context.Context, rc io.ReadCloser, err error, wrap func(error) error) error {
+// reports the operation's failure in it) into prog, and closes it. When
+// ctx ended, the error is ctx's; otherwise a failure is wrapped by wrap.
+func drain(ctx context.Context, rc io.ReadCloser, err error, prog *imageProgress, wrap func(error) error) error {
 	if err == nil {
-		err = jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil)
+		err = prog.follow(rc)
 		rc.Close()
 	}
 	switch {
@@ -140,7 +143,7 @@ func drain(ctx context.Context, rc io.ReadCloser, err error, wrap func(error) er
 	return wrap(err)
 }
 
-func importMinimal(ctx context.Context, eng *engine) error {
+func importMinimal(ctx context.Context, eng *engine, report func(driver.Progress)) error {
 	if minimalTar == nil {
 		return fmt.Errorf("%w: the minimal image could not be assembled", ErrImage)
 	}
@@ -148,7 +151,7 @@ func importMinimal(ctx context.Context, eng *engine) error {
 		Message: "outpost minimal sandbox image",
 		Changes: []string{"ENV PATH=" + layout.DefaultPath, "WORKDIR /", "LABEL " + LabelImage + "=minimal"},
 	})
-	return drain(ctx, rc, err, func(err error) error {
+	return drain(ctx, rc, err, newImageProgress(driver.ProgressBuild, MinimalImage, report), func(err error) error {
 		return fmt.Errorf("%w: importing %s: %w", ErrImage, MinimalImage, err)
 	})
 }

@@ -119,7 +119,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	// The sweep's requests run beside the image's, the container's
 	// creation and its start; Open returns once it has ended.
 	defer p.sweep(ctx, eng)()
-	img, err := p.image(ctx, eng)
+	img, err := p.image(ctx, eng, opts.Progress)
 	if err != nil {
 		return nil, err
 	}

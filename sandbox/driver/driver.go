@@ -56,6 +56,44 @@ type Options struct {
 	// Capabilities.Egress is false cannot enforce EgressGateway and runs
 	// the sandbox as EgressOpen; the engine reports that as unenforced.
 	Egress Egress
+	// Progress, when set, receives how a long step of Open goes (an
+	// image pulled or built before the sandbox can start), from one
+	// goroutine at a time, before Open returns: a report when the step
+	// starts, then at most one every ProgressInterval while it goes, and
+	// a last one with Done set when it succeeded. Providers without such
+	// steps never call it.
+	Progress func(Progress)
+}
+
+// ProgressInterval is how often a provider reports byte counts at most
+// (Options.Progress).
+const ProgressInterval = 200 * time.Millisecond
+
+// Steps of Progress.
+const (
+	// ProgressPull: the image is pulled from its registry.
+	ProgressPull = "pull"
+	// ProgressBuild: the image is built (docker's minimal image, from
+	// nothing).
+	ProgressBuild = "build"
+)
+
+// Progress is how an image pull or build of Open goes (Options.Progress).
+// It serializes to JSON (the details of a notice event of kind "image").
+type Progress struct {
+	Step  string `json:"step"`  // ProgressPull or ProgressBuild
+	Image string `json:"image"` // the image's reference
+	// Layers counts the layers the engine named so far; LayersDone those
+	// in place (downloaded and unpacked, or already present).
+	Layers     int `json:"layers"`
+	LayersDone int `json:"layers_done"`
+	// Bytes are the layers' bytes downloaded so far, of Total, the sum of
+	// the sizes known so far (the engine tells a layer's size once its
+	// download starts): Total grows during a pull.
+	Bytes int64 `json:"bytes"`
+	Total int64 `json:"total"`
+	// Done is set on the last report of a step that succeeded.
+	Done bool `json:"done,omitempty"`
 }
 
 // Egress is a sandbox's network policy (Options.Egress).

@@ -57,6 +57,22 @@ def target(url: Optional[str], token: Optional[str], socket: Optional[str]) -> T
     return Target(base_url=url.rstrip("/") if url else SOCKET_BASE, socket=socket, headers=headers)
 
 
+def unreachable(t: Target, what: str, e: Exception) -> TransportError:
+    """unreachable is the TransportError of a server that could not be
+    reached: it names where the client looked and how to start the
+    server, with the transport's own error."""
+    if t.socket:
+        where = f"the socket {t.socket}"
+        if not os.path.exists(t.socket):
+            why = (f"no outpost server listens on {where}: it does not exist; start one with "
+                   f"`outpost serve` (or pass socket= or url= where yours listens)")
+        else:
+            why = f"no outpost server answers on {where}; is `outpost serve` running?"
+    else:
+        why = f"no outpost server answers at {t.base_url}; is `outpost serve --listen` running there?"
+    return TransportError(f"outpost: {what}: {why} ({e!r})")
+
+
 def path(*parts: str) -> str:
     return "/" + "/".join(quote(p, safe="") if i > 0 else p for i, p in enumerate(parts))
 
@@ -233,6 +249,7 @@ class Api:
                  stream_timeout: float = 60.0, max_reconnects: int = 10,
                  transport: Any = None):
         t = target(url, token, socket)
+        self._target = t
         if transport is None and t.socket:
             transport = self._http_transport(uds=t.socket)
         self._http = self._http_client(base_url=t.base_url, headers=t.headers, timeout=timeout,
@@ -409,11 +426,15 @@ class Follow:
                 items.append(item)
         return items
 
-    def backoff(self) -> float:
+    def backoff(self, t: Optional[Target] = None, err: Optional[Exception] = None) -> float:
         """backoff is the delay before the next connection; it raises
-        TransportError after max_reconnects attempts without progress."""
+        TransportError after max_reconnects attempts without progress
+        (naming where the server was looked for, when the last attempt
+        failed to reach it: err, a transport error, on t)."""
         self.failures += 1
         if self.failures > self.max:
-            raise TransportError(
-                f"outpost: the event stream of {self.turn_id} dropped {self.failures} times without progress")
+            what = f"the event stream of {self.turn_id} dropped {self.failures} times without progress"
+            if t is not None and err is not None:
+                raise unreachable(t, what, err) from err
+            raise TransportError(f"outpost: {what}")
         return min(0.1 * 2 ** (self.failures - 1), 2.0)

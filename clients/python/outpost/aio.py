@@ -8,7 +8,6 @@ from typing import Any, AsyncIterator, Callable, Dict, Optional, Union
 import httpx
 
 from . import _core
-from .errors import TransportError
 from .models import Event, RaceResponse, Result, TurnStatus
 
 __all__ = ["AsyncClient"]
@@ -26,13 +25,15 @@ class AsyncClient(_core.Api):
         try:
             r = await self._http.request(call.method, call.path, **call.kwargs())
         except httpx.TransportError as e:
-            raise TransportError(f"outpost: {call.method} {call.path}: {e!r}") from e
+            raise _core.unreachable(self._target, f"{call.method} {call.path}", e) from e
         return call.answer(r)
 
     async def events(self, turn_id: str, last_event_id: Optional[int] = None) -> AsyncIterator[Union[Event, Result]]:
         """See ``Client.events``."""
         f = _core.Follow(turn_id, last_event_id, self._max_reconnects)
+        err: Optional[Exception] = None
         while True:
+            err = None
             try:
                 async with self._http.stream("GET", f.path, headers=f.headers(), timeout=self._stream_timeout) as r:
                     if r.status_code != 200:
@@ -43,9 +44,9 @@ class AsyncClient(_core.Api):
                                 yield item
                             if f.done:
                                 return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(f.backoff())
+            except httpx.TransportError as e:
+                err = e  # reconnect
+            await asyncio.sleep(f.backoff(self._target, err))
 
     async def result(self, turn_id: str, *, check: bool = True) -> Result:
         """See ``Client.result``."""
@@ -84,7 +85,7 @@ class AsyncClient(_core.Api):
                     if s.race is not None:
                         return
         except httpx.TransportError as e:
-            raise TransportError(f"outpost: the race's stream: {e!r}") from e
+            raise _core.unreachable(self._target, "the race's stream", e) from e
         s.response()  # raises: the stream ended without its race line
 
     async def race(self, prompt: str, *, on_event: Optional[Callable[[Any], Any]] = None, **spec: Any) -> RaceResponse:

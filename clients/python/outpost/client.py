@@ -8,7 +8,6 @@ from typing import Any, Callable, Dict, Iterator, Optional, Union
 import httpx
 
 from . import _core
-from .errors import TransportError
 from .models import Event, RaceResponse, Result, TurnStatus
 
 __all__ = ["Client"]
@@ -33,7 +32,7 @@ class Client(_core.Api):
         try:
             r = self._http.request(call.method, call.path, **call.kwargs())
         except httpx.TransportError as e:
-            raise TransportError(f"outpost: {call.method} {call.path}: {e!r}") from e
+            raise _core.unreachable(self._target, f"{call.method} {call.path}", e) from e
         return call.answer(r)
 
     def events(self, turn_id: str, last_event_id: Optional[int] = None) -> Iterator[Union[Event, Result]]:
@@ -42,7 +41,9 @@ class Client(_core.Api):
         is resumed from the last event delivered: none is lost or
         repeated."""
         f = _core.Follow(turn_id, last_event_id, self._max_reconnects)
+        err: Optional[Exception] = None
         while True:
+            err = None
             try:
                 with self._http.stream("GET", f.path, headers=f.headers(), timeout=self._stream_timeout) as r:
                     if r.status_code != 200:
@@ -52,9 +53,9 @@ class Client(_core.Api):
                             yield from f.feed(chunk)
                             if f.done:
                                 return
-            except httpx.TransportError:
-                pass  # reconnect
-            time.sleep(f.backoff())
+            except httpx.TransportError as e:
+                err = e  # reconnect
+            time.sleep(f.backoff(self._target, err))
 
     def result(self, turn_id: str, *, check: bool = True) -> Result:
         """Wait for the turn's result. With ``check`` (the default) a
@@ -105,7 +106,7 @@ class Client(_core.Api):
                     if s.race is not None:
                         return
         except httpx.TransportError as e:
-            raise TransportError(f"outpost: the race's stream: {e!r}") from e
+            raise _core.unreachable(self._target, "the race's stream", e) from e
         s.response()  # raises: the stream ended without its race line
 
     def race(self, prompt: str, *, on_event: Optional[Callable[[Any], Any]] = None, **spec: Any) -> RaceResponse:

@@ -99,8 +99,9 @@ class OutputError(OutpostError):
 
 
 class BudgetError(OutpostError):
-    """A token budget of outpost's was spent (``details["budget"]``:
-    turn, conversation or token; ``limit`` and ``spent`` in tokens)."""
+    """A token budget of outpost's was spent, or has less left than the
+    next model call needs (``details["budget"]``: turn, conversation or
+    token; ``limit``, ``spent``, ``left`` and ``estimate`` in tokens)."""
     code = "budget"
 
 

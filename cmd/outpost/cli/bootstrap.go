@@ -183,7 +183,11 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 	defer os.RemoveAll(wd)
 	// As a turn would: the cache's unpacked CLIs mounted read-only where
 	// the provider can (then nothing is copied into the sandbox).
-	opts := driver.Options{Workdir: wd, Mounts: sandbox.CacheMounts(inst, provider.Capabilities(), name)}
+	// The image's pull and the install show their progress.
+	progress, finish := a.progressSink(f.json)
+	defer finish()
+	opts := driver.Options{Workdir: wd, Mounts: sandbox.CacheMounts(inst, provider.Capabilities(), name),
+		Progress: func(p driver.Progress) { progress(sandbox.ProgressEvent(p)) }}
 	lease, err := sandbox.Acquire(ctx, provider, opts)
 	if err != nil {
 		return err
@@ -194,8 +198,7 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 		lease.Close(cctx)
 	}()
 
-	progress, finish := a.progressSink(f.json)
-	installed, err := sandbox.Install(ctx, lease, inst, name, &bootstrap.EnsureOptions{Progress: progress})
+	installed, err := sandbox.Install(ctx, lease, inst, name, &bootstrap.EnsureOptions{Progress: func(p bootstrap.Progress) { progress(p.Event()) }})
 	finish()
 	if installed != nil {
 		res.Installed, res.Check = installed.Installed, installed.Check
@@ -203,16 +206,15 @@ func (a *app) doBootstrap(ctx context.Context, f bootstrapFlags, agent string, r
 	return err
 }
 
-// progressSink returns where an install's progress goes: notice events on
-// stdout with --json; a progress bar on stderr when it is a terminal;
-// otherwise one line per phase. finish ends the bar's line.
-func (a *app) progressSink(asJSON bool) (func(bootstrap.Progress), func()) {
+// progressSink returns where the progress notices of an install and of
+// its image go: on stdout with --json; a progress bar on stderr when it
+// is a terminal; otherwise one line per phase. finish ends the bar's line.
+func (a *app) progressSink(asJSON bool) (func(harness.Event), func()) {
 	if asJSON {
-		w := newJSONWriter(a.stdout)
-		return func(p bootstrap.Progress) { w.event(p.Event()) }, func() {}
+		return newJSONWriter(a.stdout).event, func() {}
 	}
 	b := newProgressBar(a.stderr, false)
-	return b.update, b.finish
+	return func(ev harness.Event) { b.event(ev) }, b.finish
 }
 
 func (a *app) listPins(asJSON bool) error {
@@ -237,20 +239,20 @@ func (a *app) listPins(asJSON bool) error {
 	return tw.flush()
 }
 
-// progressBar draws install progress for a person: on a terminal, one line
-// redrawn in place with a bar for byte counts; elsewhere, one line per
-// phase. The done phase gets a line when done is set (a turn's output),
-// not otherwise (`outpost bootstrap` prints a summary). It is safe for
-// concurrent use.
+// progressBar draws install progress and image pulls for a person: on a
+// terminal, one line redrawn in place with a bar for byte counts;
+// elsewhere, one line per phase. The done phase gets a line when done is
+// set (a turn's output) and the CLI was downloaded, not otherwise
+// (`outpost bootstrap` prints a summary; a CLI found in place, in the
+// cache or on the PATH, is no news). It is safe for concurrent use.
 type progressBar struct {
 	mu    sync.Mutex
 	w     io.Writer
 	tty   bool
 	done  bool
 	width int
-	open  bool // a bar line is drawn and not yet ended
-	last  bootstrap.Phase
-	lastA string
+	open  bool   // a bar line is drawn and not yet ended
+	last  string // the phase of the last report, and what it was about
 }
 
 func newProgressBar(w io.Writer, done bool) *progressBar {
@@ -260,36 +262,65 @@ func newProgressBar(w io.Writer, done bool) *progressBar {
 func (b *progressBar) update(p bootstrap.Progress) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	newPhase := p.Phase != b.last || p.Artifact != b.lastA
-	b.last, b.lastA = p.Phase, p.Artifact
-	if !b.tty {
-		if newPhase && (p.Phase != bootstrap.PhaseDone || b.done) {
-			fmt.Fprintf(b.w, "· %s: %s\n", bootstrap.NoticeKind, p.Text())
+	newPhase := b.phase(string(p.Phase) + " " + p.Artifact)
+	if p.Phase == bootstrap.PhaseDone {
+		b.endLine()
+		if b.done && p.Source == bootstrap.SourceDownload {
+			b.line(bootstrap.NoticeKind, p.Text())
 		}
 		return
 	}
-	if (p.Phase == bootstrap.PhaseDownload || p.Phase == bootstrap.PhaseCopy) && p.Total > 0 {
-		f := p.Fraction()
-		n := int(f * float64(b.width))
+	if b.tty && (p.Phase == bootstrap.PhaseDownload || p.Phase == bootstrap.PhaseCopy) && p.Total > 0 {
 		verb := "downloading"
 		if p.Phase == bootstrap.PhaseCopy {
 			verb = "copying"
 		}
-		fmt.Fprintf(b.w, "\r\x1b[K%s %s [%s%s] %3d%% %s/%s", p.Agent, verb, strings.Repeat("#", n), strings.Repeat(".", b.width-n), int(100*f), bootstrap.Size(p.Bytes), bootstrap.Size(p.Total))
-		b.open = true
-		return
-	}
-	if p.Phase == bootstrap.PhaseDone {
-		b.endLine()
-		if b.done {
-			fmt.Fprintf(b.w, "· %s: %s\n", bootstrap.NoticeKind, p.Text())
-		}
+		b.draw(p.Agent+" "+verb, p.Fraction(), p.Bytes, p.Total, "")
 		return
 	}
 	if newPhase {
 		b.endLine()
-		fmt.Fprintf(b.w, "· %s: %s\n", bootstrap.NoticeKind, p.Text())
+		b.line(bootstrap.NoticeKind, p.Text())
 	}
+}
+
+// image draws an image pull's or build's progress: its start and its end
+// on a line each, the bytes of a pull as a bar between on a terminal.
+func (b *progressBar) image(p driver.Progress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	newPhase := b.phase(p.Step + " " + p.Image)
+	switch {
+	case p.Done:
+		b.endLine()
+		b.line(sandbox.ImageNoticeKind, sandbox.ProgressText(p))
+	case b.tty && p.Total > 0:
+		b.draw(p.Image+" pulling", sandbox.ProgressFraction(p), p.Bytes, p.Total, fmt.Sprintf(" %d/%d layers", p.LayersDone, p.Layers))
+	case newPhase:
+		b.endLine()
+		b.line(sandbox.ImageNoticeKind, sandbox.ProgressText(p))
+	}
+}
+
+// phase records what a report is about and reports whether it differs
+// from the last one's.
+func (b *progressBar) phase(key string) bool {
+	changed := key != b.last
+	b.last = key
+	return changed
+}
+
+// line prints one notice line.
+func (b *progressBar) line(kind, text string) {
+	fmt.Fprintf(b.w, "· %s: %s\n", kind, text)
+}
+
+// draw redraws the bar line: what, the bar of fraction f, the percentage,
+// bytes of total, and extra.
+func (b *progressBar) draw(what string, f float64, bytes, total int64, extra string) {
+	n := int(f * float64(b.width))
+	fmt.Fprintf(b.w, "\r\x1b[K%s [%s%s] %3d%% %s/%s%s", what, strings.Repeat("#", n), strings.Repeat(".", b.width-n), int(100*f), bootstrap.Size(bytes), bootstrap.Size(total), extra)
+	b.open = true
 }
 
 func (b *progressBar) endLine() {
@@ -305,15 +336,18 @@ func (b *progressBar) finish() {
 	b.endLine()
 }
 
-// event draws a bootstrap notice event of a turn; it reports false for
-// other events.
+// event draws a bootstrap or image notice event of a turn; it reports
+// false for other events.
 func (b *progressBar) event(ev harness.Event) bool {
-	p, ok := bootstrap.ProgressFromEvent(ev)
-	if !ok {
-		return false
+	if p, ok := bootstrap.ProgressFromEvent(ev); ok {
+		b.update(p)
+		return true
 	}
-	b.update(p)
-	return true
+	if p, ok := sandbox.ProgressFromEvent(ev); ok {
+		b.image(p)
+		return true
+	}
+	return false
 }
 
 // isTerminal reports whether w is a terminal (a character device that is

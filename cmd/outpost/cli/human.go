@@ -31,6 +31,7 @@ type humanWriter struct {
 	streamed map[string]bool // message ids shown through deltas
 	midLine  bool
 	bar      *progressBar // bootstrap progress (cmd/outpost/cli/bootstrap.go)
+	steer    string       // the text of the last steering notice shown
 }
 
 func newHumanWriter(out, err io.Writer) *humanWriter {
@@ -88,6 +89,14 @@ func (h *humanWriter) event(ev harness.Event) {
 		if h.bar.event(ev) {
 			return
 		}
+		if ev.Kind == "steer" {
+			// outpost says a message was delivered; an agent that
+			// acknowledges it in the same words says it again.
+			if ev.Text == h.steer {
+				return
+			}
+			h.steer = ev.Text
+		}
 		fmt.Fprintf(h.err, "· %s: %s\n", orDefault(ev.Kind, "notice"), clip(ev.Text, 300))
 	case harness.EventFailure:
 		h.endLine()
@@ -136,7 +145,7 @@ func (h *humanWriter) result(res *engine.Result, err error) {
 			fmt.Fprintf(h.err, "· (the workspace is larger than the snapshot bound: more files may have changed)\n")
 		}
 	}
-	if res.Conversation != "" || res.Agent != "" {
+	if turnRan(res) {
 		parts := []string{}
 		if res.Conversation != "" {
 			parts = append(parts, "conversation "+res.Conversation)
@@ -152,13 +161,22 @@ func (h *humanWriter) result(res *engine.Result, err error) {
 		if cp := res.Checkpoint; cp != nil {
 			fmt.Fprintf(h.err, "· checkpoint %s (turn %d, %d file(s) changed of %d; outpost diff %s@%d)\n", cp.Commit[:12], cp.Turn, cp.Changed, cp.Files, res.Conversation, cp.Turn)
 		}
-		if res.Workdir != "" {
-			fmt.Fprintf(h.err, "· workspace %s\n", res.Workdir)
-		}
-		if res.Conversation != "" && err == nil {
-			fmt.Fprintf(h.err, "· continue with: outpost run --resume %s PROMPT\n", res.Conversation)
-		}
 	}
+	if res.Workdir != "" {
+		fmt.Fprintf(h.err, "· workspace %s\n", res.Workdir)
+	}
+	// A stored conversation can be continued, whether the turn failed,
+	// was cancelled or succeeded.
+	if res.Conversation != "" {
+		fmt.Fprintf(h.err, "· continue with: outpost run --resume %s PROMPT\n", res.Conversation)
+	}
+}
+
+// turnRan reports whether the agent's turn ran (an error before it, of
+// the command line, the store or the sandbox, leaves nothing to sum up):
+// it exited, named its session, used tokens, or a conversation was stored.
+func turnRan(res *engine.Result) bool {
+	return res.Exit != nil || res.Session != "" || res.Conversation != "" || res.Usage != (harness.Usage{}) || res.Metered != nil
 }
 
 func (h *humanWriter) reportsErrors() bool { return true }

@@ -257,7 +257,12 @@ func (a *app) runInputs(f runFlags, prompt string) (string, []byte, error) {
 		if err != nil {
 			return "", nil, outpost.Wrap(outpost.Configuration, "prompt", err)
 		}
+		// The newline that ends a file or an echo is no part of the
+		// prompt; one trailing newline is dropped, no more.
 		prompt = string(b)
+		if p, ok := strings.CutSuffix(prompt, "\n"); ok {
+			prompt = strings.TrimSuffix(p, "\r")
+		}
 	}
 	return prompt, schema, nil
 }

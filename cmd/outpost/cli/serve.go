@@ -153,7 +153,7 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 		return err
 	}
 	defer a.tracing(ctx)()
-	log.Info("outpost serve: listening", "address", where, "sandboxes", opts.Sandboxes, "version", version())
+	log.Info("outpost serve: listening", "address", where, "sandboxes", srv.Sandboxes(), "version", version())
 	fmt.Fprintln(a.stdout, "outpost serve: listening on", where)
 	return serveUntilDone(ctx, srv, ln, f.grace, log)
 }
