@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,8 +16,8 @@ import (
 	"github.com/outposthq/outpost/internal/testenv"
 )
 
-// TestReadmeFirstCommand: the README's first command is `go run
-// ./cmd/outpost-hello "hello"`; built, it answers, names the conversation,
+// TestReadmeFirstCommand: the README's first block is `go run
+// ./cmd/outpost-hello "hello"` alone; built, it answers, names the conversation,
 // and that conversation continues with the full CLI and with itself.
 func TestReadmeFirstCommand(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
@@ -25,8 +26,13 @@ func TestReadmeFirstCommand(t *testing.T) {
 	}
 	const first = `go run ./cmd/outpost-hello "hello"`
 	_, block, _ := strings.Cut(string(readme), "```sh\n")
-	if line, _, _ := strings.Cut(block, "\n"); !strings.HasPrefix(line, first+" ") {
-		t.Fatalf("the README's first command is %q; this test runs %q", line, first)
+	block, _, _ = strings.Cut(block, "```\n")
+	steps, err := parseDocBlock(block, 1)
+	if err != nil || len(steps) != 1 {
+		t.Fatalf("the README's first block is not one command (%v):\n%s", err, block)
+	}
+	if argv, err := shellWords(steps[0].text, nil); err != nil || !slices.Equal(argv, []string{"go", "run", "./cmd/outpost-hello", "hello"}) {
+		t.Fatalf("the README's first command is %q (%v); this test runs %q", steps[0].text, err, first)
 	}
 	home, dir := t.TempDir(), t.TempDir()
 	hello := func(args ...string) (string, string) {
