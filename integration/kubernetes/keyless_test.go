@@ -72,7 +72,11 @@ func TestKeylessInPod(t *testing.T) {
 			environ, seen := tt.start(t, probe, key)
 			p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Debian; o.NodeCache = true })
 			f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
-			turn := engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: h, Model: tt.model}, Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute, Options: tt.options}
+			// Timeout bounds the whole turn, the bootstrap included: on a
+			// fresh machine the node cache is empty and the CLI's package
+			// (codex: 172 MB) is unpacked into it first, which took over
+			// 3 minutes once on a loaded two-core machine.
+			turn := engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: h, Model: tt.model}, Prompt: "Run a command FAKE_TOOL", Timeout: 10 * time.Minute, Options: tt.options}
 			res, err := f.run(context.Background(), p, nil, turn, func(o *engine.RunOptions) {
 				o.Environ = append(environ, "PATH="+os.Getenv("PATH"), "HOME="+t.TempDir())
 			})
