@@ -430,5 +430,5 @@ func (s *Server) listConversationsTool(ctx context.Context, _ *mcp.CallToolReque
 }
 
 func (s *Server) listAgentsTool(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-	return nil, map[string]any{"agents": Agents(nil)}, nil
+	return nil, map[string]any{"agents": s.agentList()}, nil
 }
