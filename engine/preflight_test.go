@@ -13,6 +13,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/harness/presets"
 )
 
@@ -146,6 +147,23 @@ func TestPreflightTurn(t *testing.T) {
 	}
 	if res != nil && res.Secrets != engine.SecretsGateway {
 		t.Errorf("secrets mode %q, want gateway", res.Secrets)
+	}
+}
+
+// A race one of whose agents (here the judge) has no credential is
+// refused before any workspace is made, naming the variable.
+func TestPreflightRace(t *testing.T) {
+	f := newFixture(t)
+	echoAgent := harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}
+	copilot, _ := presets.Lookup("copilot")
+	_, err := engine.Race(t.Context(), engine.RaceSpec{Prompt: "x", Workdir: f.workdir, Contestants: []harness.Agent{echoAgent},
+		Judge: &harness.Agent{Kind: harness.KindCLI, Harness: copilot}},
+		&engine.RaceOptions{Run: engine.RunOptions{Provider: f.provider, Store: f.store, Environ: []string{"HOME=" + t.TempDir()}}})
+	if outpost.CodeOf(err) != outpost.Configuration || !strings.Contains(fmt.Sprint(err), "COPILOT_GITHUB_TOKEN") {
+		t.Fatalf("%v, want configuration naming COPILOT_GITHUB_TOKEN", err)
+	}
+	if n := f.provider.opens.Load(); n != 0 {
+		t.Errorf("%d sandboxes allocated", n)
 	}
 }
 
