@@ -155,7 +155,7 @@ func (s *Server) newMCP() *mcp.Server {
 	mcp.AddTool(m, &mcp.Tool{
 		Name:         "list_agents",
 		Title:        "List agent presets",
-		Description:  "The agent presets run_turn accepts, with their pinned versions and whether they resume, fork and take live input.",
+		Description:  "The agent presets run_turn accepts, as GET /v1/agents lists them: name, pinned CLI version, source, whether the CLI is installed (no download), keyless, and whether they resume, fork and take live input.",
 		OutputSchema: object(map[string]any{"agents": map[string]any{"type": "array"}}),
 	}, s.listAgentsTool)
 	return m
