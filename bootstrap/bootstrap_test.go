@@ -104,6 +104,39 @@ func TestInstallHostThenCache(t *testing.T) {
 	}
 }
 
+// TestInCache: a pinned CLI is in the cache once a first install
+// unpacked it, and InCache neither downloads nor creates anything before;
+// outpost's own binary (kind self) needs no download.
+func TestInCache(t *testing.T) {
+	srv := newServer(t)
+	pkg := npmPackage(t, "fakecli", "9.9.9")
+	url := srv.add("/@fake/fakecli-linux-x64/-/fakecli-linux-x64-9.9.9.tgz", pkg)
+	cache := filepath.Join(t.TempDir(), "cache")
+	inst := &bootstrap.Installer{Pins: pinFor("fakecli", url, digestOf(pkg), bootstrap.Glibc), CacheDir: cache, Self: "/opt/outpost"}
+	if p, ok := inst.InCache("fakecli", linuxGlibc); ok {
+		t.Fatalf("in the cache before any install: %s", p)
+	}
+	if _, err := os.Stat(cache); err == nil || srv.count("/@fake/fakecli-linux-x64/-/fakecli-linux-x64-9.9.9.tgz") != 0 {
+		t.Fatalf("InCache created the cache or downloaded (%v)", err)
+	}
+	res, err := inst.Install(context.Background(), newTarget(t, false), "fakecli", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := inst.InCache("fakecli", linuxGlibc); !ok || p != res.Path {
+		t.Errorf("after the install: %q %v, want %q", p, ok, res.Path)
+	}
+	if _, ok := inst.InCache("fakecli", bootstrap.Platform{OS: "darwin", Arch: "arm64"}); ok {
+		t.Error("in the cache for a platform the pin has no build for")
+	}
+	if p, ok := inst.InCache("echo", linuxGlibc); !ok || p != "/opt/outpost" {
+		t.Errorf("echo (kind self): %q %v", p, ok)
+	}
+	if _, ok := inst.InCache("nosuch", linuxGlibc); ok {
+		t.Error("an unknown name is in the cache")
+	}
+}
+
 // TestInstallIsolated copies the CLI into an isolated sandbox's home; the
 // same lease finds it there next time, and another lease installs it from
 // the cache.

@@ -256,6 +256,38 @@ func (i *Installer) Prefetch(ctx context.Context, name string, pl Platform, opts
 	return res, nil
 }
 
+// InCache returns the executable of name's pinned CLI for pl when a
+// sandbox would install it without downloading anything: unpacked in the
+// host cache, or outpost's own binary (kind self). It never downloads or
+// creates anything (`outpost agents`, `outpost doctor`).
+func (i *Installer) InCache(name string, pl Platform) (string, bool) {
+	pin, err := i.pin(name)
+	if err != nil {
+		return "", false
+	}
+	if pin.Kind == KindSelf {
+		p, err := i.self()
+		return p, err == nil
+	}
+	pins, err := i.loadPins()
+	if err != nil {
+		return "", false
+	}
+	r, err := i.resolve(pins, name, pl)
+	if err != nil {
+		return "", false
+	}
+	c, err := i.cache()
+	if err != nil {
+		return "", false
+	}
+	dir := c.path("trees", r.digest.key())
+	if !treeReady(dir, pin.Program) {
+		return "", false
+	}
+	return filepath.Join(dir, "bin", pin.Program), true
+}
+
 // copyTree copies a cached tree into dest inside the sandbox: pkg/ first,
 // bin/<program> last, so a sandbox that has the link has everything.
 func copyTree(ctx context.Context, t Target, tree, dest, program string, rep *reporter) error {

@@ -10,7 +10,8 @@
 // lifecycle (docs/ARCHITECTURE.md):
 //
 //	run.go          Run, the lease and its release around the steps
-//	validate.go     1-2: refusals before allocation, variables, plans
+//	validate.go     1-2: refusals before allocation, variables, plans;
+//	                preflight.go, the credential check (Preflight)
 //	environment.go  the process environment (credentials.Environment)
 //	workspace.go    the workspace a turn starts from and its checkpoints
 //	keyless.go      the secrets and egress modes, the gateway grant

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -151,6 +152,9 @@ func Race(ctx context.Context, r RaceSpec, o *RaceOptions) (*RaceResult, error) 
 	if strings.TrimSpace(r.Prompt) == "" {
 		return nil, outpost.Errorf(outpost.Configuration, "race", "empty prompt")
 	}
+	if err := racePreflight(r, &o.Run); err != nil {
+		return nil, err
+	}
 	objs, err := raceObjects(o.Run.Store)
 	if err != nil {
 		return nil, err
@@ -196,6 +200,33 @@ func Race(ctx context.Context, r RaceSpec, o *RaceOptions) (*RaceResult, error) 
 	}
 	out.DurationMS = time.Since(start).Milliseconds()
 	return out, nil
+}
+
+// racePreflight refuses a race one of whose agents (the judge too) has no
+// credential (Preflight), before any workspace is made.
+func racePreflight(r RaceSpec, o *RunOptions) error {
+	var hostFiles bool
+	switch {
+	case o.Lease != nil:
+		hostFiles = o.Lease.Capabilities().HostFiles
+	case o.Provider != nil:
+		hostFiles = o.Provider.Capabilities().HostFiles
+	}
+	agents := slices.Clone(r.Contestants)
+	if r.Judge != nil {
+		agents = append(agents, *r.Judge)
+	}
+	seen := map[*harness.Harness]bool{}
+	for _, a := range agents {
+		if a.Harness == nil || seen[a.Harness] {
+			continue
+		}
+		seen[a.Harness] = true
+		if _, err := Preflight(a.Harness, &PreflightOptions{Environ: o.Environ, Workdir: r.Workdir, Env: r.Env, HostFiles: hostFiles}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func raceObjects(s conversation.Store) (checkpoint.Objects, error) {

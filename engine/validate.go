@@ -133,15 +133,17 @@ func (e *turnRun) resolve() error {
 			e.plan, kept = planOf(e.o.Lease, h.Name)
 		}
 		if !kept {
-			if e.plan, err = h.Credentials(e.vars); err != nil {
-				return e.planErr("credentials", err)
+			if e.plan, err = planCredentials(h, e.vars, e.t.Env); err != nil {
+				return err
 			}
 		}
 		for _, v := range e.plan.Variables {
 			e.red.Add(v)
 		}
-		if e.plan.Need != "" && !e.credentialGiven() {
-			return &outpost.Error{Code: outpost.Configuration, Op: "credentials", Agent: h.Name, Msg: e.plan.Need}
+		// The preflight (Preflight): a preset that needs a credential and
+		// gets none fails here, before any download or sandbox.
+		if _, err := checkCredential(h, e.plan, e.vars, e.t.Env, e.caps().HostFiles); err != nil {
+			return err
 		}
 	}
 	if h.Configuration != nil {
@@ -150,29 +152,6 @@ func (e *turnRun) resolve() error {
 		}
 	}
 	return nil
-}
-
-// credentialGiven reports whether the credential plan gives the agent a
-// credential in this sandbox: a variable anywhere; a generated file, a
-// login command or a host file that exists, where the provider takes more
-// than variables (Capabilities.HostFiles; local does not).
-func (e *turnRun) credentialGiven() bool {
-	p := e.plan
-	if len(p.Variables) > 0 {
-		return true
-	}
-	if !e.caps().HostFiles {
-		return false
-	}
-	if len(p.Files) > 0 || len(p.Login) > 0 {
-		return true
-	}
-	for _, f := range p.HostFiles {
-		if _, err := os.Stat(f.Source); err == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // locate checks that the conversation to continue exists and belongs to

@@ -325,7 +325,8 @@ func TestAntigravityArchiveBootstrap(t *testing.T) {
 			p = local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}})
 		}
 		return engine.Run(context.Background(), engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: antigravity.Harness()}, Prompt: "Say hello", Workdir: t.TempDir(), Timeout: time.Minute},
-			&engine.RunOptions{Provider: p, Store: conversation.NewFS(t.TempDir()), Installer: inst})
+			&engine.RunOptions{Provider: p, Store: conversation.NewFS(t.TempDir()), Installer: inst,
+				Environ: append(os.Environ(), "GEMINI_API_KEY="+agyKey)}) // the preflight wants a credential
 	}
 
 	bad := &bootstrap.Installer{Pins: pins(strings.Repeat("0", 128)), CacheDir: t.TempDir()}

@@ -430,7 +430,8 @@ func TestClaudeHostCredentialsFile(t *testing.T) {
 
 // Without credential variables, the host's ~/.claude/.credentials.json is
 // copied into sandboxes that take host files (docker); the local provider
-// never receives it, so there the CLI is not logged in.
+// never receives it, so there the turn is refused before it starts (the
+// preflight), naming the variable to set and why the file did not count.
 func testClaudeHostCredentialsFile(t *testing.T, kind string) {
 	e := newClaudeEnv(t, kind, anthropic.Options{})
 	delete(e.vars, "ANTHROPIC_API_KEY")
@@ -452,8 +453,8 @@ func testClaudeHostCredentialsFile(t *testing.T, kind string) {
 	o := e.run(engine.Turn{Prompt: "say hi"}, turnOpts{})
 	reqs := e.messages()
 	if kind == "local" {
-		if outpost.CodeOf(o.err) != outpost.Configuration || len(reqs) != 0 || !strings.Contains(o.err.Error(), "Not logged in") {
-			t.Errorf("local: error %v with %d requests; want the CLI not logged in", o.err, len(reqs))
+		if outpost.CodeOf(o.err) != outpost.Configuration || len(reqs) != 0 || !strings.Contains(o.err.Error(), "ANTHROPIC_API_KEY") || !strings.Contains(o.err.Error(), ".credentials.json is not copied") {
+			t.Errorf("local: error %v with %d requests; want the preflight's refusal", o.err, len(reqs))
 		}
 		return
 	}

@@ -7,10 +7,8 @@ import (
 	"github.com/outposthq/outpost/engine"
 
 	"github.com/outposthq/outpost"
-	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
-	"github.com/outposthq/outpost/harness/presets"
 )
 
 // TurnRequest is the body of POST /v1/turns.
@@ -202,47 +200,6 @@ type SteerResponse struct {
 // ErrorResponse is every error the API returns.
 type ErrorResponse struct {
 	Error *outpost.ErrorJSON `json:"error"`
-}
-
-// Agent is one registered preset (harness/presets), as GET /v1/agents,
-// MCP's list_agents and `outpost agents --json` list it (Agents).
-type Agent struct {
-	Name      string `json:"name"`
-	Version   string `json:"version"`
-	Resumable bool   `json:"resumable"`
-	Forkable  bool   `json:"forkable"`
-	Live      bool   `json:"live_input"`
-	Bootstrap string `json:"bootstrap,omitempty"`
-	// Keyless says whether the preset's secrets can stay out of the
-	// sandbox (the credential gateway, docs/security.md): "yes", "base-url"
-	// (when its base-URL variable is set on the host) or "no".
-	Keyless string `json:"keyless"`
-	// Kind, Package and Program come from the preset's bootstrap pin, when
-	// the list was made with pins (`outpost agents`; the API lists none):
-	// "npm", "archive" or "self" (outpost's own binary); the npm package;
-	// the executable.
-	Kind    string `json:"kind,omitempty"`
-	Package string `json:"package,omitempty"`
-	Program string `json:"program,omitempty"`
-}
-
-// Agents lists the registered presets. With pins (inst: its
-// bootstrap/pins.json, or $OUTPOST_PINS over it), a preset that names a pin
-// has its pin's version, kind, package and program; with nil, as the API
-// lists them, the preset's own Version.
-func Agents(inst *bootstrap.Installer) []Agent {
-	out := []Agent{}
-	for _, n := range presets.Names() {
-		h, _ := presets.Lookup(n)
-		a := Agent{Name: h.Name, Version: h.Version, Resumable: h.Resumes(), Forkable: h.Forks(), Live: h.LiveInput != nil, Bootstrap: h.Bootstrap, Keyless: engine.Keyless(h)}
-		if inst != nil && h.Bootstrap != "" {
-			if pin, ok := inst.Pin(h.Bootstrap); ok {
-				a.Version, a.Kind, a.Package, a.Program = pin.Version, string(pin.Kind), pin.Package, pin.Program
-			}
-		}
-		out = append(out, a)
-	}
-	return out
 }
 
 // Usage is a conversation's usage (the shape of `outpost usage --json`).

@@ -200,8 +200,8 @@ func (s *Server) newMCP() *mcp.Server {
 	mcp.AddTool(m, &mcp.Tool{
 		Name:         "list_agents",
 		Title:        "List agent presets",
-		Description:  "The agent presets run_turn accepts, with their pinned versions and whether they resume, fork and take live input.",
-		OutputSchema: object("the agent presets", map[string]any{"agents": typed("array", "name, pinned version, resumable, forkable, live input")}),
+		Description:  "The agent presets run_turn accepts, as GET /v1/agents lists them: name, pinned CLI version, source, whether the CLI is installed (no download), keyless, and whether they resume, fork and take live input.",
+		OutputSchema: object("the agent presets", map[string]any{"agents": typed("array", "name, pinned version, source, installed, keyless, resumable, forkable, live input")}),
 	}, s.listAgentsTool)
 	return m
 }
@@ -475,5 +475,5 @@ func (s *Server) listConversationsTool(ctx context.Context, _ *mcp.CallToolReque
 }
 
 func (s *Server) listAgentsTool(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-	return nil, map[string]any{"agents": Agents(nil)}, nil
+	return nil, map[string]any{"agents": s.agentList()}, nil
 }

@@ -217,6 +217,12 @@ func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (engine.RaceSp
 	if err != nil {
 		return engine.RaceSpec{}, key, "", err
 	}
+	// Every agent of the race, the judge too, has a credential.
+	for _, a := range append(slices.Clone(spec.Contestants), judgeOf(spec)...) {
+		if err := s.preflight(a.Harness, key, req.Env); err != nil {
+			return engine.RaceSpec{}, key, "", err
+		}
+	}
 	if _, ok := s.o.Store.(conversation.ObjectStorer); !ok {
 		return engine.RaceSpec{}, key, "", fail(outpost.Configuration, ReasonUnsupported, "a race needs a store that keeps checkpoints; this server's keeps none")
 	}
@@ -233,6 +239,14 @@ func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (engine.RaceSp
 		conv = id
 	}
 	return spec, key, conv, nil
+}
+
+// judgeOf is the race's judge, as a list of none or one.
+func judgeOf(spec engine.RaceSpec) []harness.Agent {
+	if spec.Judge == nil {
+		return nil
+	}
+	return []harness.Agent{*spec.Judge}
 }
 
 // startRace validates a race request and starts the race, or refuses it

@@ -295,6 +295,9 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 	if _, err := h.Request(harness.Input{Prompt: req.Prompt, Model: req.Model, Workdir: s.o.Workdir, Options: req.Options}); err != nil {
 		return engine.Turn{}, key, "", fail(outpost.Configuration, ReasonBadRequest, err.Error())
 	}
+	if err := s.preflight(h, key, req.Env); err != nil {
+		return engine.Turn{}, key, "", err
+	}
 	st := engine.Turn{
 		Agent:      harness.Agent{Kind: "cli", Harness: h, Model: req.Model},
 		Prompt:     req.Prompt,
@@ -311,6 +314,21 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 		return engine.Turn{}, key, "", err
 	}
 	return st, key, conv, nil
+}
+
+// preflight refuses (400) a turn whose agent has no credential on the
+// sandbox of key, as the engine would before allocating it
+// (engine.Preflight): before the turn is queued or takes a pooled sandbox.
+func (s *Server) preflight(h *harness.Harness, key sandbox.PoolKey, env map[string]string) error {
+	p, err := s.pool.Provider(key)
+	if err != nil {
+		return fromError(err)
+	}
+	_, err = engine.Preflight(h, &engine.PreflightOptions{Environ: s.o.Environ, Workdir: s.o.Workdir, Env: env, HostFiles: p.Capabilities().HostFiles})
+	if err != nil {
+		return fromError(err)
+	}
+	return nil
 }
 
 // enqueue starts an admitted turn, unless the server is draining or full.

@@ -203,13 +203,16 @@ func ValidConversationID(id string) bool { return conversationIDRE.MatchString(i
 // host's HOME) is copied into sandboxes that take host files: optional,
 // and exclusive (an OAuth refresh token may be single-use). The local
 // provider receives only variables: there the CLI uses the login it finds
-// in the sandbox's home, which is empty. Pure: it reads only vars.
+// in the sandbox's home, which is empty. Without the variable the plan's
+// Need names it: a turn whose sandbox gets neither fails before anything
+// is downloaded or allocated. Pure: it reads only vars.
 func Credentials(vars harness.Vars) (harness.Plan, error) {
 	var p harness.Plan
 	if v, ok := vars.Lookup(APIKeyVariable); ok {
 		p.Variables = map[string]string{APIKeyVariable: v}
 		return p, nil
 	}
+	p.Need = Need
 	if home, ok := vars.Lookup("HOME"); ok && path.IsAbs(home) {
 		p.HostFiles = []harness.HostFile{{
 			Source:    path.Join(path.Clean(home), TokenFile),
@@ -221,6 +224,10 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 	}
 	return p, nil
 }
+
+// Need is the message of a turn without a credential (Plan.Need).
+const Need = "antigravity has no credential: set " + APIKeyVariable + ", or log in on the host (~/" + TokenFile +
+	") and use a sandbox that takes host files (docker, ssh, kubernetes)"
 
 // Configuration passes CLOUD_CODE_URL through when set (an http:// or
 // https:// URL; its value is not quoted in the error).

@@ -102,6 +102,14 @@ func TestCredentials(t *testing.T) {
 	if p, _ := antigravity.Credentials(harness.Vars{}); len(p.HostFiles)+len(p.Variables) != 0 {
 		t.Errorf("nothing: %+v", p)
 	}
+	// Without the key the plan needs a credential (Plan.Need): the key or
+	// the host's token file, which the message names.
+	if p, _ := antigravity.Credentials(harness.Vars{"HOME": "/root"}); !strings.Contains(p.Need, "GEMINI_API_KEY") || !strings.Contains(p.Need, "antigravity-oauth-token") {
+		t.Errorf("need %q", p.Need)
+	}
+	if p, _ := antigravity.Credentials(harness.Vars{"GEMINI_API_KEY": "k"}); p.Need != "" {
+		t.Errorf("with the key: need %q", p.Need)
+	}
 }
 
 func TestConfiguration(t *testing.T) {

@@ -287,7 +287,10 @@ func parseMillis(v string) (int64, error) {
 // in sandboxes that take host files: optional (skipped when missing, and on
 // the local provider, which receives only variables) and exclusive (its
 // OAuth refresh token is single-use, so two live leases must not share it).
-// Pure: it reads only vars.
+// Without a variable the plan's Need names them: a turn whose sandbox gets
+// none of these fails before anything is downloaded or allocated, rather
+// than with the CLI's "Not logged in · Please run /login". Pure: it reads
+// only vars.
 func Credentials(vars harness.Vars) (harness.Plan, error) {
 	var p harness.Plan
 	for _, name := range []string{APIKeyVariable, AuthTokenVariable, OAuthTokenVariable} {
@@ -301,6 +304,7 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 	if len(p.Variables) > 0 {
 		return p, nil
 	}
+	p.Need = Need
 	if src := hostCredentialsFile(vars); src != "" {
 		p.HostFiles = []harness.HostFile{{
 			Source:    src,
@@ -312,6 +316,10 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 	}
 	return p, nil
 }
+
+// Need is the message of a turn without a credential (Plan.Need).
+const Need = "claude has no credential: set " + APIKeyVariable + " (or " + AuthTokenVariable + ", or " + OAuthTokenVariable +
+	" for a subscription), or log in on the host with `claude` (~/.claude/.credentials.json) and use a sandbox that takes host files (docker, ssh, kubernetes)"
 
 func hostCredentialsFile(vars harness.Vars) string {
 	if dir, ok := vars.Lookup(ConfigDirVariable); ok && path.IsAbs(dir) {

@@ -157,12 +157,12 @@ func TestCredentials(t *testing.T) {
 		{"api key", harness.Vars{"ANTHROPIC_API_KEY": "sk-1", "HOME": "/home/u"}, harness.Plan{Variables: map[string]string{"ANTHROPIC_API_KEY": "sk-1"}}},
 		{"all variables", harness.Vars{"ANTHROPIC_API_KEY": "sk-1", "ANTHROPIC_AUTH_TOKEN": "tok", "CLAUDE_CODE_OAUTH_TOKEN": "oat"},
 			harness.Plan{Variables: map[string]string{"ANTHROPIC_API_KEY": "sk-1", "ANTHROPIC_AUTH_TOKEN": "tok", "CLAUDE_CODE_OAUTH_TOKEN": "oat"}}},
-		{"empty counts as absent: host file", harness.Vars{"ANTHROPIC_API_KEY": "", "HOME": "/home/u"}, harness.Plan{HostFiles: []harness.HostFile{
+		{"empty counts as absent: host file", harness.Vars{"ANTHROPIC_API_KEY": "", "HOME": "/home/u"}, harness.Plan{Need: claude.Need, HostFiles: []harness.HostFile{
 			{Source: "/home/u/.claude/.credentials.json", Target: ".claude/.credentials.json", Mode: 0o600, Optional: true, Exclusive: true}}}},
-		{"config dir", harness.Vars{"HOME": "/home/u", "CLAUDE_CONFIG_DIR": "/etc/cc/"}, harness.Plan{HostFiles: []harness.HostFile{
+		{"config dir", harness.Vars{"HOME": "/home/u", "CLAUDE_CONFIG_DIR": "/etc/cc/"}, harness.Plan{Need: claude.Need, HostFiles: []harness.HostFile{
 			{Source: "/etc/cc/.credentials.json", Target: ".claude/.credentials.json", Mode: 0o600, Optional: true, Exclusive: true}}}},
-		{"nothing", harness.Vars{}, harness.Plan{}},
-		{"relative home is ignored", harness.Vars{"HOME": "rel"}, harness.Plan{}},
+		{"nothing", harness.Vars{}, harness.Plan{Need: claude.Need}},
+		{"relative home is ignored", harness.Vars{"HOME": "rel"}, harness.Plan{Need: claude.Need}},
 	}
 	for _, c := range cases {
 		got, err := claude.Credentials(c.vars)
@@ -171,6 +171,27 @@ func TestCredentials(t *testing.T) {
 		}
 		if diff := cmp.Diff(c.want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
+
+// Without a credential variable the plan needs one (Plan.Need): the engine
+// refuses a turn whose sandbox gets neither a variable nor the host's
+// login file, before anything is downloaded, and its message names the
+// variables to set.
+func TestCredentialsNeed(t *testing.T) {
+	p, err := claude.Credentials(harness.Vars{"HOME": "/home/u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", ".credentials.json"} {
+		if !strings.Contains(p.Need, name) {
+			t.Errorf("need %q does not name %s", p.Need, name)
+		}
+	}
+	for _, name := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"} {
+		if p, _ := claude.Credentials(harness.Vars{name: "sk-secret"}); p.Need != "" {
+			t.Errorf("%s set: need %q", name, p.Need)
 		}
 	}
 }

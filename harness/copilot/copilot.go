@@ -258,8 +258,11 @@ var ErrClassicToken = errors.New("copilot: classic personal access tokens (ghp_)
 //
 // When the only GitHub tokens are classic ones and no BYOK provider
 // (COPILOT_PROVIDER_BASE_URL) is configured, it fails with
-// ErrClassicToken, before any sandbox is allocated. Pure: it reads only
-// vars, and never quotes a value.
+// ErrClassicToken, before any sandbox is allocated. With neither a token
+// nor a BYOK provider the plan's Need names the variables: the turn fails
+// before anything is downloaded or allocated, rather than with the CLI's
+// "No authentication information found" (a sandbox has no keychain and no
+// gh login). Pure: it reads only vars, and never quotes a value.
 func Credentials(vars harness.Vars) (harness.Plan, error) {
 	var p harness.Plan
 	set := func(k, v string) {
@@ -290,8 +293,16 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 	if len(classic) > 0 && !byok && !hasToken(p) {
 		return harness.Plan{}, fmt.Errorf("%w: %s holds one; set %s to a fine-grained personal access token or an OAuth token", ErrClassicToken, strings.Join(classic, " and "), TokenVariable)
 	}
+	if !byok && !hasToken(p) {
+		p.Need = Need
+	}
 	return p, nil
 }
+
+// Need is the message of a turn with neither a GitHub token nor a BYOK
+// provider (Plan.Need).
+const Need = "copilot has no credential: set " + TokenVariable + " (or " + GHTokenVariable + " or " + GitHubTokenVariable +
+	"; a fine-grained personal access token or an OAuth token, not a classic ghp_ one), or a BYOK provider with " + BaseURLVariable
 
 func hasToken(p harness.Plan) bool {
 	for _, name := range TokenVariables {

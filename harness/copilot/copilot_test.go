@@ -153,6 +153,31 @@ func TestCredentials(t *testing.T) {
 	}
 }
 
+// With neither a GitHub token nor a BYOK provider the plan needs a
+// credential (Plan.Need), naming the variables; a token, or a BYOK base
+// URL (a provider may take no key), needs nothing more.
+func TestCredentialsNeed(t *testing.T) {
+	p, err := copilot.Credentials(harness.Vars{"HOME": "/home/u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_BASE_URL"} {
+		if !strings.Contains(p.Need, name) {
+			t.Errorf("need %q does not name %s", p.Need, name)
+		}
+	}
+	for _, vars := range []harness.Vars{
+		{"GH_TOKEN": "gho_x"},
+		{"COPILOT_PROVIDER_BASE_URL": "http://127.0.0.1:1/v1"},
+		{"COPILOT_PROVIDER_BASE_URL": "http://127.0.0.1:1/v1", "GH_TOKEN": "ghp_classic"},
+	} {
+		p, err := copilot.Credentials(vars)
+		if err != nil || p.Need != "" {
+			t.Errorf("%v: need %q, err %v", vars, p.Need, err)
+		}
+	}
+}
+
 func TestConfiguration(t *testing.T) {
 	c, err := copilot.Configuration(harness.Vars{
 		"COPILOT_PROVIDER_BASE_URL": "http://127.0.0.1:9/v1", "COPILOT_OFFLINE": "true", "COPILOT_MODEL": "gpt-4.1",

@@ -313,13 +313,24 @@ class ConversationUsage:
 
 @_schema("Agent")
 class Agent:
+    """An agent preset: ``version`` is its CLI's pinned version;
+    ``installed`` says that a turn needs no download for the CLI on the
+    server's host; ``source`` is ``built-in`` (or ``file``, a preset file,
+    which only ``outpost agents`` lists)."""
     name: str
     version: str
+    source: str
+    installed: bool
     resumable: bool
     forkable: bool
     live_input: bool
     keyless: str
+    file: Optional[str] = None
     bootstrap: Optional[str] = None
+    kind: Optional[str] = None
+    package: Optional[str] = None
+    program: Optional[str] = None
+    error: Optional[str] = None
 
 
 @_schema("Health")

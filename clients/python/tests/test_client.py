@@ -62,7 +62,12 @@ def test_default_socket(serve, tmp_path, monkeypatch):
     with Client() as c:
         assert c.run("hi").text == "echo: hi (turn 1)"
         assert c.health().status == "ok"
-        assert any(a.name == "echo" for a in c.agents())
+        agents = {a.name: a for a in c.agents()}
+        # One list everywhere (`outpost agents`, the API, MCP): every
+        # preset has its pinned version; echo is outpost's own binary.
+        assert all(a.version and a.source == "built-in" for a in agents.values())
+        assert agents["echo"].installed and agents["echo"].kind == "self"
+        assert agents["claude"].kind == "npm" and agents["claude"].keyless == "yes"
 
 
 def test_reconnection_mid_turn(shared, proxy):

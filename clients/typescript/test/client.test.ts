@@ -66,7 +66,12 @@ test("health and agents", async () => {
   const h = await client.health();
   assert.equal(h.status, "ok");
   const agents = await client.agents();
-  assert.ok(agents.some((a) => a.name === "echo"));
+  // One list everywhere (`outpost agents`, the API, MCP): every preset has
+  // its pinned version; echo is outpost's own binary, installed.
+  assert.ok(agents.every((a) => a.version !== "" && a.source === "built-in"), JSON.stringify(agents));
+  const echo = agents.find((a) => a.name === "echo");
+  assert.ok(echo && echo.installed && echo.kind === "self", JSON.stringify(echo));
+  assert.equal(agents.find((a) => a.name === "claude")?.kind, "npm");
 });
 
 test("a turn: start, events in order, result", async () => {

@@ -18,8 +18,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outposthq/outpost"
-	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/sandbox"
 
@@ -104,7 +104,7 @@ func (a *app) root() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(flagError)
 	root.PersistentFlags().StringVar(&a.storeFlag, "store", "", "conversation store: a directory, or postgres://... for a store a fleet shares (default $"+storeEnv+", else the local directory store)")
-	root.AddCommand(a.runCmd(), a.diffCmd(), a.applyCmd(), a.branchCmd(), a.raceCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.versionCmd(), echoAgentCmd(), a.gcCmd(), a.bootstrapCmd(), a.serveCmd(), a.mcpCmd(), a.kubernetesCmd())
+	root.AddCommand(a.runCmd(), a.diffCmd(), a.applyCmd(), a.branchCmd(), a.raceCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.doctorCmd(), a.versionCmd(), echoAgentCmd(), a.gcCmd(), a.bootstrapCmd(), a.serveCmd(), a.mcpCmd(), a.kubernetesCmd())
 	root.InitDefaultCompletionCmd() // before mistypes, which covers it too
 	mistypes(root)
 	return root
@@ -165,18 +165,37 @@ func (a *app) agentsCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "agents",
-		Short: "List the agent presets and their pinned versions",
-		Args:  cobra.NoArgs,
+		Short: "List the agent presets, built in and from the agents directory, with their pinned versions",
+		Long: `List the agent presets: the built-in ones, then the preset files of the agents
+directory ($XDG_CONFIG_HOME/outpost/agents). VERSION is the pinned version of
+the preset's CLI; INSTALLED says whether a turn would run it without a
+download (on the PATH, or unpacked in the bootstrap cache); KEYLESS whether
+its API keys can stay out of the sandbox (docs/security.md). The HTTP API's
+GET /v1/agents and MCP's list_agents list the same fields (without files:
+a server runs built-in presets).`,
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			rows := server.Agents(&bootstrap.Installer{})
+			rows := server.Agents(&server.AgentsOptions{Dir: declarative.Dir(nil)})
 			if asJSON {
 				return writeJSONLines(a.stdout, rows)
 			}
-			tw := newTable(a.stdout, "AGENT", "VERSION", "RESUME", "FORK", "LIVE INPUT", "KEYLESS", "BOOTSTRAP")
+			tw := newTable(a.stdout, "AGENT", "VERSION", "SOURCE", "INSTALLED", "RESUME", "FORK", "LIVE INPUT", "KEYLESS", "BOOTSTRAP")
 			for _, r := range rows {
-				tw.row(r.Name, r.Version, yes(r.Resumable), yes(r.Forkable), yes(r.Live), r.Keyless, r.Bootstrap)
+				if r.Error != "" {
+					tw.row(r.Name, "-", r.Source, "-", "-", "-", "-", "-", "-")
+					continue
+				}
+				tw.row(r.Name, r.Version, r.Source, yes(r.Installed), yes(r.Resumable), yes(r.Forkable), yes(r.Live), r.Keyless, r.Bootstrap)
 			}
-			return tw.flush()
+			if err := tw.flush(); err != nil {
+				return err
+			}
+			for _, r := range rows {
+				if r.Error != "" {
+					fmt.Fprintf(a.stderr, "outpost: agent %s (%s) does not load: %s\n", r.Name, r.File, r.Error)
+				}
+			}
+			return nil
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
