@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/outposthq/outpost/internal/lookpath"
 	"os"
 	"path/filepath"
 	"slices"
@@ -126,37 +127,12 @@ func agentOf(h *harness.Harness, source, file string, inst *bootstrap.Installer,
 			a.Program = cmd.Path
 		}
 	}
-	if p, ok := lookPath(a.Program, path); ok {
+	if p, err := lookpath.Find(a.Program, path); err == nil {
 		a.Installed, a.Path = true, p
 	} else if h.Bootstrap != "" {
 		a.Path, a.Installed = inst.InCache(h.Bootstrap, pl)
 	}
 	return a
-}
-
-// lookPath finds an executable program in the directories of path (an
-// absolute program name: itself).
-func lookPath(program, path string) (string, bool) {
-	if program == "" {
-		return "", false
-	}
-	if filepath.IsAbs(program) {
-		return program, executable(program)
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" || !filepath.IsAbs(dir) {
-			continue
-		}
-		if p := filepath.Join(dir, program); executable(p) {
-			return p, true
-		}
-	}
-	return "", false
-}
-
-func executable(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
 // agentList is the server's list (GET /v1/agents, list_agents): the

@@ -46,6 +46,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/outposthq/outpost/internal/lookpath"
 	"io"
 	"io/fs"
 	"os"
@@ -254,7 +255,7 @@ func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io
 	if mode, ok := l.inProcess(); ok {
 		return l.runInProcess(mode, token, runDir, sigs, stdout, stderr, fail)
 	}
-	path, err := lookPath(l.program, lookupEnv(l.env, "PATH"))
+	path, err := lookpath.Find(l.program, lookupEnv(l.env, "PATH"))
 	if err != nil {
 		return fail(resultNotFound, ExitNotFound, "%v", err)
 	}
@@ -328,43 +329,6 @@ func lookupEnv(env []string, name string) string {
 		}
 	}
 	return ""
-}
-
-// lookPath finds program like a shell: a name with a slash is used as is
-// (relative to the working directory), others are searched on pathEnv.
-func lookPath(program, pathEnv string) (string, error) {
-	if strings.Contains(program, "/") {
-		if err := executable(program); err != nil {
-			return "", fmt.Errorf("%s: %w", program, err)
-		}
-		return program, nil
-	}
-	for _, dir := range filepath.SplitList(pathEnv) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, program)
-		if executable(p) == nil {
-			if !filepath.IsAbs(p) {
-				if abs, err := filepath.Abs(p); err == nil {
-					p = abs
-				}
-			}
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: executable file not found in $PATH", program)
-}
-
-func executable(p string) error {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() || fi.Mode()&0o111 == 0 {
-		return fs.ErrPermission
-	}
-	return syscall.Access(p, 1) // X_OK, as the caller's user
 }
 
 // signalMain sends a signal to the group of the exec shim --pid, after
@@ -505,7 +469,7 @@ func lookpathMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: outpost sandbox-shim lookpath NAME")
 		return 2
 	}
-	p, err := lookPath(args[0], os.Getenv("PATH"))
+	p, err := lookpath.Find(args[0], os.Getenv("PATH"))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

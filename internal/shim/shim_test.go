@@ -3,8 +3,6 @@ package shim
 import (
 	"bufio"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -45,25 +43,6 @@ func TestReadHandshake(t *testing.T) {
 				t.Errorf("after the handshake: %q", rest)
 			}
 		}
-	}
-}
-
-func TestLookPath(t *testing.T) {
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "tool")
-	os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755)
-	os.WriteFile(filepath.Join(dir, "data"), []byte("x"), 0o644)
-	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
-	if got, err := lookPath("tool", "/nonexistent:"+dir); err != nil || got != exe {
-		t.Errorf("lookPath(tool) = %q, %v", got, err)
-	}
-	for _, name := range []string{"data", "sub", "missing"} {
-		if _, err := lookPath(name, dir); err == nil {
-			t.Errorf("lookPath(%s) succeeded", name)
-		}
-	}
-	if got, err := lookPath(exe, ""); err != nil || got != exe {
-		t.Errorf("lookPath(absolute) = %q, %v", got, err)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/outposthq/outpost/internal/lookpath"
 	"io"
 	"io/fs"
 	"os"
@@ -292,7 +293,7 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	}
 	path := req.Path
 	if !strings.Contains(path, "/") {
-		lp, err := lookPath(path, req.Env["PATH"])
+		lp, err := lookpath.Find(path, req.Env["PATH"])
 		if err != nil {
 			return nil, err
 		}
@@ -365,28 +366,9 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	return p, nil
 }
 
-func lookPath(name, pathEnv string) (string, error) {
-	for _, dir := range filepath.SplitList(pathEnv) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
-}
-
 // LookPath finds an executable with the sandbox's PATH (or pathEnv).
 func (s *Sandbox) LookPath(_ context.Context, name, pathEnv string) (string, error) {
-	if strings.Contains(name, "/") {
-		if fi, err := os.Stat(name); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
-		}
-		return name, nil
-	}
-	return lookPath(name, s.SearchPath(pathEnv))
+	return lookpath.Find(name, s.SearchPath(pathEnv))
 }
 
 type process struct {
