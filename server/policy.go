@@ -40,9 +40,10 @@ type Policy struct {
 	EgressAllow []string
 	// Env are the variables a client may set: NAME, PREFIX* or * (the
 	// default). Never, whatever this says: a preset's base-URL variable
-	// (or any NAME ending in BASE_URL), a proxy variable, a preset's
-	// credential variable, or a variable the operator's environment or
-	// .outpost/.env holds as a secret.
+	// (or any NAME ending in BASE_URL), a proxy variable (*_PROXY), a
+	// preset's credential variable when the operator's environment holds
+	// one of the same endpoint, or a variable the operator's environment
+	// or .outpost/.env holds as a secret.
 	Env []string
 }
 
@@ -93,6 +94,10 @@ func (p Policy) check() error {
 	}
 	return nil
 }
+
+// CheckPolicy refuses a policy that names an unknown mode, a malformed
+// allowlist entry or variable pattern (New refuses it too).
+func CheckPolicy(p Policy) error { return p.check() }
 
 // over is p with the fields o sets replacing its own.
 func (p Policy) over(o Policy) Policy {
@@ -240,8 +245,10 @@ func (s *Server) checkEnv(pol Policy, env map[string]string) error {
 		switch {
 		case names.baseURL[k] || strings.HasSuffix(u, "BASE_URL") || strings.HasSuffix(u, "_PROXY"):
 			return policyError("variable %s may not be set by a client: it points an agent (or its traffic) elsewhere", k)
-		case names.secret[k]:
-			return policyError("variable %s may not be set by a client: it is an agent's credential variable", k)
+		case slices.ContainsFunc(names.secret[k], func(f string) bool { _, ok := operator.Vars[f]; return ok }):
+			// The client's own key would take the turn off the gateway,
+			// the operator's other credentials of the endpoint with it.
+			return policyError("variable %s may not be set by a client: the operator's environment holds a credential of the same model API", k)
 		}
 		if v, ok := operator.Vars[k]; ok && credentials.IsSecret(k, v) {
 			return policyError("variable %s may not be set by a client: the operator's environment holds it as a secret", k)
@@ -261,13 +268,17 @@ func envMatch(pattern, name string) bool {
 	return pattern == name
 }
 
-// endpointNames are the presets' base-URL and credential variables.
-type endpointNames struct{ baseURL, secret map[string]bool }
+// endpointNames are the presets' base-URL variables, and each credential
+// variable's fellows: the credential variables of its endpoint.
+type endpointNames struct {
+	baseURL map[string]bool
+	secret  map[string][]string
+}
 
 // endpointVariables reads every registered preset's endpoints (once: the
 // registry only grows at init).
 var endpointVariables = sync.OnceValue(func() endpointNames {
-	n := endpointNames{baseURL: map[string]bool{}, secret: map[string]bool{}}
+	n := endpointNames{baseURL: map[string]bool{}, secret: map[string][]string{}}
 	for _, name := range presets.Names() {
 		h, ok := presets.Lookup(name)
 		if !ok {
@@ -278,7 +289,9 @@ var endpointVariables = sync.OnceValue(func() endpointNames {
 				n.baseURL[ep.BaseURL] = true
 			}
 			for _, sec := range ep.Secrets {
-				n.secret[sec.Variable] = true
+				for _, f := range ep.Secrets {
+					n.secret[sec.Variable] = append(n.secret[sec.Variable], f.Variable)
+				}
 			}
 		}
 	}

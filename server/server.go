@@ -265,6 +265,9 @@ func (o *Options) defaults() error {
 	if o.PoolAgents == nil {
 		o.PoolAgents = []string{o.DefaultAgent}
 	}
+	if err := o.Policy.check(); err != nil {
+		return outpost.Errorf(outpost.Configuration, "serve", "client policy: %v", err)
+	}
 	if o.AllowUIDs == nil {
 		o.AllowUIDs = []int{os.Geteuid()}
 	}
