@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/server"
@@ -289,5 +291,48 @@ func TestTokensFileFields(t *testing.T) {
 	os.WriteFile(path, []byte("old sha256:"+strings.Repeat("ab", 32)+" egress-allow=http://x\n"), 0o600)
 	if _, err := server.LoadTokens(path); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("a bad allowlist entry: %v", err)
+	}
+}
+
+// TestTenancyMCP: /mcp follows the same rule: bob's get_conversation,
+// diff and run_turn resume of alice's conversation find nothing, his
+// list_conversations holds only his own, and the operator's lists both.
+func TestTenancyMCP(t *testing.T) {
+	tn, mod := withTenants(t, t.TempDir())
+	ts := start(t, mod)
+	conv := finishedConversation(t, ts, tn.alice, "hello from alice")
+	session := func(tok string) *mcp.ClientSession {
+		old := ts.token
+		ts.token = tok
+		defer func() { ts.token = old }()
+		return ts.mcpSession(t, &progress{})
+	}
+	bob := session(tn.bob)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"get_conversation", map[string]any{"id": conv}},
+		{"diff", map[string]any{"ref": conv}},
+		{"run_turn", map[string]any{"prompt": "mine now", "resume": conv}},
+	} {
+		res, sc := call(t, bob, c.tool, c.args)
+		if !res.IsError || errCode(sc) != "conversation" || !strings.Contains(text(res), "not found") {
+			t.Errorf("bob's %s of alice's conversation: %s %v", c.tool, text(res), sc)
+		}
+	}
+	count := func(cs *mcp.ClientSession) int {
+		_, sc := call(t, cs, "list_conversations", nil)
+		l, _ := sc["conversations"].([]any)
+		return len(l)
+	}
+	if n := count(bob); n != 0 {
+		t.Errorf("bob lists %d conversations, want none", n)
+	}
+	if n := count(session(tn.admin)); n != 1 {
+		t.Errorf("the operator lists %d conversations, want alice's", n)
+	}
+	if n := count(session(tn.alice)); n != 1 {
+		t.Errorf("alice lists %d conversations, want hers", n)
 	}
 }
