@@ -151,6 +151,23 @@ func TestTenancy(t *testing.T) {
 	if code, b := ts.as(tn.bob, "DELETE", "/v1/conversations/"+mine, nil); code != 204 {
 		t.Errorf("bob's delete of his own: %d %s", code, b)
 	}
+	// An import is its importer's, whoever the archive names.
+	code, archive := ts.as(tn.alice, "GET", "/v1/conversations/"+conv+"/export", nil)
+	if code != 200 {
+		t.Fatalf("alice's export: %d", code)
+	}
+	if err := ts.store.Delete(t.Context(), conv); err != nil {
+		t.Fatal(err)
+	}
+	if code, b, _ := ts.do("POST", "/v1/conversations/import", archive, "Authorization", "Bearer "+tn.bob, "Content-Type", "application/gzip"); code != 201 {
+		t.Fatalf("bob's import: %d %s", code, b)
+	}
+	if code, _ := ts.as(tn.alice, "GET", "/v1/conversations/"+conv, nil); code != 404 {
+		t.Errorf("alice's GET of bob's import of her archive: %d, want 404", code)
+	}
+	if m, err := ts.store.Meta(t.Context(), conv); err != nil || m.Owner != "token:bob" {
+		t.Errorf("the import is owned by %q (%v), want token:bob", m.Owner, err)
+	}
 }
 
 // finishedConversation runs a turn as tok and returns its conversation.
