@@ -96,6 +96,12 @@ type Meta struct {
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
 	Turns   int       `json:"turns"` // turns run through outpost
+	// Owner is who made the conversation through `outpost serve` (the
+	// peer: "token:NAME" or "uid:N"): another client of the server sees
+	// it as unknown (docs/serve.md, Tenancy). Empty: made outside a
+	// server (outpost run), or before owners were kept; only an operator
+	// sees it. A resume keeps it; a fork is its forker's.
+	Owner string `json:"owner,omitempty"`
 	// Revision counts the successful Puts of this conversation in its
 	// store: 1 after the first. Given to Put, it is the revision the
 	// caller read (0: a new conversation), and Put refuses it with a

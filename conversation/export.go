@@ -82,6 +82,9 @@ type ImportOptions struct {
 	// or MaxObjectBytes means those.
 	MaxObjects     int
 	MaxObjectBytes int64
+	// Owner, when set, replaces the archive's Meta.Owner: the server
+	// gives an import to the client that imported it.
+	Owner string
 }
 
 // Limits of the checkpoints' objects one Import takes, on their own
@@ -178,6 +181,9 @@ func Import(ctx context.Context, s Store, r io.Reader, opts *ImportOptions) (Met
 	}
 	if err := importObjects(ctx, s, m, objs); err != nil {
 		return Meta{}, fmt.Errorf("conversation: import %s: %w", m.ID, err)
+	}
+	if o.Owner != "" {
+		m.Owner = o.Owner
 	}
 	// A revision belongs to one store: the import is a new one here.
 	m.Revision = 0

@@ -165,7 +165,7 @@ func (e *turnRun) meta(lease *sandbox.Lease, res *Result, native string, files [
 	now := time.Now().UTC()
 	m := e.parent
 	if e.t.Resume == "" {
-		m = conversation.Meta{ID: e.convID, Created: now, Parent: res.Parent}
+		m = conversation.Meta{ID: e.convID, Created: now, Parent: res.Parent, Owner: e.o.Owner}
 	}
 	m.ID = e.convID
 	m.Agent = e.h.Name

@@ -280,6 +280,9 @@ func (e *turnRun) openGateway(ctx context.Context, lease *sandbox.Lease, outer *
 		if k.secrets != SecretsNone {
 			k.why = "the " + lease.Provider().Name() + " sandbox cannot reach the credential gateway (no tunnel to the host)"
 		}
+		if err := e.gatewayOnly(); err != nil {
+			return err
+		}
 		e.fallbackNotice()
 		return nil
 	}
@@ -291,6 +294,20 @@ func (e *turnRun) openGateway(ctx context.Context, lease *sandbox.Lease, outer *
 	// The token changed: the plans go in again with it.
 	unplan(lease, e.h.Name)
 	return e.rekey()
+}
+
+// gatewayOnly refuses, under RunOptions.GatewayOnly, a turn whose
+// secrets would enter the sandbox.
+func (e *turnRun) gatewayOnly() error {
+	if !e.o.GatewayOnly || e.kl.secrets != SecretsEnv {
+		return nil
+	}
+	why := e.kl.why
+	if why == "" {
+		why = "secrets mode env"
+	}
+	return &outpost.Error{Code: outpost.Refused, Op: "gateway", Agent: e.h.Name,
+		Msg: "the agent's secrets would enter the sandbox (" + why + "), and this turn may use only the credential gateway"}
 }
 
 // fallbackNotice says why a turn that could have used the gateway puts

@@ -486,3 +486,25 @@ func TestKeylessRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestGatewayOnly: a turn under RunOptions.GatewayOnly whose secrets
+// would enter the sandbox (here by the fallback of an explicit endpoint
+// variable) fails with code refused before the agent runs, the key never
+// in the sandbox (outpost serve's client policy, issue #43).
+func TestGatewayOnly(t *testing.T) {
+	up := newUpstream(t)
+	seen := &keyEnv{}
+	lease, err := sandbox.Acquire(t.Context(), &tunneling{Provider: memProvider(seen)}, driver.Options{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lease.Close(context.Background()) })
+	_, err = engine.Run(t.Context(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: keyHarness(up.URL)}, Prompt: "hi",
+		Workdir: t.TempDir(), Env: map[string]string{keyVar: realKey}}, &engine.RunOptions{Lease: lease, Environ: []string{keyVar + "=" + realKey}, GatewayOnly: true})
+	if outpost.CodeOf(err) != outpost.Refused || !strings.Contains(fmt.Sprint(err), "only the credential gateway") {
+		t.Errorf("err %v, want refused", err)
+	}
+	if seen.last()[keyVar] == realKey {
+		t.Error("the real key entered the sandbox")
+	}
+}

@@ -194,6 +194,16 @@ type RunOptions struct {
 	Check        string
 	CheckTimeout time.Duration
 
+	// Owner is stamped on the conversation a turn creates (a new one or
+	// a fork: conversation.Meta.Owner); a resume keeps the stored one.
+	// outpost serve sets its peer (docs/serve.md, Tenancy).
+	Owner string
+	// GatewayOnly refuses, with code refused, a turn that would put
+	// the agent's secrets in the sandbox (secrets mode env, asked for or
+	// the fallback when the gateway cannot serve): outpost serve's
+	// client policy (docs/serve.md).
+	GatewayOnly bool
+
 	metering *metering // the Run's meter, shared with its inner turns
 }
 

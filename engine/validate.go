@@ -30,6 +30,9 @@ func (e *turnRun) validate(ctx context.Context) error {
 		return err
 	}
 	e.planKeyless()
+	if err := e.gatewayOnly(); err != nil {
+		return err
+	}
 	// The environment must build, clear of the provider's fixed names.
 	if err := e.checkEnv(nil); err != nil {
 		return err

@@ -32,7 +32,9 @@ func (s *Server) importConversation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.o.MaxBody)
-	m, err := conversation.Import(r.Context(), st, body, nil)
+	// The import is its importer's, whoever the archive says made it.
+	owner := principalOf(r.Context()).owner
+	m, err := conversation.Import(r.Context(), st, body, &conversation.ImportOptions{Owner: owner})
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):

@@ -33,13 +33,19 @@ var ErrTokens = errors.New("server: tokens")
 var tokenName = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 type tokenEntry struct {
-	name string
-	sum  [sha256.Size]byte
+	name     string
+	sum      [sha256.Size]byte
+	operator bool
+	policy   Policy // the line's own fields; nil ones: Options.Policy's
 }
 
 // Tokens is a tokens file: one line per token, "NAME sha256:HEX", the
 // SHA-256 of the token (tokens are 256 random bits, so a fast hash is
-// enough). The file is read again when it changes, so adding or removing
+// enough), then optional fields (docs/serve.md, Policy and tenancy):
+// "operator" (the token sees every client's turns and conversations and
+// is not bound by the client policy), and "secrets=", "egress=",
+// "egress-allow=" and "env=" with comma-separated values, which replace
+// the server's Options.Policy field for this token. The file is read again when it changes, so adding or removing
 // a line takes effect without a restart. Safe for concurrent use.
 type Tokens struct {
 	path string
@@ -109,45 +115,97 @@ func parseTokens(b []byte) ([]tokenEntry, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		name, hash, ok := strings.Cut(line, " ")
-		hash = strings.TrimSpace(hash)
-		if !ok || !tokenName.MatchString(name) || !strings.HasPrefix(hash, "sha256:") {
-			return nil, fmt.Errorf("line %d: want NAME sha256:HEX", n)
+		fields := strings.Fields(line)
+		if len(fields) < 2 || !tokenName.MatchString(fields[0]) || !strings.HasPrefix(fields[1], "sha256:") {
+			return nil, fmt.Errorf("line %d: want NAME sha256:HEX [operator] [secrets=...] [egress=...] [egress-allow=...] [env=...]", n)
 		}
-		raw, err := hex.DecodeString(strings.TrimPrefix(hash, "sha256:"))
+		raw, err := hex.DecodeString(strings.TrimPrefix(fields[1], "sha256:"))
 		if err != nil || len(raw) != sha256.Size {
 			return nil, fmt.Errorf("line %d: bad hash", n)
 		}
 		var e tokenEntry
-		e.name = name
+		e.name = fields[0]
 		copy(e.sum[:], raw)
+		if err := e.fields(fields[2:]); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
 		entries = append(entries, e)
 	}
 	return entries, sc.Err()
 }
 
+// fields reads a token line's optional fields.
+func (e *tokenEntry) fields(fields []string) error {
+	for _, f := range fields {
+		if f == "operator" {
+			e.operator = true
+			continue
+		}
+		k, v, ok := strings.Cut(f, "=")
+		var list []string
+		if v != "" {
+			list = strings.Split(v, ",")
+		} else {
+			list = []string{}
+		}
+		switch {
+		case !ok:
+			return fmt.Errorf("unknown field %q (known: operator, secrets=, egress=, egress-allow=, env=)", f)
+		case k == "secrets":
+			e.policy.Secrets = list
+		case k == "egress":
+			e.policy.Egress = list
+		case k == "egress-allow":
+			e.policy.EgressAllow = list
+		case k == "env":
+			e.policy.Env = list
+		default:
+			return fmt.Errorf("unknown field %q (known: operator, secrets=, egress=, egress-allow=, env=)", k)
+		}
+	}
+	return e.policy.check()
+}
+
 // Check returns the name of the token, or false. Every stored hash is
 // compared, in constant time, whatever matches.
 func (t *Tokens) Check(token string) (string, bool) {
+	e, ok := t.lookup(token)
+	return e.name, ok
+}
+
+// lookup returns the token's entry, or false (see Check).
+func (t *Tokens) lookup(token string) (tokenEntry, bool) {
 	_ = t.reload() // a broken edit keeps the last good list
 	sum := sha256.Sum256([]byte(token))
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	name, found := "", 0
+	var match tokenEntry
+	found := 0
 	for _, e := range t.entries {
 		if subtle.ConstantTimeCompare(sum[:], e.sum[:]) == 1 {
-			name, found = e.name, 1
+			match, found = e, 1
 		}
 	}
-	return name, found == 1 && token != ""
+	return match, found == 1 && token != ""
 }
 
 // AddToken makes a new token named name, appends its hash to the tokens
 // file at path (created 0600 with its directory 0700), and returns the
 // token: the only time it is seen. A name already in the file is refused.
-func AddToken(path, name string) (string, error) {
+// fields are the line's optional fields ("operator", "secrets=gateway,env",
+// ...; see Tokens).
+func AddToken(path, name string, fields ...string) (string, error) {
 	if !tokenName.MatchString(name) {
 		return "", fmt.Errorf("%w: token name %q: use letters, digits, '.', '_' and '-' (up to 64)", ErrTokens, name)
+	}
+	var probe tokenEntry
+	for _, f := range fields {
+		if strings.ContainsAny(f, " \t\n") {
+			return "", fmt.Errorf("%w: field %q has white space", ErrTokens, f)
+		}
+	}
+	if err := probe.fields(fields); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrTokens, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrTokens, err)
@@ -174,7 +232,8 @@ func AddToken(path, name string) (string, error) {
 	if len(old) > 0 && old[len(old)-1] != '\n' {
 		old = append(old, '\n')
 	}
-	data := append(old, fmt.Sprintf("%s sha256:%s\n", name, hex.EncodeToString(sum[:]))...)
+	line := strings.Join(append([]string{name, "sha256:" + hex.EncodeToString(sum[:])}, fields...), " ")
+	data := append(old, line+"\n"...)
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tokens-*")
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrTokens, err)

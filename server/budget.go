@@ -46,19 +46,6 @@ func (s *Server) limitsFor(peer string) []meter.Limiter {
 	return []meter.Limiter{w}
 }
 
-type peerKey struct{}
-
-// withPeer notes the authenticated peer (its token name) in the
-// request's context, for the budgets of the turns it starts.
-func withPeer(r *http.Request, peer string) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), peerKey{}, peer))
-}
-
-func peerOf(ctx context.Context) string {
-	p, _ := ctx.Value(peerKey{}).(string)
-	return p
-}
-
 // callerTrace is the trace a request continues: its W3C traceparent
 // (and tracestate) header, when valid.
 func callerTrace(r *http.Request) trace.SpanContext {

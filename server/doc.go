@@ -21,6 +21,14 @@
 // the listener's: peer credentials on a Unix socket (PeerCredListener),
 // bearer tokens on TCP (Tokens).
 //
+// Every request has a peer (policy.go): an operator (the server's own uid
+// on the socket, a token marked operator, any caller of a server without
+// tokens) or a client. A client sees only the turns and conversations it
+// made (conversation.Meta.Owner, turnstore.Turn.Client; another's are 404)
+// and asks only what Options.Policy and its token's fields allow
+// (secrets and egress modes, allowlist entries, variables; 403, reason
+// policy) (docs/serve.md, Policy and tenancy).
+//
 // Workspaces travel with the conversation (docs/workspaces.md): a turn
 // may run in a fresh workspace ("new") holding the files of the
 // checkpoint it continues, with a check; GET /v1/conversations/{id}/diff

@@ -13,24 +13,26 @@ import (
 // refusals. The HTTP status follows from the code and the reason
 // (status, documented in docs/serve.md).
 const (
-	ReasonBadRequest   = "bad_request"       // malformed JSON, unknown field, invalid value (400)
-	ReasonUnauthorized = "unauthorized"      // no or wrong bearer token (401)
-	ReasonForbidden    = "forbidden"         // another user on the Unix socket (403)
-	ReasonNotFound     = "not_found"         // no such turn, conversation or route (404)
-	ReasonMethod       = "method"            // method not allowed (405)
-	ReasonConflict     = "conflict"          // a finished turn, a conversation in use (409)
-	ReasonTooLarge     = "too_large"         // body over the limit (413)
-	ReasonBusy         = "busy"              // concurrency and queue full (429, Retry-After)
-	ReasonDraining     = "draining"          // the server is shutting down (503)
-	ReasonStore        = "store_unavailable" // a fleet's turn store failed (503, Retry-After)
-	ReasonUnsupported  = "unsupported"       // a feature this server does not offer, e.g. a race without checkpoints (501)
-	ReasonInternal     = "internal_error"    // a bug (500)
+	ReasonBadRequest   = "bad_request"  // malformed JSON, unknown field, invalid value (400)
+	ReasonUnauthorized = "unauthorized" // no or wrong bearer token (401)
+	ReasonForbidden    = "forbidden"    // another user on the Unix socket (403)
+	// ReasonPolicy (403): a request the client policy refuses (policy.go).
+	ReasonNotFound    = "not_found"         // no such turn, conversation or route (404)
+	ReasonMethod      = "method"            // method not allowed (405)
+	ReasonConflict    = "conflict"          // a finished turn, a conversation in use (409)
+	ReasonTooLarge    = "too_large"         // body over the limit (413)
+	ReasonBusy        = "busy"              // concurrency and queue full (429, Retry-After)
+	ReasonDraining    = "draining"          // the server is shutting down (503)
+	ReasonStore       = "store_unavailable" // a fleet's turn store failed (503, Retry-After)
+	ReasonUnsupported = "unsupported"       // a feature this server does not offer, e.g. a race without checkpoints (501)
+	ReasonInternal    = "internal_error"    // a bug (500)
 )
 
 var reasonStatus = map[string]int{
 	ReasonBadRequest:   http.StatusBadRequest,
 	ReasonUnauthorized: http.StatusUnauthorized,
 	ReasonForbidden:    http.StatusForbidden,
+	ReasonPolicy:       http.StatusForbidden,
 	ReasonNotFound:     http.StatusNotFound,
 	ReasonMethod:       http.StatusMethodNotAllowed,
 	ReasonConflict:     http.StatusConflict,

@@ -114,7 +114,7 @@ func (f *fleet) send(op fleetOp) bool {
 // outcome once it is written.
 func (f *fleet) create(t *turn) chan error {
 	done := make(chan error, 1)
-	rec := turnstore.Turn{ID: t.id, Owner: f.replica, Agent: t.agent, Sandbox: t.sandbox, State: turnstore.StateQueued, Created: t.created}
+	rec := turnstore.Turn{ID: t.id, Owner: f.replica, Client: t.owner, Agent: t.agent, Sandbox: t.sandbox, State: turnstore.StateQueued, Created: t.created}
 	if !f.send(fleetOp{id: t.id, create: &rec, done: done}) {
 		done <- errShutdown
 	}
@@ -389,7 +389,7 @@ func storeError(err error) *apiError {
 func (s *Server) remoteTurn(r *http.Request, id string) (turnstore.Turn, error) {
 	rec, err := s.fleet.st.Get(r.Context(), id)
 	switch {
-	case errors.Is(err, turnstore.ErrNotFound):
+	case errors.Is(err, turnstore.ErrNotFound), err == nil && !principalOf(r.Context()).sees(rec.Client):
 		return rec, fail(outpost.Configuration, ReasonNotFound, "no turn "+id+" (unknown, or finished more than the retention ago)")
 	case err != nil:
 		return rec, storeError(err)

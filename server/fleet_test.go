@@ -97,7 +97,7 @@ func TestFleetLostReplica(t *testing.T) {
 	}
 	ids := []string{"t00000000000000000000000a", "t00000000000000000000000b"}
 	for _, id := range ids {
-		st.Create(ctx, turnstore.Turn{ID: id, Owner: "ghost", Agent: "echo", Sandbox: "local", State: turnstore.StateRunning, Created: time.Now()})
+		st.Create(ctx, turnstore.Turn{ID: id, Owner: "ghost", Client: "token:test", Agent: "echo", Sandbox: "local", State: turnstore.StateRunning, Created: time.Now()})
 		st.Append(ctx, id, []turnstore.Event{{Seq: 1, Data: []byte(`{"type":"message","agent":"echo","text":"half","time":"2026-01-02T03:04:05Z"}`)}}, 1<<20)
 	}
 	b := fleetOf(t, st, "b")[0]
@@ -147,7 +147,7 @@ func TestFleetSameNameRestarted(t *testing.T) {
 	ctx := context.Background()
 	st.Beat(ctx, "b")
 	id := "t0000000000000000000000cc"
-	st.Create(ctx, turnstore.Turn{ID: id, Owner: "b", Agent: "echo", Sandbox: "local", State: turnstore.StateRunning, Created: time.Now()})
+	st.Create(ctx, turnstore.Turn{ID: id, Owner: "b", Client: "token:test", Agent: "echo", Sandbox: "local", State: turnstore.StateRunning, Created: time.Now()})
 	b := start(t, func(o *server.Options) { o.Turns, o.Replica, o.Heartbeat = st, "b", time.Hour })
 	code, body, _ := b.do("GET", "/v1/turns/"+id, nil)
 	if code != 200 || !strings.Contains(string(body), `"replica_lost":"b"`) {

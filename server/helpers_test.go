@@ -99,6 +99,10 @@ func start(t *testing.T, mod func(*server.Options)) *testServer {
 		Tokens:    tokens,
 		Logger:    newLogger(logs),
 		Keepalive: time.Hour,
+		// echo cannot use the credential gateway: its secret (the
+		// canary) goes in its sandbox, which a client may take only
+		// when the policy allows env (tenancy_test.go tests the policy).
+		Policy: server.Policy{Secrets: []string{"gateway", "env"}},
 	}
 	if mod != nil {
 		mod(opts)

@@ -2,12 +2,14 @@ package server
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -73,7 +75,7 @@ func (s *Server) routes() http.Handler {
 func (s *Server) turnRoute(h func(http.ResponseWriter, *http.Request, *turn), remote func(http.ResponseWriter, *http.Request, turnstore.Turn)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		t, err := s.lookup(id)
+		t, err := s.lookup(id, principalOf(r.Context()))
 		if err != nil && s.fleet != nil && validTurnID(id) {
 			rec, err := s.remoteTurn(r, id)
 			if err != nil {
@@ -179,7 +181,7 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 		}
 		route = pattern
 		if pattern != "GET /healthz" {
-			name, e := s.authenticate(r)
+			p, e := s.authenticate(r)
 			if e != nil {
 				if e.status == http.StatusUnauthorized {
 					w.Header().Set("WWW-Authenticate", bearerChallenge(e.err.Msg))
@@ -187,36 +189,49 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 				reject(e)
 				return
 			}
-			peer = name
-			r = withPeer(r, name)
+			peer = p.owner
+			r = withPrincipal(r, p)
 		}
 		mux.ServeHTTP(w, r)
 	})
 }
 
 // authenticate checks the peer: its uid on a Unix socket, its bearer token
-// on TCP (when the server has tokens).
-func (s *Server) authenticate(r *http.Request) (string, *apiError) {
+// on TCP (when the server has tokens). The server's own uid, and any
+// caller of a server without tokens, is the operator; another allowed uid
+// and a token not marked operator are clients, under the policy.
+func (s *Server) authenticate(r *http.Request) (principal, *apiError) {
 	ci := connOf(r.Context())
 	if ci.unix {
 		if !ci.uidOK || !slices.Contains(s.o.AllowUIDs, ci.uid) {
-			return "", fail(outpost.Refused, ReasonForbidden, "this socket serves only its owner")
+			return principal{}, fail(outpost.Refused, ReasonForbidden, "this socket serves only its owner")
 		}
-		return "uid:" + strconv.Itoa(ci.uid), nil
+		p := principal{owner: "uid:" + strconv.Itoa(ci.uid)}
+		if ci.uid == os.Geteuid() {
+			p.operator = true
+		} else {
+			p.policy = &s.o.Policy
+		}
+		return p, nil
 	}
 	if s.o.Tokens == nil {
-		return "", nil
+		return operatorPrincipal, nil
 	}
 	auth := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(auth, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", fail(outpost.Refused, ReasonUnauthorized, "a bearer token is required: "+tokenHint)
+		return principal{}, fail(outpost.Refused, ReasonUnauthorized, "a bearer token is required: "+tokenHint)
 	}
-	name, ok := s.o.Tokens.Check(strings.TrimSpace(token))
+	e, ok := s.o.Tokens.lookup(strings.TrimSpace(token))
 	if !ok {
-		return "", fail(outpost.Refused, ReasonUnauthorized, "the token is not valid: "+tokenHint)
+		return principal{}, fail(outpost.Refused, ReasonUnauthorized, "the token is not valid: "+tokenHint)
 	}
-	return "token:" + name, nil
+	p := principal{owner: "token:" + e.name, token: e.name, operator: e.operator}
+	if !e.operator {
+		pol := s.o.Policy.over(e.policy)
+		p.policy = &pol
+	}
+	return p, nil
 }
 
 // tokenHint says where a token comes from and how to send it: the 401's
@@ -494,15 +509,29 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	list, err := st.List(r.Context())
+	list, err := s.listFor(r.Context(), st)
 	if err != nil {
-		writeErr(w, outpost.Wrap(outpost.Conversation, "list", err))
+		writeErr(w, err)
 		return
 	}
-	if list == nil {
-		list = []conversation.Meta{}
-	}
 	writeJSON(w, http.StatusOK, map[string]any{"conversations": list})
+}
+
+// listFor lists the conversations the request's peer may see: its own,
+// or every one for an operator.
+func (s *Server) listFor(ctx context.Context, st conversation.Store) ([]conversation.Meta, error) {
+	list, err := st.List(ctx)
+	if err != nil {
+		return nil, outpost.Wrap(outpost.Conversation, "list", err)
+	}
+	p := principalOf(ctx)
+	out := []conversation.Meta{}
+	for _, m := range list {
+		if p.sees(m.Owner) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, id string, m conversation.Meta) {

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outposthq/outpost"
-	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/engine"
 )
 
@@ -208,10 +208,10 @@ func (s *Server) newMCP() *mcp.Server {
 
 // mcpHandler serves the MCP server over streamable HTTP.
 func (s *Server) mcpHandler() http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
+	return bindMCP(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		Logger:              s.log,
 		MaxRequestBodyBytes: s.o.MaxBody,
-	})
+	}))
 }
 
 // request is the turn request of the arguments.
@@ -275,7 +275,7 @@ func (s *Server) raceTool(ctx context.Context, call *mcp.CallToolRequest, args R
 		return toolError(err)
 	}
 	token := call.Params.GetProgressToken()
-	rc, err := s.startRace(ctx, req, token != nil)
+	rc, err := s.startRace(withCaller(ctx, call), req, token != nil)
 	if err != nil {
 		return toolError(err)
 	}
@@ -332,7 +332,8 @@ func raceText(resp RaceResponse) string {
 
 // diffTool shows a turn's diff: as text the patch (bounded by
 // maxMCPDiff), the stat or the JSON; as structured content the files.
-func (s *Server) diffTool(ctx context.Context, _ *mcp.CallToolRequest, args DiffArgs) (*mcp.CallToolResult, any, error) {
+func (s *Server) diffTool(ctx context.Context, call *mcp.CallToolRequest, args DiffArgs) (*mcp.CallToolResult, any, error) {
+	ctx = withCaller(ctx, call)
 	format, err := diffFormat(args.Format)
 	if err != nil {
 		return toolError(err)
@@ -369,7 +370,7 @@ func (s *Server) runTurnTool(ctx context.Context, call *mcp.CallToolRequest, arg
 	if err != nil {
 		return toolError(err)
 	}
-	t, err := s.admit(ctx, req)
+	t, err := s.admit(withCaller(ctx, call), req)
 	if err != nil {
 		return toolError(err)
 	}
@@ -441,6 +442,16 @@ func answerText(line *engine.ResultLine) string {
 	return b.String()
 }
 
+// withCaller is ctx with the call's peer (principalOfInfo): a call over
+// HTTP is its authenticated peer's, one over stdio the operator's.
+func withCaller(ctx context.Context, call *mcp.CallToolRequest) context.Context {
+	var ti *auth.TokenInfo
+	if call != nil && call.Extra != nil {
+		ti = call.Extra.TokenInfo
+	}
+	return context.WithValue(ctx, principalKey{}, principalOfInfo(ctx, ti))
+}
+
 // toolError is a refused call: isError, the error as text, and as the
 // structured content's "error", with outpost's code.
 func toolError(err error) (*mcp.CallToolResult, any, error) {
@@ -451,25 +462,22 @@ func toolError(err error) (*mcp.CallToolResult, any, error) {
 	}, map[string]any{"error": ej}, nil
 }
 
-func (s *Server) getConversationTool(ctx context.Context, _ *mcp.CallToolRequest, args ConversationArgs) (*mcp.CallToolResult, any, error) {
-	_, m, err := s.resolve(ctx, args.ID)
+func (s *Server) getConversationTool(ctx context.Context, call *mcp.CallToolRequest, args ConversationArgs) (*mcp.CallToolResult, any, error) {
+	_, m, err := s.resolve(withCaller(ctx, call), args.ID)
 	if err != nil {
 		return toolError(err)
 	}
 	return nil, m, nil
 }
 
-func (s *Server) listConversationsTool(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+func (s *Server) listConversationsTool(ctx context.Context, call *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 	st, err := s.store()
 	if err != nil {
 		return toolError(err)
 	}
-	list, err := st.List(ctx)
+	list, err := s.listFor(withCaller(ctx, call), st)
 	if err != nil {
-		return toolError(outpost.Wrap(outpost.Conversation, "list", err))
-	}
-	if list == nil {
-		list = []conversation.Meta{}
+		return toolError(err)
 	}
 	return nil, map[string]any{"conversations": list}, nil
 }

@@ -169,6 +169,10 @@ func (s *Server) checkRace(ctx context.Context, req *RaceRequest) (engine.RaceSp
 	if err := engine.CheckModes(req.Secrets, req.Egress, req.EgressAllow); err != nil {
 		return bad("%s", err.Error())
 	}
+	var err error
+	if req.Egress, err = s.checkPolicy(principalOf(ctx), request{req.Secrets, req.Egress, req.EgressAllow, req.Env}); err != nil {
+		return engine.RaceSpec{}, sandbox.PoolKey{}, "", err
+	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
 	if timeout == 0 {
 		timeout = s.o.MaxTimeout
@@ -275,8 +279,9 @@ func (s *Server) startRace(ctx context.Context, req *RaceRequest, keep bool) (*r
 	}
 	opts := &engine.RaceOptions{Run: engine.RunOptions{
 		Provider: provider, Store: s.o.Store, Spool: s.o.Spool, Environ: s.o.Environ, Installer: s.o.Installer, Logger: s.log,
-		Secrets: req.Secrets, Egress: req.Egress, EgressAllow: req.EgressAllow, Gateway: s.gw, Limits: s.limitsFor(peerOf(ctx)),
+		Secrets: req.Secrets, Egress: req.Egress, EgressAllow: req.EgressAllow, Gateway: s.gw, Limits: s.limitsFor(principalOf(ctx).token),
 		CheckTimeout: time.Duration(req.CheckTimeoutMS) * time.Millisecond,
+		Owner:        principalOf(ctx).owner, GatewayOnly: principalOf(ctx).gatewayOnly(),
 	}}
 	opts.OnProgress = func(p engine.RaceProgress) { s.raceProgress(r, p) }
 	opts.OnEvent = func(i int, ev harness.Event) { r.push(RaceEvent{Event: ev, Contestant: i}, i, true) }

@@ -112,6 +112,11 @@ type Options struct {
 	// TokenLimits are the operator's token budgets by token name (the
 	// peer of a TCP request), per hour and per day (docs/metering.md).
 	TokenLimits map[string]TokenLimit
+	// Policy is what clients may ask of a turn (secrets and egress modes,
+	// egress allowlist entries, variables); a token's fields in the
+	// tokens file replace its fields for that token. Operators are not
+	// bound by it (docs/serve.md, Policy and tenancy).
+	Policy Policy
 
 	// Logger receives structured logs (default: discarded). Name starts
 	// the server's own log messages (default "outpost serve"; `outpost
@@ -259,6 +264,9 @@ func (o *Options) defaults() error {
 	}
 	if o.PoolAgents == nil {
 		o.PoolAgents = []string{o.DefaultAgent}
+	}
+	if err := o.Policy.check(); err != nil {
+		return outpost.Errorf(outpost.Configuration, "serve", "client policy: %v", err)
 	}
 	if o.AllowUIDs == nil {
 		o.AllowUIDs = []int{os.Geteuid()}

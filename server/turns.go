@@ -38,6 +38,8 @@ type turn struct {
 	// the credential gateway's modes (engine.RunOptions)
 	secrets, egress string
 	egressAllow     []string
+	owner           string           // the peer that started it (principal.owner)
+	gatewayOnly     bool             // the client policy allows no secrets in the sandbox
 	ws              workspaceOptions // checkpoints and the check (workspace.go)
 	steer           chan string
 	ctx             context.Context
@@ -192,6 +194,12 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := engine.CheckModes(req.Secrets, req.Egress, req.EgressAllow); err != nil {
+		return nil, fail(outpost.Configuration, ReasonBadRequest, err.Error())
+	}
+	if req.Egress, err = s.checkPolicy(principalOf(ctx), request{req.Secrets, req.Egress, req.EgressAllow, req.Env}); err != nil {
+		return nil, err
+	}
 	st, key, conv, err := s.plan(ctx, req, timeout)
 	if err != nil {
 		return nil, err
@@ -282,9 +290,6 @@ func (s *Server) plan(ctx context.Context, req *TurnRequest, timeout time.Durati
 	if !ok {
 		return engine.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("unknown agent %q (known: %s)", agent, strings.Join(presets.Names(), ", ")))
 	}
-	if err := engine.CheckModes(req.Secrets, req.Egress, req.EgressAllow); err != nil {
-		return engine.Turn{}, sandbox.PoolKey{}, "", fail(outpost.Configuration, ReasonBadRequest, err.Error())
-	}
 	key, err := s.poolKey(req.Sandbox, req.Settings, false)
 	if err != nil {
 		return engine.Turn{}, key, "", err
@@ -353,7 +358,8 @@ func (s *Server) enqueue(ctx context.Context, st engine.Turn, key sandbox.PoolKe
 		steer: make(chan string, steerBuffer), ctx: tctx, cancel: cancel, done: make(chan struct{}),
 		secrets: req.Secrets, egress: req.Egress, egressAllow: req.EgressAllow, ws: req.workspaceOptions(),
 		state: StateQueued, first: 1, maxBytes: int64(s.o.MaxTurnEvents), total: &s.retained, notify: make(chan struct{}),
-		limits: s.limitsFor(peerOf(ctx)), trace: trace.SpanContextFromContext(ctx),
+		limits: s.limitsFor(principalOf(ctx).token), trace: trace.SpanContextFromContext(ctx),
+		owner: principalOf(ctx).owner, gatewayOnly: principalOf(ctx).gatewayOnly(),
 	}
 	s.turns[t.id] = t
 	s.queued++
@@ -388,7 +394,9 @@ func (r *TurnRequest) structured(t *engine.Turn) error {
 	return nil
 }
 
-// resolve turns a conversation reference into an id.
+// resolve turns a conversation reference into an id, among the
+// conversations the request's peer may see (principalOf): another
+// client's is not found (404), as one that does not exist.
 func (s *Server) resolve(ctx context.Context, ref string) (string, conversation.Meta, error) {
 	if !validRef(ref) {
 		return "", conversation.Meta{}, fail(outpost.Conversation, ReasonBadRequest, fmt.Sprintf("invalid conversation reference %q", ref))
@@ -396,15 +404,45 @@ func (s *Server) resolve(ctx context.Context, ref string) (string, conversation.
 	if s.o.Store == nil {
 		return "", conversation.Meta{}, fail(outpost.Conversation, ReasonNotFound, "this server keeps no conversations")
 	}
+	p := principalOf(ctx)
 	id, err := conversation.Resolve(ctx, s.o.Store, ref)
+	if errors.Is(err, conversation.ErrAmbiguous) && !p.operator {
+		id, err = s.resolveOwn(ctx, p, ref)
+	}
 	if err != nil {
 		return "", conversation.Meta{}, fromError(outpost.Wrap(outpost.Conversation, "locate", err))
 	}
 	m, err := s.o.Store.Meta(ctx, id)
+	if err == nil && !p.sees(m.Owner) {
+		err = fmt.Errorf("%w: %q", conversation.ErrNotFound, ref)
+	}
 	if err != nil {
 		return "", conversation.Meta{}, fromError(outpost.Wrap(outpost.Conversation, "locate", err))
 	}
 	return id, m, nil
+}
+
+// resolveOwn resolves a reference that is ambiguous in the store among
+// the peer's own conversations only: a client learns nothing of the
+// others' from an ambiguity.
+func (s *Server) resolveOwn(ctx context.Context, p principal, ref string) (string, error) {
+	list, err := s.o.Store.List(ctx)
+	if err != nil {
+		return "", err
+	}
+	var match []string
+	for _, m := range list {
+		if p.sees(m.Owner) && (m.ID == ref || m.Native == ref || (len(ref) >= conversation.MinPrefix && strings.HasPrefix(m.ID, ref))) {
+			match = append(match, m.ID)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return "", fmt.Errorf("%w: %q", conversation.ErrNotFound, ref)
+	case 1:
+		return match[0], nil
+	}
+	return "", fmt.Errorf("%w: %q matches %d conversations", conversation.ErrAmbiguous, ref, len(match))
 }
 
 // validRef accepts what a conversation reference can be: an id, an id
@@ -492,6 +530,8 @@ func (s *Server) execute(t *turn, st engine.Turn, raw bool) (*engine.Result, err
 		EgressAllow: t.egressAllow,
 		Gateway:     s.gw,
 		Limits:      t.limits,
+		Owner:       t.owner,
+		GatewayOnly: t.gatewayOnly,
 	}
 	t.ws.apply(opts)
 	// A turn in a workspace of its own opens a sandbox there: a pooled
@@ -636,14 +676,16 @@ func (s *Server) trimRetained() {
 	}
 }
 
-func (s *Server) lookup(id string) (*turn, error) {
+// lookup finds a turn of this replica's that p may see: another
+// client's is not found (404), as one that does not exist.
+func (s *Server) lookup(id string, p principal) (*turn, error) {
 	if !validTurnID(id) {
 		return nil, fail(outpost.Configuration, ReasonNotFound, fmt.Sprintf("no turn %q", id))
 	}
 	s.mu.Lock()
 	t := s.turns[id]
 	s.mu.Unlock()
-	if t == nil {
+	if t == nil || !p.sees(t.owner) {
 		return nil, fail(outpost.Configuration, ReasonNotFound, fmt.Sprintf("no turn %s (unknown, or finished more than the retention ago)", id))
 	}
 	return t, nil

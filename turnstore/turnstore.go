@@ -37,7 +37,11 @@ var (
 // Turn is a turn's record.
 type Turn struct {
 	ID, Owner, Agent, Sandbox, State string
-	Created, Started, Finished       time.Time
+	// Client is who started the turn (outpost serve's peer, "token:NAME"):
+	// every replica shows the turn only to it and to operators. Owner is
+	// the replica that runs it.
+	Client                     string
+	Created, Started, Finished time.Time
 	// Result is the result line (JSON) once finished.
 	Result []byte
 	// Last is the sequence number of the last event (0: none yet); First

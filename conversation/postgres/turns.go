@@ -60,8 +60,8 @@ func (ts turns) Leave(ctx context.Context, replica string) error {
 // Create implements turnstore.Store.
 func (ts turns) Create(ctx context.Context, t turnstore.Turn) error {
 	return ts.tx(ctx, "create", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO outpost_turns (id, owner, agent, sandbox, state, created, started)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`, t.ID, t.Owner, t.Agent, t.Sandbox, t.State, t.Created, nullTime(t.Started)); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO outpost_turns (id, owner, agent, sandbox, state, created, started, client)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, t.Owner, t.Agent, t.Sandbox, t.State, t.Created, nullTime(t.Started), t.Client); err != nil {
 			return err
 		}
 		return notify(ctx, tx, turnsChannel, t.ID)
@@ -178,12 +178,12 @@ func finish(ctx context.Context, tx pgx.Tx, id string, result turnstore.Event, a
 	return notify(ctx, tx, turnsChannel, id)
 }
 
-const turnColumns = `id, owner, agent, sandbox, state, created, started, finished, result, last, first, dropped`
+const turnColumns = `id, owner, agent, sandbox, state, created, started, finished, result, last, first, dropped, client`
 
 func scanTurn(row pgx.Row) (turnstore.Turn, error) {
 	var t turnstore.Turn
 	var started, finished *time.Time
-	err := row.Scan(&t.ID, &t.Owner, &t.Agent, &t.Sandbox, &t.State, &t.Created, &started, &finished, &t.Result, &t.Last, &t.First, &t.Dropped)
+	err := row.Scan(&t.ID, &t.Owner, &t.Agent, &t.Sandbox, &t.State, &t.Created, &started, &finished, &t.Result, &t.Last, &t.First, &t.Dropped, &t.Client)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, turnstore.ErrNotFound
 	}

@@ -298,6 +298,7 @@ class Conversation:
     metered: Optional[Metered] = None
     budget: Optional[int] = None
     checkpoints: Optional[List[ConversationCheckpoint]] = None
+    owner: Optional[str] = None
 
 
 @_schema("ConversationUsage")

@@ -203,6 +203,25 @@ def test_tcp_token_and_401(serve, tmp_path):
             assert c.health().status == "ok"  # needs no token
 
 
+def test_tcp_policy_and_tenancy(serve):
+    """A client token asking for more than the client policy gets 403
+    (RefusedError, reason policy); another token's conversation is 404."""
+    s = serve("--listen", "127.0.0.1:0", token="alice")
+    bob_token = s.token("bob")
+    with Client(url=s.where, token=s.tokens[0]) as alice, Client(url=s.where, token=bob_token) as bob:
+        for req in ({"secrets": "env"}, {"env": {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9/"}},
+                    {"egress_allow": ["127.0.0.1:8080"]}):
+            with pytest.raises(RefusedError) as e:
+                alice.start("x", **req)
+            assert (e.value.status, e.value.code, e.value.reason) == (403, "refused", "policy")
+        conv = alice.run("mine").conversation
+        assert alice.conversations.show(conv).owner == "token:alice"
+        with pytest.raises(outpost.OutpostError) as e:
+            bob.conversations.show(conv)
+        assert (e.value.status, e.value.reason) == (404, "not_found")
+        assert conv not in [c.id for c in bob.conversations.list()]
+
+
 def test_403_another_user(serve):
     if os.getuid() != 0:
         missing("root", "the 403 test connects as another user (nobody)")

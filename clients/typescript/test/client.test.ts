@@ -220,6 +220,15 @@ test("TCP with a bearer token", async () => {
   const tcp = new Outpost({ baseUrl: where, token });
   const res = await tcp.run({ prompt: "over tcp" });
   assert.equal(res.error, null);
+  // A client token asks only what the client policy allows (403, reason
+  // policy), and another token's conversation is not found (404).
+  await assert.rejects(tcp.startTurn({ prompt: "x", secrets: "env" }), (e: unknown) =>
+    e instanceof OutpostError && e.status === 403 && e.code === "refused" && e.reason === "policy");
+  assert.equal((await tcp.conversation(res.conversation)).owner, "token:ts-test");
+  const other = execFileSync(bin, ["serve", "token", "add", "ts-other", "--tokens", tokens], { encoding: "utf8" }).trim();
+  const bob = new Outpost({ baseUrl: where, token: other });
+  await assert.rejects(bob.conversation(res.conversation), (e: unknown) => e instanceof OutpostError && e.status === 404 && e.reason === "not_found");
+  assert.ok(!(await bob.conversations()).some((c) => c.id === res.conversation));
   const bad = new Outpost({ baseUrl: where, token: "opt_wrong" });
   await assert.rejects(bad.agents(), (e: unknown) => e instanceof OutpostError && e.status === 401 && e.reason === "unauthorized");
   const none = new Outpost({ baseUrl: where });

@@ -26,6 +26,7 @@ type serveFlags struct {
 	socket, listen, tokens, workdir, agent, image, logFormat string
 	sandboxes, set, allow, poolAgents, warm                  []string
 	tokenLimits                                              []string
+	clientSecrets, clientEgress, clientAllow, clientEnv      []string
 	maxConcurrent, maxQueue, poolSize                        int
 	maxTurnEvents, maxRetained, maxStreams, maxTurnStreams   int
 	maxTimeout, grace, retention, spoolPush, heartbeat       time.Duration
@@ -71,6 +72,10 @@ conversations are captured either way.`,
 	fl.DurationVar(&f.spoolPush, "spool-push", 30*time.Second, "how often turns spooled while the store was down are pushed into it (negative: only at start)")
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "request body limit in bytes (413 beyond)")
 	fl.StringArrayVar(&f.tokenLimits, "token-limit", nil, "model-API tokens the turns of one token name may spend, NAME=PER_HOUR/PER_DAY (either empty: no limit); repeatable (docs/metering.md)")
+	fl.StringSliceVar(&f.clientSecrets, "client-secrets", nil, "secrets modes a client token may ask for (gateway, env; default gateway); a token's secrets= field replaces it")
+	fl.StringSliceVar(&f.clientEgress, "client-egress", nil, "egress modes a client token may ask for (gateway, open; default gateway); a token's egress= field replaces it")
+	fl.StringArrayVar(&f.clientAllow, "client-egress-allow", nil, "an egress allowlist entry clients may ask for (a request's entries must be covered by these; default none); repeatable")
+	fl.StringArrayVar(&f.clientEnv, "client-env", nil, "a variable a client may set: NAME, PREFIX* or * (default *); never a base URL, proxy or credential variable, nor a secret of the server's environment; repeatable")
 	fl.StringVar(&f.replica, "replica", "", "with a PostgreSQL store, this replica's name in the fleet (default: the host name and a random suffix)")
 	fl.DurationVar(&f.heartbeat, "heartbeat", 5*time.Second, "with a PostgreSQL store, how often this replica beats; a replica silent for 3 beats is lost and its turns ended")
 	c.MarkFlagsMutuallyExclusive("socket", "listen")
@@ -99,16 +104,31 @@ func serverFlags(fl *pflag.FlagSet, f *serveFlags, poolSize int) {
 func (a *app) serveTokenCmd() *cobra.Command {
 	tok := &cobra.Command{Use: "token", Short: "Manage the bearer tokens of `outpost serve --listen`"}
 	var file string
+	var operator bool
+	var policy []string
 	add := &cobra.Command{
 		Use:   "add NAME",
 		Short: "Create a token; it is printed once, only its hash is kept",
-		Args:  cobra.ExactArgs(1),
+		Long: `Create a token; it is printed once, only its hash is kept. A token is a
+client's: it sees only its own turns and conversations and asks only what
+the client policy allows (docs/serve.md, Policy and tenancy). --operator
+makes an operator's token: it sees every client's, unbound by the policy.
+--policy KEY=VALUES sets the token's own policy field (secrets, egress,
+egress-allow, env; values comma-separated), over the server's --client-*.`,
+		Example: `  outpost serve token add ci-bot
+  outpost serve token add admin --operator
+  outpost serve token add research --policy secrets=gateway,env --policy egress-allow=docs.example.com`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			path, err := tokensPath(file)
 			if err != nil {
 				return err
 			}
-			token, err := server.AddToken(path, args[0])
+			fields := policy
+			if operator {
+				fields = append([]string{"operator"}, fields...)
+			}
+			token, err := server.AddToken(path, args[0], fields...)
 			if err != nil {
 				return outpost.Wrap(outpost.Configuration, "token", err)
 			}
@@ -118,6 +138,8 @@ func (a *app) serveTokenCmd() *cobra.Command {
 		},
 	}
 	add.Flags().StringVar(&file, "tokens", "", "tokens file (default $XDG_CONFIG_HOME/outpost/serve-tokens)")
+	add.Flags().BoolVar(&operator, "operator", false, "an operator's token: sees every client's turns and conversations, not bound by the client policy")
+	add.Flags().StringArrayVar(&policy, "policy", nil, "the token's own policy field KEY=VALUES (secrets, egress, egress-allow, env); repeatable")
 	tok.AddCommand(add)
 	return tok
 }
@@ -180,7 +202,11 @@ func (a *app) serverOptions(f serveFlags) (*server.Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &server.Options{TokenLimits: limits,
+	policy := server.Policy{Secrets: f.clientSecrets, Egress: f.clientEgress, EgressAllow: f.clientAllow, Env: f.clientEnv}
+	if err := server.CheckPolicy(policy); err != nil {
+		return nil, usageError{err}
+	}
+	return &server.Options{TokenLimits: limits, Policy: policy,
 		Store: store, Spool: a.spool, SpoolPush: f.spoolPush, Workdir: f.workdir, DefaultAgent: f.agent, Sandboxes: f.sandboxes, Settings: settings,
 		AllowSettings: f.allow, MaxConcurrent: f.maxConcurrent, MaxQueue: f.maxQueue, MaxTimeout: f.maxTimeout,
 		MaxBody: f.maxBody, Retention: f.retention, MaxTurnEvents: f.maxTurnEvents, MaxRetained: f.maxRetained,

@@ -87,3 +87,31 @@ func TestServeStartLog(t *testing.T) {
 		t.Errorf("sandboxes in the start record (-want +got):\n%s", diff)
 	}
 }
+
+// TestServePolicyFlags: a bad --client-* value is a usage error; token
+// add --operator and --policy write the line's fields, and a bad field
+// is refused with nothing written.
+func TestServePolicyFlags(t *testing.T) {
+	home, wd := t.TempDir(), t.TempDir()
+	for _, args := range [][]string{
+		{"serve", "--client-secrets", "all"},
+		{"serve", "--client-egress", "gateway,wide"},
+		{"serve", "--client-egress-allow", "http://x"},
+		{"serve", "--client-env", "A B"},
+	} {
+		if code, _, errOut := run(t, home, wd, args...); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2", args, code, errOut)
+		}
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if code, _, errOut := run(t, home, wd, "serve", "token", "add", "admin", "--tokens", tokens, "--operator", "--policy", "secrets=gateway,env"); code != 0 {
+		t.Fatalf("token add --operator: exit %d (%s)", code, errOut)
+	}
+	if code, _, _ := run(t, home, wd, "serve", "token", "add", "x", "--tokens", tokens, "--policy", "secrets=all"); code == 0 {
+		t.Error("token add took secrets=all")
+	}
+	b, _ := os.ReadFile(tokens)
+	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 1 || !strings.HasSuffix(lines[0], " operator secrets=gateway,env") {
+		t.Errorf("tokens file:\n%s", b)
+	}
+}
