@@ -29,7 +29,10 @@
 // absolute-URI plain-HTTP requests, with the token as the password of
 // Proxy-Authorization Basic, as Grant.ProxyURL gives), reaching only the
 // hosts of the grant's allowlist. Names are resolved on the host, and only
-// once a name is on the list; the gateway never dials itself.
+// once a name is on the list; a name is dialled at the addresses it
+// resolved to, never at a loopback, link-local, private or the host's own
+// one (an IP literal on the list is dialled as named); the gateway never
+// dials itself.
 //
 // The gateway listens on the host's loopback (Listen), for sandboxes that
 // share it (local), and serves any other listener (Serve), such as a
@@ -187,21 +190,30 @@ type Options struct {
 	ReadHeaderTimeout time.Duration
 	// DialTimeout bounds dialling an egress target; default 30 s.
 	DialTimeout time.Duration
+	// Resolver resolves egress target names; default net.DefaultResolver
+	// (the host's). A name is resolved on every dial and dialled only at
+	// the addresses it resolved to that are not loopback, link-local,
+	// private, carrier-grade NAT, unspecified or the host's own.
+	Resolver Resolver
 }
 
 // Gateway is the proxy. It is safe for concurrent use.
 type Gateway struct {
-	opts    Options
-	log     *slog.Logger // never nil: a discarding one when Options.Logger is
-	ctx     context.Context
-	cancel  context.CancelFunc
-	srv     *http.Server
-	model   *httputil.ReverseProxy
-	egress  *httputil.ReverseProxy
-	dialer  *net.Dialer
-	buffers *bufferPool
-	own     *http.Transport // the model transport when New made it
-	egressT *http.Transport
+	opts     Options
+	log      *slog.Logger // never nil: a discarding one when Options.Logger is
+	ctx      context.Context
+	cancel   context.CancelFunc
+	srv      *http.Server
+	model    *httputil.ReverseProxy
+	egress   *httputil.ReverseProxy
+	dialer   *net.Dialer
+	resolver Resolver
+	// reachInternal lets names be dialled at internal addresses: only
+	// tests set it, to reach a loopback server by name.
+	reachInternal bool
+	buffers       *bufferPool
+	own           *http.Transport // the model transport when New made it
+	egressT       *http.Transport
 
 	mu     sync.Mutex
 	grants map[[sha256.Size]byte]*Grant
@@ -236,6 +248,10 @@ func New(o Options) *Gateway {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.dialer = &net.Dialer{Timeout: o.DialTimeout, Control: g.refuseSelf}
+	g.resolver = o.Resolver
+	if g.resolver == nil {
+		g.resolver = net.DefaultResolver
+	}
 	g.srv = &http.Server{
 		Handler:           g,
 		MaxHeaderBytes:    o.MaxHeaderBytes,
