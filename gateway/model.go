@@ -153,8 +153,15 @@ func (g *Gateway) modelCall(w http.ResponseWriter, r *http.Request) (*Grant, str
 			return gr, what
 		}
 	}
-	// The call ends when the client goes, or the grant is revoked.
-	ctx, cancel := context.WithCancel(r.Context())
+	// The call ends when the client goes, or the grant is revoked. A
+	// metered call goes on upstream when the agent leaves: its meter reads
+	// the abandoned reply on to its usage (bounded, gateway/meter), so
+	// an agent cannot dodge its budget by hanging up.
+	base := r.Context()
+	if gr.opts.Meter != nil {
+		base = context.WithoutCancel(base)
+	}
+	ctx, cancel := context.WithCancel(base)
 	defer cancel()
 	stop := context.AfterFunc(gr.ctx, cancel)
 	defer stop()
