@@ -153,18 +153,8 @@ func (g *Gateway) modelCall(w http.ResponseWriter, r *http.Request) (*Grant, str
 			return gr, what
 		}
 	}
-	// The call ends when the client goes, or the grant is revoked. A
-	// metered call goes on upstream when the agent leaves: its meter reads
-	// the abandoned reply on to its usage (bounded, gateway/meter), so
-	// an agent cannot dodge its budget by hanging up.
-	base := r.Context()
-	if gr.opts.Meter != nil {
-		base = context.WithoutCancel(base)
-	}
-	ctx, cancel := context.WithCancel(base)
+	ctx, cancel := g.callContext(gr, r)
 	defer cancel()
-	stop := context.AfterFunc(gr.ctx, cancel)
-	defer stop()
 	c.route, c.up = gr.opts.Routes[i], gr.ups[i]
 	ctx = context.WithValue(ctx, callKey{}, &c)
 	ctx = context.WithValue(ctx, meterKey{}, meterAt{gr.opts.Meter, i, r})
@@ -197,6 +187,23 @@ func (g *Gateway) reportCut(gr *Grant, i int, c *call, ctx, client context.Conte
 	default:
 		lg.Warn("gateway: the upstream broke off its reply; the agent got it cut", append(args, "error", redact(c.upErr.Error(), c.route.Secret))...)
 	}
+}
+
+// callContext is the context of a model call's upstream request, and
+// what ends it once the handler returns. A call ends when the agent
+// goes, or the grant is revoked. A metered call goes on upstream when
+// the agent leaves, also after the handler returned: its meter reads the
+// abandoned reply on to its usage (bounded, gateway/meter), so that an
+// agent cannot dodge its budget by hanging up; it ends with its grant.
+func (g *Gateway) callContext(gr *Grant, r *http.Request) (context.Context, func()) {
+	if gr.opts.Meter == nil {
+		ctx, cancel := context.WithCancel(r.Context())
+		stop := context.AfterFunc(gr.ctx, cancel)
+		return ctx, func() { stop(); cancel() }
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	context.AfterFunc(gr.ctx, cancel)
+	return ctx, func() {}
 }
 
 type meterKey struct{}
