@@ -43,6 +43,9 @@ func (g *Gateway) egressCheck(w http.ResponseWriter, r *http.Request, hostport s
 		refuse(w, http.StatusProxyAuthRequired, "proxy authentication required")
 		return nil, target{}, false
 	}
+	if !admit(w, r) {
+		return gr, target{}, false
+	}
 	t, ok := parseTarget(hostport, def)
 	if !ok {
 		refuse(w, http.StatusBadRequest, "malformed proxy target")

@@ -180,9 +180,14 @@ type Options struct {
 	// route or egress target, status, duration) and the gateway's errors.
 	// No record carries a token or a secret.
 	Logger *slog.Logger
-	// MaxConns bounds the connections served at once, per listener;
-	// beyond it a connection gets 503 and is closed. Default 512.
+	// MaxConns bounds the authenticated connections (those whose request
+	// carried a live grant's token) served at once, per listener; beyond
+	// it such a request gets 503 and its connection is closed. Default 512.
 	MaxConns int
+	// MaxPendingConns bounds the connections not yet authenticated, per
+	// listener; a new connection beyond it closes the oldest of them.
+	// Default 64.
+	MaxPendingConns int
 	// MaxHeaderBytes bounds a request's header; default 64 KiB (431 beyond).
 	MaxHeaderBytes int
 	// ReadHeaderTimeout bounds the time to send a request's header;
@@ -233,6 +238,9 @@ func New(o Options) *Gateway {
 	if o.MaxConns <= 0 {
 		o.MaxConns = 512
 	}
+	if o.MaxPendingConns <= 0 {
+		o.MaxPendingConns = 64
+	}
 	if o.MaxHeaderBytes <= 0 {
 		o.MaxHeaderBytes = 64 << 10
 	}
@@ -257,7 +265,10 @@ func New(o Options) *Gateway {
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          log.New(discard{}, "", 0),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		ErrorLog: log.New(discard{}, "", 0),
 	}
 	g.buffers = &bufferPool{}
 	g.model = g.modelProxy()

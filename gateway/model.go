@@ -137,6 +137,9 @@ func (g *Gateway) modelCall(w http.ResponseWriter, r *http.Request) (*Grant, str
 		refuse(w, http.StatusUnauthorized, "invalid or expired token")
 		return nil, "-"
 	}
+	if !admit(w, r) {
+		return gr, "-"
+	}
 	i, c, msg := splitModelPath(r.URL.EscapedPath())
 	if msg == "unknown route" || (msg == "" && i >= len(gr.opts.Routes)) {
 		refuse(w, http.StatusNotFound, "unknown route")
