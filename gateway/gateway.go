@@ -50,7 +50,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -268,8 +267,9 @@ func New(o Options) *Gateway {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		},
-		ErrorLog: log.New(discard{}, "", 0),
 	}
+	g.srv.ErrorLog = g.errorLog()
+	live.Store(g, struct{}{})
 	g.buffers = &bufferPool{}
 	g.model = g.modelProxy()
 	g.egress = g.egressProxy()
@@ -363,6 +363,7 @@ func (g *Gateway) Close() error {
 	g.closed = true
 	clear(g.grants)
 	g.mu.Unlock()
+	live.Delete(g)
 	g.cancel()
 	err := g.srv.Close()
 	g.egressT.CloseIdleConnections()
@@ -438,7 +439,3 @@ func (r *recorder) status() int {
 
 // Unwrap lets http.ResponseController reach Flush and Hijack.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-type discard struct{}
-
-func (discard) Write(b []byte) (int, error) { return len(b), nil }
