@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -68,8 +67,6 @@ type keyless struct {
 	shared bool   // an inner turn's: its outer turn ends it
 }
 
-var allowRE = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
-
 // checkKeyless refuses unknown modes and malformed allowlist entries.
 func (e *turnRun) checkKeyless() error {
 	return CheckModes(e.o.Secrets, e.o.Egress, e.o.EgressAllow)
@@ -89,10 +86,8 @@ func CheckModes(secrets, egress string, allow []string) error {
 	default:
 		return refuse(outpost.Configuration, "egress mode %q: want %q or %q", egress, EgressGateway, EgressOpen)
 	}
-	for _, a := range allow {
-		if !allowRE.MatchString(a) {
-			return refuse(outpost.Configuration, "egress allowlist entry %q: want a host name, *.domain, each with an optional :port", a)
-		}
+	if err := gateway.CheckAllow(allow); err != nil {
+		return refuse(outpost.Configuration, "egress %v", err)
 	}
 	if len(allow) > 0 && egress == EgressOpen {
 		return refuse(outpost.Configuration, "an egress allowlist needs egress mode %q, not %q", EgressGateway, EgressOpen)

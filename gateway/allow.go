@@ -16,13 +16,20 @@ type allowEntry struct {
 	port     int        // 0: the scheme's default
 }
 
+// CheckAllow checks an egress allowlist as GrantOptions.Allow takes it
+// (the CLI's --egress-allow): a bad entry is an error naming it.
+func CheckAllow(list []string) error {
+	_, err := parseAllow(list)
+	return err
+}
+
 // parseAllow parses an allowlist; a bad entry is an error naming it.
 func parseAllow(list []string) ([]allowEntry, error) {
 	out := make([]allowEntry, 0, len(list))
 	for _, s := range list {
 		e, ok := parseAllowEntry(s)
 		if !ok {
-			return nil, fmt.Errorf("gateway: allow entry %q is not host, *.domain or an IP, with an optional :port", s)
+			return nil, fmt.Errorf("allow entry %q is not host, *.domain, an IPv4 address or [IPv6], with an optional :port", s)
 		}
 		out = append(out, e)
 	}

@@ -43,6 +43,9 @@ func (g *Gateway) egressCheck(w http.ResponseWriter, r *http.Request, hostport s
 		refuse(w, http.StatusProxyAuthRequired, "proxy authentication required")
 		return nil, target{}, false
 	}
+	if !admit(w, r) {
+		return gr, target{}, false
+	}
 	t, ok := parseTarget(hostport, def)
 	if !ok {
 		refuse(w, http.StatusBadRequest, "malformed proxy target")
@@ -69,16 +72,12 @@ func (g *Gateway) connect(w http.ResponseWriter, r *http.Request) (*Grant, strin
 	what := "connect " + t.addr()
 	ctx, cancel := context.WithTimeout(gr.ctx, g.opts.DialTimeout)
 	stop := context.AfterFunc(r.Context(), cancel)
-	up, err := g.dialer.DialContext(ctx, "tcp", t.addr())
+	up, err := g.dialTarget(ctx, t)
 	stop()
 	cancel()
 	if err != nil {
-		code := http.StatusBadGateway
-		if errors.Is(err, errSelf) {
-			code = http.StatusForbidden
-		}
 		g.log.Debug("gateway: egress dial failed", "grant", gr.id, "target", t.addr(), "error", err.Error())
-		refuse(w, code, "cannot reach the target")
+		refuseDial(w, err)
 		return gr, what
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
@@ -149,16 +148,36 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request) (*Grant, strin
 	defer cancel()
 	stop := context.AfterFunc(gr.ctx, cancel)
 	defer stop()
+	ctx = context.WithValue(ctx, targetKey{}, t)
 	g.egress.ServeHTTP(w, r.WithContext(ctx))
 	return gr, "forward " + t.addr()
 }
 
+// targetKey holds the checked target of an absolute-URI request.
+type targetKey struct{}
+
+// refuseDial answers a failed egress dial: 403 for the gateway's own
+// refusal (itself, or a name resolving only to internal addresses), 502
+// for a target it could not reach.
+func refuseDial(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, errInternal):
+		refuse(w, http.StatusForbidden, "the host resolves to a loopback, link-local, private or the host's own address; name it by its IP on the allowlist to reach it")
+	case errors.Is(err, errSelf):
+		refuse(w, http.StatusForbidden, "refusing to proxy to the gateway itself")
+	default:
+		refuse(w, http.StatusBadGateway, "cannot reach the target")
+	}
+}
+
 // egressProxy forwards plain-HTTP proxy requests; it never uses a proxy
-// of its own environment and never dials the gateway.
+// of its own environment and never dials the gateway. The request goes
+// to the target forward checked (its normalised host and port), dialled
+// by dialTarget as a CONNECT's is.
 func (g *Gateway) egressProxy() *httputil.ReverseProxy {
 	tr := &http.Transport{
 		Proxy:              nil,
-		DialContext:        g.dialer.DialContext,
+		DialContext:        g.dialAddr,
 		MaxIdleConns:       64,
 		IdleConnTimeout:    90 * time.Second,
 		DisableCompression: true,
@@ -166,7 +185,8 @@ func (g *Gateway) egressProxy() *httputil.ReverseProxy {
 	g.egressT = tr
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", pr.In.URL.Host
+			t, _ := pr.In.Context().Value(targetKey{}).(target)
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", t.addr()
 			pr.Out.Host = pr.In.Host
 		},
 		Transport:     tr,
@@ -174,11 +194,8 @@ func (g *Gateway) egressProxy() *httputil.ReverseProxy {
 		BufferPool:    g.buffers,
 		ErrorLog:      g.srv.ErrorLog,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			code := http.StatusBadGateway
-			if errors.Is(err, errSelf) {
-				code = http.StatusForbidden
-			}
-			refuse(w, code, "cannot reach the target")
+			g.log.Debug("gateway: egress failed", "target", r.URL.Host, "error", err.Error())
+			refuseDial(w, err)
 		},
 	}
 }

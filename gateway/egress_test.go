@@ -73,20 +73,23 @@ func TestConnect(t *testing.T) {
 	}
 }
 
-// TestConnectByName: a name on the list is resolved on the host and
-// reached; its port defaults to 443 only when the entry has none.
+// TestConnectByName: a name on the list is resolved on the host; one
+// that resolves to loopback (localhost, by the host's own resolver) is
+// refused with 403 and not dialled, by CONNECT and by absolute URI.
 func TestConnectByName(t *testing.T) {
 	target := newTCPTarget(t, echoUntilEOF)
 	f := newFixture(t, Options{})
 	_, port, _ := net.SplitHostPort(target.addr())
 	gr := f.grant(GrantOptions{Allow: []string{"LOCALHOST.:" + port}})
-	c, br, g := dialConnect(t, f.addr, "localhost:"+port, basic("outpost", gr.Token()))
-	if g.code != 200 {
-		t.Fatalf("got %d %q", g.code, g.body)
+	auth := basic("outpost", gr.Token())
+	if _, _, g := dialConnect(t, f.addr, "localhost:"+port, auth); g.code != http.StatusForbidden {
+		t.Errorf("CONNECT localhost: %d %q, want 403", g.code, g.body)
 	}
-	_ = c.(*net.TCPConn).CloseWrite()
-	if b, _ := io.ReadAll(br); string(b) != "got 0 bytes: " {
-		t.Errorf("got %q", b)
+	if g := absolute(t, f.addr, "localhost:"+port, auth); g.code != http.StatusForbidden {
+		t.Errorf("GET http://localhost/: %d %q, want 403", g.code, g.body)
+	}
+	if target.dialedBefore(t) {
+		t.Error("localhost was dialled")
 	}
 }
 

@@ -29,7 +29,10 @@
 // absolute-URI plain-HTTP requests, with the token as the password of
 // Proxy-Authorization Basic, as Grant.ProxyURL gives), reaching only the
 // hosts of the grant's allowlist. Names are resolved on the host, and only
-// once a name is on the list; the gateway never dials itself.
+// once a name is on the list; a name is dialled at the addresses it
+// resolved to, never at a loopback, link-local, private or the host's own
+// one (an IP literal on the list is dialled as named); the gateway never
+// dials itself.
 //
 // The gateway listens on the host's loopback (Listen), for sandboxes that
 // share it (local), and serves any other listener (Serve), such as a
@@ -47,7 +50,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -177,9 +179,14 @@ type Options struct {
 	// route or egress target, status, duration) and the gateway's errors.
 	// No record carries a token or a secret.
 	Logger *slog.Logger
-	// MaxConns bounds the connections served at once, per listener;
-	// beyond it a connection gets 503 and is closed. Default 512.
+	// MaxConns bounds the authenticated connections (those whose request
+	// carried a live grant's token) served at once, per listener; beyond
+	// it such a request gets 503 and its connection is closed. Default 512.
 	MaxConns int
+	// MaxPendingConns bounds the connections not yet authenticated, per
+	// listener; a new connection beyond it closes the oldest of them.
+	// Default 64.
+	MaxPendingConns int
 	// MaxHeaderBytes bounds a request's header; default 64 KiB (431 beyond).
 	MaxHeaderBytes int
 	// ReadHeaderTimeout bounds the time to send a request's header;
@@ -187,21 +194,30 @@ type Options struct {
 	ReadHeaderTimeout time.Duration
 	// DialTimeout bounds dialling an egress target; default 30 s.
 	DialTimeout time.Duration
+	// Resolver resolves egress target names; default net.DefaultResolver
+	// (the host's). A name is resolved on every dial and dialled only at
+	// the addresses it resolved to that are not loopback, link-local,
+	// private, carrier-grade NAT, unspecified or the host's own.
+	Resolver Resolver
 }
 
 // Gateway is the proxy. It is safe for concurrent use.
 type Gateway struct {
-	opts    Options
-	log     *slog.Logger // never nil: a discarding one when Options.Logger is
-	ctx     context.Context
-	cancel  context.CancelFunc
-	srv     *http.Server
-	model   *httputil.ReverseProxy
-	egress  *httputil.ReverseProxy
-	dialer  *net.Dialer
-	buffers *bufferPool
-	own     *http.Transport // the model transport when New made it
-	egressT *http.Transport
+	opts     Options
+	log      *slog.Logger // never nil: a discarding one when Options.Logger is
+	ctx      context.Context
+	cancel   context.CancelFunc
+	srv      *http.Server
+	model    *httputil.ReverseProxy
+	egress   *httputil.ReverseProxy
+	dialer   *net.Dialer
+	resolver Resolver
+	// reachInternal lets names be dialled at internal addresses: only
+	// tests set it, to reach a loopback server by name.
+	reachInternal bool
+	buffers       *bufferPool
+	own           *http.Transport // the model transport when New made it
+	egressT       *http.Transport
 
 	mu     sync.Mutex
 	grants map[[sha256.Size]byte]*Grant
@@ -221,6 +237,9 @@ func New(o Options) *Gateway {
 	if o.MaxConns <= 0 {
 		o.MaxConns = 512
 	}
+	if o.MaxPendingConns <= 0 {
+		o.MaxPendingConns = 64
+	}
 	if o.MaxHeaderBytes <= 0 {
 		o.MaxHeaderBytes = 64 << 10
 	}
@@ -236,13 +255,21 @@ func New(o Options) *Gateway {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.dialer = &net.Dialer{Timeout: o.DialTimeout, Control: g.refuseSelf}
+	g.resolver = o.Resolver
+	if g.resolver == nil {
+		g.resolver = net.DefaultResolver
+	}
 	g.srv = &http.Server{
 		Handler:           g,
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          log.New(discard{}, "", 0),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
 	}
+	g.srv.ErrorLog = g.errorLog()
+	live.Store(g, struct{}{})
 	g.buffers = &bufferPool{}
 	g.model = g.modelProxy()
 	g.egress = g.egressProxy()
@@ -336,6 +363,7 @@ func (g *Gateway) Close() error {
 	g.closed = true
 	clear(g.grants)
 	g.mu.Unlock()
+	live.Delete(g)
 	g.cancel()
 	err := g.srv.Close()
 	g.egressT.CloseIdleConnections()
@@ -411,7 +439,3 @@ func (r *recorder) status() int {
 
 // Unwrap lets http.ResponseController reach Flush and Hijack.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-type discard struct{}
-
-func (discard) Write(b []byte) (int, error) { return len(b), nil }

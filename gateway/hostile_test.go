@@ -68,8 +68,8 @@ func TestAllowlist(t *testing.T) {
 	}
 }
 
-// TestHostile: oversized headers, slow headers and too many connections
-// are refused without reaching the upstream.
+// TestHostile: oversized headers, slow headers and too many
+// authenticated connections are refused without reaching the upstream.
 func TestHostile(t *testing.T) {
 	up := newUpstream(t, nil)
 	f := newFixture(t, Options{MaxHeaderBytes: 4 << 10, ReadHeaderTimeout: 200 * time.Millisecond, MaxConns: 2})
@@ -100,9 +100,10 @@ func TestHostile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// A complete request on a kept-alive connection: the slot is
-			// taken once the answer is back.
-			_, _ = io.WriteString(c, "GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")
+			// A complete authenticated request (an unknown route: the
+			// upstream sees nothing) on a kept-alive connection: the slot
+			// is taken once the answer is back.
+			_, _ = io.WriteString(c, "GET /_outpost/9/x HTTP/1.1\r\nHost: x\r\nx-api-key: "+gr.Token()+"\r\n\r\n")
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -226,4 +227,38 @@ func FuzzParse(f *testing.F) {
 			_ = tg.addr()
 		}
 	})
+}
+
+// TestPendingConnsDoNotStarve: 520 idle connections that never
+// authenticate (more than MaxConns) leave the model calls of a grant
+// unaffected: they count only against MaxPendingConns, whose oldest gives
+// way to a new connection.
+func TestPendingConnsDoNotStarve(t *testing.T) {
+	up := newUpstream(t, nil)
+	f := newFixture(t, Options{})
+	gr := f.grant(GrantOptions{Routes: []Route{{Upstream: up.URL, Secret: secret, Credential: XAPIKey}}})
+	idle := make([]net.Conn, 0, 520)
+	t.Cleanup(func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	})
+	for range 520 {
+		c, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	// One of them sends a request without a token: it stays unauthenticated.
+	_, _ = io.WriteString(idle[519], "GET /_outpost/0/x HTTP/1.1\r\nHost: x\r\n\r\n")
+	for i := range 5 {
+		g := raw(t, f.addr, "POST /_outpost/0/v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: "+gr.Token()+"\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+		if g.code != 200 {
+			t.Fatalf("model call %d beside 520 idle connections: %d %q", i, g.code, g.body)
+		}
+	}
+	if n := up.n.Load(); n != 5 {
+		t.Errorf("the upstream received %d calls, want 5", n)
+	}
 }

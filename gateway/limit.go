@@ -1,69 +1,98 @@
 package gateway
 
 import (
-	"io"
+	"container/list"
 	"net"
-	"strconv"
+	"net/http"
 	"sync"
-	"time"
 )
 
-// busyBody is the body of what a connection beyond the bound gets.
-const busyBody = `{"error":{"type":"outpost_gateway","message":"outpost gateway: too many connections"}}` + "\n"
-
-var busyResponse = []byte("HTTP/1.1 503 Service Unavailable\r\n" +
-	"Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-	strconv.Itoa(len(busyBody)) + "\r\n\r\n" + busyBody)
-
-// limit bounds the connections of l served at once to Options.MaxConns;
-// one beyond gets 503 and is closed without a request being read.
+// limit bounds the connections of l served at once. An authenticated
+// connection (one that carried a live grant's token) counts against
+// Options.MaxConns: beyond it, its request gets 503 and the connection
+// closes. One not (yet) authenticated counts only against
+// Options.MaxPendingConns: a new connection beyond it closes the oldest
+// such one, so that idle or hostile unauthenticated connections never
+// keep a turn's model calls out.
 func (g *Gateway) limit(l net.Listener) net.Listener {
-	return &limitListener{Listener: l, sem: make(chan struct{}, g.opts.MaxConns)}
+	return &limitListener{Listener: l, max: g.opts.MaxConns, maxPending: g.opts.MaxPendingConns}
 }
 
 type limitListener struct {
 	net.Listener
-	sem chan struct{}
+	max, maxPending int
+
+	mu      sync.Mutex
+	auth    int       // authenticated connections open
+	pending list.List // *limitConn not authenticated, oldest first
 }
+
+// The states of a limitConn, under its listener's mu.
+const (
+	connPending = iota
+	connAuth
+	connClosed
+)
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.sem <- struct{}{}:
-			return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-		default:
-			go busy(c)
-		}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
 	}
+	lc := &limitConn{Conn: c, l: l}
+	var evict *limitConn
+	l.mu.Lock()
+	if l.pending.Len() >= l.maxPending {
+		evict = l.pending.Remove(l.pending.Front()).(*limitConn)
+		evict.state, evict.elem = connClosed, nil
+	}
+	lc.elem = l.pending.PushBack(lc)
+	l.mu.Unlock()
+	if evict != nil {
+		_ = evict.Conn.Close()
+	}
+	return lc, nil
 }
 
-// busy answers 503 and closes c; it reads what the client sent first
-// (for a second at most), so that closing does not reset the connection
-// before the client has read the answer.
-func busy(c net.Conn) {
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	_, _ = c.Write(busyResponse)
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
-	_ = c.Close()
-}
-
-// limitConn gives its slot back once, when closed.
+// limitConn is a connection of a limitListener; it gives its slot back
+// once, when closed.
 type limitConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l     *limitListener
+	state int           // under l.mu
+	elem  *list.Element // in l.pending while connPending
+}
+
+// promote moves the connection into the authenticated count; false when
+// that is full (or the connection was closed meanwhile).
+func (c *limitConn) promote() bool {
+	l := c.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case c.state == connAuth:
+		return true
+	case c.state == connClosed || l.auth >= l.max:
+		return false
+	}
+	l.pending.Remove(c.elem)
+	c.state, c.elem = connAuth, nil
+	l.auth++
+	return true
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	l := c.l
+	l.mu.Lock()
+	switch c.state {
+	case connPending:
+		l.pending.Remove(c.elem)
+	case connAuth:
+		l.auth--
+	}
+	c.state, c.elem = connClosed, nil
+	l.mu.Unlock()
 	return err
 }
 
@@ -74,6 +103,22 @@ func (c *limitConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return c.Conn.Close()
+}
+
+type connKey struct{}
+
+// admit counts the request's connection as authenticated (its request
+// carried a live grant's token); when the gateway already serves
+// Options.MaxConns such connections, it answers 503 and the connection
+// closes.
+func admit(w http.ResponseWriter, r *http.Request) bool {
+	lc, ok := r.Context().Value(connKey{}).(*limitConn)
+	if !ok || lc.promote() {
+		return true
+	}
+	w.Header().Set("Connection", "close")
+	refuse(w, http.StatusServiceUnavailable, "too many connections")
+	return false
 }
 
 // bufferPool lends the proxies their copy buffers (httputil.BufferPool),

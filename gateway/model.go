@@ -137,6 +137,9 @@ func (g *Gateway) modelCall(w http.ResponseWriter, r *http.Request) (*Grant, str
 		refuse(w, http.StatusUnauthorized, "invalid or expired token")
 		return nil, "-"
 	}
+	if !admit(w, r) {
+		return gr, "-"
+	}
 	i, c, msg := splitModelPath(r.URL.EscapedPath())
 	if msg == "unknown route" || (msg == "" && i >= len(gr.opts.Routes)) {
 		refuse(w, http.StatusNotFound, "unknown route")
@@ -153,11 +156,8 @@ func (g *Gateway) modelCall(w http.ResponseWriter, r *http.Request) (*Grant, str
 			return gr, what
 		}
 	}
-	// The call ends when the client goes, or the grant is revoked.
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := g.callContext(gr, r)
 	defer cancel()
-	stop := context.AfterFunc(gr.ctx, cancel)
-	defer stop()
 	c.route, c.up = gr.opts.Routes[i], gr.ups[i]
 	ctx = context.WithValue(ctx, callKey{}, &c)
 	ctx = context.WithValue(ctx, meterKey{}, meterAt{gr.opts.Meter, i, r})
@@ -190,6 +190,23 @@ func (g *Gateway) reportCut(gr *Grant, i int, c *call, ctx, client context.Conte
 	default:
 		lg.Warn("gateway: the upstream broke off its reply; the agent got it cut", append(args, "error", redact(c.upErr.Error(), c.route.Secret))...)
 	}
+}
+
+// callContext is the context of a model call's upstream request, and
+// what ends it once the handler returns. A call ends when the agent
+// goes, or the grant is revoked. A metered call goes on upstream when
+// the agent leaves, also after the handler returned: its meter reads the
+// abandoned reply on to its usage (bounded, gateway/meter), so that an
+// agent cannot dodge its budget by hanging up; it ends with its grant.
+func (g *Gateway) callContext(gr *Grant, r *http.Request) (context.Context, func()) {
+	if gr.opts.Meter == nil {
+		ctx, cancel := context.WithCancel(r.Context())
+		stop := context.AfterFunc(gr.ctx, cancel)
+		return ctx, func() { stop(); cancel() }
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	context.AfterFunc(gr.ctx, cancel)
+	return ctx, func() {}
 }
 
 type meterKey struct{}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"sync"
+	"time"
 )
 
 // Bounds of what a body reader keeps: one SSE line and one SSE event
@@ -47,13 +48,49 @@ func (b *body) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close ends the reading: a body closed before its end is counted as far
-// as it was read, and marked incomplete unless its final usage was read.
+// Bounds of reading on after the agent closed a body before its final
+// usage (an abandoned reply): the bytes and the time the upstream gets to
+// reach its usage.
+const (
+	drainBytes = 8 << 20
+	drainTime  = 2 * time.Minute
+)
+
+// Close ends the agent's reading. A body closed before its final usage
+// was read is read on, upstream-side (drain), up to drainBytes and
+// drainTime, so that an abandoned reply is counted in full; what stays
+// unread is charged (charge).
 func (b *body) Close() error {
 	b.mu.Lock()
+	if !b.ended && !b.c.final() {
+		b.mu.Unlock()
+		// Charged at once, so that the agent's next call is checked
+		// against it; the usage the drain reads replaces the charge.
+		b.c.update(charge(b.c))
+		go b.drain()
+		return nil
+	}
 	b.end(false)
 	b.mu.Unlock()
 	return b.rc.Close()
+}
+
+// drain reads the rest of an abandoned body into the usage reader only.
+func (b *body) drain() {
+	stop := time.AfterFunc(drainTime, func() { _ = b.rc.Close() })
+	defer stop.Stop()
+	buf := make([]byte, 32<<10)
+	for n := 0; n < drainBytes; {
+		k, err := b.Read(buf)
+		n += k
+		if err != nil {
+			break
+		}
+	}
+	b.mu.Lock()
+	b.end(false)
+	b.mu.Unlock()
+	_ = b.rc.Close()
 }
 
 func (b *body) feed(p []byte) {
@@ -152,5 +189,25 @@ func (b *body) end(clean bool) {
 		})
 	}
 	b.line, b.data, b.json = nil, nil, nil
+	if !clean {
+		b.c.update(charge(b.c))
+	}
 	b.c.done(clean)
+}
+
+// charge is what a call whose body ended (or was left by the agent)
+// before its final usage counts, when Before saw its request: the output
+// limit the request named (or DefaultMaxOutput) as output, and the
+// prompt's estimate as input when the API said nothing of it. The count
+// stays incomplete; usage read later replaces the charge.
+func charge(c *call) func(*reading) {
+	return func(r *reading) {
+		if r.final || c.prep.maxOut == 0 {
+			return
+		}
+		r.out = max(r.out, c.prep.maxOut)
+		if !r.seen {
+			r.in = max(r.in, c.est)
+		}
+	}
 }

@@ -65,7 +65,9 @@ func (x *Exceeded) Err(op, agent string) *outpost.Error {
 
 // Limiter is a budget. Allow is asked before each call with the tokens
 // the meter counted so far and the call's estimate, and refuses it with
-// a non-nil *Exceeded. Spend receives every token counted, as it is.
+// a non-nil *Exceeded. Spend receives every token counted, as it is: a
+// negative count takes back part of a charge for an abandoned reply
+// whose usage was read after all.
 type Limiter interface {
 	Allow(spent, estimate int64) *Exceeded
 	Spend(tokens int64)
@@ -141,8 +143,8 @@ func (w *Window) Spend(tokens int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.roll()
-	w.hourN += tokens
-	w.dayN += tokens
+	w.hourN = max(w.hourN+tokens, 0)
+	w.dayN = max(w.dayN+tokens, 0)
 }
 
 // Spent is this hour's and today's tokens so far.

@@ -78,6 +78,10 @@ type call struct {
 	r        reading // under m.mu
 	counted  int64   // tokens already given to the Limits, under m.mu
 	ended    bool
+	est      int64 // the prompt's estimate
+	prep     prepared
+	clean    bool // ended at the body's end, under m.mu
+	answered bool // After saw the response, under m.mu
 }
 
 func (m *Meter) api(route int) string {
@@ -107,6 +111,17 @@ func (m *Meter) Before(r *http.Request, route int) *http.Response {
 		c.refused(x)
 		return refusal(c.api, x, r)
 	}
+	c.est, c.prep = est, prepare(r, c.api)
+	// The agent's connection closing before the reply's final usage
+	// charges the call at once (charge): the agent's next call is
+	// checked against it, while the gateway reads the abandoned reply on.
+	context.AfterFunc(r.Context(), func() {
+		c.update(func(rd *reading) {
+			if c.answered && !c.clean {
+				charge(c)(rd)
+			}
+		})
+	})
 	return nil
 }
 
@@ -153,7 +168,7 @@ func (m *Meter) After(resp *http.Response, route int) {
 	if c == nil {
 		c = &call{m: m, api: m.api(route), route: route}
 	}
-	c.status = resp.StatusCode
+	c.status, c.answered = resp.StatusCode, true
 	m.calls = append(m.calls, c)
 	if m.open == 0 {
 		m.idle = make(chan struct{})
@@ -177,6 +192,9 @@ func (m *Meter) After(resp *http.Response, route int) {
 	}
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	resp.Body = &body{rc: resp.Body, c: c, sse: sse}
+	if sse && c.prep.strip {
+		resp.Body = &stripUsage{rc: resp.Body}
+	}
 }
 
 // update changes the call's reading and gives the tokens it adds to the
@@ -187,7 +205,8 @@ func (c *call) update(f func(*reading)) {
 	defer m.mu.Unlock()
 	f(&c.r)
 	t := c.usage().Tokens()
-	if d := t - c.counted; d > 0 {
+	// Down as well as up: a charge (charge) is replaced by the usage read.
+	if d := t - c.counted; d != 0 {
 		c.counted = t
 		for _, l := range m.o.Limits {
 			l.Spend(d)
@@ -200,6 +219,13 @@ func (c *call) model() string {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	return c.r.model
+}
+
+// final says whether the API's last word on usage was read.
+func (c *call) final() bool {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.r.final
 }
 
 // usage is the call's count. Under m.mu.
@@ -222,7 +248,7 @@ func (c *call) done(clean bool) {
 		c.m.mu.Unlock()
 		return
 	}
-	c.ended = true
+	c.ended, c.clean = true, clean
 	if c.m.open--; c.m.open == 0 {
 		close(c.m.idle)
 	}

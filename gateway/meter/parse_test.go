@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/iotest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -29,8 +31,12 @@ func (c chunked) Read(p []byte) (int, error) {
 // and closed.
 func meterOf(api, contentType, body string, n, cut int) harness.Metered {
 	m := New(Options{APIs: []string{api}})
+	var r io.Reader = strings.NewReader(body)
+	if cut >= 0 { // the upstream is gone after cut: nothing more to read
+		r = io.MultiReader(strings.NewReader(body[:cut]), iotest.ErrReader(io.ErrUnexpectedEOF))
+	}
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {contentType}},
-		Body: io.NopCloser(chunked{strings.NewReader(body), max(n, 1)})}
+		Body: io.NopCloser(chunked{r, max(n, 1)})}
 	m.After(resp, 0)
 	if cut < 0 {
 		io.Copy(io.Discard, resp.Body) //nolint:errcheck
@@ -38,6 +44,7 @@ func meterOf(api, contentType, body string, n, cut int) harness.Metered {
 		io.CopyN(io.Discard, resp.Body, int64(cut)) //nolint:errcheck
 	}
 	resp.Body.Close()
+	m.Settle(time.Minute)
 	return m.Metered()
 }
 

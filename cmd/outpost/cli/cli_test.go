@@ -202,6 +202,9 @@ func TestKeylessFlags(t *testing.T) {
 		{[]string{"--egress-allow", "http://x.example/"}, 3, "", ""},
 		{[]string{"--secrets", "env"}, 0, "none", "open"},
 		{[]string{"--egress", "gateway", "--egress-allow", "docs.example.com,*.example.org:443"}, 0, "none", "unenforced"},
+		// An IP literal, IPv6 in brackets (docs/security.md).
+		{[]string{"--egress", "gateway", "--egress-allow", "[::1]:8080,[::1],10.0.0.7:80"}, 0, "none", "unenforced"},
+		{[]string{"--egress-allow", "[::1"}, 3, "", ""},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			args := append(append([]string{"run", "--json"}, tt.args...), "hello")
