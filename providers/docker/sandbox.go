@@ -265,29 +265,11 @@ func containerMounts(eng *engine, s *Sandbox) []mount.Mount {
 	}
 	mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: s.hostDir, Target: layout.Workspace})
 	// The directory's .outpost (its .env holds secrets the agent gets
-	// only by name, and settings the next turn trusts) is hidden behind
-	// an empty read-only tmpfs, and so is its place when there is none:
-	// an agent must not plant a .outpost/.env (a base URL of its choosing)
-	// for the next turn to read (issue 43). The mount point is made on the
-	// host first, as the directory's owner would; failing that, the engine
-	// makes it.
-	hidePrivateDir(s.hostDir)
-	return append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: layout.Workspace + "/" + PrivateDir, ReadOnly: true})
-}
-
-// hidePrivateDir makes the empty PrivateDir a bind workspace's read-only
-// tmpfs is mounted on, when the host directory has none. Its owner is the
-// directory's, not the engine's root.
-func hidePrivateDir(hostDir string) {
-	dir := filepath.Join(hostDir, PrivateDir)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return
+	// only by name) is hidden behind an empty read-only tmpfs.
+	if fi, err := os.Stat(filepath.Join(s.hostDir, ".outpost")); err == nil && fi.IsDir() {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: layout.Workspace + "/.outpost", ReadOnly: true})
 	}
-	if fi, err := os.Stat(hostDir); err == nil {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 {
-			_ = os.Lchown(dir, int(st.Uid), int(st.Gid))
-		}
-	}
+	return mounts
 }
 
 // limit sets the memory (no swap on top), CPU and process limits: the
