@@ -19,7 +19,7 @@ func (e *turnRun) markDotDir(start time.Time) error {
 		return nil
 	}
 	changed := []string{credentials.PrivateDirName}
-	if now, err := credentials.ReadDotDirState(e.workdir); err == nil {
+	if now, err := credentials.ReadDotDirState(e.dotWd); err == nil {
 		if changed = e.dotDir.Changed(now); len(changed) == 0 {
 			return nil
 		}
@@ -28,7 +28,7 @@ func (e *turnRun) markDotDir(start time.Time) error {
 	if turn == "" {
 		turn = start.UTC().Format(time.RFC3339)
 	}
-	if err := credentials.MarkChanged(e.workdir, turn, changed); err != nil {
+	if err := credentials.MarkChanged(e.dotWd, turn, changed); err != nil {
 		return outpost.Errorf(outpost.Configuration, "env", "%s changed while the turn ran and cannot be marked so (review it before the next turn): %w",
 			credentials.PrivateDirName, err)
 	}

@@ -307,7 +307,8 @@ type turnRun struct {
 	workdir  string // the caller's working directory on the host
 	vars     harness.Vars
 	dotenv   map[string]string       // the values of .outpost/.env
-	dotDir   credentials.DotDirState // .outpost/ before the agent ran; nil: not read
+	dotDir   credentials.DotDirState // .outpost/ of dotWd before the agent ran; nil: not read
+	dotWd    string                  // the directory whose .outpost/.env the turn read
 	plan     harness.Plan
 	config   harness.Configuration
 	parent   conversation.Meta // resume/fork source

@@ -113,7 +113,7 @@ func (e *turnRun) resolve() error {
 	}
 	e.workdir = wd
 	if st, err := credentials.ReadDotDirState(wd); err == nil {
-		e.dotDir = st
+		e.dotDir, e.dotWd = st, wd
 	}
 	table, err := credentials.Resolve(environ, wd)
 	if err != nil {
