@@ -78,7 +78,10 @@ func (e *DotEnvError) Error() string {
 // Environment.
 //
 // A .env that cannot be read or parsed gives an *outpost.Error with code
-// configuration and Op "env" wrapping a *DotEnvError (see DotEnv).
+// configuration and Op "env" wrapping a *DotEnvError (see DotEnv). While
+// the working directory holds ChangedMark (.outpost/ changed while a turn
+// ran), Resolve refuses with a configuration error naming the changed
+// entries and the mark to remove to accept them.
 func Resolve(environ []string, workdir string) (Table, error) {
 	vars := harness.Vars{}
 	for _, kv := range environ {
@@ -87,6 +90,9 @@ func Resolve(environ []string, workdir string) (Table, error) {
 			continue
 		}
 		vars[name] = value
+	}
+	if err := checkChangedMark(workdir); err != nil {
+		return Table{Vars: vars, FromDotEnv: map[string]bool{}}, err
 	}
 	file, path, err := DotEnv(workdir)
 	t := Table{Vars: vars, FromDotEnv: map[string]bool{}, DotEnvPath: path}

@@ -17,11 +17,7 @@ func (r *Redactor) Mask(b []byte) []byte {
 	if s.empty() || len(b) < MinSecretLen {
 		return b
 	}
-	forms := make([][]byte, len(s.forms))
-	for i, f := range s.forms {
-		forms[i] = []byte(f)
-	}
-	sp := findBytes(b, forms)
+	sp := find(s.fm, b)
 	if len(sp) == 0 {
 		return b
 	}

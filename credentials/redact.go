@@ -63,10 +63,10 @@ func (r *Redactor) Add(secrets ...string) {
 	seen := map[string]bool{}
 	var all []string
 	if old != nil {
-		for _, s := range old.plain {
+		for _, s := range old.secrets {
 			seen[s] = true
 		}
-		all = append(all, old.plain...)
+		all = append(all, old.secrets...)
 	}
 	n := len(all)
 	for _, s := range secrets {
@@ -85,7 +85,7 @@ func (r *Redactor) Add(secrets ...string) {
 
 // Len reports how many distinct secret values the Redactor holds.
 func (r *Redactor) Len() int {
-	return len(r.load().plain)
+	return len(r.load().secrets)
 }
 
 func acceptSecret(v string) bool {
@@ -117,18 +117,33 @@ func (r *Redactor) Bytes(b []byte) []byte {
 
 // secretSet is an immutable snapshot of a Redactor's secrets.
 type secretSet struct {
-	plain  []string  // accepted secrets, longest first
-	bplain [][]byte  // plain as bytes
-	fail   [][]int32 // KMP prefix function of each plain secret (Writer)
-	forms  []string  // plain plus the JSON-escaped forms, for checking Raw
-	marker bool      // some secret can re-form around a Redacted it produced
-	maxLen int       // longest plain secret
+	secrets []string  // accepted secrets, as added
+	plain   []string  // secrets and their encoded forms (encodedForms), longest first
+	bplain  [][]byte  // plain as bytes
+	fail    [][]int32 // KMP prefix function of each plain secret (Writer)
+	forms   []string  // plain plus the JSON-escaped forms, for checking Raw
+	pm      *matcher  // finds plain
+	fm      *matcher  // finds forms
+	marker  bool      // some secret can re-form around a Redacted it produced
+	maxLen  int       // longest plain secret
 }
 
 func newSecretSet(secrets []string) *secretSet {
 	plain := slices.Clone(secrets)
+	seen := map[string]bool{}
+	for _, p := range secrets {
+		seen[p] = true
+	}
+	for _, p := range secrets {
+		for _, f := range encodedForms(p) {
+			if !seen[f] && acceptSecret(f) {
+				seen[f] = true
+				plain = append(plain, f)
+			}
+		}
+	}
 	slices.SortStableFunc(plain, func(a, b string) int { return len(b) - len(a) })
-	s := &secretSet{plain: plain}
+	s := &secretSet{secrets: slices.Clone(secrets), plain: plain}
 	forms := map[string]bool{}
 	for _, p := range plain {
 		s.bplain = append(s.bplain, []byte(p))
@@ -155,6 +170,8 @@ func newSecretSet(secrets []string) *secretSet {
 		}
 		return strings.Compare(a, b)
 	})
+	s.pm = newMatcher(s.plain)
+	s.fm = newMatcher(s.forms)
 	return s
 }
 
@@ -247,32 +264,6 @@ func mergeSpans(sp []span) []span {
 	return out
 }
 
-// findString returns the merged spans of every occurrence (overlapping ones
-// included) of every secret in text.
-func findString(text string, secrets []string) []span {
-	return findAll(text, secrets, strings.Index)
-}
-
-// findBytes is findString for bytes.
-func findBytes(text []byte, secrets [][]byte) []span {
-	return findAll(text, secrets, bytes.Index)
-}
-
-func findAll[T string | []byte](text T, secrets []T, index func(s, sep T) int) []span {
-	var sp []span
-	for _, sec := range secrets {
-		for i := 0; i+len(sec) <= len(text); {
-			j := index(text[i:], sec)
-			if j < 0 {
-				break
-			}
-			sp = append(sp, span{i + j, i + j + len(sec)})
-			i += j + 1
-		}
-	}
-	return mergeSpans(sp)
-}
-
 func replaceString(text string, sp []span) string {
 	var b strings.Builder
 	b.Grow(len(text) + len(sp)*len(Redacted))
@@ -300,7 +291,7 @@ func (s *secretSet) str(text string) string {
 	if s.empty() || len(text) < MinSecretLen {
 		return text
 	}
-	sp := findString(text, s.plain)
+	sp := find(s.pm, text)
 	if len(sp) == 0 {
 		return text
 	}
@@ -312,13 +303,13 @@ func (s *secretSet) str(text string) string {
 		return out
 	}
 	for range maxRedactPasses {
-		sp = findString(out, s.plain)
+		sp = find(s.pm, out)
 		if len(sp) == 0 {
 			return out
 		}
 		out = replaceString(out, sp)
 	}
-	if len(findString(out, s.plain)) == 0 {
+	if len(find(s.pm, out)) == 0 {
 		return out
 	}
 	return Redacted
@@ -328,7 +319,7 @@ func (s *secretSet) bytes(b []byte) []byte {
 	if s.empty() || len(b) < MinSecretLen {
 		return b
 	}
-	sp := findBytes(b, s.bplain)
+	sp := find(s.pm, b)
 	if len(sp) == 0 {
 		return b
 	}
@@ -336,14 +327,4 @@ func (s *secretSet) bytes(b []byte) []byte {
 		return []byte(s.str(string(b)))
 	}
 	return replaceBytes(make([]byte, 0, len(b)+len(sp)*len(Redacted)), b, sp)
-}
-
-// containsAny reports whether text contains any of secrets.
-func containsAny(text []byte, secrets []string) bool {
-	for _, sec := range secrets {
-		if bytes.Contains(text, []byte(sec)) {
-			return true
-		}
-	}
-	return false
 }

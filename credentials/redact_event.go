@@ -203,7 +203,7 @@ func (s *secretSet) rawJSON(raw []byte) []byte {
 			for j < len(raw) && (raw[j] == '-' || raw[j] == '+' || raw[j] == '.' || ('0' <= raw[j] && raw[j] <= '9') || ('a' <= raw[j] && raw[j] <= 'z') || ('A' <= raw[j] && raw[j] <= 'Z')) {
 				j++
 			}
-			if len(findBytes(raw[i:j], s.bplain)) > 0 {
+			if contains(s.pm, raw[i:j]) {
 				out = append(out, raw[last:i]...)
 				out = append(out, `"`+Redacted+`"`...)
 				last = j
@@ -214,13 +214,13 @@ func (s *secretSet) rawJSON(raw []byte) []byte {
 		}
 	}
 	if out == nil {
-		if containsAny(raw, s.forms) {
+		if contains(s.fm, raw) {
 			return s.jsonFallback()
 		}
 		return raw
 	}
 	out = append(out, raw[last:]...)
-	if containsAny(out, s.forms) || !json.Valid(out) {
+	if contains(s.fm, out) || !json.Valid(out) {
 		return s.jsonFallback()
 	}
 	return out
@@ -230,7 +230,7 @@ func (s *secretSet) rawJSON(raw []byte) []byte {
 func (s *secretSet) jsonStringToken(tok []byte, escaped bool) ([]byte, bool) {
 	if !escaped {
 		content := tok[1 : len(tok)-1]
-		sp := findBytes(content, s.bplain)
+		sp := find(s.pm, content)
 		if len(sp) == 0 {
 			return tok, false
 		}
@@ -258,7 +258,7 @@ func (s *secretSet) jsonStringToken(tok []byte, escaped bool) ([]byte, bool) {
 // cannot guarantee a clean result.
 func (s *secretSet) jsonFallback() []byte {
 	fb := []byte(`"` + Redacted + `"`)
-	if containsAny(fb, s.forms) {
+	if contains(s.fm, fb) {
 		return []byte(`""`)
 	}
 	return fb

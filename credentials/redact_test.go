@@ -561,6 +561,18 @@ func BenchmarkRedactorString(b *testing.B) {
 				_ = r.String(bc.text)
 			}
 		})
+		// The stream form: the text in 4 KiB writes, as a CLI's stderr.
+		b.Run("writer-"+bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				w := r.Writer(io.Discard)
+				for i := 0; i < len(bc.text); i += 4 << 10 {
+					io.WriteString(w, bc.text[i:min(i+4<<10, len(bc.text))])
+				}
+				w.Close()
+			}
+		})
 	}
 }
 

@@ -78,7 +78,7 @@ func (w *redactWriter) flush(s *secretSet, cut int) error {
 	if cut <= 0 {
 		return nil
 	}
-	sp := findBytes(w.buf, s.bplain)
+	sp := find(s.pm, w.buf)
 	if w.cover > 0 {
 		sp = mergeSpans(append(sp, span{0, w.cover}))
 	}

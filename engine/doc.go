@@ -11,7 +11,8 @@
 //
 //	run.go          Run, the lease and its release around the steps
 //	validate.go     1-2: refusals before allocation, variables, plans;
-//	                preflight.go, the credential check (Preflight)
+//	                preflight.go, the credential check (Preflight);
+//	                dotdir.go, the mark of a .outpost/ the turn changed
 //	environment.go  the process environment (credentials.Environment)
 //	workspace.go    the workspace a turn starts from and its checkpoints
 //	keyless.go      the secrets and egress modes, the gateway grant

@@ -287,6 +287,9 @@ func Run(ctx context.Context, t Turn, o *RunOptions) (*Result, error) {
 	start := time.Now()
 	e := &turnRun{t: t, o: o, red: credentials.NewRedactor()}
 	res, err := e.run(ctx)
+	if merr := e.markDotDir(start); merr != nil && err == nil {
+		err = merr
+	}
 	e.releaseHold()
 	if err != nil {
 		err = e.red.Error(err)
@@ -313,7 +316,9 @@ type turnRun struct {
 
 	workdir  string // the caller's working directory on the host
 	vars     harness.Vars
-	dotenv   map[string]string // the values of .outpost/.env
+	dotenv   map[string]string       // the values of .outpost/.env
+	dotDir   credentials.DotDirState // .outpost/ of dotWd before the agent ran; nil: not read
+	dotWd    string                  // the directory whose .outpost/.env the turn read
 	plan     harness.Plan
 	config   harness.Configuration
 	parent   conversation.Meta // resume/fork source

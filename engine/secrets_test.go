@@ -140,3 +140,40 @@ func TestDotEnvIsTheBase(t *testing.T) {
 		})
 	}
 }
+
+// TestDotDirChangedDuringTurn: an agent that writes the working
+// directory's .outpost/ (a local sandbox runs in the directory itself)
+// cannot have the next turn read it: the next turn refuses with a
+// configuration error naming what changed and the mark to remove, and runs
+// again once the user has removed it (issue 43: a planted .outpost/.env
+// with a base URL of the agent's choosing got the real key).
+func TestDotDirChangedDuringTurn(t *testing.T) {
+	f := newFixture(t)
+	f.writeDotEnv("FOO_SETTING=abc\n")
+	f.ok(engine.Turn{Prompt: "#write=.outpost/.env"})
+	_, err := f.run(engine.Turn{Prompt: "#env FOO_SETTING"})
+	mark := filepath.Join(f.workdir, filepath.FromSlash(credentials.ChangedMark))
+	if outpost.CodeOf(err) != outpost.Configuration || !strings.Contains(fmt.Sprint(err), "changed while") ||
+		!strings.Contains(fmt.Sprint(err), ".outpost/.env") || !strings.Contains(fmt.Sprint(err), mark) {
+		t.Fatalf("the turn after .outpost/.env changed: %v (code %s), want a configuration error naming the file and %s", err, outpost.CodeOf(err), mark)
+	}
+	// The user reviews the file, puts it right and removes the mark.
+	f.writeDotEnv("FOO_SETTING=abc\n")
+	if err := os.Remove(mark); err != nil {
+		t.Fatal(err)
+	}
+	if res := f.ok(engine.Turn{Prompt: "#leak FOO_SETTING"}); !strings.Contains(res.Text, "FOO_SETTING=abc") {
+		t.Errorf("after the user's word: %q", res.Text)
+	}
+	// A .outpost/ that appears during a turn counts too.
+	g := newFixture(t)
+	g.ok(engine.Turn{Prompt: "#write=.outpost/x"})
+	if _, err := g.run(engine.Turn{Prompt: "hi"}); outpost.CodeOf(err) != outpost.Configuration || !strings.Contains(fmt.Sprint(err), ".outpost/x") {
+		t.Fatalf("after .outpost/ appeared: %v", err)
+	}
+	// A turn that leaves .outpost/ alone leaves no mark.
+	h := newFixture(t)
+	h.writeDotEnv("FOO_SETTING=abc\n")
+	h.ok(engine.Turn{Prompt: "#write=work.txt"})
+	h.ok(engine.Turn{Prompt: "hi"})
+}

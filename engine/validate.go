@@ -115,6 +115,9 @@ func (e *turnRun) resolve() error {
 		return outpost.Wrap(outpost.Configuration, "env", fmt.Errorf("working directory: %w", err))
 	}
 	e.workdir = wd
+	if st, err := credentials.ReadDotDirState(wd); err == nil {
+		e.dotDir, e.dotWd = st, wd
+	}
 	table, err := credentials.Resolve(environ, wd)
 	if err != nil {
 		return outpost.Wrap(outpost.Configuration, "env", err)

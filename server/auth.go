@@ -296,6 +296,10 @@ type connKey struct{}
 
 // connContext records the peer of a Unix connection (SO_PEERCRED).
 func connContext(ctx context.Context, c net.Conn) context.Context {
+	if gc, ok := c.(*guardConn); ok {
+		ctx = context.WithValue(ctx, guardKey{}, gc)
+		c = gc.Conn
+	}
 	ci := connInfo{}
 	if uc, ok := c.(*net.UnixConn); ok {
 		ci.unix = true

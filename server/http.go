@@ -186,9 +186,14 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 				if e.status == http.StatusUnauthorized {
 					w.Header().Set("WWW-Authenticate", bearerChallenge(e.err.Msg))
 				}
+				// Not a byte more of a refused request's body is read:
+				// the connection closes after the answer.
+				w.Header().Set("Connection", "close")
 				reject(e)
+				refuseConn(r.Context())
 				return
 			}
+			markAuthenticated(r.Context())
 			peer = p.owner
 			r = withPrincipal(r, p)
 		}

@@ -95,6 +95,13 @@ type Options struct {
 	// Grace is how long Shutdown lets running turns finish before it
 	// cancels them (default 30s).
 	Grace time.Duration
+	// MaxUnauthConns bounds the connections Serve holds before a request
+	// on them authenticates (default 128; a new one closes the oldest),
+	// and AuthTimeout is how long such a connection may take to
+	// authenticate, its headers and any refused body included (default
+	// 10s). Authenticated connections are not bounded by either.
+	MaxUnauthConns int
+	AuthTimeout    time.Duration
 
 	// PoolSize is how many sandboxes are kept warm per sandbox kind
 	// (default 2; negative: no pool, every turn opens its own). PoolAgents
@@ -172,6 +179,7 @@ type Server struct {
 	draining  bool
 	convInUse map[string]int // conversations that live turns continue
 	servers   []*http.Server
+	guard     *connGuard         // Serve's unauthenticated connections
 	streams   int                // open event streams
 	races     map[*race]struct{} // running races (race.go)
 
@@ -290,6 +298,8 @@ func (o *Options) limits() {
 	orDefault(&o.MaxStreams, 64)
 	orDefault(&o.MaxTurnStreams, 8)
 	orDefault(&o.Grace, 30*time.Second)
+	orDefault(&o.MaxUnauthConns, 128)
+	orDefault(&o.AuthTimeout, 10*time.Second)
 	orDefault(&o.Keepalive, 15*time.Second)
 	orDefault(&o.Heartbeat, 5*time.Second)
 	if o.Replica == "" {
@@ -396,7 +406,8 @@ func (s *Server) HTTPServer() *http.Server {
 
 // Serve serves the API on ln until Shutdown (it then returns nil), with
 // HTTPServer's settings. hs may be nil, or an http.Server from HTTPServer
-// with settings changed.
+// with settings changed. Connections that have not yet authenticated are
+// bounded by Options.MaxUnauthConns and Options.AuthTimeout.
 func (s *Server) Serve(ln net.Listener, hs *http.Server) error {
 	if hs == nil {
 		hs = s.HTTPServer()
@@ -407,8 +418,12 @@ func (s *Server) Serve(ln net.Listener, hs *http.Server) error {
 		return http.ErrServerClosed
 	}
 	s.servers = append(s.servers, hs)
+	if s.guard == nil {
+		s.guard = newConnGuard(s.o.MaxUnauthConns, s.o.AuthTimeout)
+	}
+	g := s.guard
 	s.mu.Unlock()
-	err := hs.Serve(ln)
+	err := hs.Serve(guardListener{Listener: ln, g: g})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -153,7 +153,7 @@ func compile(s *Spec, opts *Options) (*harness.Harness, error) {
 	if err := p.compileResumePrepare(); err != nil {
 		return nil, err
 	}
-	if err := checkEndpoint(s.Endpoint); err != nil {
+	if err := checkEndpoint(s); err != nil {
 		return nil, err
 	}
 	if err := p.compileClassifiers(); err != nil {

@@ -1,10 +1,13 @@
 package declarative_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/declarative"
 )
@@ -29,7 +32,7 @@ func TestEndpoints(t *testing.T) {
 	}
 	for api, cred := range map[string]string{"anthropic": "x-api-key", "gemini": "x-goog-api-key", "openai-responses": "bearer"} {
 		h, err := declarative.Parse("x.json", []byte(`{"kind":"cli","name":"x","program":"x","args":["{extra_args}"],"prompt":"stdin","output":{"format":"text"},
-			"endpoint":{"api":"`+api+`","secret":"K","base_url":"B"}}`), nil)
+			"credentials":{"variables":["K"]},"pass_variables":["B"],"endpoint":{"api":"`+api+`","secret":"K","base_url":"B"}}`), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,5 +44,25 @@ func TestEndpoints(t *testing.T) {
 		"files":[{"path":".x/c.json","content":{}}],"endpoint":{"api":"openai-chat","secret":"K","base_url_key":".x/c.json#a.b"}}`), nil)
 	if err != nil || h.Endpoints != nil {
 		t.Errorf("base_url_key only: %+v %v", h, err)
+	}
+}
+
+// TestEndpointBaseURLNotPassed: a preset file whose endpoint's base URL
+// variable the preset never passes to the agent is refused at load with a
+// configuration error naming the field (issue 43: it ran "gateway" while
+// the CLI never got the gateway's address); passed either way, it loads.
+func TestEndpointBaseURLNotPassed(t *testing.T) {
+	file := func(pass string) []byte {
+		return []byte(`{"kind":"cli","name":"x","program":"x","args":["{extra_args}"],"prompt":"stdin","output":{"format":"text"},
+			"credentials":{"variables":["K"]},` + pass + `"endpoint":{"api":"openai-chat","secret":"K","base_url":"B"}}`)
+	}
+	_, err := declarative.Parse("x.json", file(""), nil)
+	if outpost.CodeOf(err) != outpost.Configuration || !strings.Contains(fmt.Sprint(err), "endpoint.base_url") || !strings.Contains(fmt.Sprint(err), "pass_variables") {
+		t.Fatalf("base URL not passed: %v (code %s), want a configuration error naming endpoint.base_url", err, outpost.CodeOf(err))
+	}
+	for _, pass := range []string{`"pass_variables":["B"],`, `"credentials":{"variables":["K","B"]},`} {
+		if _, err := declarative.Parse("x.json", file(pass), nil); err != nil {
+			t.Errorf("%s: %v", pass, err)
+		}
 	}
 }

@@ -67,8 +67,13 @@ func (p *preset) configuration(vars harness.Vars) (harness.Configuration, error)
 	return c, nil
 }
 
-// checkEndpoint checks the endpoint facts a gateway will read.
-func checkEndpoint(e *EndpointSpec) error {
+// checkEndpoint checks the endpoint facts a gateway will read, and that
+// the base URL variable reaches the agent: the gateway points the CLI at
+// itself through that variable, so one the preset never passes would run
+// the turn "keyless" with the CLI calling its default upstream with the
+// gateway's token (issue 43).
+func checkEndpoint(s *Spec) error {
+	e := s.Endpoint
 	if e == nil {
 		return nil
 	}
@@ -90,7 +95,19 @@ func checkEndpoint(e *EndpointSpec) error {
 			return fe("endpoint.base_url_key", `want "<file>#<dot.path>", not %q`, e.BaseURLKey)
 		}
 	}
+	if e.BaseURL != "" && !passed(s, e.BaseURL) {
+		return fe("endpoint.base_url", "%q is not passed to the agent, so a credential gateway's address would never reach the CLI: "+
+			"add it to pass_variables (or credentials.variables)", e.BaseURL)
+	}
 	return nil
+}
+
+// passed reports whether the preset passes variable v to the agent.
+func passed(s *Spec, v string) bool {
+	if slices.Contains(s.PassVariables, v) {
+		return true
+	}
+	return s.Credentials != nil && slices.Contains(s.Credentials.Variables, v)
 }
 
 // endpoints is a checked endpoint spec as the credential gateway reads
