@@ -149,7 +149,9 @@ func (i *isolated) args(path string, args []string, dir, pathEnv string) []strin
 	}
 	for _, p := range progs {
 		d := filepath.Dir(p)
-		if filepath.Base(d) == "bin" && !i.holdsHidden(filepath.Dir(d)) {
+		if pkg, _, ok := strings.Cut(p, "/node_modules/"); ok && filepath.IsAbs(pkg) && !i.holdsHidden(pkg) {
+			show(pkg) // an npm prefix: the program beside its packages
+		} else if filepath.Base(d) == "bin" && !i.holdsHidden(filepath.Dir(d)) {
 			show(filepath.Dir(d)) // a tree: bin/prog beside its lib/
 		} else if !i.visible(d) {
 			show(p)
