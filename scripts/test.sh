@@ -98,7 +98,8 @@ if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 		# The Python client's tests use only what Debian ships (Python's
 		# package index is not reachable from every machine).
 		step "Python client: Debian's python3 packages"
-		py_pkgs=(python3 python3-httpx python3-pytest python3-setuptools python3-wheel python3-venv)
+		# bubblewrap: the local sandbox's isolation (isolation=auto|namespaces).
+		py_pkgs=(python3 python3-httpx python3-pytest python3-setuptools python3-wheel python3-venv bubblewrap)
 		if [[ $(dpkg-query -W -f='${db:Status-Abbrev}\n' "${py_pkgs[@]}" 2>/dev/null | grep -c '^ii') != "${#py_pkgs[@]}" ]]; then
 			DEBIAN_FRONTEND=noninteractive apt-get update -qq
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${py_pkgs[@]}" >/dev/null

@@ -124,6 +124,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return reapMain(args[1:], stdout, stderr)
 	case inside.Mode:
 		return inside.Serve(stdin, stdout, stderr)
+	case inside.ForwardMode:
+		return inside.Forward(args[1:], stdin, stdout, stderr)
 	case inside.DialMode:
 		if len(args) != 2 {
 			fmt.Fprintln(stderr, "usage: outpost sandbox-shim dial HOST:PORT")

@@ -39,7 +39,9 @@ const hangScript = `sleep 100000 & a=$!; setsid sleep 100000 & b=$!; echo "$$ $a
 // helper runs hangScript in a lease of a provider on base, copies its
 // line to stdout and blocks until it is killed.
 func helper(base string) int {
-	p := local.New(&local.Options{BaseDir: base})
+	// The host's pids are what this checks: processes on the host as
+	// they are (isolated leases: isolation_test.go).
+	p := local.New(&local.Options{BaseDir: base, Isolation: "none"})
 	l, err := sandbox.Acquire(context.Background(), p, driver.Options{Workdir: base})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +42,7 @@ import (
 	"github.com/outposthq/outpost/snapshot"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/isolate"
 	"github.com/outposthq/outpost/internal/owner"
 	"github.com/outposthq/outpost/internal/tarsafe"
 )
@@ -54,6 +56,10 @@ var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "US
 // (docs/sandboxes/local.md shows them, generated from here).
 var Settings = settings.Set{Provider: "local", Keys: []settings.Key{
 	settings.Root.With("$TMPDIR/outpost-<uid>/local", "holds the leases' homes (Options.BaseDir)"),
+	{Name: "isolation", Kind: settings.Enum, Values: []string{isolate.Auto, isolate.Namespaces, isolate.None}, Default: isolate.Auto,
+		Doc: "namespaces: every process in bubblewrap's namespaces (see Isolation below); none: processes on the host as the user; auto: namespaces where bwrap works, else none with a degraded notice"},
+	{Name: "ro", Kind: settings.String, Doc: "more host paths an isolated lease sees read-only (comma-separated, absolute, existing)"},
+	{Name: "rw", Kind: settings.String, Doc: "more host paths an isolated lease sees writable (comma-separated, absolute, existing)"},
 }}
 
 func init() {
@@ -62,7 +68,14 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return New(&Options{BaseDir: v.String("root")}), nil
+		p := New(&Options{BaseDir: v.String("root"), Isolation: v.String("isolation"), RO: splitPaths(v.String("ro")), RW: splitPaths(v.String("rw"))})
+		if err := p.checkExtra(); err != nil {
+			return nil, err
+		}
+		if _, err := p.isolation(); err != nil {
+			return nil, err
+		}
+		return p, nil
 	})
 }
 
@@ -73,6 +86,13 @@ type Options struct {
 	// Environ is the host environment the allowlist reads. Default:
 	// os.Environ().
 	Environ []string
+	// Isolation is auto (""), namespaces or none (docs/sandboxes/local.md).
+	Isolation string
+	// RO and RW are more host paths an isolated lease sees, read-only and
+	// writable: absolute, clean, existing.
+	RO, RW []string
+	// Bwrap is bubblewrap's path; "" finds bwrap on the PATH.
+	Bwrap string
 }
 
 // Provider is the local provider.
@@ -80,6 +100,14 @@ type Provider struct {
 	base    string
 	environ []string
 	sweep   sync.Once
+
+	mode, bwrap string
+	ro, rw      []string
+	isoOnce     sync.Once
+	iso         Isolation
+	isoErr      error
+	shimMu      sync.Mutex
+	shimPath    string
 }
 
 // New returns a local provider; nil opts means defaults.
@@ -87,7 +115,7 @@ func New(opts *Options) *Provider {
 	if opts == nil {
 		opts = &Options{}
 	}
-	p := &Provider{base: opts.BaseDir, environ: opts.Environ}
+	p := &Provider{base: opts.BaseDir, environ: opts.Environ, mode: opts.Isolation, bwrap: opts.Bwrap, ro: opts.RO, rw: opts.RW}
 	if p.base == "" {
 		p.base = filepath.Join(os.TempDir(), fmt.Sprintf("outpost-%d", os.Getuid()), "local")
 	}
@@ -104,16 +132,23 @@ func (p *Provider) Name() string { return "local" }
 // sandboxes, so it has nothing to release.
 func (p *Provider) Close() error { return nil }
 
-// Capabilities: no host files (the home is on the host), not isolated,
-// live stdin, persistent leases.
+// Capabilities: no host files (the home is on the host), the host's paths
+// (not Isolated: what a lease sees is at the host's paths, even in
+// namespaces), live stdin, persistent leases; egress gateway enforced
+// where the leases run in namespaces.
 func (p *Provider) Capabilities() driver.Capabilities {
-	return driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars()}
+	iso, _ := p.isolation()
+	return driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: iso.Active}
 }
 
 // Open makes a private home for a new lease. Homes left behind by dead
 // processes (SIGKILL) are swept on the first Open of a process.
 func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbox, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	iso, err := p.isolation()
+	if err != nil {
 		return nil, err
 	}
 	p.sweep.Do(p.sweepOrphans)
@@ -164,6 +199,15 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		env.Defaults["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 	}
 	sb.Base = driver.NewBase(home, wd, env)
+	switch {
+	case iso.Active:
+		sb.iso = p.newIsolated(iso, home, wd, opts)
+		if !sb.iso.spec.Net {
+			return tunnelSandbox{sb}, nil
+		}
+	case iso.Reason != "" && iso.Mode == isolate.Auto && runtime.GOOS == "linux":
+		return degradedSandbox{sb, fmt.Errorf("isolation=auto runs this lease without namespaces: %s", iso.Reason)}, nil
+	}
 	return sb, nil
 }
 
@@ -278,6 +322,8 @@ type Sandbox struct {
 	driver.Base // home, workdir, environment
 	id, dir     string
 
+	iso *isolated // nil: processes run on the host as they are
+
 	mu      sync.Mutex
 	running map[*process]struct{} // started and not yet waited for
 	closed  bool                  // Close began: the owner file is no longer written
@@ -299,11 +345,16 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 		}
 		path = lp
 	}
-	cmd := exec.Command(path, req.Args...)
-	cmd.Dir = req.Dir
-	if cmd.Dir == "" {
-		cmd.Dir = s.Workdir()
+	dir := req.Dir
+	if dir == "" {
+		dir = s.Workdir()
 	}
+	cmd := exec.Command(path, req.Args...)
+	if s.iso != nil {
+		// bwrap with the planned environment only: it passes it on as is.
+		cmd = exec.Command(s.iso.bwrap, s.iso.args(path, req.Args, dir, req.Env["PATH"])...)
+	}
+	cmd.Dir = dir
 	cmd.Env = make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -503,6 +554,9 @@ func (s *Sandbox) SnapshotWorkspace(ctx context.Context, limit int) (snapshot.Sn
 func (s *Sandbox) Close(ctx context.Context) error {
 	// Kill the groups of processes nobody waited for: releasing a lease
 	// releases everything it holds.
+	if s.iso != nil {
+		s.iso.closeTunnels()
+	}
 	s.mu.Lock()
 	s.closed = true
 	for p := range s.running {

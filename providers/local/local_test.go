@@ -98,8 +98,15 @@ func TestRegistry(t *testing.T) {
 
 func TestCapabilities(t *testing.T) {
 	want := driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars()}
-	if diff := cmp.Diff(want, local.New(nil).Capabilities()); diff != "" {
+	if diff := cmp.Diff(want, local.New(&local.Options{Isolation: "none"}).Capabilities()); diff != "" {
 		t.Errorf("capabilities (-want +got):\n%s", diff)
+	}
+	// In namespaces, egress gateway is enforced.
+	if _, err := exec.LookPath("bwrap"); err == nil {
+		want.Egress = true
+		if diff := cmp.Diff(want, local.New(&local.Options{Isolation: "namespaces"}).Capabilities()); diff != "" {
+			t.Errorf("capabilities isolated (-want +got):\n%s", diff)
+		}
 	}
 }
 
@@ -249,7 +256,7 @@ func TestProcessGroupKill(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}
-	l := acquire(t, local.New(&local.Options{BaseDir: t.TempDir()}))
+	l := acquire(t, local.New(&local.Options{BaseDir: t.TempDir(), Isolation: "none"}))
 	req := sandboxtest.Shell(sandboxtest.Spawn)
 	req.Env = env(l)
 	p, err := l.Start(t.Context(), req)

@@ -22,8 +22,8 @@ func TestSettingsMessages(t *testing.T) {
 		set      map[string]string
 		want     string
 	}{
-		{"local", map[string]string{"colour": "red"}, `configuration: sandbox: local: unknown setting "colour"; known: root`},
-		{"local", map[string]string{"rooot": "/x"}, `configuration: sandbox: local: unknown setting "rooot" (did you mean root?); known: root`},
+		{"local", map[string]string{"colour": "red"}, `configuration: sandbox: local: unknown setting "colour"; known: isolation, ro, root, rw`},
+		{"local", map[string]string{"rooot": "/x"}, `configuration: sandbox: local: unknown setting "rooot" (did you mean root?); known: isolation, ro, root, rw`},
 		{"local", map[string]string{"base": "/x"}, `configuration: sandbox: local: setting "base" is now spelt "root"`},
 		{"docker", map[string]string{"colour": "red"}, `configuration: sandbox: docker: unknown setting "colour"; known: binary, binary_mode, cpu, host, image, memory, network, pids, pull, readonly, spares, user, workspace`},
 		{"docker", map[string]string{"memroy": "1g"}, `configuration: sandbox: docker: unknown setting "memroy" (did you mean memory?); known: binary, binary_mode, cpu, host, image, memory, network, pids, pull, readonly, spares, user, workspace`},

@@ -1,0 +1,96 @@
+package inside
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// ForwardMode is the exec shim's mode that runs Forward.
+const ForwardMode = "forward"
+
+// ForwardArgs are the in-sandbox binary's arguments before Forward's own.
+func ForwardArgs() []string { return []string{"sandbox-shim", ForwardMode} }
+
+// Forward is the sandbox's side of a tunnel carried over a Unix socket
+// (the local provider's isolated leases, whose network namespace has
+// loopback only): args are ADDR=SOCKET pairs, then "--" and a program with
+// its arguments. It listens on each ADDR (on the namespace's loopback),
+// carries every connection it accepts to its SOCKET (bound in from the
+// host, where the gateway serves it), and runs the program with the
+// standard streams and environment it was given, passing on SIGTERM and
+// SIGINT. It returns the program's exit status (128+n for a death by
+// signal n), 127 when the program cannot start, 2 on bad arguments.
+func Forward(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var pairs [][2]string
+	i := 0
+	for ; i < len(args) && args[i] != "--"; i++ {
+		addr, sock, ok := strings.Cut(args[i], "=")
+		if !ok {
+			fmt.Fprintf(stderr, "outpost forward: want ADDR=SOCKET, got %q\n", args[i])
+			return 2
+		}
+		pairs = append(pairs, [2]string{addr, sock})
+	}
+	if i+1 >= len(args) {
+		fmt.Fprintln(stderr, "usage: outpost sandbox-shim forward ADDR=SOCKET... -- PROGRAM [ARG...]")
+		return 2
+	}
+	for _, p := range pairs {
+		ln, err := net.Listen("tcp", p[0])
+		if err != nil {
+			fmt.Fprintf(stderr, "outpost forward: listening on %s: %v\n", p[0], err)
+			return 1
+		}
+		go forwardTo(ln, p[1])
+	}
+	cmd := exec.Command(args[i+1], args[i+2:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "outpost forward: %v\n", err)
+		return 127
+	}
+	go func() {
+		for s := range sigs {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// forwardTo carries every connection ln accepts to the Unix socket sock.
+func forwardTo(ln net.Listener, sock string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			u, err := net.Dial("unix", sock)
+			if err != nil {
+				c.Close()
+				return
+			}
+			Pipe(c, u)
+		}()
+	}
+}

@@ -1,0 +1,274 @@
+package local_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/providers/local"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
+)
+
+// needBwrap skips (fails under CI) where bubblewrap is not installed or
+// refused: the isolated leases need it.
+func needBwrap(t *testing.T) {
+	t.Helper()
+	p := local.New(&local.Options{Isolation: "namespaces"})
+	if _, err := p.Isolation(); err != nil {
+		testenv.Missing(t, "bubblewrap isolation ("+err.Error()+")", "apt-get install bubblewrap")
+	}
+}
+
+// shortBase is a lease root short enough for the tunnels' Unix sockets.
+func shortBase(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "iso")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// hostile runs script with bash in an isolated lease (egress gateway) and
+// returns its output and exit code.
+func hostile(t *testing.T, l *sandbox.Lease, script string) (string, int) {
+	t.Helper()
+	res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/bash", Args: []string{"-c", script}, Env: env(l)}, 1<<16)
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	return string(res.Stdout) + string(res.Stderr), res.Status.Code
+}
+
+func isolatedLease(t *testing.T, egress driver.Egress, settings map[string]string) *sandbox.Lease {
+	t.Helper()
+	needBwrap(t)
+	s := map[string]string{"isolation": "namespaces", "root": shortBase(t)}
+	for k, v := range settings {
+		s[k] = v
+	}
+	p, err := sandbox.Open("local", s)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir(), Egress: egress})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	return l
+}
+
+// TestIsolatedHostileAgent: what an agent told to steal or stay fails at,
+// one step each, in an isolated lease with egress gateway.
+func TestIsolatedHostileAgent(t *testing.T) {
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(home, ".ssh", "id_rsa")
+	if err := os.WriteFile(key, []byte("-----BEGIN FAKE KEY-----"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOME", home)
+	t.Setenv("OUTPOST_TEST_SECRET", "sk-ant-hostile-test-secret")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "host loopback reached") }))
+	defer srv.Close()
+	hostPort := strings.TrimPrefix(srv.URL, "http://")
+	l := isolatedLease(t, driver.EgressGateway, nil)
+	pid := strconv.Itoa(os.Getpid())
+
+	steps := []struct{ name, script string }{
+		{"read ~/.ssh/id_rsa", "cat " + key},
+		{"list the user's home", "ls " + home},
+		{"see outpost's process", "test -e /proc/" + pid + " && cat /proc/" + pid + "/cmdline"},
+		{"read outpost's environ", "cat /proc/" + pid + "/environ"},
+		{"find the secret in any environ", "grep -l sk-ant-hostile /proc/*/environ"},
+		{"the secret in its own environment", "env | grep sk-ant-hostile"},
+		{"connect to the host's loopback", "exec 3<>/dev/tcp/" + strings.Replace(hostPort, ":", "/", 1) + " && echo connected"},
+		{"read the docker socket", "test -e /var/run/docker.sock -o -e /run/docker.sock && echo present"},
+		{"see other leases", "ls " + filepath.Dir(filepath.Dir(l.Home())) + "/*/owner"},
+	}
+	for _, s := range steps {
+		out, code := hostile(t, l, s.script)
+		if code == 0 {
+			t.Errorf("%s: succeeded in the isolated lease: %q", s.name, out)
+		}
+		if strings.Contains(out, "FAKE KEY") || strings.Contains(out, "sk-ant-hostile") || strings.Contains(out, "host loopback reached") {
+			t.Errorf("%s: leaked %q", s.name, out)
+		}
+	}
+	// Its own processes only: ps sees the shell, its children and
+	// bubblewrap's init.
+	out, code := hostile(t, l, "ls /proc | grep -c '^[0-9]'")
+	if n, _ := strconv.Atoi(strings.TrimSpace(out)); code != 0 || n > 5 {
+		t.Errorf("processes in sight: %q (exit %d), want its own few", out, code)
+	}
+	// Writable: the workspace and the home; not the system.
+	if out, code := hostile(t, l, "echo w > "+l.Workdir()+"/a && echo w > $HOME/b && echo w > /tmp/c && cat "+l.Workdir()+"/a"); code != 0 {
+		t.Errorf("writing the workspace, home and /tmp: %q (exit %d)", out, code)
+	}
+	if out, code := hostile(t, l, "echo w > /usr/outpost-escape"); code == 0 {
+		t.Errorf("writing /usr succeeded: %q", out)
+	}
+}
+
+// TestIsolatedWithoutIsolation proves the steps above can fail: with
+// isolation=none the same lease reads the key and reaches the host.
+func TestIsolatedWithoutIsolation(t *testing.T) {
+	home := t.TempDir()
+	key := filepath.Join(home, "id_rsa")
+	os.WriteFile(key, []byte("FAKE KEY"), 0o600)
+	p, err := sandbox.Open("local", map[string]string{"isolation": "none", "root": shortBase(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	if out, code := hostile(t, l, "cat "+key+"; test -e /proc/"+strconv.Itoa(os.Getpid())); code != 0 || !strings.Contains(out, "FAKE KEY") {
+		t.Errorf("isolation=none: %q (exit %d), want the host's files and processes in sight", out, code)
+	}
+	if l.Capabilities().Egress {
+		t.Error("isolation=none reports egress enforced")
+	}
+}
+
+// TestIsolatedGateway: the tunnel the engine serves its gateway on is
+// reached from inside at the address it names, and egress is enforced.
+func TestIsolatedGateway(t *testing.T) {
+	l := isolatedLease(t, driver.EgressGateway, nil)
+	if !l.Capabilities().Egress {
+		t.Error("an isolated lease does not report egress enforced")
+	}
+	addr, ln, err := l.Tunnel(t.Context())
+	if err != nil {
+		t.Fatalf("Tunnel: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "gateway "+r.URL.Path) })}
+	go srv.Serve(ln)
+	defer srv.Close()
+	host, port, _ := net.SplitHostPort(addr)
+	script := fmt.Sprintf(`exec 3<>/dev/tcp/%s/%s && printf 'GET /v1/messages HTTP/1.0\r\nHost: x\r\n\r\n' >&3 && cat <&3`, host, port)
+	out, code := hostile(t, l, script)
+	if code != 0 || !strings.Contains(out, "gateway /v1/messages") {
+		t.Errorf("reaching the gateway at %s: %q (exit %d)", addr, out, code)
+	}
+}
+
+// TestIsolatedOpenEgress: egress open keeps the host's network, the
+// filesystem still isolated.
+func TestIsolatedOpenEgress(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "reached") }))
+	defer srv.Close()
+	l := isolatedLease(t, driver.EgressOpen, nil)
+	hp := strings.Replace(strings.TrimPrefix(srv.URL, "http://"), ":", "/", 1)
+	if out, code := hostile(t, l, "exec 3<>/dev/tcp/"+hp+" && echo connected"); code != 0 {
+		t.Errorf("egress open: the host's loopback unreachable: %q", out)
+	}
+	if _, ok := l.Sandbox().(driver.Tunneler); ok {
+		t.Error("a lease on the host's network offers a tunnel")
+	}
+}
+
+// TestIsolatedExtraPaths: ro and rw show more paths; a path that is
+// missing or would show the user's home is a configuration error.
+func TestIsolatedExtraPaths(t *testing.T) {
+	ro, rw := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(ro, "r"), []byte("readable"), 0o644)
+	l := isolatedLease(t, driver.EgressGateway, map[string]string{"ro": ro, "rw": rw})
+	if out, code := hostile(t, l, "cat "+ro+"/r && echo x > "+rw+"/w"); code != 0 || !strings.Contains(out, "readable") {
+		t.Errorf("ro and rw paths: %q (exit %d)", out, code)
+	}
+	if out, code := hostile(t, l, "echo x > "+ro+"/w"); code == 0 {
+		t.Errorf("writing a ro path succeeded: %q", out)
+	}
+	home, _ := os.UserHomeDir()
+	for _, bad := range []map[string]string{
+		{"ro": filepath.Join(t.TempDir(), "missing")},
+		{"rw": "relative/path"},
+		{"ro": "/"},
+		{"rw": filepath.Dir(home)},
+	} {
+		bad["isolation"] = "namespaces"
+		_, err := sandbox.Open("local", bad)
+		if outpost.CodeOf(err) != outpost.Configuration {
+			t.Errorf("Open(%v): %v, want a configuration error", bad, err)
+		}
+	}
+}
+
+// TestIsolatedHidesOutpostDir: the workspace's .outpost (its .env) is not
+// in sight.
+func TestIsolatedHidesOutpostDir(t *testing.T) {
+	needBwrap(t)
+	wd := t.TempDir()
+	os.MkdirAll(filepath.Join(wd, ".outpost"), 0o700)
+	os.WriteFile(filepath.Join(wd, ".outpost", ".env"), []byte("ANTHROPIC_API_KEY=sk-ant-in-dotenv"), 0o600)
+	p := local.New(&local.Options{BaseDir: shortBase(t), Isolation: "namespaces"})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: wd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	if out, _ := hostile(t, l, "cat .outpost/.env"); strings.Contains(out, "sk-ant-in-dotenv") {
+		t.Errorf(".outpost/.env read: %q", out)
+	}
+}
+
+// TestIsolationWithoutBwrap: namespaces asked for with no bwrap is a
+// configuration error naming it; auto falls back with a degraded notice.
+func TestIsolationWithoutBwrap(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := sandbox.Open("local", map[string]string{"isolation": "namespaces"})
+	if outpost.CodeOf(err) != outpost.Configuration || !strings.Contains(err.Error(), "bwrap") {
+		t.Errorf("isolation=namespaces without bwrap: %v, want a configuration error naming bwrap", err)
+	}
+	p := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	if err := l.Degraded(); err == nil || !strings.Contains(err.Error(), "bwrap") {
+		t.Errorf("auto without bwrap: Degraded() = %v, want why", err)
+	}
+	if l.Capabilities().Egress {
+		t.Error("auto without bwrap reports egress enforced")
+	}
+	iso, _ := p.Isolation()
+	if iso.Active || iso.Reason == "" {
+		t.Errorf("Isolation() = %+v", iso)
+	}
+}
+
+// TestIsolatedRefusedBwrap: a bwrap that refuses (a stand-in that fails
+// as bwrap does where user namespaces are off) gives bwrap's message.
+func TestIsolatedRefusedBwrap(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "bwrap")
+	os.WriteFile(fake, []byte("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"), 0o755)
+	p := local.New(&local.Options{Isolation: "namespaces", Bwrap: fake})
+	if _, err := p.Isolation(); err == nil || !strings.Contains(err.Error(), "No permissions to create new namespace") {
+		t.Errorf("a refusing bwrap: %v, want its message", err)
+	}
+	if _, err := p.Open(t.Context(), driver.Options{Workdir: t.TempDir()}); outpost.CodeOf(err) != outpost.Configuration {
+		t.Errorf("Open with a refusing bwrap: %v, want configuration", err)
+	}
+	_ = errors.New
+}
