@@ -239,7 +239,7 @@ func TestIsolationWithoutBwrap(t *testing.T) {
 	if outpost.CodeOf(err) != outpost.Configuration || !strings.Contains(err.Error(), "bwrap") {
 		t.Errorf("isolation=namespaces without bwrap: %v, want a configuration error naming bwrap", err)
 	}
-	p := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}})
+	p := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}, Isolation: "auto"})
 	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway})
 	if err != nil {
 		t.Fatal(err)
