@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/outposthq/outpost/internal/isolate"
 	"net"
 	"net/http"
 	"os"
@@ -322,16 +323,23 @@ func checkDocker(ctx context.Context, host string, matters bool, timeout time.Du
 	return c
 }
 
-// checkBubblewrap says whether bwrap is on the PATH: Codex's own sandbox
-// for the commands its model runs uses it on a sandbox that shares this
-// machine (local).
+// checkBubblewrap says whether bwrap is on the PATH and works here (the
+// probe the local provider runs: isolate.Probe): local leases run in
+// namespaces with it (isolation=namespaces or auto), and Codex's own
+// sandbox for the commands its model runs uses it on the local sandbox.
 func checkBubblewrap() DoctorCheck {
 	c := DoctorCheck{Type: "check", Check: "bubblewrap"}
-	if p, err := exec.LookPath("bwrap"); err == nil {
-		c.Status, c.Message = DoctorOK, "bwrap at "+p
+	p, err := isolate.Probe("")
+	switch {
+	case err == nil:
+		c.Status, c.Message = DoctorOK, "bwrap at "+p+" works here: local leases can run isolated (--set isolation=namespaces)"
+		return c
+	case p != "":
+		c.Status, c.Code, c.Message = DoctorWarn, string(outpost.Configuration), "bwrap at "+p+" cannot isolate here: "+err.Error()
+		c.Fix = "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; in a container, run it with the rights to create them), or keep isolation=none"
 		return c
 	}
-	c.Status, c.Code, c.Message = DoctorWarn, string(outpost.Configuration), "bwrap is not on the PATH (Codex's own sandbox for its commands uses it on the local sandbox)"
+	c.Status, c.Code, c.Message = DoctorWarn, string(outpost.Configuration), "bwrap is not on the PATH: local leases cannot run isolated, and Codex's own sandbox for its commands needs it on the local sandbox"
 	c.Fix = "install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
 	return c
 }
