@@ -10,8 +10,15 @@
 # (~3 GB) is private and deleted after the build; the modules (~560 MB) go to
 # the ordinary module cache.
 #
+# It also builds the agent-sandbox controller (the kubernetes provider's
+# via=agent-sandbox mode) from the module sigs.k8s.io/agent-sandbox@$OUTPOST_AGENT_SANDBOX_VERSION
+# (its package cmd/agent-sandbox-controller, with the module's own go.sum) and
+# copies the module's CRDs (k8s/crds/*.yaml) beside it, into
+#   ${OUTPOST_CACHE:-~/.cache/outpost}/kube/agent-sandbox/<version>/{bin,crds}
+#
 # Environment: OUTPOST_CACHE, OUTPOST_KUBE_VERSION (default v1.34.4),
-# OUTPOST_KUBE_STAGING_VERSION (default derived: v1.34.4 -> v0.34.4), GO.
+# OUTPOST_KUBE_STAGING_VERSION (default derived: v1.34.4 -> v0.34.4),
+# OUTPOST_AGENT_SANDBOX_VERSION (default v1.0.1), GO.
 set -euo pipefail
 
 readonly VERSION=${OUTPOST_KUBE_VERSION:-v1.34.4}
@@ -22,6 +29,29 @@ GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 readonly GO
 
 say() { printf 'kube-build: %s\n' "$*" >&2; }
+
+# build_agent_sandbox builds the agent-sandbox controller and copies its CRDs
+# (cached: nothing when they are there).
+build_agent_sandbox() {
+	local v=${OUTPOST_AGENT_SANDBOX_VERSION:-v1.0.1}
+	local dir=${OUTPOST_CACHE:-${HOME:-/root}/.cache/outpost}/kube/agent-sandbox/$v
+	[[ -f $dir/.complete && "$(cat "$dir/.complete")" == "$v" ]] && return 0
+	local w mdir t
+	t=$(date +%s)
+	w=$(mktemp -d "${TMPDIR:-/tmp}/outpost-agent-sandbox-build.XXXXXX")
+	say "building the agent-sandbox controller $v (cold: a few minutes on 2 cores)"
+	mdir=$(cd "$w" && GOTOOLCHAIN=local "$GO" mod download -json "sigs.k8s.io/agent-sandbox@$v" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+	[[ -n $mdir ]] || { say "cannot download sigs.k8s.io/agent-sandbox@$v"; rm -rf "$w"; return 1; }
+	rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/crds"
+	(cd "$mdir" && GOCACHE=$w/gocache GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local \
+		"$GO" build -trimpath -ldflags "-s -w" -o "$dir/bin/agent-sandbox-controller" ./cmd/agent-sandbox-controller) || { rm -rf "$w"; return 1; }
+	cp "$mdir"/k8s/crds/*.yaml "$dir/crds/"
+	chmod -R u+w "$dir"
+	rm -rf "$w"
+	echo "$v" >"$dir/.complete"
+	say "agent-sandbox controller built in $(($(date +%s) - t))s into $dir"
+}
+build_agent_sandbox
 
 readonly CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 missing=()

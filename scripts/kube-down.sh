@@ -33,7 +33,9 @@ stop() { # name
 	rm -f "$R/$1.pid"
 }
 
-# 1. let the kubelet tear the pods down (volumes, sandboxes, CNI)
+# 1. let the kubelet tear the pods down (volumes, sandboxes, CNI); the
+# agent-sandbox controller first, or it would make its pods again
+stop agent-sandbox
 if alive kube-apiserver && alive kubelet; then
 	say "deleting every pod"
 	timeout 90 "$BIN/kubectl" delete pods --all -A --grace-period=1 --wait=true >/dev/null 2>&1 || true

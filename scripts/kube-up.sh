@@ -11,6 +11,11 @@
 #     kube-proxy (iptables mode: ClusterIP Services and 10.0.0.1:443 route
 #     from the host and from pods) and kubectl from the module k8s.io/kubernetes (scripts/kube-build.sh;
 #     cached in $OUTPOST_CACHE/kube/<version>/bin: ~10 min cold on 2 cores, nothing after);
+#   - the agent-sandbox controller and its CRDs (the kubernetes provider's
+#     via=agent-sandbox mode), built from the module sigs.k8s.io/agent-sandbox
+#     (scripts/kube-build.sh, cached beside the binaries): its CRDs applied,
+#     the controller (with its extensions: claims, templates, warm pools) run
+#     as a host process with the admin kubeconfig, like kube-controller-manager;
 #   - etcd, containerd (+ runc) and the CNI plugins from Debian;
 #   - the pause image (images/kube-pause, static Go, FROM scratch) and the
 #     test images (outpost/busybox:test, outpost/debian:test from
@@ -41,6 +46,7 @@ readonly ROOT
 readonly VERSION=${OUTPOST_KUBE_VERSION:-v1.34.4}
 readonly KCACHE=${OUTPOST_CACHE:-${HOME:-/root}/.cache/outpost}/kube
 readonly BIN=$KCACHE/$VERSION/bin
+readonly AS=$KCACHE/agent-sandbox/${OUTPOST_AGENT_SANDBOX_VERSION:-v1.0.1}
 # containerd's root (its image store) is a cache too: kept across down/up, so
 # a warm start imports nothing
 readonly CROOT=$KCACHE/containerd
@@ -354,4 +360,11 @@ start kube-proxy "$BIN/kube-proxy" --kubeconfig="$E/kube-proxy.kubeconfig" --pro
 waitfor kube-proxy 60 curl -sf http://127.0.0.1:10256/healthz
 waitfor "node Ready" 120 "$BIN/kubectl" wait --for=condition=Ready "node/$NODE" --timeout=2s
 waitfor "the default service account" 60 "$BIN/kubectl" get serviceaccount default
+# agent-sandbox: its CRDs, then its controller (leader election off: one;
+# metrics and probes on loopback ports of their own)
+"$BIN/kubectl" apply --server-side -f "$AS/crds" >/dev/null
+waitfor "agent-sandbox's CRDs" 60 "$BIN/kubectl" wait --for=condition=Established crd --all --timeout=2s
+start agent-sandbox "$AS/bin/agent-sandbox-controller" --kubeconfig="$E/admin.kubeconfig" --extensions \
+	--leader-elect=false --metrics-bind-address=127.0.0.1:18080 --health-probe-bind-address=127.0.0.1:18081
+waitfor agent-sandbox 60 curl -sf http://127.0.0.1:18081/readyz
 say "up: export KUBECONFIG=$KUBECONFIG (or source $D/cluster.env)"

@@ -177,8 +177,8 @@ func TestNoKubernetesBuild(t *testing.T) {
 }
 
 // TestNoClientset: the kubernetes provider reaches the API server through
-// client-go's REST client over its own scheme of the four API groups it
-// uses: the CLI links neither client-go's clientset (its typed clients)
+// client-go's REST client over its own scheme of the API groups it uses
+// (agent-sandbox's types import only core/v1 and networking/v1): the CLI links neither client-go's clientset (its typed clients)
 // nor its scheme (every built-in group, registered at init in every
 // outpost process), nor any other API group.
 func TestNoClientset(t *testing.T) {

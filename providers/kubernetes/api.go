@@ -16,10 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 )
 
 // The provider talks to the API server through client-go's REST client
-// over a scheme of only the four API groups it uses, not client-go's
+// over a scheme of only the API groups it uses (agent-sandbox's extensions
+// group for via=agent-sandbox: its types from sigs.k8s.io/agent-sandbox), not client-go's
 // clientset: the clientset's scheme registers every built-in group at
 // init, in every outpost process, and its typed clients more than double
 // the CLI's packages (docs/sandboxes/kubernetes.md gives the figures).
@@ -37,7 +39,7 @@ type codecs struct {
 var apiCodecs = sync.OnceValue(func() *codecs {
 	s := runtime.NewScheme()
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
-	groups := runtime.NewSchemeBuilder(corev1.AddToScheme, coordv1.AddToScheme, networkingv1.AddToScheme, authv1.AddToScheme)
+	groups := runtime.NewSchemeBuilder(corev1.AddToScheme, coordv1.AddToScheme, networkingv1.AddToScheme, authv1.AddToScheme, extv1.AddToScheme)
 	utilruntime.Must(groups.AddToScheme(s))
 	return &codecs{scheme: s, codecs: serializer.NewCodecFactory(s), params: runtime.NewParameterCodec(s)}
 })
@@ -51,6 +53,10 @@ type api struct {
 	leases   apiResource[coordv1.Lease, *coordv1.Lease]
 	policies apiResource[networkingv1.NetworkPolicy, *networkingv1.NetworkPolicy]
 	reviews  apiResource[authv1.SelfSubjectAccessReview, *authv1.SelfSubjectAccessReview] // cluster-scoped
+	// agent-sandbox's custom resources (JSON only: no protobuf for CRDs)
+	claims    apiResource[extv1.SandboxClaim, *extv1.SandboxClaim]
+	templates apiResource[extv1.SandboxTemplate, *extv1.SandboxTemplate]
+	pools     apiResource[extv1.SandboxWarmPool, *extv1.SandboxWarmPool]
 }
 
 // newAPI builds the REST clients of cfg, sharing one HTTP client and one
@@ -64,26 +70,33 @@ func newAPI(cfg *rest.Config, ns string) (*api, error) {
 	if err != nil {
 		return nil, err
 	}
-	var clients [4]*rest.RESTClient
-	for i, gv := range []schema.GroupVersion{corev1.SchemeGroupVersion, coordv1.SchemeGroupVersion, networkingv1.SchemeGroupVersion, authv1.SchemeGroupVersion} {
+	var clients [5]*rest.RESTClient
+	for i, gv := range []schema.GroupVersion{corev1.SchemeGroupVersion, coordv1.SchemeGroupVersion, networkingv1.SchemeGroupVersion, authv1.SchemeGroupVersion, extv1.GroupVersion} {
 		gc := c
 		gc.GroupVersion, gc.APIPath = &gv, "/apis"
 		if gv.Group == "" {
 			gc.APIPath = "/api"
+		}
+		if gv == extv1.GroupVersion {
+			// A content type set: the requests' UseProtobufAsDefault keeps it.
+			gc.ContentType, gc.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
 		}
 		gc.NegotiatedSerializer = apiCodecs().codecs.WithoutConversion()
 		if clients[i], err = rest.RESTClientForConfigAndClient(&gc, hc); err != nil {
 			return nil, err
 		}
 	}
-	core, coord, net, authz := clients[0], clients[1], clients[2], clients[3]
+	core, coord, net, authz, ext := clients[0], clients[1], clients[2], clients[3], clients[4]
 	return &api{
-		core:     core,
-		pods:     apiResource[corev1.Pod, *corev1.Pod]{core, ns, "pods"},
-		events:   apiResource[corev1.Event, *corev1.Event]{core, ns, "events"},
-		leases:   apiResource[coordv1.Lease, *coordv1.Lease]{coord, ns, "leases"},
-		policies: apiResource[networkingv1.NetworkPolicy, *networkingv1.NetworkPolicy]{net, ns, "networkpolicies"},
-		reviews:  apiResource[authv1.SelfSubjectAccessReview, *authv1.SelfSubjectAccessReview]{authz, "", "selfsubjectaccessreviews"},
+		core:      core,
+		pods:      apiResource[corev1.Pod, *corev1.Pod]{core, ns, "pods"},
+		events:    apiResource[corev1.Event, *corev1.Event]{core, ns, "events"},
+		leases:    apiResource[coordv1.Lease, *coordv1.Lease]{coord, ns, "leases"},
+		policies:  apiResource[networkingv1.NetworkPolicy, *networkingv1.NetworkPolicy]{net, ns, "networkpolicies"},
+		reviews:   apiResource[authv1.SelfSubjectAccessReview, *authv1.SelfSubjectAccessReview]{authz, "", "selfsubjectaccessreviews"},
+		claims:    apiResource[extv1.SandboxClaim, *extv1.SandboxClaim]{ext, ns, "sandboxclaims"},
+		templates: apiResource[extv1.SandboxTemplate, *extv1.SandboxTemplate]{ext, ns, "sandboxtemplates"},
+		pools:     apiResource[extv1.SandboxWarmPool, *extv1.SandboxWarmPool]{ext, ns, "sandboxwarmpools"},
 	}, nil
 }
 

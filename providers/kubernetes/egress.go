@@ -27,7 +27,7 @@ func (s *Sandbox) Tunnel(ctx context.Context) (string, net.Listener, error) {
 // NetworkPolicy. It is made before the pod, so the pod never runs
 // unrestricted, and owned by the provider's owner Lease, as the pod is:
 // a process that dies leaves nothing the garbage collector keeps.
-func networkPolicy(s *Sandbox, o *owner) *networkingv1.NetworkPolicy {
+func networkPolicy(s *Sandbox, o *owner, selector map[string]string) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            s.id,
@@ -35,16 +35,17 @@ func networkPolicy(s *Sandbox, o *owner) *networkingv1.NetworkPolicy {
 			OwnerReferences: []metav1.OwnerReference{o.ref()},
 		},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelLease: s.id}},
+			PodSelector: metav1.LabelSelector{MatchLabels: selector},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			// No rules: nothing in, nothing out.
 		},
 	}
 }
 
-// createPolicy makes the lease's NetworkPolicy (networkPolicy).
-func (s *Sandbox) createPolicy(ctx context.Context, o *owner) error {
-	if _, err := s.p.api.policies.create(ctx, networkPolicy(s, o)); err != nil {
+// createPolicy makes the lease's NetworkPolicy (networkPolicy) on the
+// pods selector selects (the lease label; a claim's UID with via=agent-sandbox).
+func (s *Sandbox) createPolicy(ctx context.Context, o *owner, selector map[string]string) error {
+	if _, err := s.p.api.policies.create(ctx, networkPolicy(s, o, selector)); err != nil {
 		return s.p.apiErr(ctx, "creating the pod's NetworkPolicy", err)
 	}
 	s.policy = true

@@ -11,7 +11,7 @@ import (
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
@@ -43,7 +43,7 @@ func (s *Sandbox) streamWith(ctx context.Context, cmd []string, stdin io.Reader,
 // execStream runs cmd as an exec of its own; live goes SPDY first
 // (executor).
 func (s *Sandbox) execStream(ctx context.Context, cmd []string, stdin io.Reader, live bool, stdout, stderr io.Writer) error {
-	req := s.p.api.core.Post().Resource("pods").Namespace(s.p.ns).Name(s.id).SubResource("exec").
+	req := s.p.api.core.Post().Resource("pods").Namespace(s.p.ns).Name(s.pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: cmd, Stdin: stdin != nil, Stdout: stdout != nil, Stderr: stderr != nil}, apiCodecs().params)
 	ex, err := s.p.executor(req.URL(), live)
 	if err != nil {
@@ -130,7 +130,7 @@ func (s *Sandbox) execErr(ctx context.Context, what string, err error) error {
 	if !s.closing.Load() && s.Vanished(context.WithoutCancel(ctx)) {
 		return fmt.Errorf("kubernetes: %w: %s: %s", driver.ErrVanished, what, s.reason())
 	}
-	return s.p.apiErr(ctx, what+" in pod "+s.id, err)
+	return s.p.apiErr(ctx, what+" in pod "+s.pod, err)
 }
 
 // Start runs req under the exec shim in the pod and returns once the

@@ -53,7 +53,7 @@ func TestExecProtocols(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := &Sandbox{p: &Provider{cfg: cfg, api: a, ns: "agents", opts: Options{ExecEach: tc.execEach}}, id: "outpost-exec", procs: map[*process]bool{}}
+			s := &Sandbox{p: &Provider{cfg: cfg, api: a, ns: "agents", opts: Options{ExecEach: tc.execEach}}, id: "outpost-exec", pod: "outpost-exec", procs: map[*process]bool{}}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if _, err := s.Start(ctx, driver.ExecRequest{Path: "cat", Stdin: tc.stdin}); err == nil {

@@ -132,6 +132,17 @@ type Options struct {
 	// (docs/sandboxes/kubernetes.md): for a path to the cluster that ends
 	// long-lived connections.
 	ExecEach bool
+	// Via is how a lease gets its pod: ViaPod (the default) makes one;
+	// ViaAgentSandbox claims one from kubernetes-sigs/agent-sandbox (a
+	// SandboxClaim against Template, served from its SandboxWarmPool;
+	// claim.go, docs/sandboxes/kubernetes.md).
+	Via Via
+	// Template is the SandboxTemplate of ViaAgentSandbox (required there;
+	// Provider.SandboxTemplate makes one outpost's shim can run in).
+	Template string
+	// WarmPool is the SandboxWarmPool the claims name; default the one of
+	// the namespace whose sandboxTemplateRef is Template.
+	WarmPool string
 	// ClientLogs leaves client-go's process-wide klog logger as the
 	// program set it. By default New discards it: client-go logs through
 	// klog, on stderr, errors the provider already reports through its
@@ -139,6 +150,14 @@ type Options struct {
 	// WebSocket exec), which would interleave with a turn's output.
 	ClientLogs bool
 }
+
+// Via is Options.Via.
+type Via string
+
+const (
+	ViaPod          Via = "pod"           // a pod of the provider's own per lease
+	ViaAgentSandbox Via = "agent-sandbox" // a SandboxClaim per lease
+)
 
 // quietClientOnce discards client-go's klog output once per process.
 var quietClientOnce sync.Once
@@ -167,6 +186,9 @@ var Settings = settings.Set{Provider: "kubernetes", Keys: []settings.Key{
 	{Name: "node_cache", Kind: settings.Bool, Default: "false", Doc: "mount the bootstrap cache from the node (below)"},
 	settings.Binary.With("", "for the default `outpost_image`'s tag"),
 	{Name: "arch", Kind: settings.String, Default: "the host's", Doc: "the nodes' architecture (`amd64`, `arm64`)"},
+	{Name: "via", Kind: settings.Enum, Values: []string{string(ViaPod), string(ViaAgentSandbox)}, Default: string(ViaPod), Doc: "`pod`: a pod of outpost's own per lease; `agent-sandbox`: a `SandboxClaim` per lease (below)"},
+	{Name: "template", Kind: settings.String, Doc: "with `via=agent-sandbox` (required): the `SandboxTemplate` the claims are served from"},
+	{Name: "warm_pool", Kind: settings.String, Doc: "with `via=agent-sandbox`: the `SandboxWarmPool` the claims name (default: the namespace's pool of `template`)"},
 	{Name: "exec_each", Kind: settings.Bool, Default: "false", Doc: "every process an exec of its own, not a stream of the lease's serving exec (below)"},
 }}
 
@@ -205,7 +227,7 @@ func options(v settings.Values) (*Options, error) {
 		ReadOnly: v.Bool("readonly"), NodeCache: v.Bool("node_cache"),
 		StartTimeout: v.Duration("start_timeout"), LeaseDuration: v.Duration("lease_duration"),
 		MaxLifetime: v.Duration("max_lifetime"), Binary: v.String("binary"), Arch: v.String("arch"),
-		ExecEach: v.Bool("exec_each"),
+		ExecEach: v.Bool("exec_each"), Via: Via(v.String("via")), Template: v.String("template"), WarmPool: v.String("warm_pool"),
 	}
 	if user := v.String("user"); user != "" {
 		var err error
@@ -295,6 +317,7 @@ type Provider struct {
 	closed bool
 	binary string // resolved static binary
 	image  string // resolved outpost image
+	pool   string // the claims' SandboxWarmPool (via=agent-sandbox), once found
 	owner  *owner // nil until the first Open
 	// The periodic GC (startSweeper): cancel and done.
 	sweepStop context.CancelFunc
@@ -329,6 +352,9 @@ func New(opts *Options) (*Provider, error) {
 	case PullMissing, PullNever, PullAlways:
 	default:
 		return nil, fmt.Errorf("%w: unknown pull policy %q (missing, never, always)", ErrConfig, o.Pull)
+	}
+	if err := checkVia(&o); err != nil {
+		return nil, err
 	}
 	if o.UID == 0 {
 		o.UID = DefaultUID
@@ -440,7 +466,7 @@ var needed = []authv1.ResourceAttributes{
 // ErrUnreachable.
 func (p *Provider) Preflight(ctx context.Context) error {
 	var missing []string
-	for _, ra := range needed {
+	for _, ra := range p.needed() {
 		ra.Namespace = p.ns
 		r, err := p.api.reviews.create(ctx, &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra}})
 		if err != nil {

@@ -17,7 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	authv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/internal/layout"
@@ -92,6 +94,10 @@ func TestNew(t *testing.T) {
 		{Kubeconfig: kc, Pull: "sometimes"},
 		{Kubeconfig: kc, CPU: "lots"},
 		{Kubeconfig: kc, LeaseDuration: time.Second},
+		{Kubeconfig: kc, Via: "operator"},
+		{Kubeconfig: kc, Via: ViaAgentSandbox},       // no template
+		{Kubeconfig: kc, Template: "t"},              // a template without via=agent-sandbox
+		{Kubeconfig: kc, Via: ViaPod, WarmPool: "w"}, // nor a pool
 	} {
 		if _, err := New(&bad); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v): %v, want ErrConfig", bad, err)
@@ -173,8 +179,8 @@ func TestRoleYAML(t *testing.T) {
 	if !ok {
 		t.Fatalf("rbac.yaml holds a %T", obj)
 	}
-	// Every permission Preflight checks is granted.
-	for _, n := range needed {
+	// Every permission Preflight checks is granted (via=agent-sandbox's too).
+	for _, n := range append(append([]authv1.ResourceAttributes{}, needed...), neededClaims...) {
 		granted := false
 		for _, r := range role.Rules {
 			res := n.Resource
@@ -279,5 +285,51 @@ func TestImagePullHint(t *testing.T) {
 		if got := strings.Contains(msg, "outpost kubernetes image --arch ARCH -o outpost-image.tar") && strings.Contains(msg, "outpost/outpost:0123456789ab"); got != tc.hint {
 			t.Errorf("%s %s: hint %v, want %v: %s", tc.container, tc.reason, got, tc.hint, msg)
 		}
+	}
+}
+
+// TestAgentSandboxSettings: via=agent-sandbox and its template and pool
+// parse into Options; the template of Provider.SandboxTemplate is the
+// provider's hardened pod without a lease's identity or lifetime, and
+// leaves the network policy to the provider; a lease's claim names the
+// pool, is owned by the owner Lease and bounded by max_lifetime.
+func TestAgentSandboxSettings(t *testing.T) {
+	o, err := ParseSettings(map[string]string{"via": "agent-sandbox", "template": "tpl", "warm_pool": "wp"})
+	if err != nil || o.Via != ViaAgentSandbox || o.Template != "tpl" || o.WarmPool != "wp" {
+		t.Fatalf("ParseSettings: %+v %v", o, err)
+	}
+	if _, err := ParseSettings(map[string]string{"via": "operator"}); outpost.CodeOf(err) != outpost.Configuration {
+		t.Errorf("via=operator: %v, want a configuration error", err)
+	}
+	o.Kubeconfig, o.OutpostImage = kubeconfig(t), "outpost/outpost:test"
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.needed()) != len(needed)+len(neededClaims) {
+		t.Errorf("Preflight checks %d rights in via=agent-sandbox", len(p.needed()))
+	}
+	tmpl, err := p.SandboxTemplate(context.Background(), "tpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tmpl.Spec.PodTemplate.Spec
+	if tmpl.Name != "tpl" || tmpl.Kind != extv1.SandboxTemplateKind || tmpl.Spec.NetworkPolicyManagement != extv1.NetworkPolicyManagementUnmanaged {
+		t.Errorf("template %+v", tmpl.ObjectMeta)
+	}
+	if spec.ActiveDeadlineSeconds != nil || len(spec.Containers) != 1 || spec.Containers[0].Name != containerName ||
+		len(spec.InitContainers) != 1 || spec.InitContainers[0].Image != "outpost/outpost:test" ||
+		spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken || !*spec.SecurityContext.RunAsNonRoot {
+		t.Errorf("template pod %+v", spec)
+	}
+	if _, ok := tmpl.Spec.PodTemplate.ObjectMeta.Labels[LabelRole]; ok {
+		t.Error("template pods carry the role label: gc would take warm pods for orphans")
+	}
+	o2 := &owner{name: "outpost-owner-x", uid: "u"}
+	c := p.claimSpec(&Sandbox{id: "outpost-1"}, "wp", o2, map[string]string{"team": "a"})
+	if c.Name != "outpost-1" || c.Spec.WarmPoolRef.Name != "wp" || c.Labels[LabelRole] != "claim" || c.Labels["team"] != "a" ||
+		len(c.OwnerReferences) != 1 || c.OwnerReferences[0].UID != "u" ||
+		c.Spec.Lifecycle.ShutdownPolicy != extv1.ShutdownPolicyDelete || c.Spec.Lifecycle.ShutdownTime.Time.Before(time.Now().Add(23*time.Hour)) {
+		t.Errorf("claim %+v", c)
 	}
 }

@@ -213,6 +213,9 @@ type GCReport struct {
 	// Pods are outpost pods deleted on their own: ended (their deadline
 	// passed) or owned by no Lease.
 	Pods []string `json:"pods,omitempty"`
+	// Claims are outpost SandboxClaims (via=agent-sandbox) deleted: of
+	// the Leases deleted, or owned by no Lease.
+	Claims []string `json:"claims,omitempty"`
 	// Kept counts the owner Leases still renewed.
 	Kept int `json:"kept"`
 }
@@ -249,6 +252,7 @@ func (p *Provider) GC(ctx context.Context, opts GCOptions) (GCReport, error) {
 		mine = p.owner.uid
 	}
 	p.mu.Unlock()
+	dead := map[types.UID]bool{}
 	for _, l := range leases.Items {
 		if l.UID == mine || (!opts.All && !expired(&l, now)) {
 			rep.Kept++
@@ -263,6 +267,10 @@ func (p *Provider) GC(ctx context.Context, opts GCOptions) (GCReport, error) {
 			continue
 		}
 		rep.Leases = append(rep.Leases, c)
+		dead[l.UID], live[l.UID] = true, false
+	}
+	if err := p.gcClaims(ctx, live, dead, now, opts, &rep); err != nil {
+		errs = append(errs, err)
 	}
 	sort.Slice(rep.Leases, func(i, j int) bool { return rep.Leases[i].RenewedAt.Before(rep.Leases[j].RenewedAt) })
 	return rep, errors.Join(errs...)
@@ -416,6 +424,9 @@ func (p *Provider) Collect(ctx context.Context, opts driver.CollectOptions) (dri
 	}
 	for _, pod := range rep.Pods {
 		col.Orphans = append(col.Orphans, driver.Orphan{Kind: "pod", Name: pod, Removed: !opts.DryRun})
+	}
+	for _, c := range rep.Claims {
+		col.Orphans = append(col.Orphans, driver.Orphan{Kind: "sandboxclaim", Name: c, Removed: !opts.DryRun})
 	}
 	return col, err
 }

@@ -221,12 +221,16 @@ var hopeless = map[string]bool{
 // pullFailures are the waiting reasons of an image the node cannot get.
 var pullFailures = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true}
 
-// waitRunning waits until the pod's sandbox container runs, at most
-// StartTimeout. Errors wrap ErrStart with the cause from the pod's status
-// and events, or are ctx's.
-func (p *Provider) waitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
-	wctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
+// waitRunning waits until the pod's sandbox container runs (and match,
+// when set, accepts the pod), at most until deadline. Errors wrap ErrStart
+// with the cause from the pod's status and events, or are ctx's.
+func (p *Provider) waitRunning(ctx context.Context, name string, deadline time.Time, match func(*corev1.Pod) bool) (*corev1.Pod, error) {
+	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	decided := func(pod *corev1.Pod) (bool, error) {
+		done, err := p.started(ctx, pod)
+		return done && (err != nil || match == nil || match(pod)), err
+	}
 	pods := p.api.pods
 	var last *corev1.Pod
 	for {
@@ -244,7 +248,7 @@ func (p *Provider) waitRunning(ctx context.Context, name string) (*corev1.Pod, e
 			return nil, p.apiErr(ctx, "reading pod "+name, err)
 		}
 		last = pod
-		if done, err := p.started(ctx, pod); done {
+		if done, err := decided(pod); done {
 			return pod, err
 		}
 		w, err := pods.watch(wctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: pod.ResourceVersion})
@@ -261,7 +265,7 @@ func (p *Provider) waitRunning(ctx context.Context, name string) (*corev1.Pod, e
 				continue
 			}
 			last = pod
-			if done, err := p.started(ctx, pod); done {
+			if done, err := decided(pod); done {
 				w.Stop()
 				return pod, err
 			}

@@ -28,7 +28,9 @@ import (
 type Sandbox struct {
 	driver.Base
 	p       *Provider
-	id      string // lease id and pod name
+	id      string // lease id, name of its pod (or of its claim: via=agent-sandbox)
+	pod     string // the pod's name
+	claim   bool   // a SandboxClaim was made (claim.go)
 	uid     int
 	gid     int
 	host    string // this machine's name, for the pod's annotation
@@ -52,11 +54,13 @@ type Sandbox struct {
 	serveErr error   // why the serving exec could not start, once serveOff says so
 }
 
-// ID is the lease id, also the pod's name ("outpost-<12 hex>").
+// ID is the lease id ("outpost-<12 hex>"), also its pod's name (its
+// SandboxClaim's with via=agent-sandbox).
 func (s *Sandbox) ID() string { return s.id }
 
-// Pod is the name of the lease's pod (its ID).
-func (s *Sandbox) Pod() string { return s.id }
+// Pod is the name of the lease's pod (its ID, or its Sandbox's name with
+// via=agent-sandbox).
+func (s *Sandbox) Pod() string { return s.pod }
 
 // Namespace is the pod's namespace.
 func (s *Sandbox) Namespace() string { return s.p.ns }
@@ -95,7 +99,8 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	s := &Sandbox{p: p, id: "outpost-" + randomHex(6), uid: int(p.opts.UID), gid: int(p.opts.GID), host: host, hostDir: wd, Base: driver.NewBase(layout.HomeDir, layout.Workspace, environment()), procs: map[*process]bool{}}
+	id := "outpost-" + randomHex(6)
+	s := &Sandbox{p: p, id: id, pod: id, uid: int(p.opts.UID), gid: int(p.opts.GID), host: host, hostDir: wd, Base: driver.NewBase(layout.HomeDir, layout.Workspace, environment()), procs: map[*process]bool{}}
 	s.shared = sharedMounts(&p.opts, opts.Mounts)
 	p.mu.Lock()
 	p.leases++
@@ -105,32 +110,23 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 		s.endServe()
 		dctx, cancel := driver.RemovalContext(ctx)
 		defer cancel()
-		derr := errors.Join(s.deletePod(dctx), s.deletePolicy(dctx))
+		derr := errors.Join(s.deleteLease(dctx), s.deletePolicy(dctx))
 		s.released()
 		if ctx.Err() != nil {
 			return nil, errors.Join(fmt.Errorf("kubernetes: starting the sandbox: %w", ctx.Err()), derr)
 		}
 		return nil, errors.Join(err, derr)
 	}
-	if opts.Egress == driver.EgressGateway {
-		if err := s.createPolicy(ctx, o); err != nil {
+	if p.claimed() {
+		if err := p.startClaim(ctx, s, o, opts.Egress == driver.EgressGateway, opts.Labels); err != nil {
 			return fail(err)
 		}
-	}
-	if _, err := p.api.pods.create(ctx, p.podSpec(s, img, o, opts.Labels)); err != nil {
-		if ctx.Err() != nil {
-			return fail(ctx.Err()) // it may have been made before the request was dropped
+	} else if err := p.startPod(ctx, s, img, o, opts); err != nil {
+		var np noPod
+		if errors.As(err, &np) {
+			s.released()
+			return nil, np.err
 		}
-		err = p.apiErr(ctx, "creating the pod", err)
-		if s.policy {
-			dctx, cancel := driver.RemovalContext(ctx)
-			defer cancel()
-			err = errors.Join(err, s.deletePolicy(dctx))
-		}
-		s.released()
-		return nil, err
-	}
-	if _, err := p.waitRunning(ctx, s.id); err != nil {
 		return fail(err)
 	}
 	m := workspace.NewManifest()
@@ -141,6 +137,36 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	}
 	s.manifest = m
 	return s, nil
+}
+
+// noPod is an error of startPod after which there is no pod to delete
+// (its NetworkPolicy, if any, is deleted).
+type noPod struct{ err error }
+
+func (e noPod) Error() string { return e.err.Error() }
+
+// startPod makes the lease's pod (and, for egress gateway, first its
+// NetworkPolicy) and waits until it runs, at most StartTimeout.
+func (p *Provider) startPod(ctx context.Context, s *Sandbox, img string, o *owner, opts driver.Options) error {
+	if opts.Egress == driver.EgressGateway {
+		if err := s.createPolicy(ctx, o, map[string]string{LabelLease: s.id}); err != nil {
+			return err
+		}
+	}
+	if _, err := p.api.pods.create(ctx, p.podSpec(s, img, o, opts.Labels)); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err() // it may have been made before the request was dropped
+		}
+		err = p.apiErr(ctx, "creating the pod", err)
+		if s.policy {
+			dctx, cancel := driver.RemovalContext(ctx)
+			defer cancel()
+			err = errors.Join(err, s.deletePolicy(dctx))
+		}
+		return noPod{err}
+	}
+	_, err := p.waitRunning(ctx, s.id, time.Now().Add(p.opts.StartTimeout), nil)
+	return err
 }
 
 // released is the end of a sandbox for the provider's count: the last
@@ -193,7 +219,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	s.endServe()
 	rctx, rcancel := driver.RemovalContext(ctx)
 	defer rcancel()
-	if err := s.deletePod(rctx); err != nil {
+	if err := s.deleteLease(rctx); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.deletePolicy(rctx); err != nil {
@@ -202,9 +228,13 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// deletePod deletes the pod at once (no grace: its processes are
-// stopped or abandoned). A pod already gone is not an error.
-func (s *Sandbox) deletePod(ctx context.Context) error {
+// deleteLease deletes the pod at once (no grace: its processes are
+// stopped or abandoned), or the claim with via=agent-sandbox. A pod
+// already gone is not an error.
+func (s *Sandbox) deleteLease(ctx context.Context) error {
+	if s.p.claimed() {
+		return s.deleteClaim(ctx)
+	}
 	zero := int64(0)
 	err := s.p.api.pods.delete(ctx, s.id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -234,7 +264,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, wrap func(io.Reader) io.Rea
 		if s.Vanished(context.WithoutCancel(ctx)) {
 			return fmt.Errorf("kubernetes: %w: %s; its workspace changes are lost", driver.ErrVanished, s.reason())
 		}
-		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.id, err)
+		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.pod, err)
 	}
 	defer rc.Close()
 	res, err := workspace.Sync(ctx, s.hostDir, path.Base(layout.Workspace), s.manifest, tar.NewReader(driver.Wrapped(rc, wrap)))
@@ -242,7 +272,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, wrap func(io.Reader) io.Rea
 		if s.Vanished(context.WithoutCancel(ctx)) {
 			return fmt.Errorf("kubernetes: %w: %s; its workspace changes are lost", driver.ErrVanished, s.reason())
 		}
-		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.id, err)
+		return fmt.Errorf("kubernetes: copying the workspace of %s back: %w", s.pod, err)
 	}
 	s.manifest = res.Manifest
 	return res.Err(driver.ErrConflict)
@@ -257,21 +287,21 @@ func (s *Sandbox) Vanished(ctx context.Context) bool {
 	}
 	gctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	pod, err := s.p.api.pods.get(gctx, s.id)
+	pod, err := s.p.api.pods.get(gctx, s.pod)
 	why := ""
 	switch {
 	case apierrors.IsNotFound(err):
-		why = "pod " + s.id + " was deleted"
+		why = "pod " + s.pod + " was deleted"
 	case err != nil:
 		return false // cannot tell
 	case pod.DeletionTimestamp != nil:
-		why = "pod " + s.id + " is being deleted"
+		why = "pod " + s.pod + " is being deleted"
 	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
-		why = fmt.Sprintf("pod %s ended (%s)", s.id, pod.Status.Phase)
+		why = fmt.Sprintf("pod %s ended (%s)", s.pod, pod.Status.Phase)
 	default:
 		for _, cs := range pod.Status.ContainerStatuses {
 			if cs.Name == containerName && cs.State.Terminated != nil {
-				why = fmt.Sprintf("the sandbox container of pod %s ended: %s", s.id, cs.State.Terminated.Reason)
+				why = fmt.Sprintf("the sandbox container of pod %s ended: %s", s.pod, cs.State.Terminated.Reason)
 			}
 		}
 	}

@@ -11,11 +11,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +30,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/kubernetes"
@@ -306,4 +309,47 @@ func (c *Cluster) Pods(t testing.TB, selector string) []corev1.Pod {
 		t.Fatal(err)
 	}
 	return l.Items
+}
+
+// Kubectl runs kubectl as the cluster admin in the cluster's namespace,
+// stdin given, and returns its output or fails the test.
+func (c *Cluster) Kubectl(t testing.TB, stdin []byte, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(c.Env["KUBECTL"], append([]string{"--kubeconfig", c.Env["KUBECONFIG"], "-n", c.Namespace}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// AgentSandbox makes, as the cluster admin, a SandboxTemplate named name
+// of the provider's pods (Provider.SandboxTemplate of the busybox image)
+// and a SandboxWarmPool of it with replicas pods, waits until they are
+// ready, and returns the options of via=agent-sandbox claiming from it
+// (for Provider: the test user's rights, the Role's only).
+func (c *Cluster) AgentSandbox(t testing.TB, name string, replicas int32) func(*kubernetes.Options) {
+	t.Helper()
+	busybox := func(o *kubernetes.Options) { o.Image = Busybox }
+	tmpl, err := c.Provider(t, busybox).SandboxTemplate(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &extv1.SandboxWarmPool{
+		TypeMeta:   metav1.TypeMeta{APIVersion: extv1.GroupVersion.String(), Kind: extv1.SandboxWarmPoolKind},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       extv1.SandboxWarmPoolSpec{Replicas: &replicas, TemplateRef: extv1.SandboxTemplateRef{Name: name}},
+	}
+	for _, obj := range []any{tmpl, pool} {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Kubectl(t, b, "apply", "-f", "-")
+	}
+	if replicas > 0 {
+		c.Kubectl(t, nil, "wait", "--for=jsonpath={.status.readyReplicas}="+strconv.Itoa(int(replicas)), "sandboxwarmpool/"+name, "--timeout=120s")
+	}
+	return func(o *kubernetes.Options) { o.Via, o.Template = kubernetes.ViaAgentSandbox, name }
 }
