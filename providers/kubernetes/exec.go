@@ -11,9 +11,9 @@ import (
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/layout"
