@@ -6,7 +6,7 @@
 # PostgreSQL's server binaries (scripts/postgres-up.sh), the
 # pinned agent CLIs from npm, the test images built locally, Debian's
 # python3 packages of the Python client's tests (httpx, pytest, setuptools,
-# wheel, venv), and the Kubernetes test cluster's packages and binaries
+# wheel, venv), Debian's chromium (the web console's browser tests), and the Kubernetes test cluster's packages and binaries
 # (scripts/kube-up.sh --prepare: built from source, cached;
 # integration/kubernetes starts the cluster when a test needs it and
 # stops it), and the trace
@@ -97,9 +97,10 @@ if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 	if [[ $(id -u) == 0 ]]; then
 		# The Python client's tests use only what Debian ships (Python's
 		# package index is not reachable from every machine).
-		step "Python client: Debian's python3 packages"
+		step "Debian packages: the Python client's python3, bubblewrap, chromium"
 		# bubblewrap: the local sandbox's isolation (isolation=auto|namespaces).
-		py_pkgs=(python3 python3-httpx python3-pytest python3-setuptools python3-wheel python3-venv bubblewrap)
+		# chromium: the web console's browser tests (server/ui, docs/console.md).
+		py_pkgs=(python3 python3-httpx python3-pytest python3-setuptools python3-wheel python3-venv bubblewrap chromium)
 		if [[ $(dpkg-query -W -f='${db:Status-Abbrev}\n' "${py_pkgs[@]}" 2>/dev/null | grep -c '^ii') != "${#py_pkgs[@]}" ]]; then
 			DEBIAN_FRONTEND=noninteractive apt-get update -qq
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${py_pkgs[@]}" >/dev/null

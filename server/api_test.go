@@ -94,6 +94,21 @@ func TestAPI(t *testing.T) {
 	if code != 200 || got.State != server.StateFinished || got.Result == nil || got.Events != int64(len(items)) {
 		t.Fatalf("status: %d %s", code, b)
 	}
+	// The list of turns: newest first, by state, bounded.
+	var list, one server.TurnList
+	code, b, _ = ts.do("GET", "/v1/turns?state=finished", nil)
+	if json.Unmarshal(b, &list); code != 200 || !slices.ContainsFunc(list.Turns, func(x server.TurnStatus) bool { return x.ID == st.ID }) ||
+		!slices.IsSortedFunc(list.Turns, func(a, b server.TurnStatus) int { return b.Created.Compare(a.Created) }) {
+		t.Errorf("GET /v1/turns?state=finished: %d %s, want %s among the turns, newest first", code, b, st.ID)
+	}
+	if code, b, _ := ts.do("GET", "/v1/turns?limit=1", nil); code != 200 || json.Unmarshal(b, &one) != nil || len(one.Turns) != 1 || one.Turns[0].ID != list.Turns[0].ID {
+		t.Errorf("GET /v1/turns?limit=1: %d %s, want the newest turn only", code, b)
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "state=done"} {
+		if code, _, _ := ts.do("GET", "/v1/turns?"+q, nil); code != 400 {
+			t.Errorf("GET /v1/turns?%s: %d, want 400", q, code)
+		}
+	}
 	// Replay from a sequence number.
 	replay := ts.events(st.ID, 2, nil)
 	if len(replay) != len(items)-2 || replay[0].seq != 3 || replay[0].raw != items[2].raw {

@@ -125,6 +125,11 @@ type Options struct {
 	// bound by it (docs/serve.md, Policy and tenancy).
 	Policy Policy
 
+	// DisableUI turns off the web console served at /ui/ (package
+	// server/ui; docs/console.md). Its files need no token: they hold no
+	// data, and every call they make is an API request with its own.
+	DisableUI bool
+
 	// Logger receives structured logs (default: discarded). Name starts
 	// the server's own log messages (default "outpost serve"; `outpost
 	// mcp` names itself).
