@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/outposthq/outpost/harness/claude"
+	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
+	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/server"
 	"github.com/outposthq/outpost/server/ui"
 )
@@ -178,6 +182,8 @@ func TestAccessibility(t *testing.T) {
 		{"start", "#/start", "echo"},
 		{"conversations", "#/conversations", conv},
 		{"conversation", "#/conversations/" + conv, "Turns and their changes"},
+		{"usage", "#/usage", "Tokens per day"},
+		{"server", "#/server", "The warm pool"},
 	} {
 		b.open(p.hash)
 		b.waitText("main", p.wait)
@@ -215,4 +221,58 @@ func (b *tab) audit(page string) {
 	if err := os.WriteFile(filepath.Join(dir, "console-"+page+".png"), png, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
+}
+
+// TestUsageClaude: the usage page's totals grow by what a real claude
+// turn against the fake Anthropic API spent, metered at the credential
+// gateway, under claude's row and the token's name.
+func TestUsageClaude(t *testing.T) {
+	needBrowser(t)
+	bin := testenv.RequireCLI(t, "claude")
+	fake := anthropic.New(t, anthropic.Options{})
+	f, err := newFixture(func(o *server.Options) {
+		o.Environ = []string{"PATH=" + filepath.Dir(bin) + ":" + os.Getenv("PATH"), "ANTHROPIC_BASE_URL=" + fake.URL(), "ANTHROPIC_API_KEY=sk-ant-console"}
+		o.PoolSize = -1
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.closer()
+	b := newTab(t)
+	b.f = f
+	b.signIn(f.alice)
+	b.waitText("main h1", "Turns")
+	b.open("#/usage")
+	if got := eval[string](b, `document.getElementById('usage-metered').textContent`); got != "0" {
+		t.Fatalf("metered tokens before any turn: %q", got)
+	}
+	st := f.startTurn(t, map[string]any{"agent": "claude", "prompt": "say hi",
+		"options": map[string]string{claude.OptionMaxRetries: "0", claude.OptionPermissionMode: "bypassPermissions"}})
+	res := f.result(t, st.ID)
+	if res["error"] != nil {
+		t.Fatalf("the claude turn failed: %v", res["error"])
+	}
+	var u server.Usage
+	if code := f.api(t, f.alice, "GET", "/v1/conversations/"+res["conversation"].(string)+"/usage", nil, &u); code != 200 || u.Metered == nil || u.Metered.Tokens() == 0 {
+		t.Fatalf("the conversation's usage: %d %+v", code, u)
+	}
+	want := fmt.Sprintf("%d", u.Metered.Tokens())
+	b.open("#/turns")
+	b.open("#/usage")
+	b.waitText("#usage-metered", localeNum(u.Metered.Tokens()))
+	b.waitText("#usage-rows", "claude")
+	b.do("grouping by token name", chromedp.SetValue(chromedp.CSS("#usage-group"), "owner"))
+	b.waitText("#usage-rows", "alice")
+	if n := len(fake.MessageRequests()); n == 0 {
+		t.Errorf("the fake API received no call (metered %s)", want)
+	}
+}
+
+// localeNum is n as the console prints it (en-US grouping).
+func localeNum(n int64) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

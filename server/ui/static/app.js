@@ -6,6 +6,8 @@ import * as api from './api.js';
 import { turnsPage, turnPage } from './turns.js';
 import { startPage } from './start.js';
 import { conversationsPage, conversationPage } from './conversations.js';
+import { usagePage } from './usage.js';
+import { fleetPage } from './fleet.js';
 
 const routes = [
   [/^#\/turns\/([^/]+)$/, turnPage, 'Turn'],
@@ -13,6 +15,8 @@ const routes = [
   [/^#\/start$/, startPage, 'Start a turn'],
   [/^#\/conversations\/([^/]+)$/, conversationPage, 'Conversation'],
   [/^#\/conversations$/, conversationsPage, 'Conversations'],
+  [/^#\/usage$/, usagePage, 'Usage'],
+  [/^#\/server$/, fleetPage, 'Server'],
 ];
 
 let open = false; // the server needs no token (a library's server)
