@@ -172,6 +172,18 @@ func TestConversationResume(t *testing.T) {
 func TestAccessibility(t *testing.T) {
 	b := newTab(t)
 	turn, conv := finished()
+	if os.Getenv("OUTPOST_CONSOLE_SCREENSHOTS") != "" {
+		// A fuller turns page for the pictures: one turn running, one
+		// cancelled.
+		for _, p := range []string{"#slow=50 stopped midway", "#slow=2000 refactor the parser"} {
+			st := b.f.startTurn(t, map[string]any{"prompt": p})
+			t.Cleanup(func() { b.f.api(t, b.f.alice, "POST", "/v1/turns/"+st.ID+"/cancel", nil, nil) })
+			if strings.Contains(p, "midway") {
+				b.f.api(t, b.f.alice, "POST", "/v1/turns/"+st.ID+"/cancel", nil, nil)
+				b.f.result(t, st.ID)
+			}
+		}
+	}
 	b.do("the sign-in page", chromedp.Navigate(b.f.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")))
 	b.audit("signin")
 	b.signIn(b.f.alice)
