@@ -93,7 +93,7 @@ func browserFlags(path, profile string) []chromedp.ExecAllocatorOption {
 
 // needBrowser skips a test without a browser, loudly; under CI=true a
 // missing browser is a failure.
-func needBrowser(t *testing.T) {
+func needBrowser(t testing.TB) {
 	t.Helper()
 	if browser != nil {
 		return
@@ -120,7 +120,7 @@ var (
 	fixErr  error
 )
 
-func shared(t *testing.T) *fixture {
+func shared(t testing.TB) *fixture {
 	t.Helper()
 	fixOnce.Do(func() { fix, fixErr = newFixture(nil) })
 	if fixErr != nil {
@@ -256,15 +256,19 @@ func (onceT) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
 
 // tab is a browser tab of one test.
 type tab struct {
-	t   *testing.T
+	t   testing.TB
 	ctx context.Context
 	f   *fixture
 }
 
-func newTab(t *testing.T) *tab {
+func newTab(t testing.TB) *tab {
 	t.Helper()
 	needBrowser(t)
-	f := shared(t)
+	return openTab(t, shared(t))
+}
+
+// openTab opens a tab on the console of f.
+func openTab(t testing.TB, f *fixture) *tab {
 	ctx, closeTab := chromedp.NewContext(browser)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	t.Cleanup(func() { cancel(); closeTab() })

@@ -22,7 +22,7 @@ import (
 // wants one; --ui=false (Options.DisableUI) leaves no /ui/ route.
 func TestHeaders(t *testing.T) {
 	f := shared(t)
-	for _, p := range []string{"/ui/", "/ui/app.js", "/ui/style.css", "/ui/no-such-file"} {
+	for _, p := range []string{"/ui", "/ui/", "/ui/app.js", "/ui/style.css", "/ui/no-such-file"} {
 		resp, err := http.Get(f.url + p)
 		if err != nil {
 			t.Fatal(err)
@@ -250,8 +250,7 @@ func TestUsageClaude(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.closer()
-	b := newTab(t)
-	b.f = f
+	b := openTab(t, f)
 	b.signIn(f.alice)
 	b.waitText("main h1", "Turns")
 	b.open("#/usage")

@@ -28,8 +28,9 @@ export async function conversationsPage(main, { signal }) {
   const count = h('p', { class: 'summary', role: 'status' });
   const show = () => {
     const list = conversations.filter((c) => matches(c, q.value.trim()));
-    count.textContent = `${list.length} of ${conversations.length} conversations`;
-    body.replaceChildren(...list.slice(0, 500).map(convRow));
+    const shown = list.slice(0, 200); // the newest: a search finds the others
+    count.textContent = `${list.length} of ${conversations.length} conversations` + (shown.length < list.length ? `, the newest ${shown.length} shown: search to find the others` : '');
+    body.replaceChildren(...shown.map(convRow));
   };
   q.addEventListener('input', show);
   main.append(h('h1', { tabindex: -1 }, 'Conversations'),

@@ -165,7 +165,7 @@ export async function turnPage(main, { signal, params: [id] }) {
   const list = h('ol', { class: 'events', id: 'events' });
   main.append(h('h2', { id: 'events-title' }, 'Events'), h('div', { role: 'log', 'aria-labelledby': 'events-title' }, list));
   const view = new EventView(list);
-  const latency = (window.__outpostLatency = []); // ms from an event's time to its display (the benchmark)
+  const latency = (window.__outpostLatency = []); // [seq, ms from the event's time to its display] (the benchmark)
   const follow = api.events(id, (seq, ev) => {
     if (ev.type === 'result') {
       state.textContent = 'finished';
@@ -177,7 +177,7 @@ export async function turnPage(main, { signal, params: [id] }) {
     }
     if (state.textContent === 'queued') { state.textContent = 'running'; state.className = 'state state-running'; }
     view.add(seq, ev);
-    if (ev.time) latency.push(Date.now() - Date.parse(ev.time));
+    if (ev.time) latency.push([seq, Date.now() - Date.parse(ev.time)]);
   }, signal);
   follow.catch((e) => { if (!signal.aborted) main.append(errorBox(e)); });
 }
