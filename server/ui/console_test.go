@@ -65,8 +65,8 @@ func TestSignIn(t *testing.T) {
 		t.Errorf("a refused token was stored: %q", got)
 	}
 	eval[bool](b, `(document.getElementById('token').value = '', true)`)
-	b.do("the right token", chromedp.SendKeys(chromedp.CSS("#token"), b.f.alice),
-		chromedp.Click(chromedp.CSS("form.signin button[type=submit]")))
+	// From the keyboard: the token, then Enter.
+	b.do("the right token", chromedp.SendKeys(chromedp.CSS("#token"), b.f.alice+"\r"))
 	b.waitText("main h1", "Turns")
 	if got := eval[string](b, `sessionStorage.getItem('outpost.token') + '|' + localStorage.getItem('outpost.token') + '|' + location.href`); got != b.f.alice+"|null|"+b.f.url+"/ui/#/turns" {
 		t.Errorf("after sign-in: session|local|URL = %q", got)
