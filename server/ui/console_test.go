@@ -201,6 +201,15 @@ func TestAccessibility(t *testing.T) {
 		b.waitText("main", p.wait)
 		b.audit(p.name)
 	}
+	// From the keyboard: Enter on a page's link shows the page, and the
+	// focus moves to its heading.
+	eval[bool](b, `(document.querySelector('#nav a[href="#/turns"]').focus(), true)`)
+	before := eval[string](b, `document.getElementById('main').dataset.ready`)
+	b.do("Enter on the Turns link", chromedp.KeyEvent("\r"))
+	b.waitReady(before)
+	if got := eval[string](b, `document.activeElement.tagName + ' ' + document.activeElement.textContent`); got != "H1 Turns" {
+		t.Errorf("focus after a page change from the keyboard: %q, want the heading", got)
+	}
 }
 
 // audit runs axe-core on the page shown and fails on serious and

@@ -114,7 +114,8 @@ async function render() {
   main.dataset.ready = String(++renders);
   window.__outpostRenderMS = performance.now() - started; // read by the benchmark
   const h1 = main.querySelector('h1');
-  if (h1 && !signin && document.activeElement === document.body) h1.focus();
+  // Keyboard and screen-reader users land on the new page's heading.
+  if (h1 && !signin && !main.contains(document.activeElement)) h1.focus();
 }
 
 api.onUnauthorized(() => {
