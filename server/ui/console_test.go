@@ -296,3 +296,26 @@ func localeNum(n int64) string {
 	}
 	return s
 }
+
+// TestConversationDelete: deleting a conversation from its page asks
+// first; "Keep it" keeps it, "Delete for good" deletes it.
+func TestConversationDelete(t *testing.T) {
+	b := newTab(t)
+	res := b.f.result(t, b.f.startTurn(t, map[string]any{"prompt": "short-lived"}).ID)
+	conv := res["conversation"].(string)
+	b.signIn(b.f.alice)
+	b.waitText("main h1", "Turns")
+	b.open("#/conversations/" + conv)
+	b.do("asking to delete", chromedp.Click(chromedp.CSS("#delete")), chromedp.WaitVisible(chromedp.CSS("#delete-yes")))
+	b.do("keeping it", chromedp.Click(chromedp.CSS("#delete-no")), chromedp.WaitNotVisible(chromedp.CSS("#delete-yes")))
+	if code := b.f.api(t, b.f.alice, "GET", "/v1/conversations/"+conv, nil, nil); code != 200 {
+		t.Fatalf("after keep it: GET the conversation: %d", code)
+	}
+	before := eval[string](b, `document.getElementById('main').dataset.ready`)
+	b.do("deleting it", chromedp.Click(chromedp.CSS("#delete")), chromedp.Click(chromedp.CSS("#delete-yes")))
+	b.waitReady(before)
+	b.waitText("main h1", "Conversations")
+	if code := b.f.api(t, b.f.alice, "GET", "/v1/conversations/"+conv, nil, nil); code != 404 {
+		t.Errorf("after delete: GET the conversation: %d, want 404", code)
+	}
+}
