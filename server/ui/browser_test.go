@@ -264,6 +264,9 @@ type tab struct {
 func newTab(t testing.TB) *tab {
 	t.Helper()
 	needBrowser(t)
+	if tt, ok := t.(*testing.T); ok {
+		tt.Parallel() // tabs of one browser, on one server: independent
+	}
 	return openTab(t, shared(t))
 }
 
