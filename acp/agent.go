@@ -196,6 +196,7 @@ func (a *Agent) LoadSession(ctx context.Context, p sdk.LoadSessionRequest) (sdk.
 		for _, ev := range s.h.History(t) {
 			u.replay(ev)
 		}
+		u.finish()
 	}
 	a.add(s)
 	return sdk.LoadSessionResponse{Meta: s.meta()}, nil

@@ -45,6 +45,10 @@ func (a *Agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 	start := time.Now()
 	u := a.updater(s.id)
 	res, err := a.run(ctx, s, t, u)
+	if res != nil {
+		u.usage(ctx, a, res)
+	}
+	u.finish()
 	if res != nil && res.Conversation == s.id {
 		s.mu.Lock()
 		s.continues = true
@@ -57,7 +61,6 @@ func (a *Agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 	}
 	resp := sdk.PromptResponse{StopReason: stop}
 	if res != nil {
-		u.usage(ctx, a, res)
 		resp.Usage = turnUsage(res)
 		resp.Meta = map[string]any{MetaKey: map[string]any{"conversation": res.Conversation, "duration_ms": res.DurationMS, "secrets": res.Secrets, "egress": res.Egress}}
 	}

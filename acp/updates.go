@@ -19,7 +19,11 @@ import (
 const MaxChunk = 256 << 10
 
 // updater turns one session's normalized events into session/update
-// notifications, in order, from the engine's one event goroutine.
+// notifications, in order. The engine's event goroutine only queues them
+// (event): a sender goroutine writes them, so an editor slow to read never
+// slows the turn, nor makes it lose the agent's last lines to the
+// engine's drain bound once the agent exited. finish waits until all were
+// written.
 type updater struct {
 	a   *Agent
 	sid sdk.SessionId
@@ -28,31 +32,84 @@ type updater struct {
 	streamed map[string]bool // message and reasoning ids sent as deltas
 	text     bool            // some answer text was sent
 	stop     string          // the finished event's stop reason
-	gone     bool            // a write failed: the client is gone
+	queue    []sdk.SessionUpdate
+	closed   bool
+	wake     chan struct{}
+	done     chan struct{}
+	gone     bool // a write failed: the client is gone
 }
 
+// updater starts the sender of session id's updates; finish ends it.
 func (a *Agent) updater(id string) *updater {
-	return &updater{a: a, sid: sdk.SessionId(id), streamed: map[string]bool{}}
+	u := &updater{a: a, sid: sdk.SessionId(id), streamed: map[string]bool{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go u.sender()
+	return u
 }
 
-// event sends what ev shows the editor.
+// event queues what ev shows the editor.
 func (u *updater) event(ev harness.Event) {
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	for _, up := range u.updates(ev) {
-		u.send(up)
-	}
+	u.queue = append(u.queue, u.updates(ev)...)
+	u.mu.Unlock()
+	u.signal()
 }
 
-// replay sends one event of a loaded conversation's history.
+// replay queues one event of a loaded conversation's history.
 func (u *updater) replay(ev harness.Event) {
 	if ev.Type == harness.EventMessage && ev.Kind == harness.KindUser {
+		u.mu.Lock()
 		for _, c := range chunks(ev.Text) {
-			u.send(sdk.UpdateUserMessageText(c))
+			u.queue = append(u.queue, sdk.UpdateUserMessageText(c))
 		}
+		u.mu.Unlock()
+		u.signal()
 		return
 	}
 	u.event(ev)
+}
+
+func (u *updater) push(up sdk.SessionUpdate) {
+	u.mu.Lock()
+	u.queue = append(u.queue, up)
+	u.mu.Unlock()
+	u.signal()
+}
+
+func (u *updater) signal() {
+	select {
+	case u.wake <- struct{}{}:
+	default:
+	}
+}
+
+// finish waits until every queued update was written (or the client is
+// gone), and ends the sender.
+func (u *updater) finish() {
+	u.mu.Lock()
+	u.closed = true
+	u.mu.Unlock()
+	u.signal()
+	<-u.done
+}
+
+func (u *updater) sender() {
+	defer close(u.done)
+	for {
+		u.mu.Lock()
+		batch, closed := u.queue, u.closed
+		u.queue = nil
+		u.mu.Unlock()
+		for _, up := range batch {
+			u.send(up)
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		if closed {
+			return
+		}
+		<-u.wake
+	}
 }
 
 func (u *updater) send(up sdk.SessionUpdate) {
@@ -241,9 +298,7 @@ func (u *updater) usage(ctx context.Context, a *Agent, res *engine.Result) {
 			meta["budget"] = m.Budget
 		}
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.send(sdk.SessionUpdate{UsageUpdate: &sdk.SessionUsageUpdate{
+	u.push(sdk.SessionUpdate{UsageUpdate: &sdk.SessionUsageUpdate{
 		Used: int(t.InputTokens + t.CacheReadTokens + t.CacheWriteTokens),
 		Meta: map[string]any{MetaKey: meta},
 	}})
