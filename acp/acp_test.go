@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -44,6 +45,7 @@ func serve(t *testing.T, store conversation.Store, d acp.Settings) *conn {
 	cr, aw := io.Pipe()
 	c := acptest.New()
 	k := &conn{ClientSideConnection: sdk.NewClientSideConnection(c, cw, cr), c: c, in: cw, done: make(chan error, 1)}
+	k.SetLogger(slog.New(slog.DiscardHandler))
 	go func() { k.done <- a.Serve(context.Background(), ar, aw); aw.Close() }()
 	t.Cleanup(func() { k.close(t) })
 	return k
