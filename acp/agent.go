@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
 
@@ -62,7 +63,13 @@ type Options struct {
 	// Environ is the host environment variables resolve from (default
 	// os.Environ()).
 	Environ []string
+	// Grace is how long running turns may go on once the input ended
+	// before they are cancelled (default DefaultGrace; negative: none).
+	Grace time.Duration
 }
+
+// DefaultGrace is Options.Grace's default, as `outpost mcp`'s.
+const DefaultGrace = 30 * time.Second
 
 // DefaultMaxLine bounds an incoming message: below the SDK's own 10 MiB
 // bound, past which its reader would end the connection.
@@ -77,6 +84,7 @@ type Agent struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	ended    bool // the input ended and its grace passed: no turn begins
 	turns    sync.WaitGroup
 }
 
@@ -95,6 +103,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.MaxLine <= 0 {
 		o.MaxLine = DefaultMaxLine
+	}
+	if o.Grace == 0 {
+		o.Grace = DefaultGrace
 	}
 	if o.Defaults.Agent == "" {
 		o.Defaults.Agent = "echo"
@@ -122,26 +133,60 @@ func builtin(name string) (*harness.Harness, error) {
 	return nil, outpost.Errorf(outpost.Configuration, "agent", "unknown agent %q (known: %v)", name, presets.Names())
 }
 
-// Serve speaks ACP on in and out until in ends or ctx does. Then the
-// running turns are cancelled, and Serve returns once they ended (their
-// sandboxes released, their conversations stored). An Agent serves one
-// connection.
+// Serve speaks ACP on in and out until in ends or ctx does. When in
+// ends, every request read is still answered: running turns may go on
+// for Options.Grace, then they are cancelled (their prompts answer
+// cancelled). When ctx ends, they are cancelled at once. Serve returns
+// once the turns ended (their sandboxes released, their conversations
+// stored). An Agent serves one connection.
 func (a *Agent) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
-	w := &lineWriter{w: out}
+	g := newGuard(a.o.MaxLine, a.log)
+	w := &lineWriter{w: out, g: g}
+	g.w = w
 	pr, pw := io.Pipe()
-	g := &guard{w: w, max: a.o.MaxLine, log: a.log}
 	a.conn = sdk.NewAgentSideConnection(a, w, pr)
 	a.conn.SetLogger(a.log)
 	// The guard starts once conn is set: no handler runs before.
-	go g.run(in, pw)
+	eof := make(chan struct{})
+	go func() { g.run(in, pw); close(eof) }()
 	select {
+	case <-eof:
+		a.drain(g)
+		_ = pw.Close()
 	case <-a.conn.Done():
 	case <-ctx.Done():
-		_ = pr.CloseWithError(ctx.Err())
+		a.cancelAll()
+		_ = pw.CloseWithError(ctx.Err())
 	}
 	a.cancelAll()
 	a.turns.Wait()
 	return g.err()
+}
+
+// drain waits for the answers of the requests read before the end of
+// input: Grace for the running turns, then they are cancelled and their
+// prompts answer soon after (a bound of DrainLimit in all).
+func (a *Agent) drain(g *guard) {
+	if g.waitIdle(a.o.Grace) {
+		return
+	}
+	a.log.Info("outpost acp: input ended; cancelling the running turns", "grace", a.o.Grace)
+	a.end()
+	if !g.waitIdle(DrainLimit) {
+		a.log.Warn("outpost acp: requests left unanswered at the end of input", "requests", g.pendingCount())
+	}
+}
+
+// DrainLimit bounds the wait for the answers of cancelled turns at the
+// end of input.
+const DrainLimit = 2 * time.Minute
+
+// end cancels the running turns and every turn still to begin.
+func (a *Agent) end() {
+	a.mu.Lock()
+	a.ended = true
+	a.mu.Unlock()
+	a.cancelAll()
 }
 
 // Initialize advertises what outpost's sessions do: load and resume

@@ -21,9 +21,9 @@ type raw struct {
 	done chan error
 }
 
-func serveRaw(t *testing.T) *raw {
+func serveRaw(t *testing.T, grace time.Duration) *raw {
 	t.Helper()
-	a, err := acp.New(acp.Options{Store: conversation.NewFS(t.TempDir())})
+	a, err := acp.New(acp.Options{Store: conversation.NewFS(t.TempDir()), Grace: grace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
 // answer, and the connection goes on: the session is usable afterwards,
 // its conversation intact.
 func TestBadInput(t *testing.T) {
-	r := serveRaw(t)
+	r := serveRaw(t, 0)
 	work := t.TempDir()
 
 	r.send(t, "this is not json")
@@ -218,4 +218,40 @@ func chunked(t *testing.T, notes []map[string]json.RawMessage) int {
 		}
 	}
 	return n
+}
+
+// TestEndOfInput: requests read before the input ended are all answered:
+// a running turn within the grace period finishes (end_turn); past it, a
+// turn is cancelled and its prompt answers cancelled; then Serve returns.
+func TestEndOfInput(t *testing.T) {
+	for _, c := range []struct {
+		grace  time.Duration
+		prompt string
+		stop   string
+	}{{acp.DefaultGrace, "#slow=3", "end_turn"}, {-1, "#slow=1000", "cancelled"}} {
+		r := serveRaw(t, c.grace)
+		work := t.TempDir()
+		resp, _ := r.call(t, 1, "session/new", fmt.Sprintf(`{"cwd":%q,"mcpServers":[]}`, work))
+		var s struct {
+			SessionID string `json:"sessionId"`
+		}
+		if json.Unmarshal(resp["result"], &s) != nil {
+			t.Fatalf("session/new: %s", mustJSON(resp))
+		}
+		r.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":%q,"prompt":[{"type":"text","text":%q}]}}`, s.SessionID, c.prompt))
+		r.in.Close()
+		resp, _ = r.await(t, "2")
+		var p struct {
+			StopReason string `json:"stopReason"`
+		}
+		if json.Unmarshal(resp["result"], &p) != nil || p.StopReason != c.stop {
+			t.Errorf("grace %v: the prompt read before the end of input answered %s, want stop reason %s", c.grace, mustJSON(resp), c.stop)
+		}
+		select {
+		case <-r.done:
+		case <-time.After(time.Minute):
+			t.Fatal("Serve did not return")
+		}
+		r.done <- nil // for the cleanup
+	}
 }

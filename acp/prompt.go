@@ -40,6 +40,12 @@ func (a *Agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 		return sdk.PromptResponse{}, rpcError(err)
 	}
 	defer done()
+	a.mu.Lock()
+	ended := a.ended
+	a.mu.Unlock()
+	if ended {
+		done() // the input ended: the turn is cancelled before it begins
+	}
 	a.turns.Add(1)
 	defer a.turns.Done()
 	start := time.Now()
@@ -53,6 +59,12 @@ func (a *Agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 		s.mu.Lock()
 		s.continues = true
 		s.mu.Unlock()
+	}
+	if err != nil && ctx.Err() != nil {
+		// Cancelled (session/cancel, $/cancel_request, the end of input),
+		// whatever step the turn was at: the protocol's answer is
+		// cancelled, never an error.
+		err = &outpost.Error{Code: outpost.Cancelled, Op: "prompt", Err: err}
 	}
 	stop, err := stopReason(u.stop, err)
 	a.log.Info("outpost acp: turn", "session", s.id, "agent", s.h.Name, "sandbox", s.cfg.Sandbox, "stop", stop, "error", err, "ms", time.Since(start).Milliseconds())

@@ -565,4 +565,12 @@ func TestChosenID(t *testing.T) {
 	if n := f.provider.opens.Load(); n != opens {
 		t.Errorf("refused turns opened %d sandboxes", n-opens)
 	}
+	// Cancelled while the id is checked: cancelled, not conversation.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = engine.Run(ctx, engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hi", Workdir: f.workdir, ID: conversation.NewID()},
+		&engine.RunOptions{Provider: f.provider, Store: f.store})
+	if outpost.CodeOf(err) != outpost.Cancelled {
+		t.Errorf("a cancelled turn with an ID: %v, want cancelled", err)
+	}
 }

@@ -215,6 +215,9 @@ func (e *turnRun) chosenID(ctx context.Context) error {
 		if err == nil {
 			return refuse(outpost.Configuration, "conversation %s exists: resume it", e.t.ID)
 		}
+		if ctx.Err() != nil {
+			return ctxError(ctx, "locate", err)
+		}
 		if !errors.Is(err, conversation.ErrNotFound) {
 			return outpost.Wrap(outpost.Conversation, "locate", err)
 		}

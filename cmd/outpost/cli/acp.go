@@ -18,7 +18,7 @@ type acpFlags struct {
 	agent, sandbox, model, image, secrets, egress, checkpoint string
 	set, options, env, egressAllow                            []string
 	budget, maxTokens                                         int64
-	timeout                                                   time.Duration
+	timeout, grace                                            time.Duration
 	verbose                                                   bool
 }
 
@@ -37,8 +37,9 @@ session/update notifications, session/cancel cancels the turn, and
 session/load resumes a stored conversation in any later outpost acp,
 replaying its history. The flags are every session's settings; a session
 overrides them in its request's _meta.outpost (docs/acp.md). Logs go to
-standard error. At the end of input, running turns are cancelled and
-stored before outpost exits.`,
+standard error. At the end of input every request read is answered:
+running turns may finish for --grace, then they are cancelled, and outpost
+exits once they are stored.`,
 		Example: `  outpost acp --agent codex --sandbox docker
   outpost acp --agent claude --sandbox docker --budget 2000000 --egress gateway
   outpost --store postgres://db/outpost acp --agent echo`,
@@ -57,6 +58,7 @@ stored before outpost exits.`,
 	fl.Int64Var(&f.maxTokens, "max-tokens", 0, "each turn's token budget")
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop a turn after this long")
 	fl.StringVar(&f.checkpoint, "checkpoint", "on", "record the workspace as a git commit after every turn (on) or not (off)")
+	fl.DurationVar(&f.grace, "grace", acp.DefaultGrace, "at the end of input, how long running turns may finish before they are cancelled")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log each turn's steps on standard error")
 	keylessFlags(fl, &f.secrets, &f.egress, &f.egressAllow)
 	return c
@@ -84,7 +86,7 @@ func (a *app) acp(ctx context.Context, f acpFlags) error {
 	if f.timeout > 0 {
 		d.Timeout = f.timeout.String()
 	}
-	ag, err := acp.New(acp.Options{Defaults: d, Store: store, Spool: a.spool, Env: turn.Env, Agents: lookupAgent, Version: version(),
+	ag, err := acp.New(acp.Options{Defaults: d, Store: store, Spool: a.spool, Env: turn.Env, Agents: lookupAgent, Version: version(), Grace: f.grace,
 		Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))})
 	if err != nil {
 		return err
