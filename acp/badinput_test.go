@@ -78,7 +78,7 @@ func (r *raw) call(t *testing.T, id int, method, params string) (resp map[string
 func (r *raw) await(t *testing.T, id string) (map[string]json.RawMessage, []map[string]json.RawMessage) {
 	t.Helper()
 	var notes []map[string]json.RawMessage
-	deadline := time.After(time.Minute)
+	deadline := time.After(5 * time.Minute)
 	for {
 		select {
 		case m, ok := <-r.msgs:
@@ -94,7 +94,7 @@ func (r *raw) await(t *testing.T, id string) (map[string]json.RawMessage, []map[
 			}
 			t.Fatalf("response %s, waiting for %s", m["id"], id)
 		case <-deadline:
-			t.Fatalf("no response %s within a minute", id)
+			t.Fatalf("no response %s within 5 minutes", id)
 		}
 	}
 }

@@ -73,7 +73,7 @@ func (c *Client) Take() []sdk.SessionNotification {
 // WaitFor waits until an update satisfies ok.
 func (c *Client) WaitFor(t testing.TB, ok func(sdk.SessionUpdate) bool) {
 	t.Helper()
-	deadline := time.After(time.Minute)
+	deadline := time.After(5 * time.Minute)
 	for {
 		c.mu.Lock()
 		for _, n := range c.updates {
@@ -86,7 +86,7 @@ func (c *Client) WaitFor(t testing.TB, ok func(sdk.SessionUpdate) bool) {
 		select {
 		case <-c.changed:
 		case <-deadline:
-			t.Fatal("no such update within a minute")
+			t.Fatal("no such update within 5 minutes")
 		}
 	}
 }
