@@ -42,6 +42,11 @@ const (
 // details.limit.
 const KindLimit = "limit"
 
+// KindUser is the Kind of a message event that holds what the user said:
+// only a preset's History reports those (a turn's own events are the
+// agent's).
+const KindUser = "user"
+
 // EventTypes lists every event type.
 var EventTypes = []EventType{EventSession, EventMessage, EventReasoning, EventToolCall, EventToolResult, EventUsage, EventNotice, EventFailure, EventFinished}
 
