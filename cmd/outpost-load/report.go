@@ -52,8 +52,8 @@ type report struct {
 	GoroutinesOut float64 `json:"goroutines_after"`
 	GoroutinesRun float64 `json:"goroutines_per_running_turn"`
 	StoreOps      float64 `json:"store_ops_per_turn"`
-	EventsPerTurn float64 `json:"events_per_turn"`     // to all K watchers
-	EventsPerSec  float64 `json:"events_per_second"`   // delivered to all watchers
+	EventsPerTurn float64 `json:"events_per_turn"`    // to all K watchers
+	EventsPerSec  float64 `json:"events_per_second"`  // delivered to all watchers
 	EventsWatched int64   `json:"events_to_watchers"` // delivered in all
 }
 

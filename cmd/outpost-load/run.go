@@ -104,4 +104,3 @@ func sortedDurations(ds []time.Duration) []time.Duration {
 	slices.Sort(out)
 	return out
 }
-
