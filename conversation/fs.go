@@ -17,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/outposthq/outpost/checkpoint"
+	"github.com/outposthq/outpost/internal/storeops"
 )
 
 // convExt is the file name extension of a stored conversation.
@@ -88,9 +89,34 @@ func (s *FS) Objects() checkpoint.Objects {
 			s.objs = noObjects{errors.New("conversation: objects: store has no directory")}
 			return
 		}
-		s.objs = checkpoint.NewDir(filepath.Join(s.dir, objectsDir))
+		s.objs = countedDir{checkpoint.NewDir(filepath.Join(s.dir, objectsDir))}
 	})
 	return s.objs
+}
+
+// countedDir is the FS store's checkpoint.Dir with its operations counted
+// (internal/storeops), as the stores count theirs: checkpoint is a leaf.
+type countedDir struct{ d *checkpoint.Dir }
+
+func (c countedDir) Missing(ctx context.Context, hashes []plumbing.Hash) ([]plumbing.Hash, error) {
+	storeops.Count("filesystem-objects", "missing")
+	return c.d.Missing(ctx, hashes)
+}
+
+func (c countedDir) Read(ctx context.Context, h plumbing.Hash) (checkpoint.Object, error) {
+	storeops.Count("filesystem-objects", "read")
+	return c.d.Read(ctx, h)
+}
+
+func (c countedDir) Write(ctx context.Context, objs []checkpoint.Object) error {
+	storeops.Count("filesystem-objects", "write")
+	return c.d.Write(ctx, objs)
+}
+
+// Name implements checkpoint.Namer.
+func (c countedDir) Name(ctx context.Context, ref string, h plumbing.Hash) error {
+	storeops.Count("filesystem-objects", "name")
+	return c.d.Name(ctx, ref, h)
 }
 
 // noObjects is the object store of a store that cannot have one: every
@@ -140,6 +166,7 @@ func DefaultDir() (string, error) {
 func (s *FS) file(id string) string { return filepath.Join(s.dir, id+convExt) }
 
 func (s *FS) ready(ctx context.Context, op string) error {
+	storeops.Count("filesystem", op)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("conversation: %s: %w", op, err)
 	}

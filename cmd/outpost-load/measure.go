@@ -58,6 +58,34 @@ func readProc(pid int) (procSample, error) {
 	return p, sc.Err()
 }
 
+// labelled reads the series name of a server's /metrics by their label
+// values joined with "/" (outpost_store_operations_total{store="a",op="b"}
+// is "a/b").
+func labelled(s *server, name string) (map[string]float64, error) {
+	resp, err := s.client.Get("http://outpost/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), name+"{")
+		if !ok {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, "} ")
+		var vals []string
+		for _, kv := range strings.Split(labels, ",") {
+			_, v, _ := strings.Cut(kv, "=")
+			vals = append(vals, strings.Trim(v, `"`))
+		}
+		out[strings.Join(vals, "/")], _ = strconv.ParseFloat(strings.TrimSpace(value), 64)
+	}
+	return out, sc.Err()
+}
+
 // scrape reads the named series of a server's /metrics, each summed over
 // its labels; a series the server does not have is absent from the map.
 func scrape(s *server, names ...string) (map[string]float64, error) {
@@ -96,10 +124,11 @@ type totals struct {
 	goroutines float64
 	heap       float64
 	storeOps   float64
+	ops        map[string]float64 // by store/op
 }
 
 func sampleFleet(f *fleet) (totals, error) {
-	var t totals
+	t := totals{ops: map[string]float64{}}
 	for _, s := range f.servers {
 		if s.pid > 0 {
 			p, err := readProc(s.pid)
@@ -115,6 +144,13 @@ func sampleFleet(f *fleet) (totals, error) {
 		t.goroutines += m["go_goroutines"]
 		t.heap += m["go_memstats_heap_inuse_bytes"]
 		t.storeOps += m["outpost_store_operations_total"]
+		ops, err := labelled(s, "outpost_store_operations_total")
+		if err != nil {
+			return t, err
+		}
+		for k, v := range ops {
+			t.ops[k] += v
+		}
 	}
 	return t, nil
 }

@@ -34,27 +34,28 @@ type report struct {
 	CutStreams    int            `json:"cut_streams"` // extra watchers' streams that ended without the result
 	MaxConcurrent int            `json:"max_concurrent"`
 
-	Seconds       float64 `json:"seconds"`
-	TurnsPerSec   float64 `json:"turns_per_second"`
-	FirstP50      float64 `json:"first_event_p50_ms"`
-	FirstP99      float64 `json:"first_event_p99_ms"`
-	FirstMax      float64 `json:"first_event_max_ms"`
-	ResultP50     float64 `json:"result_p50_ms"`
-	ResultP99     float64 `json:"result_p99_ms"`
-	ResultMax     float64 `json:"result_max_ms"`
-	CPUSeconds    float64 `json:"server_cpu_seconds"`
-	CPUPerTurn    float64 `json:"server_cpu_ms_per_turn"`
-	PeakRSS       int64   `json:"server_peak_rss_bytes"`
-	RSSPerRunning int64   `json:"server_rss_per_running_turn_bytes"`
-	HeapPerRun    int64   `json:"server_heap_per_running_turn_bytes"`
-	GoroutinesIn  float64 `json:"goroutines_before"`
-	GoroutinesMax float64 `json:"goroutines_peak"`
-	GoroutinesOut float64 `json:"goroutines_after"`
-	GoroutinesRun float64 `json:"goroutines_per_running_turn"`
-	StoreOps      float64 `json:"store_ops_per_turn"`
-	EventsPerTurn float64 `json:"events_per_turn"`    // to all K watchers
-	EventsPerSec  float64 `json:"events_per_second"`  // delivered to all watchers
-	EventsWatched int64   `json:"events_to_watchers"` // delivered in all
+	Seconds       float64            `json:"seconds"`
+	TurnsPerSec   float64            `json:"turns_per_second"`
+	FirstP50      float64            `json:"first_event_p50_ms"`
+	FirstP99      float64            `json:"first_event_p99_ms"`
+	FirstMax      float64            `json:"first_event_max_ms"`
+	ResultP50     float64            `json:"result_p50_ms"`
+	ResultP99     float64            `json:"result_p99_ms"`
+	ResultMax     float64            `json:"result_max_ms"`
+	CPUSeconds    float64            `json:"server_cpu_seconds"`
+	CPUPerTurn    float64            `json:"server_cpu_ms_per_turn"`
+	PeakRSS       int64              `json:"server_peak_rss_bytes"`
+	RSSPerRunning int64              `json:"server_rss_per_running_turn_bytes"`
+	HeapPerRun    int64              `json:"server_heap_per_running_turn_bytes"`
+	GoroutinesIn  float64            `json:"goroutines_before"`
+	GoroutinesMax float64            `json:"goroutines_peak"`
+	GoroutinesOut float64            `json:"goroutines_after"`
+	GoroutinesRun float64            `json:"goroutines_per_running_turn"`
+	StoreOps      float64            `json:"store_ops_per_turn"`
+	StoreOpsBy    map[string]float64 `json:"store_ops_per_turn_by_op,omitempty"` // store/op
+	EventsPerTurn float64            `json:"events_per_turn"`                    // to all K watchers
+	EventsPerSec  float64            `json:"events_per_second"`                  // delivered to all watchers
+	EventsWatched int64              `json:"events_to_watchers"`                 // delivered in all
 }
 
 func newReport(cfg *config) *report {
@@ -120,6 +121,14 @@ func (r *report) fill(cfg *config, d *loader, stats []turnStat, elapsed time.Dur
 	r.GoroutinesIn, r.GoroutinesMax, r.GoroutinesOut = before.goroutines, pk.goroutines, after.goroutines
 	r.GoroutinesRun = max(pk.goroutines-before.goroutines, 0) / running
 	r.StoreOps = (after.storeOps - before.storeOps) / n
+	for k, v := range after.ops {
+		if d := v - before.ops[k]; d > 0 {
+			if r.StoreOpsBy == nil {
+				r.StoreOpsBy = map[string]float64{}
+			}
+			r.StoreOpsBy[k] = d / n
+		}
+	}
 	r.EventsWatched = events
 	r.EventsPerTurn = float64(events) / n
 	r.EventsPerSec = float64(events) / r.Seconds
@@ -165,7 +174,7 @@ func (r *report) table(w io.Writer) error {
 		row("server CPU", "%.2f s, %.3f ms per turn", r.CPUSeconds, r.CPUPerTurn)
 		row("server memory", "peak RSS %s; per running turn: RSS %s, heap %s", size(r.PeakRSS), size(r.RSSPerRunning), size(r.HeapPerRun))
 		row("goroutines", "%.0f before, %.0f peak, %.0f after (%.1f per running turn)", r.GoroutinesIn, r.GoroutinesMax, r.GoroutinesOut, r.GoroutinesRun)
-		row("store operations", "%.1f per turn", r.StoreOps)
+		row("store operations", "%.1f per turn: %s", r.StoreOps, perOp(r.StoreOpsBy))
 		row("events", "%.1f per turn to %d watcher(s), %.0f/s delivered", r.EventsPerTurn, r.Watchers, r.EventsPerSec)
 	}
 	if s := r.Stored; s != nil {
@@ -197,4 +206,13 @@ func size(b int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", b)
+}
+
+func perOp(m map[string]float64) string {
+	var out []string
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s %.2f", k, v))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/internal/storeops"
 )
 
 //go:embed migrations/*.sql
@@ -209,6 +210,7 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 func ready(ctx context.Context, op string) error {
+	storeops.Count("postgres", op)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("conversation: %s: %w", op, err)
 	}
