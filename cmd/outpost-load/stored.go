@@ -43,7 +43,7 @@ func storedRun(ctx context.Context, cfg *config, f *fleet) (*stored, error) {
 	}
 	defer closeStore()
 	start := time.Now()
-	ids, err := seed(ctx, st, cfg.stored)
+	ids, natives, err := seed(ctx, st, cfg.stored)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func storedRun(ctx context.Context, cfg *config, f *fleet) (*stored, error) {
 	for _, op := range []struct{ name, path string }{
 		{fmt.Sprintf("GET /v1/conversations?limit=%d", listPage), fmt.Sprintf("/v1/conversations?limit=%d", listPage)},
 		{"GET /v1/conversations/{id}", "/v1/conversations/" + newest},
-		{"GET /v1/conversations/{prefix}", "/v1/conversations/" + newest[:len(newest)-3]},
+		{"GET /v1/conversations/{native id}", "/v1/conversations/" + natives[len(natives)-1]},
 		{"GET /v1/conversations/{id}/usage", "/v1/conversations/" + newest + "/usage"},
 	} {
 		t, err := timeGet(ctx, s, op.path, tries)
@@ -84,12 +84,12 @@ func openStore(ctx context.Context, cfg *config, f *fleet) (conversation.Store, 
 }
 
 // seed puts n conversations of one small file each, oldest first, 8 at a
-// time; it returns their ids in that order.
-func seed(ctx context.Context, st conversation.Store, n int) ([]string, error) {
-	ids := make([]string, n)
+// time; it returns their ids and native ids in that order.
+func seed(ctx context.Context, st conversation.Store, n int) (ids, natives []string, err error) {
+	ids, natives = make([]string, n), make([]string, n)
 	base := time.Now().Add(-time.Duration(n) * time.Second)
 	for i := range ids {
-		ids[i] = conversation.NewID()
+		ids[i], natives[i] = conversation.NewID(), newSessionID()
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -103,7 +103,7 @@ func seed(ctx context.Context, st conversation.Store, n int) ([]string, error) {
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				native := newSessionID()
+				native := natives[i]
 				at := base.Add(time.Duration(i) * time.Second).UTC()
 				m := conversation.Meta{ID: ids[i], Agent: "echo", Native: native, Workdir: "/work", Sandbox: memProvider,
 					Created: at, Updated: at, Turns: 1, Usage: harness.Usage{InputTokens: 3, OutputTokens: 5}}
@@ -118,9 +118,9 @@ func seed(ctx context.Context, st conversation.Store, n int) ([]string, error) {
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ids, ctx.Err()
+	return ids, natives, ctx.Err()
 }
 
 // timeGet GETs path tries times, one after the other.
