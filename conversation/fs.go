@@ -113,6 +113,9 @@ func (c countedDir) Write(ctx context.Context, objs []checkpoint.Object) error {
 	return c.d.Write(ctx, objs)
 }
 
+// Path is the repository's directory (checkpoint.Dir.Path).
+func (c countedDir) Path() string { return c.d.Path() }
+
 // Name implements checkpoint.Namer.
 func (c countedDir) Name(ctx context.Context, ref string, h plumbing.Hash) error {
 	storeops.Count("filesystem-objects", "name")
