@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -70,9 +71,14 @@ type FS struct {
 
 	objsOnce sync.Once
 	objs     checkpoint.Objects
+	idx      fsIndex // ListPage's and Resolve's (fsindex.go)
 }
 
 var _ ObjectStorer = (*FS)(nil)
+
+// fileReads counts the conversation files FS has opened, for the tests
+// of what a page or a resolve reads (fsindex.go).
+var fileReads atomic.Int64
 
 // objectsDir is the bare git repository of the checkpoints' objects,
 // inside the store's directory.
@@ -365,6 +371,7 @@ func (s *FS) read(ctx context.Context, op, id string, files bool) (Meta, []File,
 
 // readFile decodes one stored conversation, whose name gives id.
 func readFile(name, id string, files bool) (Meta, []File, error) {
+	fileReads.Add(1)
 	f, err := os.Open(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Meta{}, nil, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -465,7 +472,16 @@ func (s *FS) Resolve(ctx context.Context, ref string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return resolve(ref, ids, func() ([]Meta, error) { return s.List(ctx) })
+	return resolve(ref, ids, func() ([]Meta, error) {
+		// The native ids from the index: no file is read again unless it
+		// changed since (fsindex.go).
+		ents, err := s.index(ctx, "resolve-native")
+		ms := make([]Meta, len(ents))
+		for i, e := range ents {
+			ms[i] = Meta{ID: e.key.ID, Native: e.native}
+		}
+		return ms, err
+	})
 }
 
 // Damage is a stored conversation FS.Check could not read.
