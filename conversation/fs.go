@@ -468,6 +468,15 @@ func (s *FS) Delete(ctx context.Context, id string) error {
 // package function Resolve for the rules. An exact id resolves from the
 // file name alone, even when that file is damaged (Get then reports it).
 func (s *FS) Resolve(ctx context.Context, ref string) (string, error) {
+	if ValidID(ref) {
+		// An id names its file: no need to read the directory.
+		if err := s.ready(ctx, "resolve-id"); err != nil {
+			return "", err
+		}
+		if fi, err := os.Lstat(s.file(ref)); err == nil && fi.Mode().IsRegular() {
+			return ref, nil
+		}
+	}
 	ids, err := s.ids(ctx, "resolve")
 	if err != nil {
 		return "", err

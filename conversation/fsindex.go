@@ -22,7 +22,20 @@ import (
 type fsIndex struct {
 	mu sync.Mutex
 	m  map[string]fsEntry
+	// sorted are m's entries in the order of pages (newest first) as of
+	// the last scan, which began at scanned with the directory modified
+	// at dirMod: while the directory's time stays dirMod nothing was
+	// created, renamed over or removed in it (every Put and Delete is
+	// one of those), and its entries are used without a scan once the
+	// scan began a second or more after dirMod (a change within the same
+	// tick of the file system's clock would not move it).
+	sorted          []fsEntry
+	dirMod, scanned time.Time
 }
+
+// racyWindow is how long after the directory's last change a scan must
+// begin for its time to vouch for the scan.
+const racyWindow = time.Second
 
 type fsEntry struct {
 	mod           time.Time
@@ -32,12 +45,37 @@ type fsEntry struct {
 }
 
 // index brings the index up to the directory and returns its entries
-// (id in key.ID), unordered. Unreadable conversations are left out, as
-// List leaves them out.
+// (id in key.ID) newest first; the slice is shared: read only.
+// Unreadable conversations are left out, as List leaves them out.
 func (s *FS) index(ctx context.Context, op string) ([]fsEntry, error) {
 	if err := s.ready(ctx, op); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	di, err := os.Stat(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("conversation: %s: %w", op, err)
+	}
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	if s.idx.m != nil && di.ModTime().Equal(s.idx.dirMod) && s.idx.scanned.Sub(s.idx.dirMod) >= racyWindow {
+		return s.idx.sorted, nil
+	}
+	ents, err := s.scan(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(ents, func(a, b fsEntry) int { return b.key.Compare(a.key) })
+	s.idx.sorted, s.idx.dirMod, s.idx.scanned = ents, di.ModTime(), start
+	return ents, nil
+}
+
+// scan reads the directory and the files that changed since the index
+// last saw them; s.idx.mu is held.
+func (s *FS) scan(ctx context.Context, op string) ([]fsEntry, error) {
 	d, err := os.Open(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -50,8 +88,6 @@ func (s *FS) index(ctx context.Context, op string) ([]fsEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("conversation: %s: %w", op, err)
 	}
-	s.idx.mu.Lock()
-	defer s.idx.mu.Unlock()
 	if s.idx.m == nil {
 		s.idx.m = map[string]fsEntry{}
 	}
@@ -95,6 +131,9 @@ var _ Pager = (*FS)(nil)
 // ListPage implements Pager: the index orders the conversations, and only
 // the page's files are read.
 func (s *FS) ListPage(ctx context.Context, q PageQuery) ([]Meta, string, error) {
+	if q.Limit < 1 {
+		return nil, "", fmt.Errorf("conversation: list: page limit %d: want at least 1", q.Limit)
+	}
 	var after *PageKey
 	if q.After != "" {
 		k, err := ParseCursor(q.After)
@@ -107,20 +146,28 @@ func (s *FS) ListPage(ctx context.Context, q PageQuery) ([]Meta, string, error) 
 	if err != nil {
 		return nil, "", err
 	}
-	ents = slices.DeleteFunc(ents, func(e fsEntry) bool {
-		return (q.Owner != nil && e.owner != *q.Owner) || (after != nil && e.key.Compare(*after) >= 0)
-	})
-	slices.SortFunc(ents, func(a, b fsEntry) int { return b.key.Compare(a.key) })
-	page := make([]Meta, 0, min(q.Limit, len(ents)))
-	for i, e := range ents {
+	i := 0
+	if after != nil { // the first entry older than the cursor
+		i, _ = slices.BinarySearchFunc(ents, *after, func(e fsEntry, k PageKey) int { return k.Compare(e.key) })
+		for i < len(ents) && ents[i].key.Compare(*after) >= 0 {
+			i++
+		}
+	}
+	page := make([]Meta, 0, min(q.Limit, len(ents)-i))
+	last := -1
+	for ; i < len(ents); i++ {
+		e := ents[i]
+		if q.Owner != nil && e.owner != *q.Owner {
+			continue
+		}
 		if len(page) == q.Limit {
-			return page, ents[i-1].key.Cursor(), nil
+			return page, ents[last].key.Cursor(), nil
 		}
 		m, _, err := readFile(s.file(e.key.ID), e.key.ID, false)
 		if err != nil {
 			continue // deleted or damaged since the index was read
 		}
-		page = append(page, m)
+		page, last = append(page, m), i
 	}
 	return page, "", nil
 }

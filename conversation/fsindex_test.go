@@ -5,7 +5,18 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/outposthq/outpost/internal/storeops"
 )
+
+func storeopsCount(store, op string) uint64 {
+	for _, o := range storeops.All() {
+		if o.Store == store && o.Op == op {
+			return o.N
+		}
+	}
+	return 0
+}
 
 // TestFSIndexReads: once an FS has read its conversations, a page reads
 // only the page's files, a native id resolves with no file read, and a
@@ -48,6 +59,18 @@ func TestFSIndexReads(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("resolving a native id read %d files, want none", n)
+	}
+	ids := func(f func()) uint64 {
+		before := storeopsCount("filesystem", "resolve")
+		f()
+		return storeopsCount("filesystem", "resolve") - before
+	}
+	if n := ids(func() {
+		if id, err := Resolve(ctx, s, "c01idx007"); err != nil || id != "c01idx007" {
+			t.Fatalf("Resolve: %q %v", id, err)
+		}
+	}); n != 0 {
+		t.Errorf("resolving an id read the directory %d times, want none (its file's name is enough)", n)
 	}
 	put(30)
 	if n := reads(func() { ListPage(ctx, s, PageQuery{Limit: 5}) }); n != 1+5 {
