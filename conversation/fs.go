@@ -414,11 +414,22 @@ func (s *FS) List(ctx context.Context) ([]Meta, error) {
 }
 
 // ids returns the ids of the conversation files in dir, in no order.
+// readDir is os.ReadDir without the sort by name, which a directory of
+// many conversations pays for nothing.
+func readDir(dir string) ([]fs.DirEntry, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.ReadDir(-1)
+}
+
 func (s *FS) ids(ctx context.Context, op string) ([]string, error) {
 	if err := s.ready(ctx, op); err != nil {
 		return nil, err
 	}
-	ents, err := os.ReadDir(s.dir)
+	ents, err := readDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

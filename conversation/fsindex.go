@@ -76,15 +76,10 @@ func (s *FS) index(ctx context.Context, op string) ([]fsEntry, error) {
 // scan reads the directory and the files that changed since the index
 // last saw them; s.idx.mu is held.
 func (s *FS) scan(ctx context.Context, op string) ([]fsEntry, error) {
-	d, err := os.Open(s.dir)
+	ents, err := readDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("conversation: %s: %w", op, err)
-	}
-	ents, err := d.ReadDir(-1) // unsorted, unlike os.ReadDir
-	d.Close()
 	if err != nil {
 		return nil, fmt.Errorf("conversation: %s: %w", op, err)
 	}
