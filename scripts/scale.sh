@@ -46,7 +46,7 @@ else
 	perreplica=100
 fi
 
-pgbin() { dirname "$(command -v initdb 2>/dev/null || ls -d /usr/lib/postgresql/*/bin/initdb | sort -V | tail -1)"; }
+pgbin() { dirname "$(ls -d /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -1 || command -v initdb)"; }
 asuser() { if [[ $(id -u) == 0 ]]; then runuser -u outpost-pg -- "$@"; else "$@"; fi; }
 pgctl() { asuser "$(pgbin)/pg_ctl" -D "$pgdir/data" "$@"; }
 
@@ -80,7 +80,8 @@ fi
 if [[ $which == all || $which == stored ]]; then
 	for n in "${stored[@]}"; do
 		load --label "stored filesystem" --conversations 0 --stored "$n"
-		load --label "stored postgres" --conversations 0 --stored "$n" --store "$(pg)"
+		url=$(pg)
+		load --label "stored postgres" --conversations 0 --stored "$n" --store "$url"
 	done
 fi
 if [[ $which == all || $which == watchers ]]; then
@@ -90,7 +91,8 @@ if [[ $which == all || $which == watchers ]]; then
 fi
 if [[ $which == all || $which == replicas ]]; then
 	for r in "${replicas[@]}"; do
-		load --label "replicas" --conversations $((perreplica * r)) --turns 3 --replicas "$r" --store "$(pg)"
+		url=$(pg)
+		load --label "replicas" --conversations $((perreplica * r)) --turns 3 --replicas "$r" --store "$url"
 	done
 fi
 "$bin/outpost-load" plot --out "$out" "$out/runs.jsonl"

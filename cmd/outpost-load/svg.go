@@ -120,10 +120,7 @@ func (p *lineplot) xticks() []float64 {
 }
 
 func tick(v float64) string {
-	switch {
-	case v == math.Trunc(v) && math.Abs(v) < 1e7:
-		return fmt.Sprintf("%.0f", v)
-	case math.Abs(v) >= 10:
+	if v == math.Trunc(v) {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
