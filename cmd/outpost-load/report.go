@@ -33,6 +33,7 @@ type report struct {
 	Retries       int            `json:"retries_429"`
 	CutStreams    int            `json:"cut_streams"` // extra watchers' streams that ended without the result
 	MaxConcurrent int            `json:"max_concurrent"`
+	Failures      []string       `json:"failures,omitempty"` // the first distinct errors of lost turns
 
 	Seconds       float64            `json:"seconds"`
 	TurnsPerSec   float64            `json:"turns_per_second"`
@@ -94,6 +95,9 @@ func (r *report) fill(cfg *config, d *loader, stats []turnStat, elapsed time.Dur
 			r.Duplicated++
 		default:
 			r.Lost++
+			if st.err != nil && len(r.Failures) < 5 && !slices.Contains(r.Failures, st.err.Error()) {
+				r.Failures = append(r.Failures, st.err.Error())
+			}
 		}
 		if i%cfg.turns == 0 && st.conversation != "" {
 			convs[st.conversation]++
@@ -168,6 +172,9 @@ func (r *report) table(w io.Writer) error {
 	row("when", "%s, load average %s", r.Date, r.LoadAverage)
 	if r.Turns > 0 {
 		row("turns", "%d meant, %d with one result, errors %s, lost %d, duplicated %d, 429 retries %d, cut streams %d", r.Turns, r.Results, codes(r.Errors), r.Lost, r.Duplicated, r.Retries, r.CutStreams)
+		for _, f := range r.Failures {
+			row("  lost because", "%s", f)
+		}
 		row("throughput", "%.1f turns/s over %.2f s (at most %d turns in flight)", r.TurnsPerSec, r.Seconds, r.MaxConcurrent)
 		row("submit → first event", "p50 %.1f ms, p99 %.1f ms, max %.1f ms", r.FirstP50, r.FirstP99, r.FirstMax)
 		row("submit → result", "p50 %.1f ms, p99 %.1f ms, max %.1f ms", r.ResultP50, r.ResultP99, r.ResultMax)

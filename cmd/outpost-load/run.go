@@ -57,7 +57,7 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*report, error) {
 	}
 	rep.fill(cfg, d, stats, elapsed, before, after, pk)
 	if rep.Lost > 0 || rep.Duplicated > 0 {
-		return rep, fmt.Errorf("%d turns lost, %d duplicated (the report says which)", rep.Lost, rep.Duplicated)
+		return rep, fmt.Errorf("%d turns lost, %d duplicated (the report says why)", rep.Lost, rep.Duplicated)
 	}
 	return rep, ctx.Err()
 }

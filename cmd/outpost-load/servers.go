@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -27,12 +28,46 @@ type server struct {
 	log    string
 }
 
+// dialGate bounds the harness's connections that have not had an answer
+// yet: outpost serve holds at most 128 connections on which no request
+// has passed its peer check (Options.MaxUnauthConns) and closes the
+// oldest beyond, so a burst of hundreds of new connections would lose
+// requests that were never read.
+var dialGate = make(chan struct{}, 64)
+
+// gatedConn leaves the gate at its first read (the server answered, so
+// it checked the peer) or when closed.
+type gatedConn struct {
+	net.Conn
+	once sync.Once
+}
+
+func (c *gatedConn) leave() { c.once.Do(func() { <-dialGate }) }
+
+func (c *gatedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.leave()
+	return n, err
+}
+
+func (c *gatedConn) Close() error { c.leave(); return c.Conn.Close() }
+
 func newClients(sock string) (*http.Client, *http.Client) {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			select {
+			case dialGate <- struct{}{}:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			c, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			if err != nil {
+				<-dialGate
+				return nil, err
+			}
+			return &gatedConn{Conn: c}, nil
 		},
-		MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, MaxConnsPerHost: 0,
+		MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096,
 	}
 	return &http.Client{Transport: tr, Timeout: time.Minute}, &http.Client{Transport: tr}
 }
