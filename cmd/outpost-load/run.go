@@ -45,12 +45,14 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*report, error) {
 	}
 	pk := &peaks{rss: before.rss, heap: before.heap, goroutines: before.goroutines}
 	wctx, stopWatch := context.WithCancel(ctx)
-	go pk.watch(wctx, f)
+	watched := make(chan struct{})
+	go func() { pk.watch(wctx, f); close(watched) }()
 	d := &loader{cfg: cfg, fleet: f, peaks: pk}
 	start := time.Now()
 	stats := d.run(ctx)
 	elapsed := time.Since(start)
 	stopWatch()
+	<-watched
 	after, err := sampleFleet(f)
 	if err != nil {
 		return rep, err
