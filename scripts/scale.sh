@@ -50,19 +50,25 @@ pgbin() { dirname "$(ls -d /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -
 asuser() { if [[ $(id -u) == 0 ]]; then runuser -u outpost-pg -- "$@"; else "$@"; fi; }
 pgctl() { asuser "$(pgbin)/pg_ctl" -D "$pgdir/data" "$@"; }
 
-# pg prints a URL of a new database on a private PostgreSQL server.
+# pgstart starts a private PostgreSQL server (in this shell, so that the
+# trap stops it) unless $OUTPOST_LOAD_PG names one.
+pgstart() {
+	if [[ -n ${OUTPOST_LOAD_PG:-} || -n $pgdir ]]; then
+		return
+	fi
+	pgdir=$(mktemp -d /tmp/outpost-scale-pg-XXXXXX)
+	chmod 0711 "$pgdir"
+	if [[ $(id -u) == 0 ]]; then chown outpost-pg "$pgdir"; fi
+	asuser "$(pgbin)/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 --locale=C --no-sync >/dev/null
+	asuser mkdir -m 0755 "$pgdir/sock"
+	pgctl -l "$pgdir/log" -w -o "-k $pgdir/sock -p 5499 -c listen_addresses= -c max_connections=300" start >/dev/null
+}
+
+# pg prints a URL of a new database (after pgstart).
 pg() {
 	if [[ -n ${OUTPOST_LOAD_PG:-} ]]; then
 		echo "$OUTPOST_LOAD_PG"
 		return
-	fi
-	if [[ -z $pgdir ]]; then
-		pgdir=$(mktemp -d /tmp/outpost-scale-pg-XXXXXX)
-		chmod 0711 "$pgdir"
-		[[ $(id -u) == 0 ]] && chown outpost-pg "$pgdir"
-		asuser "$(pgbin)/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 --locale=C --no-sync >/dev/null
-		asuser mkdir -m 0755 "$pgdir/sock"
-		pgctl -l "$pgdir/log" -w -o "-k $pgdir/sock -p 5499 -c listen_addresses= -c max_connections=300" start >/dev/null
 	fi
 	local db="load$RANDOM$RANDOM"
 	asuser "$(pgbin)/createdb" -h "$pgdir/sock" -p 5499 -U postgres "$db"
@@ -76,6 +82,9 @@ if [[ $which == all || $which == concurrency ]]; then
 		turns=$((n >= 300 ? 2 : (n >= 30 ? 3 : 10)))
 		load --label "concurrency" --conversations "$n" --turns "$turns"
 	done
+fi
+if [[ $which == all || $which == stored || $which == replicas ]]; then
+	pgstart
 fi
 if [[ $which == all || $which == stored ]]; then
 	for n in "${stored[@]}"; do
