@@ -571,12 +571,56 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	if r.URL.Query().Has("limit") || r.URL.Query().Has("after") {
+		s.listPage(w, r, st)
+		return
+	}
 	list, err := s.listFor(r.Context(), st)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"conversations": list})
+}
+
+// MaxPage bounds GET /v1/conversations?limit=.
+const MaxPage = 1000
+
+// listPage is GET /v1/conversations?limit=N[&after=CURSOR]: one page of
+// the conversations the peer may see, and the cursor of the next one; a
+// store that reads a page alone (conversation.Pager: PostgreSQL) reads
+// only that page.
+func (s *Server) listPage(w http.ResponseWriter, r *http.Request, st conversation.Store) {
+	q := conversation.PageQuery{Limit: 100, After: r.URL.Query().Get("after")}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPage {
+			writeErr(w, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("limit %q: want a number from 1 to %d", v, MaxPage)))
+			return
+		}
+		q.Limit = n
+	}
+	if p := principalOf(r.Context()); !p.operator {
+		if p.owner == "" { // sees nothing (principal.sees)
+			writeJSON(w, http.StatusOK, map[string]any{"conversations": []conversation.Meta{}})
+			return
+		}
+		q.Owner = &p.owner
+	}
+	page, next, err := conversation.ListPage(r.Context(), st, q)
+	switch {
+	case errors.Is(err, conversation.ErrCursor):
+		writeErr(w, fail(outpost.Configuration, ReasonBadRequest, "after: not a cursor this server gave (the next of a page)"))
+		return
+	case err != nil:
+		writeErr(w, outpost.Wrap(outpost.Conversation, "list", err))
+		return
+	}
+	body := map[string]any{"conversations": page}
+	if next != "" {
+		body["next"] = next
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // listFor lists the conversations the request's peer may see: its own,
