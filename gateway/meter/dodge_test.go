@@ -42,24 +42,34 @@ var noProxy = &http.Client{Transport: &http.Transport{Proxy: nil}}
 // it did not ask for. An agent that asks gets it.
 func TestChatWithoutUsageStopped(t *testing.T) {
 	oai := openai.Start(t, openai.Config{Usage: &openai.Usage{InputTokens: 100, OutputTokens: 10}})
-	m := meter.New(meter.Options{APIs: []string{meter.OpenAIChat}, Limits: []meter.Limiter{meter.Limit{Budget: meter.BudgetTurn, Tokens: 300}}})
-	base, tok := throughGateway(t, m, oai.Root(), gateway.Bearer)
 	const body = `{"model":"gpt-fake","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{}}`
-	var statuses []int
-	for range 6 {
-		status, got := post(t, base, "/v1/chat/completions", body, "Authorization", "Bearer "+tok)
-		statuses = append(statuses, status)
-		if status == 200 && (strings.Contains(got, `"choices":[]`) || strings.Contains(got, `"prompt_tokens"`)) {
-			t.Errorf("the agent got the usage chunk it did not ask for:\n%s", got)
+	// The agent's request asks for no usage: an empty stream_options, or
+	// none at all.
+	for _, req := range []string{body, strings.Replace(body, `,"stream_options":{}`, "", 1)} {
+		m := meter.New(meter.Options{APIs: []string{meter.OpenAIChat}, Limits: []meter.Limiter{meter.Limit{Budget: meter.BudgetTurn, Tokens: 300}}})
+		base, tok := throughGateway(t, m, oai.Root(), gateway.Bearer)
+		var statuses []int
+		for range 6 {
+			status, got := post(t, base, "/v1/chat/completions", req, "Authorization", "Bearer "+tok)
+			statuses = append(statuses, status)
+			if status == 200 && (strings.Contains(got, `"choices":[]`) || strings.Contains(got, `"prompt_tokens"`)) {
+				t.Errorf("the agent got the usage chunk it did not ask for:\n%s", got)
+			}
+			if status != 200 && !strings.Contains(got, meter.RefusalPrefix) {
+				t.Errorf("refused with %d %s, want outpost's budget refusal", status, got)
+			}
+			m.Settle(time.Minute)
 		}
-		m.Settle(time.Minute)
-	}
-	// 110 tokens a call: 110, 220, 330, then refused.
-	if want := []int{200, 200, 200, 429, 429, 429}; !slices.Equal(statuses, want) {
-		t.Errorf("statuses %v, want %v", statuses, want)
-	}
-	if got := m.Metered().Tokens(); got != 330 {
-		t.Errorf("metered %d tokens, want 330", got)
+		// 110 tokens a call: 110, 220, 330, then refused.
+		if want := []int{200, 200, 200, 429, 429, 429}; !slices.Equal(statuses, want) {
+			t.Errorf("%s: statuses %v, want %v", req, statuses, want)
+		}
+		if got := m.Metered().Tokens(); got != 330 {
+			t.Errorf("%s: metered %d tokens, want 330", req, got)
+		}
+		if x := m.Exceeded(); x == nil || x.Budget != meter.BudgetTurn || x.Spent != 330 {
+			t.Errorf("%s: exceeded %+v, want the turn budget with 330 spent", req, x)
+		}
 	}
 	for _, r := range oai.Requests() {
 		if !strings.Contains(string(r.RawBody), `"include_usage":true`) {
@@ -96,7 +106,9 @@ func TestDroppedStreamStopped(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != 200 {
-			_, _ = io.Copy(io.Discard, resp.Body)
+			if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), meter.RefusalPrefix) {
+				t.Errorf("refused with %d %s, want outpost's budget refusal", resp.StatusCode, b)
+			}
 			return resp.StatusCode
 		}
 		sc := bufio.NewScanner(resp.Body)
