@@ -397,9 +397,12 @@ func TestSlowHeaders(t *testing.T) {
 	resp.Body.Close()
 }
 
-// TestPeerCredentials: on a Unix socket only the server's own uid is
-// served; another user gets 403 even when the socket's permissions let
-// it connect.
+// TestPeerCredentials: on a Unix socket only the allowed uids are served
+// (by default the server's own); another user gets 403 even when the
+// socket's permissions let it connect. An allowed uid other than the
+// server's is a client, not the operator (issue 43): the client policy
+// refuses its secrets mode env, and the operator's turn is not found for
+// it; the server's own uid is the operator.
 func TestPeerCredentials(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "root (to run a client as another user)", "run the suite as root, as CI does")
@@ -411,7 +414,8 @@ func TestPeerCredentials(t *testing.T) {
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
 	sock := filepath.Join(dir, "s.sock")
-	srv, err := server.New(&server.Options{Workdir: t.TempDir(), Environ: []string{}})
+	const nobody, stranger = 65534, 65533
+	srv, err := server.New(&server.Options{Workdir: t.TempDir(), Environ: []string{}, AllowUIDs: []int{os.Geteuid(), nobody}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,22 +436,42 @@ func TestPeerCredentials(t *testing.T) {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	run := func(cred *syscall.Credential) string {
+	run := func(uid int, req string) (string, []byte) {
 		cmd := exec.Command(bin)
-		cmd.Env = []string{clientEnv + "=" + sock}
+		cmd.Env = []string{clientEnv + "=" + sock, clientReqEnv + "=" + req}
 		cmd.Dir = dir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if uid != os.Geteuid() {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		}
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("client: %v", err)
 		}
-		return strings.TrimSpace(string(out))
+		status, body, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+		return status, []byte(body)
 	}
-	if got := run(&syscall.Credential{Uid: 65534, Gid: 65534}); got != "403" {
-		t.Errorf("another user (nobody): %s, want 403", got)
+	if got, _ := run(stranger, "GET /v1/agents"); got != "403" {
+		t.Errorf("a user not allowed: %s, want 403", got)
 	}
-	if got := run(nil); got != "200" {
+	if got, _ := run(os.Geteuid(), "GET /v1/agents"); got != "200" {
 		t.Errorf("the same user: %s, want 200", got)
+	}
+	envTurn := `POST /v1/turns {"prompt":"hi","secrets":"env"}`
+	if got, b := run(nobody, envTurn); got != "403" {
+		t.Errorf("an allowed client uid asking for secrets env: %s %s, want 403", got, b)
+	} else if c, r := reasonOf(t, b); c != "refused" || r != server.ReasonPolicy {
+		t.Errorf("an allowed client uid asking for secrets env: %s %s, want refused policy", c, r)
+	}
+	got, b := run(os.Geteuid(), envTurn)
+	var turn struct{ ID string }
+	if err := json.Unmarshal(b, &turn); got != "202" || err != nil || turn.ID == "" {
+		t.Fatalf("the operator's secrets env turn: %s %s, want 202", got, b)
+	}
+	if got, b := run(nobody, "GET /v1/turns/"+turn.ID); got != "404" {
+		t.Errorf("an allowed client uid reading the operator's turn: %s %s, want 404", got, b)
+	}
+	if got, b := run(os.Geteuid(), "GET /v1/turns/"+turn.ID); got != "200" {
+		t.Errorf("the operator reading its turn: %s %s", got, b)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/internal/conncap"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/turnstore"
@@ -184,7 +185,7 @@ type Server struct {
 	draining  bool
 	convInUse map[string]int // conversations that live turns continue
 	servers   []*http.Server
-	guard     *connGuard         // Serve's unauthenticated connections
+	guard     *conncap.Cap       // Serve's unauthenticated connections
 	streams   int                // open event streams
 	races     map[*race]struct{} // running races (race.go)
 
@@ -428,7 +429,7 @@ func (s *Server) Serve(ln net.Listener, hs *http.Server) error {
 	}
 	g := s.guard
 	s.mu.Unlock()
-	err := hs.Serve(guardListener{Listener: ln, g: g})
+	err := hs.Serve(g.Listen(ln))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
