@@ -3,6 +3,7 @@ package acp_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,10 +24,23 @@ func maybeRunAgent() {
 		return
 	}
 	a := &scripted{dir: filepath.Join(os.Getenv("HOME"), ".acpt"), resume: os.Getenv("OUTPOST_ACP_TEST_RESUME") == "1"}
-	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, os.Stdin)
+	// The connection reads nothing before it is assigned: the SDK starts
+	// its reader inside NewAgentSideConnection and sets its own conn field
+	// after, so a message read at once would race with both.
+	ready := make(chan struct{})
+	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, gated{ready, os.Stdin})
+	close(ready)
 	<-a.conn.Done()
 	os.Exit(0)
 }
+
+// gated reads r once ready is closed.
+type gated struct {
+	ready chan struct{}
+	r     io.Reader
+}
+
+func (g gated) Read(p []byte) (int, error) { <-g.ready; return g.r.Read(p) }
 
 // scripted is an ACP agent whose prompts choose what it does by a marker:
 // SLOW (works until cancelled), TOOL (a shell call that asks permission),

@@ -102,6 +102,9 @@ func run(t *testing.T, h *harness.Harness, turn engine.Turn, mod func(*engine.Ru
 	out := &turnOut{}
 	o := &engine.RunOptions{Provider: e.prov, Store: e.store, Environ: []string{"PATH=" + os.Getenv("PATH")}, Grace: 5 * time.Second}
 	o.OnEvent = func(ev harness.Event) { out.mu.Lock(); out.events = append(out.events, ev); out.mu.Unlock() }
+	var stderr strings.Builder
+	var stderrMu sync.Mutex
+	o.Stderr = writerFunc(func(p []byte) (int, error) { stderrMu.Lock(); defer stderrMu.Unlock(); return stderr.Write(p) })
 	if mod != nil {
 		mod(o, out)
 	}
@@ -111,7 +114,9 @@ func run(t *testing.T, h *harness.Harness, turn engine.Turn, mod func(*engine.Ru
 	}
 	out.res, out.err = engine.Run(ctx, turn, o)
 	if t.Failed() || out.err != nil {
-		t.Logf("events: %+v", out.events)
+		stderrMu.Lock()
+		t.Logf("events: %s\nstderr:\n%s", summary(out.events), stderr.String())
+		stderrMu.Unlock()
 	}
 	return out
 }
@@ -239,4 +244,26 @@ func TestEngineFailures(t *testing.T) {
 	if bad.err != nil || bad.res.Text != "echo: BADLINE (turn 1)" || len(bad.of(harness.EventNotice, "decode_error")) != 1 {
 		t.Errorf("a line that is not JSON-RPC: %v %+v", bad.err, bad.res)
 	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func summary(evs []harness.Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		b.WriteString(string(ev.Type))
+		if ev.Kind != "" {
+			b.WriteString("/" + ev.Kind)
+		}
+		if t := ev.Text; t != "" {
+			if len(t) > 100 {
+				t = t[:100] + "…"
+			}
+			b.WriteString(" " + t)
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
 }
