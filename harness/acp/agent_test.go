@@ -148,7 +148,7 @@ func (a *scripted) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptR
 	case strings.Contains(text, "TOOL"):
 		return a.tool(ctx, id)
 	case strings.Contains(text, "HUGE"):
-		a.say(ctx, id, sdk.UpdateAgentMessageText(strings.Repeat("x", 4<<20)))
+		a.say(ctx, id, sdk.UpdateAgentMessageText(strings.Repeat("x", 1<<20)))
 	case strings.Contains(text, "BADLINE"):
 		os.Stdout.WriteString("this is not JSON-RPC\n{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}\n")
 	case strings.Contains(text, "PLAN"):

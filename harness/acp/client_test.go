@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	sdk "github.com/coder/acp-go-sdk"
+
 	"github.com/outposthq/outpost/harness"
 )
 
@@ -165,4 +167,23 @@ func TestOptions(t *testing.T) {
 func mustString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestProtocolUsage: the usage shapes agents send, read by totalTokens.
+func TestProtocolUsage(t *testing.T) {
+	n := func(v int) *int { return &v }
+	for _, c := range []struct {
+		name string
+		u    sdk.Usage
+		want harness.Usage
+	}{
+		{"apart (OpenCode)", sdk.Usage{InputTokens: 80, OutputTokens: 7, ThoughtTokens: n(3), CachedReadTokens: n(20), TotalTokens: 110}, harness.Usage{InputTokens: 80, OutputTokens: 10, CacheReadTokens: 20, Complete: true}},
+		{"input holds the cache", sdk.Usage{InputTokens: 100, OutputTokens: 7, CachedReadTokens: n(20), TotalTokens: 107}, harness.Usage{InputTokens: 80, OutputTokens: 7, CacheReadTokens: 20, Complete: true}},
+		{"no cache count", sdk.Usage{InputTokens: 100, OutputTokens: 7, TotalTokens: 107}, harness.Usage{InputTokens: 100, OutputTokens: 7}},
+		{"does not add up", sdk.Usage{InputTokens: 1, OutputTokens: 1, CachedReadTokens: n(1), TotalTokens: 99}, harness.Usage{InputTokens: 1, OutputTokens: 1, CacheReadTokens: 1}},
+	} {
+		if got := protocolUsage(&c.u); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
 }

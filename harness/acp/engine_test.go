@@ -237,7 +237,7 @@ func TestEngineFailures(t *testing.T) {
 		t.Errorf("agent exits mid-prompt: %v, want process", x.err)
 	}
 	big := run(t, h, engine.Turn{Prompt: "HUGE"}, nil)
-	if big.err != nil || len(big.of(harness.EventMessage, "")) < 2 || len(big.of(harness.EventMessage, "")[0].Text) != 4<<20 {
+	if big.err != nil || len(big.of(harness.EventMessage, "")) < 2 || len(big.of(harness.EventMessage, "")[0].Text) != 1<<20 {
 		t.Errorf("huge notification: %v", big.err)
 	}
 	bad := run(t, h, engine.Turn{Prompt: "BADLINE"}, nil)

@@ -172,27 +172,12 @@ func planNotice(entries []sdk.PlanEntry) harness.Event {
 	return harness.Event{Type: harness.EventNotice, Kind: "plan", Text: strings.TrimSpace(b.String()), Details: map[string]any{"entries": list}}
 }
 
-// promptUsage is a prompt's token usage: the protocol's usage (input
-// including cache reads, as ACP's totalTokens counts them), or Gemini
+// promptUsage is a prompt's token usage: the protocol's usage, or Gemini
 // CLI's _meta.quota.token_count, which has no cache or thought counts
 // (incomplete).
 func promptUsage(r sdk.PromptResponse, raw json.RawMessage) (harness.Usage, bool) {
 	if u := r.Usage; u != nil {
-		out := harness.Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens), Complete: u.CachedReadTokens != nil}
-		if u.CachedReadTokens != nil {
-			out.CacheReadTokens = int64(*u.CachedReadTokens)
-			out.InputTokens -= out.CacheReadTokens
-			if out.InputTokens < 0 {
-				out.InputTokens = 0
-			}
-		}
-		if u.CachedWriteTokens != nil {
-			out.CacheWriteTokens = int64(*u.CachedWriteTokens)
-		}
-		if u.ThoughtTokens != nil && int64(u.TotalTokens) >= int64(u.InputTokens+u.OutputTokens+*u.ThoughtTokens) {
-			out.OutputTokens += int64(*u.ThoughtTokens) // thoughts counted apart from output
-		}
-		return out, true
+		return protocolUsage(u), true
 	}
 	var m struct {
 		Meta struct {
@@ -268,3 +253,36 @@ func NewDecoder() func(line []byte) []harness.Event {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// protocolUsage converts ACP's usage. The protocol does not say whether
+// inputTokens holds the cache reads and outputTokens the thoughts;
+// totalTokens ("the sum of all token types") tells: when it is the sum of
+// every counter (OpenCode 1.18.33, measured), they are apart and are
+// added here as outpost counts them (output includes reasoning); when it
+// is input + output (+ thoughts), the input includes the cache reads,
+// which are subtracted. Without a cache-read count the usage is
+// incomplete.
+func protocolUsage(u *sdk.Usage) harness.Usage {
+	val := func(p *int) int64 {
+		if p == nil {
+			return 0
+		}
+		return int64(*p)
+	}
+	in, out, total := int64(u.InputTokens), int64(u.OutputTokens), int64(u.TotalTokens)
+	cr, cw, th := val(u.CachedReadTokens), val(u.CachedWriteTokens), val(u.ThoughtTokens)
+	res := harness.Usage{InputTokens: in, OutputTokens: out, CacheReadTokens: cr, CacheWriteTokens: cw, Complete: u.CachedReadTokens != nil}
+	switch total {
+	case in + out + th + cr + cw:
+		res.OutputTokens += th
+	case in + out + th:
+		res.OutputTokens += th
+		res.InputTokens = max(0, in-cr-cw)
+	case in + out:
+		res.InputTokens = max(0, in-cr-cw)
+	default:
+		res.OutputTokens += th
+		res.Complete = false // the counters do not add up: say so
+	}
+	return res
+}
