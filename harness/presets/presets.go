@@ -54,6 +54,7 @@ var builtin = []struct {
 	{"copilot", copilot.Harness},
 	{"echo", echo.Harness},
 	{"gemini", gemini.Harness},
+	{"gemini-acp", gemini.ACP},
 	{"opencode", declarative.OpenCode},
 	{"qwen", declarative.Qwen},
 }

@@ -129,7 +129,11 @@ func (e *geminiEnv) logFake() {
 
 func runGemini(t *testing.T, turn engine.Turn, o *engine.RunOptions) geminiTurn {
 	t.Helper()
-	turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: gemini.Harness(), Model: turn.Agent.Model}
+	h := turn.Agent.Harness
+	if h == nil {
+		h = gemini.Harness()
+	}
+	turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: h, Model: turn.Agent.Model}
 	if turn.Workdir == "" {
 		turn.Workdir = t.TempDir()
 	}

@@ -1,0 +1,86 @@
+package presets
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/engine"
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/acp"
+	"github.com/outposthq/outpost/harness/gemini"
+	fakegemini "github.com/outposthq/outpost/internal/fakeapi/gemini"
+)
+
+// TestGeminiACP: Gemini CLI in its ACP mode (gemini-acp) against the fake
+// Gemini API on the local provider: a shell call and text; the same
+// conversation resumed on a fresh sandbox through session/load (its
+// history reaches the model, the replay is not reported as the turn's);
+// a 429 the CLI gives up on is quota although the agent keeps running;
+// and with permissions=read the shell call is refused.
+func TestGeminiACP(t *testing.T) {
+	t.Parallel()
+	e := newGeminiEnv(t, "")
+	agent := func() harness.Agent { return harness.Agent{Harness: gemini.ACP(), Model: geminiModel} }
+	first := e.run(engine.Turn{Prompt: "run it FAKE_TOOL", Agent: agent()})
+	if first.err != nil {
+		t.Fatalf("first turn: %v", first.err)
+	}
+	calls, results := first.of(harness.EventToolCall), first.of(harness.EventToolResult)
+	if len(calls) != 1 || calls[0].Tool.Name != "execute" || len(results) != 1 || results[0].Tool.ID != calls[0].Tool.ID || results[0].Tool.Error {
+		t.Errorf("tool events %+v %+v", calls, results)
+	}
+	if !strings.HasPrefix(first.res.Text, "Tool output was:") || !strings.Contains(first.res.Text, "tool-ran") {
+		t.Errorf("text %q", first.res.Text)
+	}
+	// Gemini CLI's ACP usage (_meta.quota) has input with the cache reads
+	// and output without the thoughts: incomplete, unlike its JSONL's.
+	if n := len(e.fake.Turns()); n != 2 || first.res.Usage.InputTokens != 2400 || first.res.Usage.OutputTokens != 18 || first.res.Usage.Complete {
+		t.Errorf("%d model calls, usage %+v", n, first.res.Usage)
+	}
+
+	t.Run("ResumeOnAFreshSandbox", func(t *testing.T) {
+		e.fresh()
+		e.fake.Reset()
+		tr := e.run(engine.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation, Agent: agent()})
+		if tr.err != nil {
+			t.Fatalf("resumed turn: %v", tr.err)
+		}
+		if tr.res.Session != first.res.Session || !strings.HasSuffix(tr.res.Text, "last_user=again FAKE_ECHO") {
+			t.Errorf("resumed turn %+v", tr.res)
+		}
+		if reqs := e.fake.Turns(); len(reqs) != 1 || reqs[0].NumContents < 5 {
+			t.Errorf("the history did not reach the model: %+v", reqs)
+		}
+	})
+
+	t.Run("429IsQuota", func(t *testing.T) {
+		e.fake.Reset()
+		tr := e.run(engine.Turn{Prompt: "x FAKE_QUOTA", Agent: agent()})
+		if outpost.CodeOf(tr.err) != outpost.Quota {
+			t.Errorf("err %v, want quota", tr.err)
+		}
+	})
+
+	t.Run("RefusedPermission", func(t *testing.T) {
+		// echo runs unasked in Gemini CLI's default mode; touch is asked.
+		e.fake.Reset()
+		e.fake.Enqueue(fakegemini.Shell("touch made-by-tool"), fakegemini.Text("done"))
+		dir := t.TempDir()
+		tr := e.run(engine.Turn{Prompt: "make a file", Workdir: dir, Agent: agent(), Options: map[string]string{acp.OptionPermissions: "read,search"}})
+		if tr.err != nil {
+			t.Fatalf("refused turn: %v", tr.err)
+		}
+		denied := 0
+		for _, ev := range tr.events {
+			if ev.Kind == "permission_denied" {
+				denied++
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, "made-by-tool")); err == nil || denied != 1 {
+			t.Errorf("the refused tool ran (or %d refusals): %s", denied, eventSummary(tr.events))
+		}
+	})
+}
