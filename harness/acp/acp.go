@@ -57,6 +57,11 @@ type Config struct {
 	// Reserved are flags refused in pass-through arguments, beside Args,
 	// ModelArgs and AllowArgs.
 	Reserved []string
+	// Resume, when set, readies a continued session in the sandbox: files
+	// written into the home and commands run before the agent starts
+	// (harness.Command's Files and Prepare), as a preset file's
+	// resume_files and resume_prepare.
+	Resume func(in harness.Input) ([]harness.File, []harness.Command, error)
 }
 
 // Preset returns the ACP mode of the CLI that base runs: base lends its
@@ -72,7 +77,6 @@ func Preset(base *harness.Harness, c Config) *harness.Harness {
 	}
 	live := func(in harness.Input) (harness.Live, error) { return newClient(c, in) }
 	h.Name = c.Name
-	h.Version = ""
 	h.LiveInput = live
 	h.LiveOnly = true
 	h.Request = func(in harness.Input) (harness.Command, error) {
@@ -225,5 +229,13 @@ func (c Config) command(in harness.Input, s settings) (harness.Command, error) {
 		return harness.Command{}, err
 	}
 	args = append(args, in.ExtraArgs...)
-	return harness.Command{Path: c.Program, Args: args, Env: maps.Clone(c.Env), KeepStdin: true}, nil
+	cmd := harness.Command{Path: c.Program, Args: args, Env: maps.Clone(c.Env), KeepStdin: true}
+	if in.Conversation != "" && c.Resume != nil {
+		files, prepare, err := c.Resume(in)
+		if err != nil {
+			return harness.Command{}, err
+		}
+		cmd.Files, cmd.Prepare = files, prepare
+	}
+	return cmd, nil
 }

@@ -56,6 +56,7 @@ var builtin = []struct {
 	{"gemini", gemini.Harness},
 	{"gemini-acp", gemini.ACP},
 	{"opencode", declarative.OpenCode},
+	{"opencode-acp", declarative.OpenCodeACP},
 	{"qwen", declarative.Qwen},
 }
 

@@ -10,8 +10,11 @@ import (
 	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/acp"
+	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/harness/gemini"
 	fakegemini "github.com/outposthq/outpost/internal/fakeapi/gemini"
+	"github.com/outposthq/outpost/internal/fakeapi/openai"
+	"github.com/outposthq/outpost/internal/testenv"
 )
 
 // TestGeminiACP: Gemini CLI in its ACP mode (gemini-acp) against the fake
@@ -81,6 +84,45 @@ func TestGeminiACP(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(dir, "made-by-tool")); err == nil || denied != 1 {
 			t.Errorf("the refused tool ran (or %d refusals): %s", denied, eventSummary(tr.events))
+		}
+	})
+}
+
+// TestOpenCodeACP: `opencode acp` (opencode-acp) against the fake Chat
+// Completions API: a bash call and text on the local provider, with the
+// usage ACP's prompt response carries (OpenCode counts cache reads and
+// reasoning apart, which the preset adds up as outpost counts them); the
+// conversation resumed in a docker sandbox through session/resume (the
+// database travels, the resume step points it at the new working
+// directory); a 429 on every request is quota.
+func TestOpenCodeACP(t *testing.T) {
+	t.Parallel()
+	bin := testenv.RequireCLI(t, "opencode")
+	e := newOAIEnv(t, declarative.OpenCodeACP(), filepath.Dir(bin), openai.Config{})
+	first := e.run("local", engine.Turn{Prompt: "FAKE_TOOL list the files"})
+	e.mustSucceed(first)
+	checkShellTool(t, first, "execute")
+	if !strings.HasPrefix(first.res.Text, "Tool output was: ") || !strings.HasPrefix(first.res.Session, "ses_") {
+		t.Errorf("result %+v", first.res)
+	}
+	u := openai.DefaultUsage
+	per := harness.Usage{InputTokens: int64(u.InputTokens - u.CachedTokens), OutputTokens: int64(u.OutputTokens), CacheReadTokens: int64(u.CachedTokens), Complete: true}
+	if got := first.res.Usage; got.InputTokens%per.InputTokens != 0 || got.OutputTokens == 0 || !got.Complete {
+		t.Errorf("usage %+v, want multiples of %+v", got, per)
+	}
+
+	t.Run("ResumeOnDocker", func(t *testing.T) {
+		again := e.run("docker", engine.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
+		e.mustSucceed(again)
+		if !strings.HasPrefix(again.res.Text, "ECHO nmsg=") || again.res.Session != first.res.Session || again.res.Sandbox != "docker" {
+			t.Errorf("resume: %+v", again.res)
+		}
+	})
+
+	t.Run("429IsQuota", func(t *testing.T) {
+		o := e.run("local", engine.Turn{Prompt: "FAKE_429 say hi"})
+		if outpost.CodeOf(o.err) != outpost.Quota {
+			t.Errorf("error %v, want quota; events %s", o.err, eventSummary(o.events))
 		}
 	})
 }
