@@ -34,12 +34,13 @@ type client struct {
 	steering  bool // a session/cancel for steer=interrupt is out
 	done      bool
 
-	turn  int // prompts sent, for event ids
-	msgs  int // message and thought blocks of this prompt
-	last  string
-	text  strings.Builder // the answer since the last tool call
-	tools map[string]toolInfo
-	usage *harness.Usage // the sum of the prompts' usage
+	turn      int // prompts sent, for event ids
+	msgs      int // message and thought blocks of this prompt
+	last      string
+	text      strings.Builder // the answer since the last tool call
+	tools     map[string]toolInfo
+	usage     *harness.Usage // the sum of the prompts' usage
+	callUsage *harness.Usage // this prompt's model calls' _meta.usage
 }
 
 type toolInfo struct {
@@ -309,6 +310,7 @@ func (l *client) initialized(raw json.RawMessage, w io.Writer) []harness.Event {
 func (l *client) prompt(w io.Writer, text string) []harness.Event {
 	l.turn++
 	l.msgs = 0
+	l.callUsage = nil
 	l.last = ""
 	l.text.Reset()
 	id, err := l.request(w, sdk.AgentMethodSessionPrompt, sdk.PromptRequest{
@@ -326,7 +328,7 @@ func (l *client) prompt(w io.Writer, text string) []harness.Event {
 // next queued prompt.
 func (l *client) stopped(r sdk.PromptResponse, raw json.RawMessage, w io.Writer) []harness.Event {
 	var evs []harness.Event
-	if u, ok := promptUsage(r, raw); ok {
+	if u, ok := l.promptUsage(r, raw); ok {
 		total := u
 		if l.usage != nil {
 			total = l.usage.Add(u)

@@ -187,3 +187,17 @@ func TestProtocolUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestMetaUsage: Qwen Code's per-call usage in an empty chunk's
+// _meta.usage is the prompt's usage when its response has none.
+func TestMetaUsage(t *testing.T) {
+	x := newExchange(t, harness.Input{Prompt: "hi"})
+	x.open()
+	for range 2 {
+		x.agent(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":""},"_meta":{"usage":{"inputTokens":100,"outputTokens":10,"totalTokens":110,"thoughtTokens":3,"cachedReadTokens":20}}}}}`)
+	}
+	evs := x.agent(`{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}`)
+	if fin := evs[len(evs)-1]; fin.Usage == nil || *fin.Usage != (harness.Usage{InputTokens: 160, OutputTokens: 20, CacheReadTokens: 40, Complete: true}) {
+		t.Errorf("events %+v", evs)
+	}
+}

@@ -41,6 +41,7 @@ func (l *client) update(params json.RawMessage) []harness.Event {
 	}
 	switch {
 	case u.AgentMessageChunk != nil:
+		l.metaUsage(u.AgentMessageChunk.Meta)
 		return l.chunk(harness.EventMessage, u.AgentMessageChunk.Content, u.AgentMessageChunk.MessageId)
 	case u.AgentThoughtChunk != nil:
 		return l.chunk(harness.EventReasoning, u.AgentThoughtChunk.Content, u.AgentThoughtChunk.MessageId)
@@ -172,12 +173,16 @@ func planNotice(entries []sdk.PlanEntry) harness.Event {
 	return harness.Event{Type: harness.EventNotice, Kind: "plan", Text: strings.TrimSpace(b.String()), Details: map[string]any{"entries": list}}
 }
 
-// promptUsage is a prompt's token usage: the protocol's usage, or Gemini
-// CLI's _meta.quota.token_count, which has no cache or thought counts
+// promptUsage is a prompt's token usage: the protocol's usage, the sum
+// of the model calls' _meta.usage (metaUsage), or Gemini CLI's
+// _meta.quota.token_count, which has no cache or thought counts
 // (incomplete).
-func promptUsage(r sdk.PromptResponse, raw json.RawMessage) (harness.Usage, bool) {
+func (l *client) promptUsage(r sdk.PromptResponse, raw json.RawMessage) (harness.Usage, bool) {
 	if u := r.Usage; u != nil {
 		return protocolUsage(u), true
+	}
+	if l.callUsage != nil {
+		return *l.callUsage, true
 	}
 	var m struct {
 		Meta struct {
@@ -285,4 +290,28 @@ func protocolUsage(u *sdk.Usage) harness.Usage {
 		res.Complete = false // the counters do not add up: say so
 	}
 	return res
+}
+
+// metaUsage adds a model call's usage that an agent puts in a chunk's
+// _meta.usage (Qwen Code 0.24.4: an empty agent_message_chunk after each
+// model call, in ACP's usage shape), for a prompt whose response has
+// none.
+func (l *client) metaUsage(meta map[string]any) {
+	raw, ok := meta["usage"]
+	if !ok {
+		return
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return
+	}
+	var u sdk.Usage
+	if json.Unmarshal(b, &u) != nil || u.TotalTokens == 0 {
+		return
+	}
+	got := protocolUsage(&u)
+	if l.callUsage != nil {
+		got = l.callUsage.Add(got)
+	}
+	l.callUsage = &got
 }

@@ -54,3 +54,11 @@ var opencodeACPJSON []byte
 // is the configuration's (OPENAI_MODEL): `opencode acp` takes none on its
 // command line.
 func OpenCodeACP() *harness.Harness { return builtin("opencode-acp.json", opencodeACPJSON) }
+
+//go:embed qwen-acp.json
+var qwenACPJSON []byte
+
+// QwenACP returns Qwen Code in its Agent Client Protocol mode
+// (docs/presets/acp.md): `qwen --acp --auth-type openai`, with the Qwen
+// preset's credentials, settings, storage and resume file.
+func QwenACP() *harness.Harness { return builtin("qwen-acp.json", qwenACPJSON) }

@@ -58,6 +58,7 @@ var builtin = []struct {
 	{"opencode", declarative.OpenCode},
 	{"opencode-acp", declarative.OpenCodeACP},
 	{"qwen", declarative.Qwen},
+	{"qwen-acp", declarative.QwenACP},
 }
 
 // builtins enters the built-in presets into the registry the first time

@@ -38,6 +38,11 @@ func TestGeminiACP(t *testing.T) {
 	if !strings.HasPrefix(first.res.Text, "Tool output was:") || !strings.Contains(first.res.Text, "tool-ran") {
 		t.Errorf("text %q", first.res.Text)
 	}
+	for _, ev := range first.events {
+		if ev.Kind == "permission" || ev.Kind == "permission_denied" {
+			t.Errorf("with --approval-mode yolo the agent asked: %+v", ev)
+		}
+	}
 	// Gemini CLI's ACP usage (_meta.quota) has input with the cache reads
 	// and output without the thoughts: incomplete, unlike its JSONL's.
 	if n := len(e.fake.Turns()); n != 2 || first.res.Usage.InputTokens != 2400 || first.res.Usage.OutputTokens != 18 || first.res.Usage.Complete {
@@ -125,4 +130,28 @@ func TestOpenCodeACP(t *testing.T) {
 			t.Errorf("error %v, want quota; events %s", o.err, eventSummary(o.events))
 		}
 	})
+}
+
+// TestQwenACP: `qwen --acp` (qwen-acp) against the fake Chat Completions
+// API on the local provider: a shell call and text, with the usage Qwen
+// Code puts in each model call's _meta.usage (the fake's counts per
+// call, cache reads split out); then the conversation resumed
+// (session/resume) on a fresh sandbox.
+func TestQwenACP(t *testing.T) {
+	t.Parallel()
+	bin := testenv.RequireCLI(t, "qwen")
+	e := newOAIEnv(t, declarative.QwenACP(), strings.TrimSuffix(bin, "/qwen"), openai.Config{})
+	first := e.run("local", engine.Turn{Prompt: "FAKE_TOOL list the files"})
+	e.mustSucceed(first)
+	checkShellTool(t, first, "execute")
+	u := openai.DefaultUsage
+	call := harness.Usage{InputTokens: int64(u.InputTokens - u.CachedTokens), OutputTokens: int64(u.OutputTokens), CacheReadTokens: int64(u.CachedTokens), Complete: true}
+	if got := first.res.Usage; got != times(call, 2) {
+		t.Errorf("usage %+v, want %+v", got, times(call, 2))
+	}
+	again := e.run("local", engine.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
+	e.mustSucceed(again)
+	if again.res.Session != first.res.Session || !strings.Contains(again.res.Text, "ECHO") {
+		t.Errorf("resume: %+v", again.res)
+	}
 }
