@@ -44,8 +44,9 @@ type client struct {
 }
 
 type toolInfo struct {
-	kind, title string
-	done        bool
+	kind, title  string
+	input        any
+	called, done bool // its call, its result reported
 }
 
 func newClient(c Config, in harness.Input) (*client, error) {

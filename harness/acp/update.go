@@ -47,14 +47,14 @@ func (l *client) update(params json.RawMessage) []harness.Event {
 		return l.chunk(harness.EventReasoning, u.AgentThoughtChunk.Content, u.AgentThoughtChunk.MessageId)
 	case u.ToolCall != nil:
 		t := u.ToolCall
-		return l.toolCall(string(t.ToolCallId), string(t.Kind), t.Title, t.RawInput, t.Locations, string(t.Status), t.Content, t.RawOutput)
+		return l.toolCall(string(t.ToolCallId), string(t.Kind), t.Title, t.RawInput, string(t.Status), t.Content, t.RawOutput)
 	case u.ToolCallUpdate != nil:
 		t := u.ToolCallUpdate
 		var status string
 		if t.Status != nil {
 			status = string(*t.Status)
 		}
-		return l.toolUpdate(string(t.ToolCallId), status, t.Content, t.RawOutput)
+		return l.toolUpdate(string(t.ToolCallId), (*string)(t.Kind), t.Title, t.RawInput, status, t.Content, t.RawOutput)
 	case u.Plan != nil:
 		return []harness.Event{planNotice(u.Plan.Entries)}
 	case u.UsageUpdate != nil:
@@ -104,45 +104,65 @@ func blockText(c sdk.ContentBlock) string {
 	return ""
 }
 
-func (l *client) toolCall(id, kind, title string, rawInput any, locs []sdk.ToolCallLocation, status string, content []sdk.ToolCallContent, rawOutput any) []harness.Event {
+// toolCall records a tool call; toolUpdate reports it once it runs.
+func (l *client) toolCall(id, kind, title string, rawInput any, status string, content []sdk.ToolCallContent, rawOutput any) []harness.Event {
 	if id == "" {
 		return nil
 	}
-	l.text.Reset() // the answer is the text after the last tool call
-	l.last = ""
 	if kind == "" {
 		kind = "other"
 	}
-	in := map[string]any{"title": title}
-	if rawInput != nil {
-		in["input"] = rawInput
-	}
-	if len(locs) > 0 {
-		in["locations"] = locs
-	}
-	l.tools[id] = toolInfo{kind: kind, title: title}
-	b, _ := json.Marshal(in)
-	evs := []harness.Event{{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: kind, Input: b}, Details: map[string]any{"title": title}}}
-	return append(evs, l.toolUpdate(id, status, content, rawOutput)...)
+	l.tools[id] = toolInfo{kind: kind, title: title, input: rawInput}
+	return l.toolUpdate(id, nil, nil, rawInput, status, content, rawOutput)
 }
 
-// toolUpdate gives the tool's result once its status is terminal.
-func (l *client) toolUpdate(id, status string, content []sdk.ToolCallContent, rawOutput any) []harness.Event {
-	if status != string(sdk.ToolCallStatusCompleted) && status != string(sdk.ToolCallStatusFailed) {
-		return nil
+// toolUpdate reports a tool call when it starts running (status
+// in_progress, or already over): the call as the agent then describes it
+// (its rawInput, which agents often complete only then), and its result
+// once the status is terminal. A call still pending (waiting for
+// permission) gives nothing yet.
+func (l *client) toolUpdate(id string, kind, title *string, rawInput any, status string, content []sdk.ToolCallContent, rawOutput any) []harness.Event {
+	t, ok := l.tools[id]
+	if !ok {
+		if id == "" {
+			return nil
+		}
+		t = toolInfo{kind: "other"}
 	}
-	t := l.tools[id]
-	if t.done {
-		return nil
+	if kind != nil && *kind != "" {
+		t.kind = *kind
 	}
-	t.done = true
+	if title != nil && *title != "" {
+		t.title = *title
+	}
+	if rawInput != nil {
+		t.input = rawInput
+	}
+	var evs []harness.Event
+	running := status == string(sdk.ToolCallStatusInProgress)
+	over := status == string(sdk.ToolCallStatusCompleted) || status == string(sdk.ToolCallStatusFailed)
+	if !t.called && (running || over) {
+		t.called = true
+		l.text.Reset() // the answer is the text after the last tool call
+		l.last = ""
+		in := t.input
+		if m, ok := in.(map[string]any); in == nil || ok && len(m) == 0 {
+			in = map[string]any{"title": t.title}
+		}
+		b, _ := json.Marshal(in)
+		evs = append(evs, harness.Event{Type: harness.EventToolCall, Tool: &harness.Tool{ID: id, Name: t.kind, Input: b}, Details: map[string]any{"title": t.title}})
+	}
+	if over && !t.done {
+		t.done = true
+		out := toolText(content)
+		if out == "" && rawOutput != nil {
+			b, _ := json.Marshal(rawOutput)
+			out = string(b)
+		}
+		evs = append(evs, harness.Event{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id, Name: t.kind, Output: clip(out, maxToolOutput), Error: status == string(sdk.ToolCallStatusFailed)}})
+	}
 	l.tools[id] = t
-	out := toolText(content)
-	if out == "" && rawOutput != nil {
-		b, _ := json.Marshal(rawOutput)
-		out = string(b)
-	}
-	return []harness.Event{{Type: harness.EventToolResult, Tool: &harness.Tool{ID: id, Name: t.kind, Output: clip(out, maxToolOutput), Error: status == string(sdk.ToolCallStatusFailed)}}}
+	return evs
 }
 
 func toolText(content []sdk.ToolCallContent) string {
