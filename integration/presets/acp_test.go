@@ -1,10 +1,13 @@
 package presets
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/engine"
@@ -153,5 +156,56 @@ func TestQwenACP(t *testing.T) {
 	e.mustSucceed(again)
 	if again.res.Session != first.res.Session || !strings.Contains(again.res.Text, "ECHO") {
 		t.Errorf("resume: %+v", again.res)
+	}
+}
+
+// TestGeminiACPSteerAndCancel: Gemini CLI in ACP mode, its model call
+// hanging: with steer=interrupt a steering message cancels the running
+// prompt (session/cancel) and is the next prompt on the same live
+// session (the CLI drops the cancelled prompt from the history: the model
+// sees the steering message as the first user text); a cancelled turn sends session/cancel, the agent ends the
+// prompt "cancelled" and exits, and the turn is cancelled.
+func TestGeminiACPSteerAndCancel(t *testing.T) {
+	t.Parallel()
+	hung := make(chan struct{}, 4)
+	e := newGeminiEnvConfig(t, "", fakegemini.Config{Choose: func(r *fakegemini.Request) fakegemini.Scenario {
+		if strings.Contains(r.LastUserText, "HANGME") {
+			hung <- struct{}{}
+			return fakegemini.Hang()
+		}
+		return fakegemini.Scenario{}
+	}})
+	run := func(ctx context.Context, turn engine.Turn, steer chan string) (*engine.Result, error, []harness.Event) {
+		var mu sync.Mutex
+		var evs []harness.Event
+		turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: gemini.ACP(), Model: geminiModel}
+		turn.Workdir, turn.Timeout = t.TempDir(), 5*time.Minute
+		o := &engine.RunOptions{Provider: e.prov, Store: e.store, Environ: e.environ, Grace: 10 * time.Second,
+			OnEvent: func(ev harness.Event) { mu.Lock(); evs = append(evs, ev); mu.Unlock() }}
+		if steer != nil {
+			o.Steer = steer
+		}
+		res, err := engine.Run(ctx, turn, o)
+		mu.Lock()
+		defer mu.Unlock()
+		return res, err, evs
+	}
+	steer := make(chan string, 1)
+	go func() { <-hung; steer <- "instead FAKE_ECHO" }()
+	res, err, evs := run(context.Background(), engine.Turn{Prompt: "wait HANGME", Options: map[string]string{acp.OptionSteer: "interrupt"}}, steer)
+	if err != nil || !strings.HasSuffix(res.Text, "instead FAKE_ECHO") || res.Steered != 1 {
+		t.Errorf("steered turn: %v %+v; events %s", err, res, eventSummary(evs))
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-hung; cancel() }()
+	_, err, evs = run(ctx, engine.Turn{Prompt: "wait HANGME"}, nil)
+	interrupted := false
+	for _, ev := range evs {
+		interrupted = interrupted || ev.Kind == "interrupted"
+	}
+	if outpost.CodeOf(err) != outpost.Cancelled || !interrupted {
+		t.Errorf("cancelled turn: %v; events %s", err, eventSummary(evs))
 	}
 }

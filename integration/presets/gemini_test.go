@@ -52,9 +52,15 @@ type geminiEnv struct {
 
 func newGeminiEnv(t *testing.T, baseURL string) *geminiEnv {
 	t.Helper()
+	return newGeminiEnvConfig(t, baseURL, fakegemini.Config{})
+}
+
+// newGeminiEnvConfig is newGeminiEnv with the fake's configuration.
+func newGeminiEnvConfig(t *testing.T, baseURL string, cfg fakegemini.Config) *geminiEnv {
+	t.Helper()
 	bin := filepath.Dir(testenv.RequireCLI(t, "gemini"))
 	e := &geminiEnv{t: t, store: conversation.NewFS(t.TempDir())}
-	e.fake = fakegemini.Start(t, fakegemini.Config{})
+	e.fake = fakegemini.Start(t, cfg)
 	if baseURL == "" {
 		baseURL = e.fake.URL()
 	}
