@@ -175,7 +175,7 @@ func (l *client) Decode(line []byte, w io.Writer) []harness.Event {
 func (l *client) decode(line []byte, w io.Writer) []harness.Event {
 	var m envelope
 	if err := json.Unmarshal(line, &m); err != nil || (m.Method == "" && len(m.ID) == 0) {
-		return []harness.Event{{Type: harness.EventNotice, Kind: "decode_error",
+		return []harness.Event{{Type: harness.EventNotice, Kind: "protocol",
 			Text: fmt.Sprintf("%s: a %d-byte line of the agent's output is not a JSON-RPC message", l.cfg.Name, len(line))}}
 	}
 	switch {
@@ -376,7 +376,7 @@ func (l *client) agentRequest(m envelope, w io.Writer) []harness.Event {
 	var req sdk.RequestPermissionRequest
 	if err := json.Unmarshal(m.Params, &req); err != nil {
 		_ = writeMsg(w, envelope{ID: m.ID, Error: sdk.NewInvalidParams(map[string]any{"error": err.Error()})})
-		return []harness.Event{{Type: harness.EventNotice, Kind: "decode_error", Text: l.cfg.Name + ": an unreadable permission request was refused"}}
+		return []harness.Event{{Type: harness.EventNotice, Kind: "protocol", Text: l.cfg.Name + ": an unreadable permission request was refused"}}
 	}
 	res, ev := l.permission(req)
 	if err := writeMsg(w, envelope{ID: m.ID, Result: mustJSON(res)}); err != nil {

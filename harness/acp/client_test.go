@@ -62,7 +62,7 @@ func (x *exchange) open() {
 }
 
 // TestBadInput: whatever the agent writes, the client neither panics nor
-// hangs: lines that are not JSON-RPC are decode_error notices, requests
+// hangs: lines that are not JSON-RPC are notices of kind protocol, requests
 // for methods outpost does not offer get error -32601, answers to nothing
 // and unknown updates are ignored, an error response to initialize ends
 // the turn with a coded failure.
@@ -71,7 +71,7 @@ func TestBadInput(t *testing.T) {
 	x.open()
 	for _, line := range []string{"not json", "null", "[1,2]", `{"jsonrpc":"2.0"}`, "\xff\xfe"} {
 		evs := x.agent(line)
-		if len(evs) != 1 || evs[0].Kind != "decode_error" {
+		if len(evs) != 1 || evs[0].Kind != "protocol" {
 			t.Errorf("%q: %+v", line, evs)
 		}
 	}

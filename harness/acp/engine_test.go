@@ -241,7 +241,7 @@ func TestEngineFailures(t *testing.T) {
 		t.Errorf("huge notification: %v", big.err)
 	}
 	bad := run(t, h, engine.Turn{Prompt: "BADLINE"}, nil)
-	if bad.err != nil || bad.res.Text != "echo: BADLINE (turn 1)" || len(bad.of(harness.EventNotice, "decode_error")) != 1 {
+	if bad.err != nil || bad.res.Text != "echo: BADLINE (turn 1)" || len(bad.of(harness.EventNotice, "protocol")) != 1 {
 		t.Errorf("a line that is not JSON-RPC: %v %+v", bad.err, bad.res)
 	}
 }
