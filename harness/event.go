@@ -42,6 +42,11 @@ const (
 // details.limit.
 const KindLimit = "limit"
 
+// KindUser is the Kind of a message event that holds what the user said:
+// only a preset's History reports those (a turn's own events are the
+// agent's).
+const KindUser = "user"
+
 // KindTurnFailed is the Kind of a failure event with which a live
 // protocol reports that the agent ended the turn with an error (an Agent
 // Client Protocol error response to session/prompt) while its process

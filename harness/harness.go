@@ -124,6 +124,15 @@ type Harness struct {
 	// Optional.
 	ThreadUsage func(t Transcript) *Usage
 
+	// History reads the conversation's exchange from its captured files,
+	// oldest first, as normalized events: the user's prompts (message
+	// events of Kind KindUser), the agent's answers (message), its
+	// reasoning, tool calls and their results. It is what `outpost acp`
+	// replays to an editor that loads a session (docs/acp.md). Never
+	// returns secrets the files did not hold; nil: the preset cannot tell
+	// (the session loads with no history shown). Optional.
+	History func(t Transcript) []Event
+
 	// Usage says where usage comes from. The zero value, UsageUnset,
 	// counts the usage the events report without the completeness check.
 	Usage UsageMode

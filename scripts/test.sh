@@ -150,10 +150,11 @@ pkgs=() python_tests=$(($# == 0))
 for p in "$@"; do
 	if [[ ${p%/} == ./clients/python || ${p%/} == clients/python ]]; then python_tests=1; else pkgs+=("$p"); fi
 done
-# The whole suite runs three things at once: integration/presets (the real
+# The whole suite runs four things at once: integration/presets (the real
 # CLIs of the last presets, mostly waiting on their retries and bootstraps:
-# four tests at a time) and the Python client's tests beside every other
-# package. Their output follows the main run's.
+# four tests at a time), integration/kubernetes (waiting on pods) and the
+# Python client's tests beside every other package. Their output follows
+# the main run's.
 # go test's own vet pass is off (-vet=off): `go vet -race ./...` above ran every
 # analyzer on the same packages, test files included. On an empty build
 # cache go test's pass cost about 130 CPU-seconds more (974 vet processes,
@@ -173,16 +174,24 @@ cpuexec=(-exec "$PWD/scripts/lib/cputime.sh")
 engine_cpu0=$(engine_cpu)
 read -r busy0 idle0 < <(machine_cpu)
 if [[ $# -eq 0 ]]; then
-	# The longest packages first (integration ~19 min, integration/kubernetes
-	# ~15 min and providers/docker ~7 min on a loaded two-core machine), so
-	# that the rest fills the slots beside them instead of waiting behind.
-	long=(./integration ./integration/kubernetes ./providers/docker)
+	# The longest packages first (integration ~18 min and providers/docker
+	# ~6 min on a two-core machine), so that the rest fills the slots beside
+	# them instead of waiting behind.
+	long=(./integration ./providers/docker)
 	mapfile -t pkgs < <(go list ./... | grep -v -e '/integration/presets$' -e '/integration$' -e '/integration/kubernetes$' -e '/providers/docker$')
 	pkgs=("${long[@]}" "${pkgs[@]}")
 	presets_log=$(mktemp "${TMPDIR:-/tmp}/outpost-presets.XXXXXX")
 	# shellcheck disable=SC2086
 	go test -race -count=1 -vet=off -timeout 20m -parallel 4 "${cpuexec[@]}" ${GOTESTFLAGS:-} ./integration/presets >"$presets_log" 2>&1 &
 	side+=("$!:$presets_log:go test ./integration/presets")
+	# integration/kubernetes mostly waits on the cluster's pods (104 CPU-s
+	# of its own over 810 s when it took a slot of the main run, its tests
+	# one at a time): its tests run beside each other, each in a namespace
+	# of its own, and the package beside the main run.
+	kube_log=$(mktemp "${TMPDIR:-/tmp}/outpost-kube.XXXXXX")
+	# shellcheck disable=SC2086
+	go test -race -count=1 -vet=off -timeout 25m -parallel 6 "${cpuexec[@]}" ${GOTESTFLAGS:-} ./integration/kubernetes >"$kube_log" 2>&1 &
+	side+=("$!:$kube_log:go test ./integration/kubernetes")
 fi
 if [[ $python_tests == 1 ]]; then
 	# Debian's Python, whose packages the set-up installed (the tests

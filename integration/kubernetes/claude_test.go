@@ -66,7 +66,7 @@ func forward(t *testing.T, at, to string) string {
 // to the fake Anthropic API through the pods' gateway. A second turn
 // resumes the conversation in a fresh pod, bootstrapped from the cache.
 func TestClaudeInPod(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	testenv.RequireCLI(t, "claude")
 	h, ok := presets.Lookup("claude")
 	if !ok {

@@ -21,7 +21,7 @@ import (
 // the release allowed lost the agent's changes. The pod is deleted after
 // it, with a bound of its own.
 func TestCopyBackOutlivesReleaseDeadline(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox })
 	dir := t.TempDir()
 	write(t, dir, "big", strings.Repeat("outpost copy back\n", 1<<20)) // 18 MiB

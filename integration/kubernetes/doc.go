@@ -5,6 +5,9 @@
 // pod, orphans removed by the cluster's garbage collector after outpost is
 // killed, vanished pods, pods that cannot start, and configuration errors.
 // It is a package of its own so that only it waits for the cluster.
+// Its tests mostly wait on pods, so they run beside each other, each in a
+// namespace of its own (kubetest.Parallel), and scripts/test.sh runs the
+// package beside the others with -parallel 6.
 //
 // The cluster's packages and binaries are installed by scripts/test.sh
 // (scripts/kube-up.sh --prepare); the first test that needs the cluster

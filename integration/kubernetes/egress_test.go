@@ -20,7 +20,7 @@ import (
 // with EgressGateway (their NetworkPolicy in place), with the rights of
 // the shipped minimal Role only.
 func TestTunnelEgressGateway(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	sandboxtest.RunTunnelTests(t, sandboxtest.Harness{
 		NewProvider: func(t *testing.T) driver.Provider {
 			return c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox })
@@ -38,7 +38,7 @@ func TestTunnelEgressGateway(t *testing.T) {
 // the policy's presence is what is checked here; the tunnel is the way
 // out either way.)
 func TestNetworkPolicy(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox })
 	if !p.Capabilities().Egress {
 		t.Error("Capabilities.Egress is false")

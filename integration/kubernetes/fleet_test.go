@@ -356,6 +356,7 @@ func errorOf(res map[string]any) (string, map[string]any) {
 // configuration, and drives its 2 replicas through their Service and
 // their pods.
 func TestFleetOnCluster(t *testing.T) {
+	t.Parallel() // in a namespace of its own (deployFleet)
 	f := deployFleet(t)
 	t.Run("40 turns through the Service", f.turnsThroughService)
 	t.Run("a turn of A followed, steered and cancelled through B", f.acrossReplicas)

@@ -28,7 +28,7 @@ import (
 // in the pod (environment, home, every process's environment) while the
 // token is there; the result says secrets gateway and egress gateway.
 func TestKeylessInPod(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	for _, tt := range []struct {
 		name    string
 		model   string

@@ -38,7 +38,8 @@ import (
 
 // TestConformance runs the provider conformance suite on the busybox
 // image (the suite's programs are shell scripts), with the rights of the
-// shipped minimal Role only.
+// shipped minimal Role only. It is the package's one test that runs alone
+// (before the others start): the suite sets a host variable (t.Setenv).
 func TestConformance(t *testing.T) {
 	c := kubetest.Require(t)
 	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
@@ -97,7 +98,7 @@ func wantTurn(t *testing.T, res *engine.Result, n int) {
 // TestEchoTurns: echo turns in pods (each in a fresh pod), resumed and
 // forked; the workspace comes back; the lease's pod is deleted.
 func TestEchoTurns(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	p := c.Provider(t)
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 	res := f.ok(p, engine.Turn{Prompt: "hello"})
@@ -124,7 +125,7 @@ func TestEchoTurns(t *testing.T) {
 // TestWorkspaceRoundTrip: the caller's directory is copied in, the
 // sandbox's changes come back, .outpost/ stays on the host.
 func TestWorkspaceRoundTrip(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	p := c.Provider(t, func(o *kubernetes.Options) { o.Image = kubetest.Busybox })
 	dir := t.TempDir()
 	write(t, dir, "keep.txt", "host\n")
@@ -184,7 +185,7 @@ func livePods(pods []corev1.Pod) []string {
 // TestDockerToKubernetes: a conversation started on docker resumes on
 // kubernetes, and back.
 func TestDockerToKubernetes(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	dockertest.Require(t)
 	d, err := docker.New(&docker.Options{Binary: c.Binary})
 	if err != nil {
@@ -210,7 +211,7 @@ func TestDockerToKubernetes(t *testing.T) {
 // TestPodDeletedMidTurn: deleting the pod during a turn fails the turn
 // with code sandbox and details.vanished, naming the pod.
 func TestPodDeletedMidTurn(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	p := c.Provider(t)
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: f.workdir})
@@ -247,7 +248,7 @@ func TestPodDeletedMidTurn(t *testing.T) {
 // TestImageMissing: a pod whose image does not exist fails the lease with
 // a sandbox error naming the cause, without waiting out the start bound.
 func TestImageMissing(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	p := c.Provider(t, func(o *kubernetes.Options) { o.Image = "outpost/does-not-exist:1"; o.StartTimeout = 2 * time.Minute })
 	_, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
 	if outpost.CodeOf(err) != outpost.Sandbox || !errors.Is(err, kubernetes.ErrStart) {
@@ -266,7 +267,7 @@ func TestImageMissing(t *testing.T) {
 // start bound, then fails with code sandbox naming the scheduler's reason,
 // and is deleted.
 func TestUnschedulable(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	p := c.Provider(t, func(o *kubernetes.Options) {
 		o.NodeSelector = map[string]string{"outpost-test/no-such-node": "1"}
 		o.StartTimeout = 3 * time.Second
@@ -310,7 +311,7 @@ func waitNoPods(t *testing.T, c *kubetest.Cluster, selector string) {
 // TestConfigurationErrors: a bad kubeconfig, and a namespace the user has
 // no rights in, are configuration errors of sandbox.Open.
 func TestConfigurationErrors(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	garbage := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(garbage, []byte("{this is not: a kubeconfig"), 0o600); err != nil {
 		t.Fatal(err)
@@ -346,7 +347,7 @@ func TestConfigurationErrors(t *testing.T) {
 // --sandbox kubernetes`), and the cluster's garbage collector deletes the
 // pod. The bound: the lease duration, then the GC's reaction (seconds).
 func TestKilledOutpostLeavesNoPod(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	home := t.TempDir()
 	set := []string{"--set", "kubeconfig=" + c.Kubeconfig, "--set", "namespace=" + c.Namespace, "--set", "pull=never",
 		"--set", "binary=" + c.Binary, "--set", "cpu_request=10m", "--set", "memory_request=16Mi"}

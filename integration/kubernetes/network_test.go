@@ -21,7 +21,7 @@ import (
 // ClusterIP Service routes from the host and from a pod, and the API
 // server's in-cluster address (10.0.0.1:443) answers a pod.
 func TestClusterNetwork(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	ctx := context.Background()
 	ns := c.Namespace
 	kubectl := func(args ...string) (string, error) {

@@ -22,7 +22,7 @@ const grandparent = `gp=$(awk '/^PPid:/{print $2}' /proc/$PPID/status); echo "$g
 // dies takes the process on it down with it (an error, not a hang) and
 // the next process starts a new one.
 func TestServedProcesses(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	lease := func(t *testing.T, execEach bool) *sandbox.Lease { return busyboxLease(t, c, execEach) }
 	exec := func(t *testing.T, l *sandbox.Lease, script string) (sandbox.ExecResult, error) {
 		env := map[string]string{"PATH": l.Environment().Defaults["PATH"]}

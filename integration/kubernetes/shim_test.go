@@ -13,7 +13,7 @@ import (
 // default, which TestConformance covers too), and each an exec of its own
 // (exec_each).
 func TestShimProcess(t *testing.T) {
-	c := kubetest.Require(t)
+	c := kubetest.Parallel(t)
 	for _, execEach := range []bool{false, true} {
 		t.Run(map[bool]string{false: "served", true: "exec_each"}[execEach], func(t *testing.T) {
 			shimtest.Run(t, sandboxtest.ShimHarness(busyboxLease(t, c, execEach), "/bin/sh"))

@@ -303,6 +303,14 @@ type Provider struct {
 	ownerWG   sync.WaitGroup
 }
 
+// QuietClientLogs sends client-go's own log (klog) nowhere, as New does
+// unless Options.ClientLogs. klog's logger is a process global that
+// client-go reads without a lock, so a program (or test) that uses
+// client-go itself while another goroutine may call New calls this first.
+func QuietClientLogs() {
+	quietClientOnce.Do(func() { klog.SetLogger(logr.Discard()) })
+}
+
 // New returns a kubernetes provider; nil opts means defaults. It loads
 // the cluster configuration (errors wrap ErrConfig) but does not contact
 // the cluster: Preflight and Open do.
@@ -312,7 +320,7 @@ func New(opts *Options) (*Provider, error) {
 		o = *opts
 	}
 	if !o.ClientLogs {
-		quietClientOnce.Do(func() { klog.SetLogger(logr.Discard()) })
+		QuietClientLogs()
 	}
 	if o.Pull == "" {
 		o.Pull = PullMissing

@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,6 +151,9 @@ func stop() error {
 }
 
 func setup(env map[string]string) (func(), error) {
+	// Before the admin client: the providers of the tests, made beside it,
+	// would set klog's logger while it reads it (a race).
+	kubernetes.QuietClientLogs()
 	cfg, err := clientcmd.BuildConfigFromFlags("", env["KUBECONFIG"])
 	if err != nil {
 		return nil, err
@@ -175,23 +179,7 @@ func setup(env map[string]string) (func(), error) {
 		return nil, fmt.Errorf("ctr images import: %v\n%s", err, out)
 	}
 	ns := fmt.Sprintf("outpost-test-%d", os.Getpid())
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{kubernetes.LabelManaged: "outpost-tests"}}}, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(kubernetes.RoleYAML, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	role := obj.(*rbacv1.Role)
-	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "outpost"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: env["OUTPOST_KUBE_USER"]}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-	}
-	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+	if err := makeNamespace(ctx, admin, env, ns); err != nil {
 		return nil, err
 	}
 	cluster = &Cluster{Env: env, Admin: admin, Kubeconfig: env["OUTPOST_KUBECONFIG"], Namespace: ns, Binary: bin, Image: ref, Gateway: env["GATEWAY"]}
@@ -201,6 +189,58 @@ func setup(env map[string]string) (func(), error) {
 		_ = admin.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 		testenv.RemoveBuilds()
 	}, nil
+}
+
+// makeNamespace creates the test namespace ns with the provider's minimal
+// Role (rbac.yaml) bound to the cluster's rights-less test user.
+func makeNamespace(ctx context.Context, admin k8s.Interface, env map[string]string, ns string) error {
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{kubernetes.LabelManaged: "outpost-tests"}}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(kubernetes.RoleYAML, nil, nil)
+	if err != nil {
+		return err
+	}
+	role := obj.(*rbacv1.Role)
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "outpost"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: env["OUTPOST_KUBE_USER"]}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+	}
+	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{})
+	return err
+}
+
+var namespaces atomic.Int64 // the test namespaces Parallel made
+
+// Parallel is Require for a test that runs beside the others
+// (t.Parallel): the cluster it returns has a namespace of the test's own,
+// with the Role bound as in the process's, removed when the test ends. So
+// what the test counts or changes there (pods left, network policies)
+// is its own. The cluster's tests mostly wait on pods, and ran one at a
+// time before: 17 of them took 13 min of a suite's wall time.
+func Parallel(t *testing.T) *Cluster {
+	t.Helper()
+	t.Parallel()
+	c := Require(t)
+	own := *c
+	own.Namespace = fmt.Sprintf("%s-%d", c.Namespace, namespaces.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := makeNamespace(ctx, c.Admin, c.Env, own.Namespace); err != nil {
+		t.Fatalf("kubetest: the test's namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Admin.CoreV1().Namespaces().Delete(ctx, own.Namespace, metav1.DeleteOptions{}); err != nil {
+			t.Logf("kubetest: removing the namespace %s: %v", own.Namespace, err)
+		}
+	})
+	return &own
 }
 
 // Require returns the cluster, or fails (CI) / skips the test loudly.
