@@ -30,7 +30,11 @@ func TestGeminiACP(t *testing.T) {
 	t.Parallel()
 	e := newGeminiEnv(t, "")
 	agent := func() harness.Agent { return harness.Agent{Harness: gemini.ACP(), Model: geminiModel} }
-	first := e.run(engine.Turn{Prompt: "run it FAKE_TOOL", Agent: agent()})
+	// The shared test machine runs at load 20 to 40: the CLI's start-up
+	// alone took 2.5 min there, and its exit after the turn more than the
+	// 3 min runGemini allows by default.
+	const slow = 10 * time.Minute
+	first := e.run(engine.Turn{Prompt: "run it FAKE_TOOL", Agent: agent(), Timeout: slow})
 	if first.err != nil {
 		t.Fatalf("first turn: %v", first.err)
 	}
@@ -55,7 +59,7 @@ func TestGeminiACP(t *testing.T) {
 	t.Run("ResumeOnAFreshSandbox", func(t *testing.T) {
 		e.fresh()
 		e.fake.Reset()
-		tr := e.run(engine.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation, Agent: agent()})
+		tr := e.run(engine.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation, Agent: agent(), Timeout: slow})
 		if tr.err != nil {
 			t.Fatalf("resumed turn: %v", tr.err)
 		}
@@ -69,7 +73,7 @@ func TestGeminiACP(t *testing.T) {
 
 	t.Run("429IsQuota", func(t *testing.T) {
 		e.fake.Reset()
-		tr := e.run(engine.Turn{Prompt: "x FAKE_QUOTA", Agent: agent()})
+		tr := e.run(engine.Turn{Prompt: "x FAKE_QUOTA", Agent: agent(), Timeout: slow})
 		if outpost.CodeOf(tr.err) != outpost.Quota {
 			t.Errorf("err %v, want quota", tr.err)
 		}
@@ -80,7 +84,7 @@ func TestGeminiACP(t *testing.T) {
 		e.fake.Reset()
 		e.fake.Enqueue(fakegemini.Shell("touch made-by-tool"), fakegemini.Text("done"))
 		dir := t.TempDir()
-		tr := e.run(engine.Turn{Prompt: "make a file", Workdir: dir, Agent: agent(), Options: map[string]string{acp.OptionPermissions: "read,search"}})
+		tr := e.run(engine.Turn{Prompt: "make a file", Workdir: dir, Agent: agent(), Timeout: slow, Options: map[string]string{acp.OptionPermissions: "read,search"}})
 		if tr.err != nil {
 			t.Fatalf("refused turn: %v", tr.err)
 		}
@@ -179,7 +183,7 @@ func TestGeminiACPSteerAndCancel(t *testing.T) {
 		var mu sync.Mutex
 		var evs []harness.Event
 		turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: gemini.ACP(), Model: geminiModel}
-		turn.Workdir, turn.Timeout = t.TempDir(), 5*time.Minute
+		turn.Workdir, turn.Timeout = t.TempDir(), 10*time.Minute
 		o := &engine.RunOptions{Provider: e.prov, Store: e.store, Environ: e.environ, Grace: 10 * time.Second,
 			OnEvent: func(ev harness.Event) { mu.Lock(); evs = append(evs, ev); mu.Unlock() }}
 		if steer != nil {
