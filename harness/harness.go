@@ -143,6 +143,14 @@ type Harness struct {
 	// conversation with the new message.
 	LiveInput func(in Input) (Live, error)
 
+	// LiveOnly says the CLI is driven only through its live protocol (an
+	// Agent Client Protocol agent, harness/acp): every turn runs through
+	// LiveInput, steered or not, and a sandbox without live standard input
+	// cannot run it (code configuration). Request still describes the
+	// command, for the checks and tools that read it, but the engine never
+	// runs it without LiveInput. Needs LiveInput.
+	LiveOnly bool
+
 	// Bootstrap names the pinned CLI installed when the sandbox lacks the
 	// command's executable: a pin of the turn's bootstrap installer (the
 	// embedded bootstrap/pins.json, $OUTPOST_PINS, or the installer's own
@@ -541,6 +549,9 @@ func (h *Harness) Validate() error {
 	}
 	if h.Request == nil {
 		errs = append(errs, fmt.Errorf("harness %s: Request is required", h.Name))
+	}
+	if h.LiveOnly && h.LiveInput == nil {
+		errs = append(errs, fmt.Errorf("harness %s: LiveOnly needs LiveInput", h.Name))
 	}
 	if h.Events == nil && h.NewDecoder == nil && h.NewTurnDecoder == nil {
 		errs = append(errs, fmt.Errorf("harness %s: Events, NewDecoder or NewTurnDecoder is required", h.Name))

@@ -54,8 +54,11 @@ var builtin = []struct {
 	{"copilot", copilot.Harness},
 	{"echo", echo.Harness},
 	{"gemini", gemini.Harness},
+	{"gemini-acp", gemini.ACP},
 	{"opencode", declarative.OpenCode},
+	{"opencode-acp", declarative.OpenCodeACP},
 	{"qwen", declarative.Qwen},
+	{"qwen-acp", declarative.QwenACP},
 }
 
 // builtins enters the built-in presets into the registry the first time
