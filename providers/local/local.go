@@ -399,7 +399,7 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 		return nil, err
 	}
 	p.group = owner.Group{PGID: cmd.Process.Pid, Start: owner.ProcessStart(cmd.Process.Pid)}
-	p.sb = s
+	p.sb, p.isolated = s, s.iso != nil
 	s.mu.Lock()
 	s.running[p] = struct{}{}
 	err = s.writeRecord()
@@ -425,6 +425,7 @@ func (s *Sandbox) LookPath(_ context.Context, name, pathEnv string) (string, err
 type process struct {
 	sb             *Sandbox
 	cmd            *exec.Cmd
+	isolated       bool        // cmd is bwrap: the program runs in its namespaces
 	group          owner.Group // its own process group
 	stdin          *os.File
 	stdout, stderr *os.File
@@ -465,7 +466,16 @@ func (p *process) Signal(s driver.Signal) error {
 	if s == driver.Kill {
 		sig = syscall.SIGKILL
 	}
-	err := syscall.Kill(-p.group.PGID, sig)
+	target := -p.group.PGID
+	if p.isolated && sig == syscall.SIGTERM {
+		// SIGTERM to bwrap would end it, and its namespace with a
+		// SIGKILL (--die-with-parent): the program's group gets it, as
+		// on the host. Not yet started: bwrap's group.
+		if g := innerSession(p.group.PGID); g > 0 {
+			target = -g
+		}
+	}
+	err := syscall.Kill(target, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
 	}
