@@ -24,6 +24,7 @@ import (
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/sandboxtest"
 )
 
 // needBwrap skips (fails under CI) where bubblewrap is not installed or
@@ -436,6 +437,53 @@ func TestIsolatedNothingSurvives(t *testing.T) {
 					t.Errorf("the lease's directory after Close: %v", err)
 				}
 			})
+		})
+	}
+}
+
+// tunnelClientDir is a directory holding outpost's in-sandbox binary as
+// `outpost` (sandboxtest.TunnelBinary), for a lease's PATH.
+func tunnelClientDir(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	// A copy: a link's target would be out of an isolated lease's sight.
+	if err := testenv.CopyFile(testenv.SandboxBinary(t), filepath.Join(bin, sandboxtest.TunnelBinary)); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestEscape runs the escape suite on both isolation modes: in
+// namespaces every row is blocked; on the host (none) the suite reports
+// the provider unenforced and every row it tries escapes, which proves
+// the rows can fail.
+func TestEscape(t *testing.T) {
+	bin := tunnelClientDir(t)
+	path := bin + ":" + os.Getenv("PATH")
+	for _, mode := range []string{"none", "namespaces"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "namespaces" {
+				needBwrap(t)
+			}
+			rep := sandboxtest.RunEscapeTests(t, sandboxtest.EscapeHarness{
+				NewProvider: func(t *testing.T) driver.Provider {
+					return tunnelFirst{local.New(&local.Options{BaseDir: shortBase(t), Isolation: mode, Environ: []string{"PATH=" + path}})}
+				},
+			})
+			if mode == "namespaces" {
+				if rep.Unenforced {
+					t.Error("isolated leases reported unenforced")
+				}
+				return
+			}
+			if !rep.Unenforced {
+				t.Error("isolation=none is not reported unenforced")
+			}
+			for _, r := range rep.Rows {
+				if r.Outcome != sandboxtest.Escaped && r.Outcome != sandboxtest.NotTried {
+					t.Errorf("on the host, %s was %s: the row cannot fail", r.Row, r.Outcome)
+				}
+			}
 		})
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outposthq/outpost/internal/tarsafe"
-	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/sandboxtest"
@@ -42,10 +41,7 @@ func TestConformance(t *testing.T) {
 	})
 	t.Run("namespaces", func(t *testing.T) {
 		needBwrap(t)
-		bin := t.TempDir()
-		if err := os.Symlink(testenv.SandboxBinary(t), filepath.Join(bin, sandboxtest.TunnelBinary)); err != nil {
-			t.Fatal(err)
-		}
+		bin := tunnelClientDir(t)
 		sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
 			NewProvider: func(t *testing.T) driver.Provider {
 				return tunnelFirst{local.New(&local.Options{BaseDir: shortBase(t), Isolation: "namespaces", Environ: []string{"PATH=" + bin + ":/usr/bin:/bin"}})}
