@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -274,15 +275,23 @@ func (l *sockListener) Close() error {
 	return l.Listener.Close()
 }
 
-// shim is the in-sandbox binary that forwards the tunnels (located, or
-// built in a development checkout, once per provider).
+// shim is the in-sandbox binary that forwards the tunnels, once per
+// provider: the running executable when it is outpost's CLI or
+// in-sandbox binary (both have the forward mode; static or not, as the
+// lease sees the host's libraries; its size costs nothing, it is bound
+// in), else the one selfbin locates or builds (a library caller, a test).
+// A CLI built from a checkout with a fresh HOME used to build one with a
+// cold Go cache.
 func (p *Provider) shim(ctx context.Context) (string, error) {
 	p.shimMu.Lock()
 	defer p.shimMu.Unlock()
 	if p.shimPath != "" {
 		return p.shimPath, nil
 	}
-	b, err := selfbin.LocateOrBuild(ctx, "")
+	b, err := selfShim()
+	if err != nil {
+		b, err = selfbin.LocateOrBuild(ctx, "")
+	}
 	if err != nil {
 		return "", err
 	}
@@ -308,3 +317,13 @@ type degradedSandbox struct {
 
 // Degraded implements driver.Degrader.
 func (d degradedSandbox) Degraded() error { return d.why }
+
+// selfShim is the running executable when it is outpost's CLI or its
+// in-sandbox binary.
+func selfShim() (string, error) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || (bi.Path != selfbin.Module+"/cmd/outpost" && bi.Path != selfbin.Module+"/cmd/outpost-sandbox") {
+		return "", errors.New("the running executable is not outpost's")
+	}
+	return os.Executable()
+}
