@@ -127,8 +127,10 @@ func (p *Provider) newIsolated(iso Isolation, home, wd string, opts driver.Optio
 }
 
 // args are bwrap's arguments for one process: the program's tree and the
-// directories of its PATH shown read-only, the tunnels open now forwarded.
-func (i *isolated) args(path string, args []string, dir, pathEnv string) []string {
+// directories of its PATH shown read-only, the tunnels open now forwarded
+// (by the forwarder, located anew when the one found before is gone: a
+// cached build another outpost's build replaced).
+func (i *isolated) args(ctx context.Context, path string, args []string, dir, pathEnv string) ([]string, error) {
 	spec := i.spec
 	show := func(d string) {
 		if d == "" || !filepath.IsAbs(d) || i.visible(d) || i.holdsHidden(d) {
@@ -165,9 +167,13 @@ func (i *isolated) args(path string, args []string, dir, pathEnv string) []strin
 	i.mu.Unlock()
 	slices.SortFunc(spec.Forwards, func(a, b isolate.Forward) int { return strings.Compare(a.Addr, b.Addr) })
 	if len(spec.Forwards) > 0 {
-		spec.Shim = i.spec.Shim
+		shim, err := i.shim(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("the forwarder of an isolated lease: %w", err)
+		}
+		spec.Shim = shim
 	}
-	return spec.Args(path, args, dir)
+	return spec.Args(path, args, dir), nil
 }
 
 // visible reports whether d is shown anyway (the system's directories,
@@ -203,8 +209,7 @@ func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
 	if i.spec.Net {
 		return "", nil, fmt.Errorf("the lease shares the host's network: %w", errors.ErrUnsupported)
 	}
-	shim, err := i.shim(ctx)
-	if err != nil {
+	if _, err := i.shim(ctx); err != nil { // found (or built) before any process needs it
 		return "", nil, fmt.Errorf("the forwarder of an isolated lease: %w", err)
 	}
 	i.mu.Lock()
@@ -224,7 +229,6 @@ func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
 	}
 	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: tunnelPort + n}
 	l := &sockListener{Listener: ul, addr: addr, iso: i}
-	i.spec.Shim = shim
 	i.forwards[l] = isolate.Forward{Addr: addr.String(), Socket: sock}
 	return addr.String(), l, nil
 }
@@ -286,7 +290,9 @@ func (p *Provider) shim(ctx context.Context) (string, error) {
 	p.shimMu.Lock()
 	defer p.shimMu.Unlock()
 	if p.shimPath != "" {
-		return p.shimPath, nil
+		if _, err := os.Stat(p.shimPath); err == nil {
+			return p.shimPath, nil
+		}
 	}
 	b, err := selfShim()
 	if err != nil {

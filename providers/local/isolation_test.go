@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
@@ -486,4 +487,29 @@ func TestEscape(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIsolatedForwarderReplaced: the forwarder's cached build removed
+// behind the provider's back (another outpost's build replaces older
+// ones) does not fail the lease's next processes: it is found anew.
+// (Every process then failed: bwrap could not bind the missing file.)
+func TestIsolatedForwarderReplaced(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv(selfbin.CacheVariable, cache)
+	bothModes(t, func(t *testing.T, l *sandbox.Lease, isolated bool) {
+		for i := range 2 {
+			if out, code := hostile(t, l, "exit 42"); code != 42 {
+				t.Fatalf("process %d: exit %d, %q", i, code, out)
+			}
+			if isolated {
+				bins, _ := filepath.Glob(filepath.Join(cache, "bin", "*"))
+				if len(bins) == 0 {
+					t.Fatalf("no forwarder built in %s", cache)
+				}
+				for _, b := range bins {
+					os.Remove(b)
+				}
+			}
+		}
+	})
 }

@@ -352,7 +352,11 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	cmd := exec.Command(path, req.Args...)
 	if s.iso != nil {
 		// bwrap with the planned environment only: it passes it on as is.
-		cmd = exec.Command(s.iso.bwrap, s.iso.args(path, req.Args, dir, req.Env["PATH"])...)
+		a, err := s.iso.args(ctx, path, req.Args, dir, req.Env["PATH"])
+		if err != nil {
+			return nil, err
+		}
+		cmd = exec.Command(s.iso.bwrap, a...)
 	}
 	cmd.Dir = dir
 	cmd.Env = make([]string, 0, len(req.Env))
