@@ -99,6 +99,7 @@ type isolated struct {
 	forwards map[*sockListener]isolate.Forward
 	next     int
 	closed   bool
+	sockDir  string // the sockets' directory when s.dir is too deep (shortDir)
 }
 
 // newIsolated is the isolation of a lease with this home and workspace.
@@ -219,9 +220,14 @@ func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
 	}
 	n := i.next
 	i.next++
-	sock := filepath.Join(s.dir, fmt.Sprintf("gateway-%d.sock", n))
-	if len(sock) > 100 {
-		return "", nil, fmt.Errorf("tunnel: the socket path %s is too long for a Unix socket; set root to a shorter directory", sock)
+	name := fmt.Sprintf("gateway-%d.sock", n)
+	sock := filepath.Join(s.dir, name)
+	if len(sock) > maxSocketPath {
+		dir, err := i.shortDir()
+		if err != nil {
+			return "", nil, fmt.Errorf("tunnel: the socket path %s is too long for a Unix socket, and a shorter directory: %w", sock, err)
+		}
+		sock = filepath.Join(dir, name)
 	}
 	ul, err := net.Listen("unix", sock)
 	if err != nil {
@@ -233,6 +239,34 @@ func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
 	return addr.String(), l, nil
 }
 
+// maxSocketPath is the longest Unix socket path used (Linux takes 107
+// bytes).
+const maxSocketPath = 100
+
+// shortDir is a directory of the lease's own for its sockets when the
+// lease's directory is too deep for one (a long root or TMPDIR): made
+// once under the temporary directory, else /tmp; removed with the
+// tunnels. The caller holds i.mu.
+func (i *isolated) shortDir() (string, error) {
+	if i.sockDir != "" {
+		return i.sockDir, nil
+	}
+	var errs []error
+	for _, parent := range []string{os.TempDir(), "/tmp"} {
+		if len(filepath.Join(parent, "outpost-sock-0123456789", "gateway-00.sock")) > maxSocketPath {
+			errs = append(errs, fmt.Errorf("%s is too deep", parent))
+			continue
+		}
+		d, err := os.MkdirTemp(parent, "outpost-sock-")
+		if err == nil {
+			i.sockDir = d
+			return d, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", errors.Join(errs...)
+}
+
 // closeTunnels ends the lease's tunnels (its release).
 func (i *isolated) closeTunnels() {
 	i.mu.Lock()
@@ -241,10 +275,14 @@ func (i *isolated) closeTunnels() {
 	for l := range i.forwards {
 		ls = append(ls, l)
 	}
+	dir := i.sockDir
 	i.mu.Unlock()
 	for _, l := range ls {
 		l.released.Store(true)
 		_ = l.Close()
+	}
+	if dir != "" {
+		_ = os.RemoveAll(dir)
 	}
 }
 

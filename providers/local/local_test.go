@@ -30,7 +30,7 @@ import (
 // leases cut their network (egress gateway) and each has a tunnel open
 // from the start, as the engine's turns do: every process runs behind the
 // forwarder; the suite's tunnel client (outpost's in-sandbox binary) is on
-// the PATH.
+// the PATH; the root is deep (a socket beside the homes was refused).
 func TestConformance(t *testing.T) {
 	t.Run("none", func(t *testing.T) {
 		sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
@@ -44,7 +44,10 @@ func TestConformance(t *testing.T) {
 		bin := tunnelClientDir(t)
 		sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
 			NewProvider: func(t *testing.T) driver.Provider {
-				return tunnelFirst{local.New(&local.Options{BaseDir: shortBase(t), Isolation: "namespaces", Environ: []string{"PATH=" + bin + ":/usr/bin:/bin"}})}
+				// A root too deep for the tunnels' sockets beside the
+				// homes: they go to a short directory of the lease's.
+				deep := filepath.Join(t.TempDir(), strings.Repeat("d", 80))
+				return tunnelFirst{local.New(&local.Options{BaseDir: deep, Isolation: "namespaces", Environ: []string{"PATH=" + bin + ":/usr/bin:/bin"}})}
 			},
 			Options: func(t *testing.T) driver.Options {
 				return driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway}
