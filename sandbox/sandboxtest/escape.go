@@ -259,6 +259,12 @@ func newEscapeFixture(t *testing.T, hostIP string) *escapeFixture {
 			t.Fatal(err)
 		}
 	}
+	// The caches stay where they were (Go's build cache, outpost's
+	// builds): with HOME moved, a provider building its in-sandbox binary
+	// would start from a cold cache.
+	if c, err := os.UserCacheDir(); err == nil {
+		t.Setenv("XDG_CACHE_HOME", c)
+	}
 	t.Setenv("HOME", f.userHome)
 	t.Setenv("OUTPOST_HOME", f.outpostHome)
 	if hostIP == "" {
