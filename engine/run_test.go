@@ -50,9 +50,16 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureIsolated(t, "")
+}
+
+// newFixtureIsolated is newFixture on a local provider with this
+// isolation setting ("": the default).
+func newFixtureIsolated(t *testing.T, isolation string) *fixture {
+	t.Helper()
 	return &fixture{
 		t:        t,
-		provider: &counting{Provider: local.New(&local.Options{BaseDir: t.TempDir()})},
+		provider: &counting{Provider: local.New(&local.Options{BaseDir: t.TempDir(), Isolation: isolation})},
 		store:    conversation.NewFS(t.TempDir()),
 		workdir:  t.TempDir(),
 	}
