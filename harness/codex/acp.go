@@ -1,6 +1,8 @@
 package codex
 
 import (
+	"strings"
+
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/acp"
 )
@@ -29,5 +31,10 @@ func ACP() *harness.Harness {
 		Reserved:  []string{"-c", "--config"},
 	})
 	h.Bootstrap = ACPName
+	// The adapter puts Codex's error inside its JSON-RPC error's text
+	// ("Internal error: exceeded retry limit, last status: 429 …"), where
+	// the JSONL preset's patterns, anchored at the start, miss it.
+	quota := h.Quota
+	h.Quota = func(s string) bool { return quota(s) || strings.Contains(s, "exceeded retry limit, last status: 429") }
 	return h
 }
