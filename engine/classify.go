@@ -93,6 +93,10 @@ func classify(o outcome) error {
 			Detail("unavailable", true).Detail("retrying", true)
 	case "steer":
 		return nil
+	case "over":
+		// The turn was over and the agent, its input closed, did not
+		// exit: its signal is no failure; what the turn reported is.
+		o.status = harness.ExitStatus{}
 	}
 	if o.seen.limit != nil {
 		var limit any = true

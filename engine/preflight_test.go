@@ -24,8 +24,11 @@ var preflightKeys = map[string]string{
 	"aider":        "", // a local model needs no key
 	"antigravity":  "GEMINI_API_KEY",
 	"claude":       "ANTHROPIC_API_KEY",
+	"claude-acp":   "ANTHROPIC_API_KEY",
 	"codex":        "OPENAI_API_KEY",
+	"codex-acp":    "OPENAI_API_KEY",
 	"copilot":      "COPILOT_GITHUB_TOKEN",
+	"copilot-acp":  "COPILOT_GITHUB_TOKEN",
 	"echo":         "",
 	"gemini":       "GEMINI_API_KEY",
 	"gemini-acp":   "GEMINI_API_KEY",

@@ -31,6 +31,9 @@ func maybeRunAgent() {
 	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, gated{ready, os.Stdin})
 	close(ready)
 	<-a.conn.Done()
+	if os.Getenv("OUTPOST_ACP_TEST_LINGER") == "1" {
+		select {} // keeps running on a closed input, as the ACP adapters do
+	}
 	os.Exit(0)
 }
 

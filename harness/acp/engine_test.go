@@ -267,3 +267,16 @@ func summary(evs []harness.Event) string {
 	}
 	return b.String()
 }
+
+// TestEngineLingeringAgent: an agent that keeps running once its input
+// is closed (claude-code-acp, codex-acp) is stopped a grace period after
+// its turn is over, and the turn succeeds.
+func TestEngineLingeringAgent(t *testing.T) {
+	t.Parallel()
+	h := testPreset(false)
+	h.Variables["OUTPOST_ACP_TEST_LINGER"] = "1"
+	o := run(t, h, engine.Turn{Prompt: "hello"}, func(ro *engine.RunOptions, _ *turnOut) { ro.Grace = time.Second })
+	if o.err != nil || o.res.Text != "echo: hello (turn 1)" {
+		t.Errorf("lingering agent: %v %+v", o.err, o.res)
+	}
+}
