@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -272,11 +273,15 @@ func newEscapeFixture(t *testing.T, hostIP string) *escapeFixture {
 	}
 	f.loopback = escapeServer(t, "127.0.0.1:0", f.marker)
 	f.direct = escapeServer(t, net.JoinHostPort(hostIP, "0"), f.marker)
+	// A group of its own, killed whole: killing the shell alone left its
+	// sleep behind, holding the test binary's output open (go test then
+	// waits 3 minutes and fails the package: "Test I/O incomplete").
 	proc := exec.Command("/bin/sh", "-c", "sleep 3600; : "+f.procMark)
+	proc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := proc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
+	t.Cleanup(func() { _ = syscall.Kill(-proc.Process.Pid, syscall.SIGKILL); _ = proc.Wait() })
 	return f
 }
 
