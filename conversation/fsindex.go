@@ -126,16 +126,9 @@ var _ Pager = (*FS)(nil)
 // ListPage implements Pager: the index orders the conversations, and only
 // the page's files are read.
 func (s *FS) ListPage(ctx context.Context, q PageQuery) ([]Meta, string, error) {
-	if q.Limit < 1 {
-		return nil, "", fmt.Errorf("conversation: list: page limit %d: want at least 1", q.Limit)
-	}
-	var after *PageKey
-	if q.After != "" {
-		k, err := ParseCursor(q.After)
-		if err != nil {
-			return nil, "", err
-		}
-		after = &k
+	after, err := q.cursor()
+	if err != nil {
+		return nil, "", err
 	}
 	ents, err := s.index(ctx, "list-page")
 	if err != nil {

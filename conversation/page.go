@@ -30,6 +30,22 @@ type Pager interface {
 	ListPage(ctx context.Context, q PageQuery) (page []Meta, next string, err error)
 }
 
+// cursor checks q and returns the key its After names (nil for the first
+// page): what every ListPage does first.
+func (q PageQuery) cursor() (*PageKey, error) {
+	if q.Limit < 1 {
+		return nil, fmt.Errorf("conversation: list: page limit %d: want at least 1", q.Limit)
+	}
+	if q.After == "" {
+		return nil, nil
+	}
+	k, err := ParseCursor(q.After)
+	if err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
 // ErrCursor is a PageQuery.After that no ListPage returned.
 var ErrCursor = errors.New("invalid page cursor")
 
@@ -38,16 +54,9 @@ var ErrCursor = errors.New("invalid page cursor")
 // the next page ("" when this one is the last). A Pager reads the page
 // alone; other stores are listed whole and cut.
 func ListPage(ctx context.Context, s Store, q PageQuery) ([]Meta, string, error) {
-	if q.Limit < 1 {
-		return nil, "", fmt.Errorf("conversation: list: page limit %d: want at least 1", q.Limit)
-	}
-	var after *PageKey
-	if q.After != "" {
-		k, err := ParseCursor(q.After)
-		if err != nil {
-			return nil, "", err
-		}
-		after = &k
+	after, err := q.cursor()
+	if err != nil {
+		return nil, "", err
 	}
 	if p, ok := s.(Pager); ok {
 		return p.ListPage(ctx, q)
