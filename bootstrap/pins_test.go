@@ -108,7 +108,7 @@ func TestPinnedPlatforms(t *testing.T) {
 			t.Errorf("%s: the note does not say which platform is pinned: %q", name, pin.Note)
 		}
 	}
-	if d := cmp.Diff([]string{"claude", "codex", "copilot", "gemini", "opencode", "qwen"}, npm); d != "" {
+	if d := cmp.Diff([]string{"claude", "claude-acp", "codex", "codex-acp", "copilot", "gemini", "opencode", "qwen"}, npm); d != "" {
 		t.Errorf("npm pins (-want +got):\n%s", d)
 	}
 }

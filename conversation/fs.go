@@ -12,11 +12,13 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/outposthq/outpost/checkpoint"
+	"github.com/outposthq/outpost/internal/storeops"
 )
 
 // convExt is the file name extension of a stored conversation.
@@ -69,9 +71,14 @@ type FS struct {
 
 	objsOnce sync.Once
 	objs     checkpoint.Objects
+	idx      fsIndex // ListPage's and Resolve's (fsindex.go)
 }
 
 var _ ObjectStorer = (*FS)(nil)
+
+// fileReads counts the conversation files FS has opened, for the tests
+// of what a page or a resolve reads (fsindex.go).
+var fileReads atomic.Int64
 
 // objectsDir is the bare git repository of the checkpoints' objects,
 // inside the store's directory.
@@ -88,9 +95,37 @@ func (s *FS) Objects() checkpoint.Objects {
 			s.objs = noObjects{errors.New("conversation: objects: store has no directory")}
 			return
 		}
-		s.objs = checkpoint.NewDir(filepath.Join(s.dir, objectsDir))
+		s.objs = countedDir{checkpoint.NewDir(filepath.Join(s.dir, objectsDir))}
 	})
 	return s.objs
+}
+
+// countedDir is the FS store's checkpoint.Dir with its operations counted
+// (internal/storeops), as the stores count theirs: checkpoint is a leaf.
+type countedDir struct{ d *checkpoint.Dir }
+
+func (c countedDir) Missing(ctx context.Context, hashes []plumbing.Hash) ([]plumbing.Hash, error) {
+	storeops.Count("filesystem-objects", "missing")
+	return c.d.Missing(ctx, hashes)
+}
+
+func (c countedDir) Read(ctx context.Context, h plumbing.Hash) (checkpoint.Object, error) {
+	storeops.Count("filesystem-objects", "read")
+	return c.d.Read(ctx, h)
+}
+
+func (c countedDir) Write(ctx context.Context, objs []checkpoint.Object) error {
+	storeops.Count("filesystem-objects", "write")
+	return c.d.Write(ctx, objs)
+}
+
+// Path is the repository's directory (checkpoint.Dir.Path).
+func (c countedDir) Path() string { return c.d.Path() }
+
+// Name implements checkpoint.Namer.
+func (c countedDir) Name(ctx context.Context, ref string, h plumbing.Hash) error {
+	storeops.Count("filesystem-objects", "name")
+	return c.d.Name(ctx, ref, h)
 }
 
 // noObjects is the object store of a store that cannot have one: every
@@ -140,6 +175,7 @@ func DefaultDir() (string, error) {
 func (s *FS) file(id string) string { return filepath.Join(s.dir, id+convExt) }
 
 func (s *FS) ready(ctx context.Context, op string) error {
+	storeops.Count("filesystem", op)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("conversation: %s: %w", op, err)
 	}
@@ -335,6 +371,7 @@ func (s *FS) read(ctx context.Context, op, id string, files bool) (Meta, []File,
 
 // readFile decodes one stored conversation, whose name gives id.
 func readFile(name, id string, files bool) (Meta, []File, error) {
+	fileReads.Add(1)
 	f, err := os.Open(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Meta{}, nil, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -377,11 +414,22 @@ func (s *FS) List(ctx context.Context) ([]Meta, error) {
 }
 
 // ids returns the ids of the conversation files in dir, in no order.
+// readDir is os.ReadDir without the sort by name, which a directory of
+// many conversations pays for nothing.
+func readDir(dir string) ([]fs.DirEntry, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.ReadDir(-1)
+}
+
 func (s *FS) ids(ctx context.Context, op string) ([]string, error) {
 	if err := s.ready(ctx, op); err != nil {
 		return nil, err
 	}
-	ents, err := os.ReadDir(s.dir)
+	ents, err := readDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -431,11 +479,29 @@ func (s *FS) Delete(ctx context.Context, id string) error {
 // package function Resolve for the rules. An exact id resolves from the
 // file name alone, even when that file is damaged (Get then reports it).
 func (s *FS) Resolve(ctx context.Context, ref string) (string, error) {
+	if ValidID(ref) {
+		// An id names its file: no need to read the directory.
+		if err := s.ready(ctx, "resolve-id"); err != nil {
+			return "", err
+		}
+		if fi, err := os.Lstat(s.file(ref)); err == nil && fi.Mode().IsRegular() {
+			return ref, nil
+		}
+	}
 	ids, err := s.ids(ctx, "resolve")
 	if err != nil {
 		return "", err
 	}
-	return resolve(ref, ids, func() ([]Meta, error) { return s.List(ctx) })
+	return resolve(ref, ids, func() ([]Meta, error) {
+		// The native ids from the index: no file is read again unless it
+		// changed since (fsindex.go).
+		ents, err := s.index(ctx, "resolve-native")
+		ms := make([]Meta, len(ents))
+		for i, e := range ents {
+			ms[i] = Meta{ID: e.key.ID, Native: e.native}
+		}
+		return ms, err
+	})
 }
 
 // Damage is a stored conversation FS.Check could not read.

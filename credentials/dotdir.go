@@ -32,7 +32,8 @@ const maxDotDirEntries = 1000
 // other non-directory entry's path (slash-separated, relative to the
 // working directory) and a digest of its type, mode and content (a link's
 // target), the mark excluded. A missing or empty directory is an empty
-// state (a directory appearing empty changes nothing outpost reads).
+// state (a directory appearing empty changes nothing outpost reads; a
+// docker bind workspace makes an empty one to mount over).
 type DotDirState map[string]string
 
 // ReadDotDirState reads <workdir>/.outpost/ (never following links).

@@ -48,7 +48,7 @@ func BenchmarkEchoTurn(b *testing.B) {
 		}
 	})
 	b.Run("outpost", func(b *testing.B) {
-		p := local.New(&local.Options{BaseDir: b.TempDir()})
+		p := local.New(&local.Options{BaseDir: b.TempDir(), Isolation: "none"})
 		store := conversation.NewFS(b.TempDir())
 		wd := b.TempDir()
 		h := echo.Harness()
@@ -67,7 +67,7 @@ func BenchmarkEchoTurn(b *testing.B) {
 	// The same turn without its workspace checkpoint (--checkpoint off):
 	// what recording the workspace costs an echo turn.
 	b.Run("outpost-no-checkpoint", func(b *testing.B) {
-		p := local.New(&local.Options{BaseDir: b.TempDir()})
+		p := local.New(&local.Options{BaseDir: b.TempDir(), Isolation: "none"})
 		o := &engine.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Installer: inst, Environ: []string{"PATH=" + os.Getenv("PATH")},
 			Checkpoint: engine.CheckpointOff}
 		wd := b.TempDir()
@@ -80,7 +80,7 @@ func BenchmarkEchoTurn(b *testing.B) {
 	// The same turn on a lease held across turns, as an orchestrator
 	// running several turns in one sandbox does: no home to make or remove.
 	b.Run("outpost-held-lease", func(b *testing.B) {
-		p := local.New(&local.Options{BaseDir: b.TempDir()})
+		p := local.New(&local.Options{BaseDir: b.TempDir(), Isolation: "none"})
 		lease, err := sandbox.Acquire(context.Background(), p, driver.Options{Workdir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)
@@ -117,6 +117,39 @@ func BenchmarkEchoTurn(b *testing.B) {
 	})
 }
 
+// BenchmarkEchoTurnIsolation: the echo turn of BenchmarkEchoTurn on the
+// local sandbox with isolation=none ("direct", the ratio's base) and in
+// bubblewrap's namespaces: what isolation costs a turn (a bwrap per
+// process; with egress gateway, the default where it is enforced, a
+// network namespace and the forwarder in front of the agent). The lease's
+// root is short, for the tunnels' sockets.
+func BenchmarkEchoTurnIsolation(b *testing.B) {
+	inst := &bootstrap.Installer{Self: testenv.SandboxBinary(b)}
+	for _, mode := range []string{"direct", "namespaces"} {
+		b.Run(mode, func(b *testing.B) {
+			iso := mode
+			if mode == "direct" {
+				iso = "none"
+			} else if i, err := local.New(&local.Options{Isolation: iso}).Isolation(); err != nil || !i.Active {
+				b.Skipf("bubblewrap isolation is not available here: %v", err)
+			}
+			root, err := os.MkdirTemp("", "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer os.RemoveAll(root)
+			p := local.New(&local.Options{BaseDir: root, Isolation: iso})
+			o := &engine.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Installer: inst, Environ: []string{"PATH=" + os.Getenv("PATH")}}
+			wd := b.TempDir()
+			for b.Loop() {
+				if _, err := engine.Run(context.Background(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}, Prompt: "hello", Workdir: wd}, o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkRace: a race of three echo contestants on local (the starting
 // tree recorded once, materialised three times, three turns at once, a
 // check in each, the winner picked) against one echo turn with its
@@ -132,7 +165,7 @@ func BenchmarkRace(b *testing.B) {
 	}
 	agent := harness.Agent{Kind: harness.KindCLI, Harness: echo.Harness()}
 	opts := func(b *testing.B) engine.RunOptions {
-		return engine.RunOptions{Provider: local.New(&local.Options{BaseDir: b.TempDir()}), Store: conversation.NewFS(b.TempDir()),
+		return engine.RunOptions{Provider: local.New(&local.Options{BaseDir: b.TempDir(), Isolation: "none"}), Store: conversation.NewFS(b.TempDir()),
 			Installer: inst, Environ: []string{"PATH=" + os.Getenv("PATH")}}
 	}
 	b.Run("direct", func(b *testing.B) {

@@ -93,6 +93,10 @@ func classify(o outcome) error {
 			Detail("unavailable", true).Detail("retrying", true)
 	case "steer":
 		return nil
+	case "over":
+		// The turn was over and the agent, its input closed, did not
+		// exit: its signal is no failure; what the turn reported is.
+		o.status = harness.ExitStatus{}
 	}
 	if o.seen.limit != nil {
 		var limit any = true
@@ -103,8 +107,11 @@ func classify(o outcome) error {
 			Detail("limit", limit)
 	}
 	failed := !o.status.Success() || len(o.seen.failures) > 0
+	// A live protocol's error response ends the turn as a failed process
+	// does (harness.KindTurnFailed), while the process itself exits 0.
+	ended := !o.status.Success() || o.seen.turnFailed
 	switch {
-	case !o.status.Success() && o.seen.quotaText != "":
+	case ended && o.seen.quotaText != "":
 		return quotaFailure(o)
 	case failed && o.seen.misconfigText != "" && (!o.seen.unavailable || o.seen.terminal().misconfigured):
 		return o.details(&outpost.Error{Code: outpost.Configuration, Op: op, Msg: "the agent's credentials or configuration were refused: " + firstLine(o.seen.misconfigText)}).

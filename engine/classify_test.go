@@ -201,3 +201,22 @@ func TestTerminalText(t *testing.T) {
 		})
 	}
 }
+
+// TestTurnFailedQuota: a live protocol's error response (a failure of
+// kind turn_failed) ends the turn as a failed process does, so a quota
+// text in it is quota although the process exits 0; the same text in an
+// ordinary failure event on exit 0 stays a reported failure.
+func TestTurnFailedQuota(t *testing.T) {
+	h := &harness.Harness{Quota: func(s string) bool { return strings.Contains(s, "429") }}
+	for _, c := range []struct {
+		kind string
+		code outpost.Code
+	}{{harness.KindTurnFailed, outpost.Quota}, {"", outpost.Process}} {
+		s := &stream{e: &turnRun{h: h, o: &RunOptions{}, red: credentials.NewRedactor()}}
+		s.record(harness.Event{Type: harness.EventFailure, Kind: c.kind, Text: "session/prompt failed: 429 Resource has been exhausted"})
+		err := classify(outcome{agent: "x", seen: s.seen})
+		if outpost.CodeOf(err) != c.code {
+			t.Errorf("kind %q: %v, want %s", c.kind, err, c.code)
+		}
+	}
+}

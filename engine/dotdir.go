@@ -10,10 +10,10 @@ import (
 // markDotDir leaves credentials.ChangedMark in the working directory when
 // its .outpost/ changed while the turn ran (or can no longer be read), so
 // the next turn refuses to read a .env the agent may have planted until
-// the user removes the mark (issue 43). A docker bind workspace hides an
-// existing .outpost/ behind a read-only mount (one that does not exist
-// yet is not covered); a local (or any) sandbox that can write the
-// directory is caught here. A mark that cannot be written is
+// the user removes the mark (issue 43). A docker bind workspace hides
+// .outpost/ (made empty first when there is none) behind a read-only
+// mount; a local (or any) sandbox that can write the directory is caught
+// here. A mark that cannot be written is
 // the turn's error (a configuration error), so it is not missed.
 func (e *turnRun) markDotDir(start time.Time) error {
 	if e.dotDir == nil {

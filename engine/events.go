@@ -25,6 +25,8 @@ type seen struct {
 	lastFailure, lastStderr textClass
 	// lastRetry is the text of the last retry notice (redacted).
 	lastRetry string
+	// turnFailed: a failure event of kind harness.KindTurnFailed came.
+	turnFailed bool
 }
 
 // textClass is what a preset's patterns say of one failure text.
@@ -107,6 +109,9 @@ func (s *stream) record(ev harness.Event) {
 		}
 	case harness.EventFailure:
 		s.seen.failures = append(s.seen.failures, ev.Text)
+		if ev.Kind == harness.KindTurnFailed {
+			s.seen.turnFailed = true
+		}
 		if ev.Kind == harness.KindLimit && s.seen.limit == nil {
 			lim := ev
 			s.seen.limit = &lim

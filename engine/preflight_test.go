@@ -21,15 +21,21 @@ import (
 // names when nothing gives it a credential, and "" for a preset that runs
 // without one.
 var preflightKeys = map[string]string{
-	"aider":       "", // a local model needs no key
-	"antigravity": "GEMINI_API_KEY",
-	"claude":      "ANTHROPIC_API_KEY",
-	"codex":       "OPENAI_API_KEY",
-	"copilot":     "COPILOT_GITHUB_TOKEN",
-	"echo":        "",
-	"gemini":      "GEMINI_API_KEY",
-	"opencode":    "OPENAI_API_KEY",
-	"qwen":        "OPENAI_API_KEY",
+	"aider":        "", // a local model needs no key
+	"antigravity":  "GEMINI_API_KEY",
+	"claude":       "ANTHROPIC_API_KEY",
+	"claude-acp":   "ANTHROPIC_API_KEY",
+	"codex":        "OPENAI_API_KEY",
+	"codex-acp":    "OPENAI_API_KEY",
+	"copilot":      "COPILOT_GITHUB_TOKEN",
+	"copilot-acp":  "COPILOT_GITHUB_TOKEN",
+	"echo":         "",
+	"gemini":       "GEMINI_API_KEY",
+	"gemini-acp":   "GEMINI_API_KEY",
+	"opencode":     "OPENAI_API_KEY",
+	"opencode-acp": "OPENAI_API_KEY",
+	"qwen":         "OPENAI_API_KEY",
+	"qwen-acp":     "OPENAI_API_KEY",
 }
 
 // TestPreflightPresets: every built-in preset that needs a credential is

@@ -143,7 +143,10 @@ func (e *turnRun) command(ctx context.Context, lease *sandbox.Lease, in harness.
 	var live harness.Live
 	var cmd harness.Command
 	var err error
-	if e.o.Steer != nil && h.LiveInput != nil && lease.Capabilities().Stdin {
+	if h.LiveOnly && !lease.Capabilities().Stdin {
+		return nil, cmd, outpost.Errorf(outpost.Configuration, "request", "agent %s is driven over its standard input (a live protocol), which this sandbox cannot give a process", h.Name)
+	}
+	if (e.o.Steer != nil || h.LiveOnly) && h.LiveInput != nil && lease.Capabilities().Stdin {
 		if live, err = h.LiveInput(in); err != nil {
 			return nil, cmd, outpost.Wrap(outpost.Configuration, "request", err)
 		}

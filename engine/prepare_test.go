@@ -16,7 +16,7 @@ import (
 // conversation and the agent never starts.
 func TestCommandPrepare(t *testing.T) {
 	f := newFixture(t)
-	mark := filepath.Join(t.TempDir(), "prepared")
+	mark := filepath.Join(f.workdir, "prepared") // the workspace: writable in namespaces too
 	with := func(prep ...harness.Command) harness.Agent {
 		return echoAgent(func(h *harness.Harness) {
 			req := h.Request

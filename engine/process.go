@@ -33,7 +33,9 @@ type stream struct {
 	activity chan struct{} // a line was read (watchdog)
 	exited   chan struct{} // closed once the process exited and drained
 	stopOnce sync.Once
-	// stopReason is why stop was called: "inactivity", "steer", "limit".
+	endOnce  sync.Once
+	// stopReason is why stop was called: "inactivity", "steer", "limit",
+	// "over" (a live turn that is over, its agent lingering).
 	stopReason atomic.Value
 
 	mu      sync.Mutex // guards what the events record, below
@@ -152,6 +154,24 @@ func (s *stream) gated(pump func(io.Reader)) func(io.Reader) {
 		}
 		pump(r)
 	}
+}
+
+// over closes the input of a live turn that is over, and stops the agent
+// when it has not exited a grace period later: ACP adapters keep running
+// on a closed input (measured: claude-code-acp 0.16.2, codex-acp 0.16.0).
+func (s *stream) over() {
+	s.stdin.close()
+	s.endOnce.Do(func() {
+		go func() {
+			t := time.NewTimer(s.grace)
+			defer t.Stop()
+			select {
+			case <-s.exited:
+			case <-t.C:
+				s.stop("over")
+			}
+		}()
+	})
 }
 
 // stop ends the process: its input is closed, its group terminated, then

@@ -53,7 +53,7 @@ func (s *stream) pumpStdout(r io.Reader) {
 			s.emit(ev)
 		}
 		if s.live != nil && s.live.Done() {
-			s.stdin.close()
+			s.over()
 		}
 	})
 	if s.e.h.DecodeEnd && s.live == nil {

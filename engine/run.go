@@ -50,6 +50,12 @@ type Turn struct {
 	// continues it into a new conversation. At most one is set.
 	Resume string `json:"resume,omitempty"`
 	Fork   string `json:"fork,omitempty"`
+	// ID is the id of the conversation a new turn (neither Resume nor
+	// Fork) creates, chosen by the caller ahead of the turn (as `outpost
+	// acp` names an ACP session before its first prompt): a
+	// conversation.NewID that no stored conversation has. Empty: a fresh
+	// one.
+	ID string `json:"id,omitempty"`
 	// Workspace is where the turn runs instead of Workdir: WorkspaceNew (a
 	// fresh directory under WorkspacesDir) or a directory that must not
 	// exist or be empty. A resume or fork writes into it the tree of the

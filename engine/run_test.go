@@ -50,9 +50,16 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureIsolated(t, "")
+}
+
+// newFixtureIsolated is newFixture on a local provider with this
+// isolation setting ("": the default).
+func newFixtureIsolated(t *testing.T, isolation string) *fixture {
+	t.Helper()
 	return &fixture{
 		t:        t,
-		provider: &counting{Provider: local.New(&local.Options{BaseDir: t.TempDir()})},
+		provider: &counting{Provider: local.New(&local.Options{BaseDir: t.TempDir(), Isolation: isolation})},
 		store:    conversation.NewFS(t.TempDir()),
 		workdir:  t.TempDir(),
 	}
@@ -539,5 +546,38 @@ func TestImageProgressNotices(t *testing.T) {
 	}
 	if session >= 0 && lastImage > session {
 		t.Error("an image notice came after the session started")
+	}
+}
+
+// TestChosenID: a new turn with Turn.ID stores its conversation under that
+// id (as `outpost acp` names a session before its first prompt); the id
+// of a stored conversation, an invalid one, or one beside a resume are
+// refused before any sandbox.
+func TestChosenID(t *testing.T) {
+	f := newFixture(t)
+	id := conversation.NewID()
+	res, err := f.run(engine.Turn{Prompt: "hi", ID: id})
+	if err != nil || res.Conversation != id {
+		t.Fatalf("turn with ID %s: conversation %q, %v", id, res.Conversation, err)
+	}
+	if _, err := f.store.Meta(context.Background(), id); err != nil {
+		t.Fatalf("not stored under the chosen id: %v", err)
+	}
+	opens := f.provider.opens.Load()
+	for _, bad := range []engine.Turn{{Prompt: "hi", ID: id}, {Prompt: "hi", ID: "Not An Id"}, {Prompt: "hi", ID: conversation.NewID(), Resume: id}} {
+		if _, err := f.run(bad); outpost.CodeOf(err) != outpost.Configuration {
+			t.Errorf("turn %+v: %v, want configuration", bad, err)
+		}
+	}
+	if n := f.provider.opens.Load(); n != opens {
+		t.Errorf("refused turns opened %d sandboxes", n-opens)
+	}
+	// Cancelled while the id is checked: cancelled, not conversation.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = engine.Run(ctx, engine.Turn{Agent: harness.Agent{Kind: "cli", Harness: echo.Harness()}, Prompt: "hi", Workdir: f.workdir, ID: conversation.NewID()},
+		&engine.RunOptions{Provider: f.provider, Store: f.store})
+	if outpost.CodeOf(err) != outpost.Cancelled {
+		t.Errorf("a cancelled turn with an ID: %v, want cancelled", err)
 	}
 }

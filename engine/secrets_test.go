@@ -16,6 +16,7 @@ import (
 	"github.com/outposthq/outpost/credentials"
 	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/providers/local"
 )
 
 // writeDotEnv writes the fixture's .outpost/.env.
@@ -148,7 +149,18 @@ func TestDotEnvIsTheBase(t *testing.T) {
 // again once the user has removed it (issue 43: a planted .outpost/.env
 // with a base URL of the agent's choosing got the real key).
 func TestDotDirChangedDuringTurn(t *testing.T) {
-	f := newFixture(t)
+	// In namespaces the agent sees an empty .outpost/ of its own: its
+	// write never reaches the host's, and the next turn runs.
+	if iso, _ := local.New(&local.Options{Isolation: "namespaces"}).Isolation(); iso.Active {
+		i := newFixtureIsolated(t, "namespaces")
+		i.writeDotEnv("FOO_SETTING=abc\n")
+		i.ok(engine.Turn{Prompt: "#write=.outpost/.env"})
+		if res := i.ok(engine.Turn{Prompt: "#leak FOO_SETTING"}); !strings.Contains(res.Text, "FOO_SETTING=abc") {
+			t.Errorf("isolated: the host's .outpost/.env after the agent wrote its own: %q", res.Text)
+		}
+	}
+	// On the host (isolation none) the agent writes the real one.
+	f := newFixtureIsolated(t, "none")
 	f.writeDotEnv("FOO_SETTING=abc\n")
 	f.ok(engine.Turn{Prompt: "#write=.outpost/.env"})
 	_, err := f.run(engine.Turn{Prompt: "#env FOO_SETTING"})

@@ -83,6 +83,9 @@ func (e *turnRun) checkTurn() error {
 	if t.Resume != "" && t.Fork != "" {
 		return refuse(outpost.Configuration, "resume and fork are exclusive")
 	}
+	if t.ID != "" && (t.Resume != "" || t.Fork != "" || !conversation.ValidID(t.ID)) {
+		return refuse(outpost.Configuration, "conversation id %q: a new conversation's id must be a valid id (conversation.NewID), without resume or fork", t.ID)
+	}
 	if t.Resume != "" && !h.Resumes() {
 		return refuse(outpost.Refused, "agent %s cannot resume conversations", h.Name)
 	}
@@ -193,11 +196,33 @@ func (e *turnRun) locate(ctx context.Context) error {
 	if e.parent.ID != "" && e.model == "" {
 		e.model = e.parent.Model
 	}
-	if t.Resume != "" {
+	switch {
+	case t.Resume != "":
 		e.convID = e.parent.ID
-	} else {
+	case t.ID != "":
+		return e.chosenID(ctx)
+	default:
 		e.convID = conversation.NewID()
 	}
+	return nil
+}
+
+// chosenID takes the caller's id for the new conversation (Turn.ID), which
+// no stored conversation may have.
+func (e *turnRun) chosenID(ctx context.Context) error {
+	if e.o.Store != nil {
+		_, err := e.o.Store.Meta(ctx, e.t.ID)
+		if err == nil {
+			return refuse(outpost.Configuration, "conversation %s exists: resume it", e.t.ID)
+		}
+		if ctx.Err() != nil {
+			return ctxError(ctx, "locate", err)
+		}
+		if !errors.Is(err, conversation.ErrNotFound) {
+			return outpost.Wrap(outpost.Conversation, "locate", err)
+		}
+	}
+	e.convID = e.t.ID
 	return nil
 }
 

@@ -42,6 +42,18 @@ const (
 // details.limit.
 const KindLimit = "limit"
 
+// KindUser is the Kind of a message event that holds what the user said:
+// only a preset's History reports those (a turn's own events are the
+// agent's).
+const KindUser = "user"
+
+// KindTurnFailed is the Kind of a failure event with which a live
+// protocol reports that the agent ended the turn with an error (an Agent
+// Client Protocol error response to session/prompt) while its process
+// keeps running. The engine counts the turn as failed as it counts a
+// process that exits non-zero: a Quota match makes it quota.
+const KindTurnFailed = "turn_failed"
+
 // EventTypes lists every event type.
 var EventTypes = []EventType{EventSession, EventMessage, EventReasoning, EventToolCall, EventToolResult, EventUsage, EventNotice, EventFailure, EventFinished}
 

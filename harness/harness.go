@@ -124,6 +124,15 @@ type Harness struct {
 	// Optional.
 	ThreadUsage func(t Transcript) *Usage
 
+	// History reads the conversation's exchange from its captured files,
+	// oldest first, as normalized events: the user's prompts (message
+	// events of Kind KindUser), the agent's answers (message), its
+	// reasoning, tool calls and their results. It is what `outpost acp`
+	// replays to an editor that loads a session (docs/acp.md). Never
+	// returns secrets the files did not hold; nil: the preset cannot tell
+	// (the session loads with no history shown). Optional.
+	History func(t Transcript) []Event
+
 	// Usage says where usage comes from. The zero value, UsageUnset,
 	// counts the usage the events report without the completeness check.
 	Usage UsageMode
@@ -133,6 +142,14 @@ type Harness struct {
 	// while it runs: steering then stops the turn and resumes its
 	// conversation with the new message.
 	LiveInput func(in Input) (Live, error)
+
+	// LiveOnly says the CLI is driven only through its live protocol (an
+	// Agent Client Protocol agent, harness/acp): every turn runs through
+	// LiveInput, steered or not, and a sandbox without live standard input
+	// cannot run it (code configuration). Request still describes the
+	// command, for the checks and tools that read it, but the engine never
+	// runs it without LiveInput. Needs LiveInput.
+	LiveOnly bool
 
 	// Bootstrap names the pinned CLI installed when the sandbox lacks the
 	// command's executable: a pin of the turn's bootstrap installer (the
@@ -532,6 +549,9 @@ func (h *Harness) Validate() error {
 	}
 	if h.Request == nil {
 		errs = append(errs, fmt.Errorf("harness %s: Request is required", h.Name))
+	}
+	if h.LiveOnly && h.LiveInput == nil {
+		errs = append(errs, fmt.Errorf("harness %s: LiveOnly needs LiveInput", h.Name))
 	}
 	if h.Events == nil && h.NewDecoder == nil && h.NewTurnDecoder == nil {
 		errs = append(errs, fmt.Errorf("harness %s: Events, NewDecoder or NewTurnDecoder is required", h.Name))

@@ -133,7 +133,9 @@ func TestBootstrapTurnLocal(t *testing.T) {
 	pkg := fakeCLI(t)
 	srv := serveTarball(t, pkg)
 	inst := &bootstrap.Installer{Pins: fakePins(srv.URL+"/fakecli.tgz", sha512.Sum512(pkg)), CacheDir: t.TempDir()}
-	lp := local.New(&local.Options{BaseDir: t.TempDir()})
+	// The fake CLI execs outpost from the test's build directory, which
+	// an isolated lease does not see: the install is what this tests.
+	lp := local.New(&local.Options{BaseDir: t.TempDir(), Isolation: "none"})
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 	withInstaller := func(o *engine.RunOptions) { o.Installer = inst }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
+	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -141,6 +142,30 @@ func TestKeylessDockerEgress(t *testing.T) {
 	c := keylessCLIs[0]
 	p := keylessDocker(t, c)
 	direct, directSeen := countingServer(t, net.JoinHostPort(dockertest.BridgeGateway(t), "0"))
+	checkKeylessEgress(t, p, c, direct, directSeen)
+}
+
+// TestKeylessLocalEgress: the same claude turn on the local sandbox in
+// bubblewrap's namespaces (issue 42): its tool call cannot reach a server
+// on the host's loopback directly (the lease's network namespace has its
+// own loopback only), and through the gateway's proxy the allowlisted
+// server answers and one off the list gets 403.
+func TestKeylessLocalEgress(t *testing.T) {
+	c := keylessCLIs[0]
+	p := local.New(&local.Options{BaseDir: t.TempDir(), Isolation: "namespaces", Environ: []string{"PATH=" + c.path(t) + ":/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}})
+	if _, err := p.Isolation(); err != nil {
+		testenv.Missing(t, "bubblewrap isolation ("+err.Error()+")", "apt-get install bubblewrap")
+	}
+	direct, directSeen := countingServer(t, "127.0.0.1:0")
+	checkKeylessEgress(t, p, c, direct, directSeen)
+}
+
+// checkKeylessEgress runs c's FAKE_TOOL turn on p with egress gateway
+// and an allowlist naming one host loopback server, and checks that
+// direct (a server the sandbox must not reach) saw nothing and the proxy
+// let through only the allowlisted server.
+func checkKeylessEgress(t *testing.T, p driver.Provider, c keylessCLI, direct string, directSeen *atomic.Int64) {
+	t.Helper()
 	allowed, allowedSeen := countingServer(t, "127.0.0.1:0")
 	denied, deniedSeen := countingServer(t, "127.0.0.1:0")
 	key := "sk-kl-" + randomHex(t, 16)
@@ -159,7 +184,7 @@ func TestKeylessDockerEgress(t *testing.T) {
 		t.Errorf("the tool's output %q, want %q", got, want)
 	}
 	if n := directSeen.Load(); n != 0 {
-		t.Errorf("the bridge server saw %d requests, want none", n)
+		t.Errorf("the server reached directly saw %d requests, want none", n)
 	}
 	if n := allowedSeen.Load(); n != 2 {
 		t.Errorf("the allowlisted server saw %d requests, want 2", n)

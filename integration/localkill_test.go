@@ -159,7 +159,10 @@ func TestRunSIGKILLLocal(t *testing.T) {
 			if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(outpostBinary(t), "run", "--json", "--set", "root="+base, "--command", script, "#hang")
+			// On the host (isolation=none): its pids and a pid file out
+			// of the workspace; in namespaces nothing outlives the agent
+			// (providers/local.TestIsolatedNothingSurvives).
+			cmd := exec.Command(outpostBinary(t), "run", "--json", "--set", "root="+base, "--set", "isolation=none", "--command", script, "#hang")
 			cmd.Dir = work
 			cmd.Env = append(os.Environ(), "OUTPOST_HOME="+home)
 			stdout, err := cmd.StdoutPipe()

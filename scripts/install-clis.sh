@@ -8,7 +8,8 @@
 # The CLIs and their versions are not written here: they are the pins of kind
 # "npm" in bootstrap/pins.json, read from `outpost bootstrap --list --json`
 # (the binary named by $OUTPOST_BIN, else `go run ./cmd/outpost` in this
-# repository). Today: claude, codex, copilot and qwen. The main package npm
+# repository). Today: claude, claude-acp, codex, codex-acp, copilot, gemini,
+# opencode and qwen. The main package npm
 # installed must carry the pin's SHA-512 (npm's integrity), or the install fails.
 #
 # Each CLI goes into its own npm prefix, so installing one never prunes another
@@ -150,7 +151,10 @@ install_one() {
   local scratch out
   scratch="$(mktemp -d)"
   TMP_DIRS+=("$scratch")
-  if ! out="$(cd "$scratch" && HOME="$scratch" timeout 120 "$tmp/node_modules/.bin/$cmd" --version 2>&1)"; then
+  # An ACP adapter may take no --version (codex-acp): then --help, stdin
+  # closed (claude-code-acp serves ACP on stdin and exits at its end).
+  if ! out="$(cd "$scratch" && HOME="$scratch" timeout 120 "$tmp/node_modules/.bin/$cmd" --version 2>&1 </dev/null)" &&
+    ! out="$(cd "$scratch" && HOME="$scratch" timeout 120 "$tmp/node_modules/.bin/$cmd" --help 2>&1 </dev/null)"; then
     log "$cmd --version failed: $out"
     die "$pkg@$ver does not run (if npm skipped install scripts, allow them for $pkg)"
   fi

@@ -6,7 +6,7 @@
 # PostgreSQL's server binaries (scripts/postgres-up.sh), the
 # pinned agent CLIs from npm, the test images built locally, Debian's
 # python3 packages of the Python client's tests (httpx, pytest, setuptools,
-# wheel, venv), and the Kubernetes test cluster's packages and binaries
+# wheel, venv), Debian's chromium (the web console's browser tests), and the Kubernetes test cluster's packages and binaries
 # (scripts/kube-up.sh --prepare: built from source, cached;
 # integration/kubernetes starts the cluster when a test needs it and
 # stops it), and the trace
@@ -97,9 +97,11 @@ if [[ "${OUTPOST_TEST_SKIP_SETUP:-}" != 1 ]]; then
 	if [[ $(id -u) == 0 ]]; then
 		# The Python client's tests use only what Debian ships (Python's
 		# package index is not reachable from every machine).
-		step "Python client: Debian's python3 packages"
+		step "Debian packages: the Python client's python3, bubblewrap, chromium, acct"
 		# bubblewrap: the local sandbox's isolation (isolation=auto|namespaces).
-		py_pkgs=(python3 python3-httpx python3-pytest python3-setuptools python3-wheel python3-venv bubblewrap)
+		# chromium: the web console's browser tests (server/ui, docs/console.md).
+		# acct: process accounting, the log's CPU seconds by command.
+		py_pkgs=(python3 python3-httpx python3-pytest python3-setuptools python3-wheel python3-venv bubblewrap chromium acct)
 		if [[ $(dpkg-query -W -f='${db:Status-Abbrev}\n' "${py_pkgs[@]}" 2>/dev/null | grep -c '^ii') != "${#py_pkgs[@]}" ]]; then
 			DEBIAN_FRONTEND=noninteractive apt-get update -qq
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${py_pkgs[@]}" >/dev/null
@@ -173,6 +175,16 @@ OUTPOST_TEST_BUILDS=$(mktemp -d "${TMPDIR:-/tmp}/outpost-builds.XXXXXX")
 cpuexec=(-exec "$PWD/scripts/lib/cputime.sh")
 engine_cpu0=$(engine_cpu)
 read -r busy0 idle0 < <(machine_cpu)
+# Process accounting (root, Debian's acct) over the tests: every process
+# that ends, in containers and the cluster too, is one record, so the end
+# of the log can say which commands took the machine's CPU (compilers,
+# linkers, the real CLIs' node, the cluster's binaries), not only the test
+# binaries. It is the machine's one accounting file while the tests run.
+acct_file=
+if [[ $(id -u) == 0 ]] && command -v accton >/dev/null && command -v sa >/dev/null; then
+	acct_file=$(mktemp "${TMPDIR:-/tmp}/outpost-acct.XXXXXX")
+	accton "$acct_file" >/dev/null 2>&1 || acct_file=
+fi
 if [[ $# -eq 0 ]]; then
 	# The longest packages first (integration ~18 min and providers/docker
 	# ~6 min on a two-core machine), so that the rest fills the slots beside
@@ -237,6 +249,19 @@ read -r busy1 idle1 < <(machine_cpu)
 awk -v b=$((busy1 - busy0)) -v i=$((idle1 - idle0)) -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" 'BEGIN {
 	if (b + i > 0) printf "the machine over the tests (%d cores, compiles, cluster and containers included): %.0f s busy, %.0f s idle (%.0f%% busy)\n", n, b / hz, i / hz, 100 * b / (b + i)
 }' >&2
+if [[ -n $acct_file ]]; then
+	accton off >/dev/null 2>&1 || true
+	step "CPU seconds by command over the tests (process accounting: processes that ended), the most first"
+	# sa's columns (--print-seconds): calls, then real and CPU (user +
+	# system) seconds a call, then the command; the first row is the sum.
+	{
+		printf '%8s %10s  %s\n' calls cpu command
+		sa -a --print-seconds --dont-read-summary-files -f "$acct_file" 2>/dev/null |
+			awk 'NR == 1 { printf "%8d %10.1f  %s\n", $1, $1 * $3, "(all)"; next }
+				{ printf "%8d %10.1f  %s\n", $1, $1 * $3, $NF }' | sort -k2,2 -g -r -s | awk 'NR <= 21'
+	} >&2 || true
+	rm -f "$acct_file"
+fi
 rm -f "$OUTPOST_TEST_CPU_LOG"
 rm -rf "$OUTPOST_TEST_BUILDS"
 step "done (exit $fail): set-up and tests took ${SECONDS}s"

@@ -187,6 +187,11 @@ type TurnStatus struct {
 	Result *engine.ResultLine `json:"result,omitempty"`
 }
 
+// TurnList is the answer of GET /v1/turns.
+type TurnList struct {
+	Turns []TurnStatus `json:"turns"`
+}
+
 // SteerRequest is the body of POST /v1/turns/{id}/messages.
 type SteerRequest struct {
 	Text string `json:"text"`

@@ -94,6 +94,21 @@ func TestAPI(t *testing.T) {
 	if code != 200 || got.State != server.StateFinished || got.Result == nil || got.Events != int64(len(items)) {
 		t.Fatalf("status: %d %s", code, b)
 	}
+	// The list of turns: newest first, by state, bounded.
+	var list, one server.TurnList
+	code, b, _ = ts.do("GET", "/v1/turns?state=finished", nil)
+	if json.Unmarshal(b, &list); code != 200 || !slices.ContainsFunc(list.Turns, func(x server.TurnStatus) bool { return x.ID == st.ID }) ||
+		!slices.IsSortedFunc(list.Turns, func(a, b server.TurnStatus) int { return b.Created.Compare(a.Created) }) {
+		t.Errorf("GET /v1/turns?state=finished: %d %s, want %s among the turns, newest first", code, b, st.ID)
+	}
+	if code, b, _ := ts.do("GET", "/v1/turns?limit=1", nil); code != 200 || json.Unmarshal(b, &one) != nil || len(one.Turns) != 1 || one.Turns[0].ID != list.Turns[0].ID {
+		t.Errorf("GET /v1/turns?limit=1: %d %s, want the newest turn only", code, b)
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "state=done"} {
+		if code, _, _ := ts.do("GET", "/v1/turns?"+q, nil); code != 400 {
+			t.Errorf("GET /v1/turns?%s: %d, want 400", q, code)
+		}
+	}
 	// Replay from a sequence number.
 	replay := ts.events(st.ID, 2, nil)
 	if len(replay) != len(items)-2 || replay[0].seq != 3 || replay[0].raw != items[2].raw {
@@ -382,9 +397,12 @@ func TestSlowHeaders(t *testing.T) {
 	resp.Body.Close()
 }
 
-// TestPeerCredentials: on a Unix socket only the server's own uid is
-// served; another user gets 403 even when the socket's permissions let
-// it connect.
+// TestPeerCredentials: on a Unix socket only the allowed uids are served
+// (by default the server's own); another user gets 403 even when the
+// socket's permissions let it connect. An allowed uid other than the
+// server's is a client, not the operator (issue 43): the client policy
+// refuses its secrets mode env, and the operator's turn is not found for
+// it; the server's own uid is the operator.
 func TestPeerCredentials(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "root (to run a client as another user)", "run the suite as root, as CI does")
@@ -396,7 +414,8 @@ func TestPeerCredentials(t *testing.T) {
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
 	sock := filepath.Join(dir, "s.sock")
-	srv, err := server.New(&server.Options{Workdir: t.TempDir(), Environ: []string{}})
+	const nobody, stranger = 65534, 65533
+	srv, err := server.New(&server.Options{Workdir: t.TempDir(), Environ: []string{}, AllowUIDs: []int{os.Geteuid(), nobody}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,22 +436,42 @@ func TestPeerCredentials(t *testing.T) {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	run := func(cred *syscall.Credential) string {
+	run := func(uid int, req string) (string, []byte) {
 		cmd := exec.Command(bin)
-		cmd.Env = []string{clientEnv + "=" + sock}
+		cmd.Env = []string{clientEnv + "=" + sock, clientReqEnv + "=" + req}
 		cmd.Dir = dir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if uid != os.Geteuid() {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		}
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("client: %v", err)
 		}
-		return strings.TrimSpace(string(out))
+		status, body, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+		return status, []byte(body)
 	}
-	if got := run(&syscall.Credential{Uid: 65534, Gid: 65534}); got != "403" {
-		t.Errorf("another user (nobody): %s, want 403", got)
+	if got, _ := run(stranger, "GET /v1/agents"); got != "403" {
+		t.Errorf("a user not allowed: %s, want 403", got)
 	}
-	if got := run(nil); got != "200" {
+	if got, _ := run(os.Geteuid(), "GET /v1/agents"); got != "200" {
 		t.Errorf("the same user: %s, want 200", got)
+	}
+	envTurn := `POST /v1/turns {"prompt":"hi","secrets":"env"}`
+	if got, b := run(nobody, envTurn); got != "403" {
+		t.Errorf("an allowed client uid asking for secrets env: %s %s, want 403", got, b)
+	} else if c, r := reasonOf(t, b); c != "refused" || r != server.ReasonPolicy {
+		t.Errorf("an allowed client uid asking for secrets env: %s %s, want refused policy", c, r)
+	}
+	got, b := run(os.Geteuid(), envTurn)
+	var turn struct{ ID string }
+	if err := json.Unmarshal(b, &turn); got != "202" || err != nil || turn.ID == "" {
+		t.Fatalf("the operator's secrets env turn: %s %s, want 202", got, b)
+	}
+	if got, b := run(nobody, "GET /v1/turns/"+turn.ID); got != "404" {
+		t.Errorf("an allowed client uid reading the operator's turn: %s %s, want 404", got, b)
+	}
+	if got, b := run(os.Geteuid(), "GET /v1/turns/"+turn.ID); got != "200" {
+		t.Errorf("the operator reading its turn: %s %s", got, b)
 	}
 }
 

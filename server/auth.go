@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness/kit/lazyre"
+	"github.com/outposthq/outpost/internal/conncap"
 )
 
 // TokenPrefix starts every token AddToken makes, so a leaked one is easy
@@ -296,9 +297,9 @@ type connKey struct{}
 
 // connContext records the peer of a Unix connection (SO_PEERCRED).
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	if gc, ok := c.(*guardConn); ok {
-		ctx = context.WithValue(ctx, guardKey{}, gc)
-		c = gc.Conn
+	if cc, ok := c.(*conncap.Conn); ok {
+		ctx = context.WithValue(ctx, guardKey{}, cc)
+		c = cc.Conn
 	}
 	ci := connInfo{}
 	if uc, ok := c.(*net.UnixConn); ok {

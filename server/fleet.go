@@ -18,7 +18,8 @@ import (
 
 // A fleet (docs/serve.md): with Options.Turns, every turn's record and
 // events are also written to the shared turn store as they happen, in
-// batches, by one writer goroutine (so in order). Any replica answers for
+// batches, by fleetWriters writer goroutines, each turn's by the same
+// one (so in order). Any replica answers for
 // any turn: a turn this process does not hold is read from the store, its
 // stream replayed from there and followed through the store's notes with
 // a bounded poll; steer and cancel go to the owner through the store.
@@ -31,6 +32,15 @@ const lostAfter = 3
 // replayBatch bounds the events one read of the store returns.
 const replayBatch = 256
 
+// fleetWriters is how many writes of the turn store a replica has in
+// flight at once, each on its own turns. One writer made every turn of a
+// replica wait for every other's writes, one commit after the other: on
+// PostgreSQL (fsync on, 2 shared cores) a replica of 20 running turns
+// answered their first event after 3.5 s and ran 5 turns a second
+// (docs/benchmarks.md, "Scale"). The PostgreSQL store's pool has 8
+// connections: half for these writes, the others for reads and beats.
+const fleetWriters = 4
+
 type fleet struct {
 	s       *Server
 	st      turnstore.Store
@@ -39,8 +49,8 @@ type fleet struct {
 
 	mu      sync.RWMutex // closed, and sends on ops
 	closed  bool
-	ops     chan fleetOp
-	written chan struct{} // the writer is done
+	ops     [fleetWriters]chan fleetOp // by writerOf the turn
+	written sync.WaitGroup             // the writers
 
 	ctx   context.Context // the heartbeat and listen loops
 	stop  context.CancelFunc
@@ -66,8 +76,10 @@ type fleetOp struct {
 // newFleet registers the replica (its first heartbeat) and starts its
 // writer, heartbeat and listener.
 func newFleet(s *Server) (*fleet, error) {
-	f := &fleet{s: s, st: s.o.Turns, replica: s.o.Replica, beat: s.o.Heartbeat,
-		ops: make(chan fleetOp, 1024), written: make(chan struct{}), subs: map[string]map[chan struct{}]struct{}{}}
+	f := &fleet{s: s, st: s.o.Turns, replica: s.o.Replica, beat: s.o.Heartbeat, subs: map[string]map[chan struct{}]struct{}{}}
+	for i := range f.ops {
+		f.ops[i] = make(chan fleetOp, 1024/fleetWriters)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// A replica of this name that ran before is gone: its unfinished
@@ -80,7 +92,10 @@ func newFleet(s *Server) (*fleet, error) {
 		return nil, outpost.Wrap(outpost.Configuration, "serve", err)
 	}
 	f.ctx, f.stop = context.WithCancel(context.Background())
-	go f.write()
+	for _, ops := range f.ops {
+		f.written.Add(1)
+		go f.write(ops)
+	}
 	f.loops.Add(2)
 	go f.heartbeat()
 	go func() {
@@ -106,8 +121,17 @@ func (f *fleet) send(op fleetOp) bool {
 	if f.closed {
 		return false
 	}
-	f.ops <- op
+	f.ops[writerOf(op.id)] <- op
 	return true
+}
+
+// writerOf is the writer of a turn's writes (FNV-1a of its id).
+func writerOf(id string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return int(h % fleetWriters)
 }
 
 // create queues a new turn's record; the channel returned gets the
@@ -133,16 +157,16 @@ func (f *fleet) finished(t *turn, seq int64, b []byte, at time.Time) {
 	f.send(fleetOp{id: t.id, result: &turnstore.Event{Seq: seq, Data: b}, at: at})
 }
 
-// write applies the queued writes in order, each run of events of one
-// turn in one Append.
-func (f *fleet) write() {
-	defer close(f.written)
-	for op := range f.ops {
+// write applies one writer's queued writes in order, each run of events
+// of one turn in one Append.
+func (f *fleet) write(ops chan fleetOp) {
+	defer f.written.Done()
+	for op := range ops {
 		batch := []fleetOp{op}
 	drain:
 		for len(batch) < replayBatch {
 			select {
-			case o, ok := <-f.ops:
+			case o, ok := <-ops:
 				if !ok {
 					break drain
 				}
@@ -317,12 +341,16 @@ func (f *fleet) close(ctx context.Context) error {
 	f.mu.Lock()
 	if !f.closed {
 		f.closed = true
-		close(f.ops)
+		for _, ops := range f.ops {
+			close(ops)
+		}
 	}
 	f.mu.Unlock()
+	written := make(chan struct{})
+	go func() { f.written.Wait(); close(written) }()
 	var err error
 	select {
-	case <-f.written:
+	case <-written:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}

@@ -2,12 +2,10 @@ package server_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -100,34 +98,13 @@ func TestUnauthenticatedConnections(t *testing.T) {
 	}
 }
 
-// guarded serves the API on loopback with a token, with the http.Server's
-// header and body timeouts at an hour, and returns its address and token.
+// guarded is start with the http.Server's header and body timeouts at an
+// hour (only the guard bounds unauthenticated connections), returning its
+// address and token.
 func guarded(t *testing.T, mod func(*server.Options)) (addr, token string) {
 	t.Helper()
-	tokFile := filepath.Join(t.TempDir(), "tokens")
-	token, err := server.AddToken(tokFile, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := server.LoadTokens(tokFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &server.Options{Workdir: t.TempDir(), Environ: []string{}, Tokens: tokens}
-	mod(o)
-	srv, err := server.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := srv.HTTPServer()
-	hs.ReadHeaderTimeout, hs.ReadTimeout = time.Hour, time.Hour
-	go srv.Serve(ln, hs)
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	return ln.Addr().String(), token
+	ts := startHTTP(t, mod, func(hs *http.Server) { hs.ReadHeaderTimeout, hs.ReadTimeout = time.Hour, time.Hour })
+	return strings.TrimPrefix(ts.url, "http://"), ts.token
 }
 
 // TestAuthTimeout: a connection that has not authenticated within

@@ -77,6 +77,13 @@ type testServer struct {
 // is validated against the OpenAPI document.
 func start(t *testing.T, mod func(*server.Options)) *testServer {
 	t.Helper()
+	return startHTTP(t, mod, nil)
+}
+
+// startHTTP is start with the http.Server's settings changed by hs (nil:
+// HTTPServer's).
+func startHTTP(t *testing.T, mod func(*server.Options), hs func(*http.Server)) *testServer {
+	t.Helper()
 	dir := t.TempDir()
 	wd := filepath.Join(dir, "work")
 	os.MkdirAll(filepath.Join(wd, ".outpost"), 0o700)
@@ -115,7 +122,12 @@ func start(t *testing.T, mod func(*server.Options)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln, nil)
+	var h *http.Server
+	if hs != nil {
+		h = srv.HTTPServer()
+		hs(h)
+	}
+	go srv.Serve(ln, h)
 	ts := &testServer{t: t, srv: srv, url: "http://" + ln.Addr().String(), store: store, token: token, logs: logs, workdir: wd, checker: newChecker(t)}
 	ts.client = &http.Client{Transport: &validating{c: ts.checker, rt: http.DefaultTransport}}
 	t.Cleanup(func() {

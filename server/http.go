@@ -21,6 +21,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/server/ui"
 	"github.com/outposthq/outpost/turnstore"
 )
 
@@ -34,7 +35,7 @@ var OpenAPI []byte
 // endpoint (streamable HTTP), speaks MCP's protocol and is not among them.
 func Routes() []string {
 	return []string{
-		"POST /v1/turns", "GET /v1/turns/{id}", "GET /v1/turns/{id}/events", "POST /v1/turns/{id}/messages",
+		"POST /v1/turns", "GET /v1/turns", "GET /v1/turns/{id}", "GET /v1/turns/{id}/events", "POST /v1/turns/{id}/messages",
 		"POST /v1/turns/{id}/cancel", "GET /v1/conversations", "GET /v1/conversations/{id}",
 		"GET /v1/conversations/{id}/usage", "DELETE /v1/conversations/{id}", "GET /v1/conversations/{id}/export",
 		"GET /v1/conversations/{id}/diff", "POST /v1/conversations/import", "POST /v1/races", "GET /v1/agents",
@@ -42,10 +43,16 @@ func Routes() []string {
 	}
 }
 
+// uiRoute is the console's pattern: its files are served without
+// authentication (they hold no data; every call they make is an API
+// request with its own bearer token).
+const uiRoute = "GET " + ui.Prefix
+
 // routes are the API's handlers, by ServeMux pattern (Routes).
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/turns", s.postTurn)
+	mux.HandleFunc("GET /v1/turns", s.listTurns)
 	mux.HandleFunc("GET /v1/turns/{id}", s.turnRoute(s.getTurn, s.getRemote))
 	mux.HandleFunc("GET /v1/turns/{id}/events", s.turnRoute(s.events, s.eventsRemote))
 	mux.HandleFunc("POST /v1/turns/{id}/messages", s.turnRoute(s.steerTurn, s.steerRemote))
@@ -66,6 +73,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", s.health)
 	mux.Handle("/mcp", s.mcpHandler()) // MCP's own protocol, not in the OpenAPI document (docs/mcp.md)
 	mux.Handle("GET /metrics", s.metrics.handler())
+	if !s.o.DisableUI {
+		mux.Handle(uiRoute, ui.Handler()) // the console: static files, no authority (docs/console.md)
+	}
 	return s.middleware(mux)
 }
 
@@ -180,7 +190,7 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 			return
 		}
 		route = pattern
-		if pattern != "GET /healthz" {
+		if pattern != "GET /healthz" && pattern != uiRoute {
 			p, e := s.authenticate(r)
 			if e != nil {
 				if e.status == http.StatusUnauthorized {
@@ -315,6 +325,53 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/v1/turns/"+t.id)
 	writeJSON(w, http.StatusAccepted, t.status())
+}
+
+// listTurns lists the turns of this replica's that the peer sees (an
+// operator: all), newest first: queued and running ones, and finished ones
+// still retained. ?limit=N bounds the list (default 100, at most 1000);
+// ?state=S keeps the turns in that state.
+func (s *Server) listTurns(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeErr(w, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("limit %q is not a number from 1 to 1000", v)))
+			return
+		}
+		limit = n
+	}
+	state := q.Get("state")
+	if state != "" && state != StateQueued && state != StateRunning && state != StateFinished {
+		writeErr(w, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("state %q is not queued, running or finished", state)))
+		return
+	}
+	p := principalOf(r.Context())
+	s.mu.Lock()
+	var mine []*turn
+	for _, t := range s.turns {
+		if p.sees(t.owner) {
+			mine = append(mine, t)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(mine, func(a, b *turn) int {
+		if c := b.created.Compare(a.created); c != 0 {
+			return c
+		}
+		return strings.Compare(b.id, a.id)
+	})
+	list := []TurnStatus{}
+	for _, t := range mine {
+		if st := t.status(); state == "" || st.State == state {
+			list = append(list, st)
+		}
+		if len(list) == limit {
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, TurnList{Turns: list})
 }
 
 func (s *Server) getTurn(w http.ResponseWriter, r *http.Request, t *turn) {
@@ -514,12 +571,56 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	if r.URL.Query().Has("limit") || r.URL.Query().Has("after") {
+		s.listPage(w, r, st)
+		return
+	}
 	list, err := s.listFor(r.Context(), st)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"conversations": list})
+}
+
+// MaxPage bounds GET /v1/conversations?limit=.
+const MaxPage = 1000
+
+// listPage is GET /v1/conversations?limit=N[&after=CURSOR]: one page of
+// the conversations the peer may see, and the cursor of the next one; a
+// store that reads a page alone (conversation.Pager: PostgreSQL) reads
+// only that page.
+func (s *Server) listPage(w http.ResponseWriter, r *http.Request, st conversation.Store) {
+	q := conversation.PageQuery{Limit: 100, After: r.URL.Query().Get("after")}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPage {
+			writeErr(w, fail(outpost.Configuration, ReasonBadRequest, fmt.Sprintf("limit %q: want a number from 1 to %d", v, MaxPage)))
+			return
+		}
+		q.Limit = n
+	}
+	if p := principalOf(r.Context()); !p.operator {
+		if p.owner == "" { // sees nothing (principal.sees)
+			writeJSON(w, http.StatusOK, map[string]any{"conversations": []conversation.Meta{}})
+			return
+		}
+		q.Owner = &p.owner
+	}
+	page, next, err := conversation.ListPage(r.Context(), st, q)
+	switch {
+	case errors.Is(err, conversation.ErrCursor):
+		writeErr(w, fail(outpost.Configuration, ReasonBadRequest, "after: not a cursor this server gave (the next of a page)"))
+		return
+	case err != nil:
+		writeErr(w, outpost.Wrap(outpost.Conversation, "list", err))
+		return
+	}
+	body := map[string]any{"conversations": page}
+	if next != "" {
+		body["next"] = next
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // listFor lists the conversations the request's peer may see: its own,

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/internal/storeops"
 	"github.com/outposthq/outpost/sandbox"
 )
 
@@ -67,7 +68,7 @@ func newMetrics(retained *atomic.Int64, spool *conversation.Spool) *metrics {
 		}, []string{"result"}),
 	}
 	m.reg.MustRegister(m.turns, m.duration, m.wait, m.tokens, m.running, m.queued, m.pool, m.requests, m.rejected, m.streams, m.races,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), storeOps{},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "outpost_events_retained_bytes", Help: "Bytes of the turns' events kept for replay."},
 			func() float64 { return float64(retained.Load()) }))
 	if spool != nil {
@@ -104,5 +105,23 @@ func (m *metrics) poolStats(stats []sandbox.PoolStats) {
 	}
 	for k, v := range sum {
 		m.pool.WithLabelValues(k[0], k[1]).Set(v)
+	}
+}
+
+// storeOps exports the process's store operations (internal/storeops) as
+// outpost_store_operations_total by store (filesystem, postgres,
+// postgres-turns, filesystem-objects, postgres-objects) and operation
+// (the stores' own constant names): both bounded.
+type storeOps struct{}
+
+var storeOpsDesc = prometheus.NewDesc("outpost_store_operations_total",
+	"Operations of the conversation, turn and checkpoint-object stores by this process, by store and operation.",
+	[]string{"store", "op"}, nil)
+
+func (storeOps) Describe(ch chan<- *prometheus.Desc) { ch <- storeOpsDesc }
+
+func (storeOps) Collect(ch chan<- prometheus.Metric) {
+	for _, o := range storeops.All() {
+		ch <- prometheus.MustNewConstMetric(storeOpsDesc, prometheus.CounterValue, float64(o.N), o.Store, o.Op)
 	}
 }

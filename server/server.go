@@ -25,6 +25,7 @@ import (
 	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/internal/conncap"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/turnstore"
@@ -125,6 +126,11 @@ type Options struct {
 	// bound by it (docs/serve.md, Policy and tenancy).
 	Policy Policy
 
+	// DisableUI turns off the web console served at /ui/ (package
+	// server/ui; docs/console.md). Its files need no token: they hold no
+	// data, and every call they make is an API request with its own.
+	DisableUI bool
+
 	// Logger receives structured logs (default: discarded). Name starts
 	// the server's own log messages (default "outpost serve"; `outpost
 	// mcp` names itself).
@@ -179,7 +185,7 @@ type Server struct {
 	draining  bool
 	convInUse map[string]int // conversations that live turns continue
 	servers   []*http.Server
-	guard     *connGuard         // Serve's unauthenticated connections
+	guard     *conncap.Cap       // Serve's unauthenticated connections
 	streams   int                // open event streams
 	races     map[*race]struct{} // running races (race.go)
 
@@ -423,7 +429,7 @@ func (s *Server) Serve(ln net.Listener, hs *http.Server) error {
 	}
 	g := s.guard
 	s.mu.Unlock()
-	err := hs.Serve(guardListener{Listener: ln, g: g})
+	err := hs.Serve(g.Listen(ln))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -102,6 +102,16 @@ func TestTenancy(t *testing.T) {
 	if code, b := ts.as(tn.admin, "GET", "/v1/turns/"+run.ID, nil); code != 200 {
 		t.Errorf("the operator's GET of alice's turn: %d %s", code, b)
 	}
+	// GET /v1/turns lists one's own turns only; the operator's, all.
+	for _, c := range []struct {
+		who, tok string
+		sees     bool
+	}{{"bob", tn.bob, false}, {"alice", tn.alice, true}, {"the operator", tn.admin, true}} {
+		code, b := ts.as(c.tok, "GET", "/v1/turns", nil)
+		if code != 200 || strings.Contains(string(b), run.ID) != c.sees {
+			t.Errorf("%s's GET /v1/turns: %d %s; alice's turn listed: want %v", c.who, code, b, c.sees)
+		}
+	}
 	if code, b := ts.as(tn.alice, "POST", "/v1/turns/"+run.ID+"/cancel", nil); code != 202 {
 		t.Errorf("alice's cancel: %d %s", code, b)
 	}

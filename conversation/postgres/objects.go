@@ -13,6 +13,7 @@ import (
 
 	"github.com/outposthq/outpost/checkpoint"
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/internal/storeops"
 )
 
 var _ conversation.ObjectStorer = (*Store)(nil)
@@ -42,6 +43,7 @@ func objectsError(op string, err error) error {
 
 // Missing implements checkpoint.Objects with one query.
 func (o objectStore) Missing(ctx context.Context, hashes []plumbing.Hash) ([]plumbing.Hash, error) {
+	storeops.Count("postgres-objects", "missing")
 	if err := ctx.Err(); err != nil {
 		return nil, objectsError("missing", err)
 	}
@@ -79,6 +81,7 @@ func (o objectStore) Missing(ctx context.Context, hashes []plumbing.Hash) ([]plu
 // Read implements checkpoint.Objects: the row's content is checked
 // against its id (checkpoint.ErrCorrupt).
 func (o objectStore) Read(ctx context.Context, h plumbing.Hash) (checkpoint.Object, error) {
+	storeops.Count("postgres-objects", "read")
 	if err := ctx.Err(); err != nil {
 		return checkpoint.Object{}, objectsError("read", err)
 	}
@@ -111,6 +114,7 @@ func (o objectStore) Read(ctx context.Context, h plumbing.Hash) (checkpoint.Obje
 // so they never deadlock. Each statement commits on its own: an error
 // leaves whole objects, some of them.
 func (o objectStore) Write(ctx context.Context, objs []checkpoint.Object) error {
+	storeops.Count("postgres-objects", "write")
 	if err := ctx.Err(); err != nil {
 		return objectsError("write", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/internal/storeops"
 )
 
 //go:embed migrations/*.sql
@@ -209,6 +210,7 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 func ready(ctx context.Context, op string) error {
+	storeops.Count("postgres", op)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("conversation: %s: %w", op, err)
 	}
@@ -263,13 +265,14 @@ func (s *Store) put(ctx context.Context, m conversation.Meta, files []conversati
 		return &conversation.StaleError{ID: m.ID, Base: base, Current: current}
 	}
 	m.Revision = next
+	k := pageColumns(m)
 	js, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
 	}
 	if current == 0 {
-		tag, err := tx.Exec(ctx, `INSERT INTO outpost_conversations (id, revision, native, meta) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING`,
-			m.ID, next, []byte(m.Native), string(js))
+		tag, err := tx.Exec(ctx, `INSERT INTO outpost_conversations (id, revision, native, meta, updated, created, owner) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`,
+			m.ID, next, []byte(m.Native), string(js), k.updated, k.created, m.Owner)
 		if err != nil {
 			return fmt.Errorf("conversation: put %s: %w", m.ID, err)
 		}
@@ -283,7 +286,8 @@ func (s *Store) put(ctx context.Context, m conversation.Meta, files []conversati
 			return &conversation.StaleError{ID: m.ID, Base: base, Current: max(cur, 1)}
 		}
 	} else {
-		if _, err := tx.Exec(ctx, `UPDATE outpost_conversations SET revision = $2, native = $3, meta = $4 WHERE id = $1`, m.ID, next, []byte(m.Native), string(js)); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE outpost_conversations SET revision = $2, native = $3, meta = $4, updated = $5, created = $6, owner = $7 WHERE id = $1`,
+			m.ID, next, []byte(m.Native), string(js), k.updated, k.created, m.Owner); err != nil {
 			return fmt.Errorf("conversation: put %s: %w", m.ID, err)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM outpost_files WHERE conversation = $1`, m.ID); err != nil {

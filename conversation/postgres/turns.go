@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outposthq/outpost/internal/storeops"
 	"github.com/outposthq/outpost/turnstore"
 )
 
@@ -48,17 +49,20 @@ func notify(ctx context.Context, tx pgx.Tx, channel, payload string) error {
 
 // Beat implements turnstore.Store, with the database's clock.
 func (ts turns) Beat(ctx context.Context, replica string) error {
+	storeops.Count("postgres-turns", "beat")
 	return ts.exec(ctx, "beat", `INSERT INTO outpost_replicas (id, heartbeat) VALUES ($1, now())
 		ON CONFLICT (id) DO UPDATE SET heartbeat = now()`, replica)
 }
 
 // Leave implements turnstore.Store.
 func (ts turns) Leave(ctx context.Context, replica string) error {
+	storeops.Count("postgres-turns", "leave")
 	return ts.exec(ctx, "leave", `DELETE FROM outpost_replicas WHERE id = $1`, replica)
 }
 
 // Create implements turnstore.Store.
 func (ts turns) Create(ctx context.Context, t turnstore.Turn) error {
+	storeops.Count("postgres-turns", "create")
 	return ts.tx(ctx, "create", func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO outpost_turns (id, owner, agent, sandbox, state, created, started, client)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, t.Owner, t.Agent, t.Sandbox, t.State, t.Created, nullTime(t.Started), t.Client); err != nil {
@@ -77,6 +81,7 @@ func nullTime(t time.Time) *time.Time {
 
 // Start implements turnstore.Store.
 func (ts turns) Start(ctx context.Context, id string, at time.Time) error {
+	storeops.Count("postgres-turns", "start")
 	return ts.tx(ctx, "start", func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE outpost_turns SET state = 'running', started = $2 WHERE id = $1 AND state = 'queued'`, id, at); err != nil {
 			return err
@@ -99,6 +104,7 @@ func lockLive(ctx context.Context, tx pgx.Tx, id string) (last int64, ok bool, e
 // Append implements turnstore.Store: the events in one statement, then
 // the oldest beyond maxBytes dropped (a window over the retained ones).
 func (ts turns) Append(ctx context.Context, id string, evs []turnstore.Event, maxBytes int64) error {
+	storeops.Count("postgres-turns", "append")
 	return ts.tx(ctx, "append", func(tx pgx.Tx) error {
 		last, ok, err := lockLive(ctx, tx, id)
 		if !ok || err != nil {
@@ -150,6 +156,7 @@ func trim(ctx context.Context, tx pgx.Tx, id string, maxBytes int64) error {
 
 // Finish implements turnstore.Store.
 func (ts turns) Finish(ctx context.Context, id string, result turnstore.Event, at time.Time) (bool, error) {
+	storeops.Count("postgres-turns", "finish")
 	done := false
 	err := ts.tx(ctx, "finish", func(tx pgx.Tx) error {
 		var state string
@@ -198,6 +205,7 @@ func scanTurn(row pgx.Row) (turnstore.Turn, error) {
 
 // Get implements turnstore.Store.
 func (ts turns) Get(ctx context.Context, id string) (turnstore.Turn, error) {
+	storeops.Count("postgres-turns", "get")
 	t, err := scanTurn(ts.s.pool.QueryRow(ctx, `SELECT `+turnColumns+` FROM outpost_turns WHERE id = $1`, id))
 	if err != nil && !errors.Is(err, turnstore.ErrNotFound) {
 		err = fmt.Errorf("turnstore: get: %w", err)
@@ -208,6 +216,7 @@ func (ts turns) Get(ctx context.Context, id string) (turnstore.Turn, error) {
 // Replay implements turnstore.Store: the record, then (a later snapshot)
 // the events.
 func (ts turns) Replay(ctx context.Context, id string, after int64, limit int) (turnstore.Turn, []turnstore.Event, error) {
+	storeops.Count("postgres-turns", "replay")
 	t, err := ts.Get(ctx, id)
 	if err != nil {
 		return t, nil, err
@@ -228,6 +237,7 @@ func (ts turns) Replay(ctx context.Context, id string, after int64, limit int) (
 
 // Send implements turnstore.Store.
 func (ts turns) Send(ctx context.Context, c turnstore.Command) error {
+	storeops.Count("postgres-turns", "send")
 	return ts.tx(ctx, "send", func(tx pgx.Tx) error {
 		var owner, state string
 		err := tx.QueryRow(ctx, `SELECT owner, state FROM outpost_turns WHERE id = $1 FOR SHARE`, c.Turn).Scan(&owner, &state)
@@ -248,6 +258,7 @@ func (ts turns) Send(ctx context.Context, c turnstore.Command) error {
 
 // Take implements turnstore.Store.
 func (ts turns) Take(ctx context.Context, replica string) ([]turnstore.Command, error) {
+	storeops.Count("postgres-turns", "take")
 	rows, err := ts.s.pool.Query(ctx, `WITH d AS (DELETE FROM outpost_turn_commands WHERE owner = $1 RETURNING id, turn, kind, text)
 		SELECT turn, kind, text FROM d ORDER BY id`, replica)
 	if err != nil {
@@ -267,6 +278,7 @@ func (ts turns) Take(ctx context.Context, replica string) ([]turnstore.Command, 
 // those an owner is finishing), finished in one transaction, and the
 // replicas silent for ten times as long forgotten.
 func (ts turns) Reap(ctx context.Context, silent time.Duration, result func(turnstore.Turn) []byte) ([]string, error) {
+	storeops.Count("postgres-turns", "reap")
 	return ts.end(ctx, "reap", result, `NOT EXISTS (SELECT 1 FROM outpost_replicas r
 		WHERE r.id = t.owner AND r.heartbeat > now() - make_interval(secs => $1))`, silent.Seconds(),
 		`DELETE FROM outpost_replicas WHERE heartbeat < now() - make_interval(secs => $1)`, 10*silent.Seconds())
@@ -274,6 +286,7 @@ func (ts turns) Reap(ctx context.Context, silent time.Duration, result func(turn
 
 // Abandon implements turnstore.Store.
 func (ts turns) Abandon(ctx context.Context, replica string, result func(turnstore.Turn) []byte) ([]string, error) {
+	storeops.Count("postgres-turns", "abandon")
 	return ts.end(ctx, "abandon", result, `t.owner = $1`, replica, "", nil)
 }
 
@@ -308,6 +321,7 @@ func (ts turns) end(ctx context.Context, op string, result func(turnstore.Turn) 
 
 // Expire implements turnstore.Store.
 func (ts turns) Expire(ctx context.Context, before time.Time) (int, error) {
+	storeops.Count("postgres-turns", "expire")
 	tag, err := ts.s.pool.Exec(ctx, `DELETE FROM outpost_turns WHERE state = 'finished' AND finished < $1`, before)
 	if err != nil {
 		return 0, fmt.Errorf("turnstore: expire: %w", err)
@@ -321,6 +335,7 @@ func (ts turns) Expire(ctx context.Context, before time.Time) (int, error) {
 // Listen implements turnstore.Store on a connection of its own (taken
 // out of the pool), reconnecting after a second when it breaks.
 func (ts turns) Listen(ctx context.Context, replica string, changed func(string), commands func()) error {
+	storeops.Count("postgres-turns", "listen")
 	for {
 		err := ts.listen(ctx, replica, changed, commands)
 		select {

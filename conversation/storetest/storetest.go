@@ -53,6 +53,7 @@ func RunConformanceTests(t *testing.T, newStore func(t *testing.T) conversation.
 		{"MetaWithoutFiles", testMetaWithoutFiles},
 		{"EmptyList", testEmptyList},
 		{"ListOrder", testListOrder},
+		{"Pages", testPages},
 		{"Delete", testDelete},
 		{"NotFound", testNotFound},
 		{"ConcurrentPuts", testConcurrentPuts},
@@ -249,6 +250,53 @@ func testListOrder(t *testing.T, s conversation.Store) {
 	want := []string{"c01b", "c01c", "c01e", "c01d", "c01a"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("List order (-want +got):\n%s", d)
+	}
+}
+
+// testPages pages through the conversations of testListOrder two at a
+// time (conversation.ListPage: a Pager's own, else List cut), all and one
+// owner's: List's order, each once, the last page without a next cursor.
+func testPages(t *testing.T, s conversation.Store) {
+	ctx := context.Background()
+	for i, id := range []string{"c01b", "c01a", "c01d", "c01c", "c01e"} {
+		m := meta(id, t0.Add(time.Duration(len(id)+i%3)*time.Hour))
+		if i%2 == 0 {
+			m.Owner = "token:a"
+		}
+		mustPut(t, s, m, []conversation.File{{Path: "f", Data: []byte(id)}})
+	}
+	list, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := "token:a"
+	for _, o := range []*string{nil, &owner} {
+		var want, got []string
+		for _, m := range list {
+			if o == nil || m.Owner == *o {
+				want = append(want, m.ID)
+			}
+		}
+		after, pages := "", 0
+		for {
+			page, next, err := conversation.ListPage(ctx, s, conversation.PageQuery{After: after, Limit: 2, Owner: o})
+			if err != nil {
+				t.Fatalf("ListPage after %q: %v", after, err)
+			}
+			for _, m := range page {
+				got = append(got, m.ID)
+			}
+			if pages++; next == "" || pages > 5 {
+				break
+			}
+			after = next
+		}
+		if d := cmp.Diff(want, got); d != "" || pages != (len(want)+1)/2 {
+			t.Errorf("pages of 2 (owner %v): %d pages (-List +pages):\n%s", o, pages, d)
+		}
+	}
+	if _, _, err := conversation.ListPage(ctx, s, conversation.PageQuery{After: "nonsense", Limit: 2}); !errors.Is(err, conversation.ErrCursor) {
+		t.Errorf("a cursor no page gave: %v, want ErrCursor", err)
 	}
 }
 

@@ -2,11 +2,12 @@ package meter_test
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,24 +43,34 @@ var noProxy = &http.Client{Transport: &http.Transport{Proxy: nil}}
 // it did not ask for. An agent that asks gets it.
 func TestChatWithoutUsageStopped(t *testing.T) {
 	oai := openai.Start(t, openai.Config{Usage: &openai.Usage{InputTokens: 100, OutputTokens: 10}})
-	m := meter.New(meter.Options{APIs: []string{meter.OpenAIChat}, Limits: []meter.Limiter{meter.Limit{Budget: meter.BudgetTurn, Tokens: 300}}})
-	base, tok := throughGateway(t, m, oai.Root(), gateway.Bearer)
 	const body = `{"model":"gpt-fake","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{}}`
-	var statuses []int
-	for range 6 {
-		status, got := post(t, base, "/v1/chat/completions", body, "Authorization", "Bearer "+tok)
-		statuses = append(statuses, status)
-		if status == 200 && (strings.Contains(got, `"choices":[]`) || strings.Contains(got, `"prompt_tokens"`)) {
-			t.Errorf("the agent got the usage chunk it did not ask for:\n%s", got)
+	// The agent's request asks for no usage: an empty stream_options, or
+	// none at all.
+	for _, req := range []string{body, strings.Replace(body, `,"stream_options":{}`, "", 1)} {
+		m := meter.New(meter.Options{APIs: []string{meter.OpenAIChat}, Limits: []meter.Limiter{meter.Limit{Budget: meter.BudgetTurn, Tokens: 300}}})
+		base, tok := throughGateway(t, m, oai.Root(), gateway.Bearer)
+		var statuses []int
+		for range 6 {
+			status, got := post(t, base, "/v1/chat/completions", req, "Authorization", "Bearer "+tok)
+			statuses = append(statuses, status)
+			if status == 200 && (strings.Contains(got, `"choices":[]`) || strings.Contains(got, `"prompt_tokens"`)) {
+				t.Errorf("the agent got the usage chunk it did not ask for:\n%s", got)
+			}
+			if status != 200 && !strings.Contains(got, meter.RefusalPrefix) {
+				t.Errorf("refused with %d %s, want outpost's budget refusal", status, got)
+			}
+			m.Settle(time.Minute)
 		}
-		m.Settle(time.Minute)
-	}
-	// 110 tokens a call: 110, 220, 330, then refused.
-	if want := []int{200, 200, 200, 429, 429, 429}; !slices.Equal(statuses, want) {
-		t.Errorf("statuses %v, want %v", statuses, want)
-	}
-	if got := m.Metered().Tokens(); got != 330 {
-		t.Errorf("metered %d tokens, want 330", got)
+		// 110 tokens a call: 110, 220, 330, then refused.
+		if want := []int{200, 200, 200, 429, 429, 429}; !slices.Equal(statuses, want) {
+			t.Errorf("%s: statuses %v, want %v", req, statuses, want)
+		}
+		if got := m.Metered().Tokens(); got != 330 {
+			t.Errorf("%s: metered %d tokens, want 330", req, got)
+		}
+		if x := m.Exceeded(); x == nil || x.Budget != meter.BudgetTurn || x.Spent != 330 {
+			t.Errorf("%s: exceeded %+v, want the turn budget with 330 spent", req, x)
+		}
 	}
 	for _, r := range oai.Requests() {
 		if !strings.Contains(string(r.RawBody), `"include_usage":true`) {
@@ -76,49 +87,116 @@ func TestChatWithoutUsageStopped(t *testing.T) {
 }
 
 // TestDroppedStreamStopped: an Anthropic agent that drops each stream
-// before its final usage (message_delta) is counted in full (the gateway
-// reads the abandoned reply on, upstream-side), and --max-tokens stops
-// it within one response: the next call is refused.
+// before its final usage (message_delta), after its first delta or after
+// content_block_stop, is counted in full (the gateway reads the abandoned
+// reply on, upstream-side), and --max-tokens stops it within one
+// response: the next call is refused. The API holds the message_delta
+// back until the agent has dropped the stream, so the gateway cannot have
+// read it before.
 func TestDroppedStreamStopped(t *testing.T) {
-	slow := anthropic.Slow("one two three four", 0)
-	ant := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: 315, OutputTokens: 7800}, Default: &slow, SlowDelay: 50 * time.Millisecond})
-	m := meter.New(meter.Options{APIs: []string{meter.Anthropic}, Limits: []meter.Limiter{meter.Limit{Budget: meter.BudgetTurn, Tokens: 1000}}})
-	base, tok := throughGateway(t, m, ant.URL(), gateway.XAPIKey)
-	drop := func() int {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/messages", strings.NewReader(antStream))
-		req.Header.Set("x-api-key", tok)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := noProxy.Do(req)
-		if err != nil {
-			t.Fatal(err)
+	for _, until := range []string{"event: content_block_delta", "event: content_block_stop"} {
+		t.Run(strings.TrimPrefix(until, "event: "), func(t *testing.T) {
+			api := heldUsage(t, 315, 7800)
+			m := meter.New(meter.Options{APIs: []string{meter.Anthropic}, Limits: []meter.Limiter{meter.Limit{Budget: meter.BudgetTurn, Tokens: 1000}}})
+			base, tok := throughGateway(t, m, api.url, gateway.XAPIKey)
+			drop := func() int {
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages", strings.NewReader(antStream))
+				req.Header.Set("x-api-key", tok)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := noProxy.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != 200 {
+					if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), meter.RefusalPrefix) {
+						t.Errorf("refused with %d %s, want outpost's budget refusal", resp.StatusCode, b)
+					}
+					return resp.StatusCode
+				}
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() && sc.Text() != until {
+				}
+				sc.Scan() // the event's data line
+				return 200
+			}
+			first := drop()
+			api.dropped(t, m)
+			close(api.release) // the usage comes only now, to the gateway alone
+			m.Settle(time.Minute)
+			second := drop()
+			if first != 200 || second != 400 {
+				t.Errorf("statuses %d, %d: want the second call refused", first, second)
+			}
+			if got := m.Metered(); got.OutputTokens != 7800 || got.InputTokens != 315 {
+				t.Errorf("metered %+v, want the whole reply's 315 in and 7800 out", got.MeteredUsage)
+			}
+			if n := api.calls.Load(); n != 1 {
+				t.Errorf("the API received %d calls, want 1", n)
+			}
+		})
+	}
+}
+
+// heldAPI is an Anthropic messages stream whose message_delta (the
+// output tokens) waits for release, or for the caller (the gateway) to go,
+// which closes gone; after release, 256 KiB of pings come first.
+type heldAPI struct {
+	url           string
+	release, gone chan struct{}
+	calls         atomic.Int64
+}
+
+// dropped waits until the gateway has taken the agent's drop in: it
+// charged the call at its max_tokens (and reads the reply on), or it
+// hung up on the API. Polled: the meter has no signal for it.
+func (a *heldAPI) dropped(t *testing.T, m *meter.Meter) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute) // a guard against hanging, not a measure
+	for m.Metered().OutputTokens < 100 {    // antStream's max_tokens
+		select {
+		case <-a.gone:
+			return
+		case <-time.After(time.Millisecond):
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode != 200 {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			return resp.StatusCode
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway neither charged the dropped call nor hung up on the API")
 		}
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() && !strings.HasPrefix(sc.Text(), "event: content_block_delta") {
+	}
+}
+
+func heldUsage(t *testing.T, in, out int) *heldAPI {
+	a := &heldAPI{release: make(chan struct{}), gone: make(chan struct{})}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.calls.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		send := func(name string, data any) {
+			_ = anthropic.WriteEvent(w, name, data)
+			_ = http.NewResponseController(w).Flush()
 		}
-		return 200 // dropped after the first delta, long before message_delta
-	}
-	first := drop()
-	// The gateway reads the abandoned reply on (the agent's next call
-	// meanwhile is checked against its charge at max_tokens).
-	m.Settle(time.Minute)
-	second := drop()
-	if first != 200 || second != 400 {
-		t.Errorf("statuses %d, %d: want the second call refused", first, second)
-	}
-	m.Settle(time.Minute)
-	if got := m.Metered(); got.OutputTokens != 7800 || got.InputTokens != 315 {
-		t.Errorf("metered %+v, want the whole reply's 315 in and 7800 out", got.MeteredUsage)
-	}
-	if n := len(ant.MessageRequests()); n != 1 {
-		t.Errorf("the API received %d calls, want 1", n)
-	}
+		usage := func(o int) map[string]any { return map[string]any{"input_tokens": in, "output_tokens": o} }
+		send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+			"id": "msg_held", "type": "message", "role": "assistant", "model": "claude-fake", "content": []any{}, "usage": usage(1)}})
+		send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+		send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "one two"}})
+		send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+		select {
+		case <-a.release:
+		case <-r.Context().Done():
+			close(a.gone)
+			return
+		}
+		// The gateway's copy to the agent, which is gone, fails on these
+		// (so the gateway reads on by itself), well short of its 8 MiB.
+		for range 64 {
+			send("ping", map[string]any{"type": "ping", "pad": strings.Repeat("x", 4<<10)})
+		}
+		send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn"}, "usage": usage(out)})
+		send("message_stop", map[string]any{"type": "message_stop"})
+	}))
+	t.Cleanup(srv.Close)
+	a.url = srv.URL
+	return a
 }
 
 // TestAbandonedCharged: a reply the agent leaves whose usage cannot be

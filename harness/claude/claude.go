@@ -76,6 +76,7 @@ func Harness() *harness.Harness {
 		Unavailable:           Unavailable,
 		Misconfigured:         Misconfigured,
 		TranscriptUsage:       TranscriptUsage,
+		History:               History,
 		ThreadUsage:           ThreadUsage,
 		Usage:                 harness.UsageEvents,
 		LiveInput:             LiveInput,

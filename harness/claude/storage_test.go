@@ -135,3 +135,26 @@ func TestThreadUsage(t *testing.T) {
 		t.Errorf("no file for the id: %+v", u)
 	}
 }
+
+// TestHistory reads a tool turn's exchange from its recorded transcript:
+// the prompt, the answer's text, the tool use and its result (a user line),
+// the final answer; attachments and bookkeeping lines give nothing.
+func TestHistory(t *testing.T) {
+	const id = "27d24d4b-c0cd-446f-9893-94cbf4b20ae9"
+	got := claude.History(harness.Transcript{Native: id, Files: sessionFile(t, "tool", id)})
+	var kinds []string
+	for _, e := range got {
+		kinds = append(kinds, string(e.Type)+":"+e.Kind)
+	}
+	want := []string{"message:user", "message:", "tool_call:", "tool_result:", "message:"}
+	if strings.Join(kinds, " ") != strings.Join(want, " ") {
+		t.Fatalf("History kinds %v, want %v", kinds, want)
+	}
+	if got[0].Text != "FAKE_TOOL:echo hi > out.txt; echo hi" || got[2].Tool.Name != "Bash" || got[3].Tool.ID != "toolu_fake_1" || got[3].Tool.Output != "hi" ||
+		got[4].Text != "ECHO nmsg=4 last_user=[tool_result] hi" {
+		t.Errorf("History = %+v", got)
+	}
+	if claude.History(harness.Transcript{Native: "6d15da34-ba14-4aa1-9597-36abbb77e13e", Files: sessionFile(t, "tool", id)}) != nil {
+		t.Error("History of another session")
+	}
+}

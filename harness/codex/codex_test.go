@@ -490,3 +490,30 @@ func TestEventsSerialize(t *testing.T) {
 		t.Error("Options")
 	}
 }
+
+// TestHistory reads a resumed thread's exchange from its recorded rollout:
+// the user's two prompts (not the context Codex injects) and the two
+// answers, in order; a function call and its output as a tool call and
+// its result.
+func TestHistory(t *testing.T) {
+	const resume = "01a228e2-f48c-7241-85ef-0914c664ddb7"
+	got := History(harness.Transcript{Native: resume, Files: transcript(t, resume, map[string]string{resume: "resume.rollout.jsonl"})})
+	want := []harness.Event{
+		{Type: harness.EventMessage, Kind: harness.KindUser, Text: "First turn FAKE_ECHO"},
+		{Type: harness.EventMessage, Text: "ECHO nmsg=4 last_user=First turn FAKE_ECHO"},
+		{Type: harness.EventMessage, Kind: harness.KindUser, Text: "Second turn FAKE_ECHO"},
+		{Type: harness.EventMessage, Text: "ECHO nmsg=6 last_user=Second turn FAKE_ECHO"},
+	}
+	if !cmp.Equal(got, want) {
+		t.Errorf("History:\n%s", cmp.Diff(want, got))
+	}
+	call := []byte(`{"type":"response_item","payload":{"type":"function_call","name":"shell","arguments":"{\"command\":[\"ls\"]}","call_id":"c1"}}` + "\n" +
+		`{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":{"output":"a.txt\n"}}}` + "\n")
+	got = History(harness.Transcript{Native: resume, Files: map[string][]byte{SessionsRoot + "/2026/11/29/rollout-x-" + resume + ".jsonl": call}})
+	if len(got) != 2 || got[0].Tool == nil || got[0].Tool.Name != "shell" || string(got[0].Tool.Input) != `{"command":["ls"]}` || got[1].Tool == nil || got[1].Tool.Output != "a.txt\n" {
+		t.Errorf("History of a function call: %+v", got)
+	}
+	if History(harness.Transcript{Native: resume}) != nil {
+		t.Error("History without the rollout")
+	}
+}

@@ -124,6 +124,9 @@ func anyMatch(res []*regexp.Regexp, s string) bool {
 // meets the fields: identity, command lines, fork, reserved flags,
 // variables and credentials, classifiers and output, then the harness.
 func compile(s *Spec, opts *Options) (*harness.Harness, error) {
+	if s.Protocol != "" {
+		return compileACP(s, opts)
+	}
 	p := &preset{s: s}
 	if err := checkIdentity(s); err != nil {
 		return nil, err
@@ -434,7 +437,7 @@ func (p *preset) harness(storage *harness.Storage, opts *Options) (*harness.Harn
 		} else {
 			h.Events = p.jsonEvents
 		}
-		h.RequiresFinishedEvent = s.Output.RequireFinished
+		h.RequiresFinishedEvent = s.Output != nil && s.Output.RequireFinished
 	}
 	h.NativeSchema = p.schema.items != nil
 	h.Quota = p.classifier(p.quota)

@@ -44,3 +44,21 @@ var opencodeJSON []byte
 // in OpenCode's own syntax). OpenCode keeps every session in one SQLite
 // database, captured whole with each conversation.
 func OpenCode() *harness.Harness { return builtin("opencode.json", opencodeJSON) }
+
+//go:embed opencode-acp.json
+var opencodeACPJSON []byte
+
+// OpenCodeACP returns OpenCode in its Agent Client Protocol mode
+// (docs/presets/acp.md): `opencode acp`, with the OpenCode preset's
+// provider configuration, credentials, storage and resume step. The model
+// is the configuration's (OPENAI_MODEL): `opencode acp` takes none on its
+// command line.
+func OpenCodeACP() *harness.Harness { return builtin("opencode-acp.json", opencodeACPJSON) }
+
+//go:embed qwen-acp.json
+var qwenACPJSON []byte
+
+// QwenACP returns Qwen Code in its Agent Client Protocol mode
+// (docs/presets/acp.md): `qwen --acp --auth-type openai`, with the Qwen
+// preset's credentials, settings, storage and resume file.
+func QwenACP() *harness.Harness { return builtin("qwen-acp.json", qwenACPJSON) }

@@ -28,6 +28,17 @@ type Spec struct {
 	Name    string `json:"name,omitempty"`
 	Version string `json:"version,omitempty"`
 
+	// Protocol says how outpost talks to the CLI: absent, it runs one
+	// command per turn and reads Output; "acp", the CLI is an Agent
+	// Client Protocol agent (docs/presets/acp.md) started with Args (no
+	// placeholders), which outpost drives over standard input and output:
+	// prompt, session, new_args, resume_args, fork, schema_args and output
+	// are not used, and with storage the conversation is resumable.
+	Protocol string `json:"protocol,omitempty"`
+	// AllowArgs (protocol acp) are added when the turn's permissions
+	// option allows every request (the agent's mode that asks nothing).
+	AllowArgs []string `json:"allow_args,omitempty"`
+
 	// Program is the executable, looked up on the sandbox's PATH unless
 	// absolute. Args is the argument template (see Placeholders); whole
 	// elements "{model_args}", "{session_args}" and "{extra_args}" place

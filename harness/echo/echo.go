@@ -71,6 +71,7 @@ func Harness() *harness.Harness {
 			Roots: []string{".echo/sessions"},
 			Match: func(rel, native string) bool { return rel == native+".jsonl" },
 		},
+		History:    History,
 		Capture:    harness.True,
 		Resumable:  harness.True,
 		Forkable:   harness.True,

@@ -3,6 +3,7 @@ package echo
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -148,5 +149,24 @@ func TestExtraArgs(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `args: --x v`) {
 		t.Errorf("unknown flags and their values before -- are not passed through:\n%s", out.String())
+	}
+}
+
+// TestHistory reads a session file's exchange as events: the user's
+// messages (kind user) and the answers, in order; a transcript without
+// the file gives none.
+func TestHistory(t *testing.T) {
+	file := `{"role":"meta","id":"n1"}` + "\n" + `{"role":"user","text":"hi"}` + "\n" + `{"role":"assistant","text":"echo: hi (turn 1)"}` + "\nnot json\n" + `{"role":"user","text":"again"}` + "\n"
+	got := History(harness.Transcript{Native: "n1", Files: map[string][]byte{".echo/sessions/n1.jsonl": []byte(file)}})
+	want := []harness.Event{
+		{Type: harness.EventMessage, Kind: harness.KindUser, Text: "hi"},
+		{Type: harness.EventMessage, Text: "echo: hi (turn 1)"},
+		{Type: harness.EventMessage, Kind: harness.KindUser, Text: "again"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("History = %+v, want %+v", got, want)
+	}
+	if got := History(harness.Transcript{Native: "n2", Files: map[string][]byte{".echo/sessions/n1.jsonl": []byte(file)}}); got != nil {
+		t.Errorf("History of another session = %+v", got)
 	}
 }

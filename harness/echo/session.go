@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/outposthq/outpost/harness"
 )
 
 // record is one line of the session file.
@@ -147,4 +149,27 @@ func writeSession(path string, recs []record) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// History is the conversation's exchange as the session file of native
+// holds it: each user message and each answer.
+func History(t harness.Transcript) []harness.Event {
+	data, ok := t.Files[".echo/sessions/"+t.Native+".jsonl"]
+	if !ok {
+		return nil
+	}
+	var out []harness.Event
+	for _, l := range strings.Split(string(data), "\n") {
+		var r record
+		if json.Unmarshal([]byte(l), &r) != nil {
+			continue
+		}
+		switch r.Role {
+		case "user":
+			out = append(out, harness.Event{Type: harness.EventMessage, Kind: harness.KindUser, Text: r.Text})
+		case "assistant":
+			out = append(out, harness.Event{Type: harness.EventMessage, Text: r.Text})
+		}
+	}
+	return out
 }

@@ -50,12 +50,18 @@ var builtin = []struct {
 	{"aider", declarative.Aider},
 	{"antigravity", antigravity.Harness},
 	{"claude", claude.Harness},
+	{"claude-acp", claude.ACP},
 	{"codex", codex.Harness},
+	{"codex-acp", codex.ACP},
 	{"copilot", copilot.Harness},
+	{"copilot-acp", copilot.ACP},
 	{"echo", echo.Harness},
 	{"gemini", gemini.Harness},
+	{"gemini-acp", gemini.ACP},
 	{"opencode", declarative.OpenCode},
+	{"opencode-acp", declarative.OpenCodeACP},
 	{"qwen", declarative.Qwen},
+	{"qwen-acp", declarative.QwenACP},
 }
 
 // builtins enters the built-in presets into the registry the first time

@@ -52,9 +52,15 @@ type geminiEnv struct {
 
 func newGeminiEnv(t *testing.T, baseURL string) *geminiEnv {
 	t.Helper()
+	return newGeminiEnvConfig(t, baseURL, fakegemini.Config{})
+}
+
+// newGeminiEnvConfig is newGeminiEnv with the fake's configuration.
+func newGeminiEnvConfig(t *testing.T, baseURL string, cfg fakegemini.Config) *geminiEnv {
+	t.Helper()
 	bin := filepath.Dir(testenv.RequireCLI(t, "gemini"))
 	e := &geminiEnv{t: t, store: conversation.NewFS(t.TempDir())}
-	e.fake = fakegemini.Start(t, fakegemini.Config{})
+	e.fake = fakegemini.Start(t, cfg)
 	if baseURL == "" {
 		baseURL = e.fake.URL()
 	}
@@ -129,7 +135,11 @@ func (e *geminiEnv) logFake() {
 
 func runGemini(t *testing.T, turn engine.Turn, o *engine.RunOptions) geminiTurn {
 	t.Helper()
-	turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: gemini.Harness(), Model: turn.Agent.Model}
+	h := turn.Agent.Harness
+	if h == nil {
+		h = gemini.Harness()
+	}
+	turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: h, Model: turn.Agent.Model}
 	if turn.Workdir == "" {
 		turn.Workdir = t.TempDir()
 	}

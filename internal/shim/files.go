@@ -58,18 +58,33 @@ func UntarArgs(binary, dir string) []string {
 	return []string{binary, Subcommand, "untar", dir}
 }
 
-// TarArgs returns the command line that writes p as tar on stdout.
-func TarArgs(binary, p string) []string {
-	return []string{binary, Subcommand, "tar", p}
+// TarArgs returns the command line that writes p as tar on stdout,
+// leaving out each path in skip (absolute, under p) unread.
+func TarArgs(binary, p string, skip ...string) []string {
+	return tarArgs(binary, "", p, skip)
 }
 
-// WholeTarArgs is TarArgs with --whole: all of p, or nothing.
-func WholeTarArgs(binary, p string) []string {
-	return []string{binary, Subcommand, "tar", WholeFlag, p}
+// WholeTarArgs is TarArgs with --whole: all of p (but skip), or nothing.
+func WholeTarArgs(binary, p string, skip ...string) []string {
+	return tarArgs(binary, WholeFlag, p, skip)
+}
+
+func tarArgs(binary, flag, p string, skip []string) []string {
+	args := []string{binary, Subcommand, "tar"}
+	if flag != "" {
+		args = append(args, flag)
+	}
+	for _, s := range skip {
+		args = append(args, SkipFlag, s)
+	}
+	return append(args, p)
 }
 
 // WholeFlag is tar's flag for all of PATH or nothing.
 const WholeFlag = "--whole"
+
+// SkipFlag is tar's flag for a path (absolute) to leave out, unread.
+const SkipFlag = "--skip"
 
 func installMain(args []string, _ io.Reader, _, stderr io.Writer) int {
 	if len(args) < 1 || !filepath.IsAbs(args[0]) {
@@ -134,12 +149,9 @@ func untarMain(args []string, stdin io.Reader, _, stderr io.Writer) int {
 }
 
 func tarMain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	whole := len(args) == 2 && args[0] == WholeFlag
-	if whole {
-		args = args[1:]
-	}
+	whole, skip, args := tarFlags(args)
 	if len(args) != 1 || !filepath.IsAbs(args[0]) {
-		fmt.Fprintln(stderr, "usage: outpost sandbox-shim tar [--whole] PATH")
+		fmt.Fprintln(stderr, "usage: outpost sandbox-shim tar [--whole] [--skip ABSPATH]... PATH")
 		return 2
 	}
 	if _, err := os.Lstat(args[0]); err != nil {
@@ -150,14 +162,27 @@ func tarMain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if whole {
-		if err := tarsafe.Whole(args[0]); err != nil {
+		if err := tarsafe.Whole(args[0], skip...); err != nil {
 			fmt.Fprintln(stderr, "outpost sandbox-shim tar:", err)
 			return ExitPartial
 		}
 	}
-	if err := tarsafe.WriteDir(context.Background(), stdout, args[0]); err != nil {
+	if err := tarsafe.WriteDir(context.Background(), stdout, args[0], skip...); err != nil {
 		fmt.Fprintln(stderr, "outpost sandbox-shim tar:", err)
 		return 1
 	}
 	return 0
+}
+
+// tarFlags splits tar's flags (--whole, then any --skip ABSPATH) from
+// its operand; a --skip path that is not absolute is left in the operands,
+// so the usage error names it.
+func tarFlags(args []string) (whole bool, skip, rest []string) {
+	if len(args) > 0 && args[0] == WholeFlag {
+		whole, args = true, args[1:]
+	}
+	for len(args) > 2 && args[0] == SkipFlag && filepath.IsAbs(args[1]) {
+		skip, args = append(skip, args[1]), args[2:]
+	}
+	return whole, skip, args
 }

@@ -43,6 +43,25 @@ func TestTarModes(t *testing.T) {
 	if !cmp.Equal(names, []string{"y", "y/a.txt", "y/d", "y/d/b.txt"}) {
 		t.Errorf("tar entries %v", names)
 	}
+	// --skip leaves a path out unread: a directory the user may not list
+	// (the read-only mount over a bind workspace's .outpost).
+	private := filepath.Join(dst, ".outpost")
+	if err := os.Mkdir(private, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(private, 0o700)
+	for _, args := range [][]string{TarArgs("x", dst, private)[2:], WholeTarArgs("x", dst, private)[2:]} {
+		out.Reset()
+		if code := Main(args, nil, &out, &stderr); code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, stderr.String())
+		}
+		if files, err := tarsafe.Read(&out, 1<<20); err != nil || len(files) != len(names) {
+			t.Errorf("%q: %d entries, %v; want the %d without .outpost", args, len(files), err, len(names))
+		}
+	}
+	if code := Main([]string{"tar", SkipFlag, "rel", dst}, nil, io.Discard, &stderr); code != 2 {
+		t.Errorf("tar --skip with a relative path: exit %d, want the usage error", code)
+	}
 	if code := Main([]string{"tar", filepath.Join(dir, "missing")}, nil, &out, &stderr); code != ExitMissing {
 		t.Errorf("tar of a missing path: exit %d", code)
 	}

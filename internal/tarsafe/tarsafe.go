@@ -331,9 +331,13 @@ func setOwners(root *os.Root, done []owned) error {
 // Whole checks that WriteDir would archive all of root as it is now:
 // every regular file can be opened for reading, every directory listed,
 // and the tree holds nothing WriteDir leaves out (a device, a fifo, a
-// socket). Its error names the first path that fails.
-func Whole(root string) error {
+// socket). Its error names the first path that fails. The skip paths are
+// left out as WriteDir leaves them out.
+func Whole(root string, skip ...string) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if skipped(p, skip) {
+			return skipEntry(d)
+		}
 		if err != nil {
 			return err
 		}
@@ -359,11 +363,17 @@ func Whole(root string) error {
 // WriteDir writes path (a file or a directory tree) as a tar stream, with
 // entries named relative to path's parent directory, as `docker cp` does.
 // Symbolic links are stored as links and never followed; other special
-// files are skipped.
-func WriteDir(ctx context.Context, w io.Writer, root string) error {
+// files are skipped, and so is each path in skip (as given to WalkDir:
+// root joined with a relative path), with all it holds, unread: the
+// shim's tar leaves a workspace's .outpost out this way (a read-only mount
+// outpost hides it behind, which the sandbox's user may not list).
+func WriteDir(ctx context.Context, w io.Writer, root string, skip ...string) error {
 	tw := tar.NewWriter(w)
 	parent := filepath.Dir(root)
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if skipped(p, skip) {
+			return skipEntry(d)
+		}
 		if err != nil {
 			return err
 		}
@@ -415,6 +425,25 @@ func WriteDir(ctx context.Context, w io.Writer, root string) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// skipped reports whether the walked path p is one of skip.
+func skipped(p string, skip []string) bool {
+	for _, s := range skip {
+		if p == filepath.Clean(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// skipEntry leaves a skipped entry out of a walk: a directory with all it
+// holds (d is nil when it could not be read: nothing more is visited).
+func skipEntry(d fs.DirEntry) error {
+	if d != nil && d.IsDir() {
+		return filepath.SkipDir
+	}
+	return nil
 }
 
 // MaxGlobalHeaders bounds the global headers Next skips in a row.

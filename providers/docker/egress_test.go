@@ -195,3 +195,18 @@ func TestTunnelVanished(t *testing.T) {
 		t.Errorf("Accept once the container is gone: %v, want driver.ErrVanished", err)
 	}
 }
+
+// TestEscape runs the escape suite on the Debian image (which has node,
+// for the fetch row): every row is blocked.
+func TestEscape(t *testing.T) {
+	dockertest.Require(t, dockertest.Debian)
+	bridge := dockertest.BridgeGateway(t)
+	rep := sandboxtest.RunEscapeTests(t, sandboxtest.EscapeHarness{
+		NewProvider: func(t *testing.T) driver.Provider { return dockertest.Provider(t, dockertest.Debian) },
+		Options:     func(t *testing.T) driver.Options { return driver.Options{Workdir: workdir(t)} },
+		HostIP:      bridge,
+	})
+	if rep.Unenforced {
+		t.Error("docker leases reported unenforced")
+	}
+}

@@ -120,9 +120,12 @@ func spareSnapshot(ctx context.Context, p driver.Process) (snapshot.Snapshot, er
 }
 
 // spareTar is CopyOut through the shim's tar mode on a spare: ok is false
-// when there was no spare, and nothing ran.
+// when there was no spare, and nothing ran. The workspace's PrivateDir is
+// left out unread: in a bind workspace it is the read-only mount that
+// hides the host's .outpost/, which the sandbox's user may not list, and
+// it is never part of the agent's work.
 func (s *Sandbox) spareTar(ctx context.Context, p string) (rc io.ReadCloser, ok bool, err error) {
-	return s.helperTar(ctx, p, shim.TarArgs(layout.BinaryPath, p)[1:])
+	return s.helperTar(ctx, p, shim.TarArgs(layout.BinaryPath, p, path.Join(layout.Workspace, PrivateDir))[1:])
 }
 
 // helperTar is spareTar with the tar mode's command line args.

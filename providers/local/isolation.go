@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -98,6 +99,7 @@ type isolated struct {
 	forwards map[*sockListener]isolate.Forward
 	next     int
 	closed   bool
+	sockDir  string // the sockets' directory when s.dir is too deep (shortDir)
 }
 
 // newIsolated is the isolation of a lease with this home and workspace.
@@ -126,8 +128,10 @@ func (p *Provider) newIsolated(iso Isolation, home, wd string, opts driver.Optio
 }
 
 // args are bwrap's arguments for one process: the program's tree and the
-// directories of its PATH shown read-only, the tunnels open now forwarded.
-func (i *isolated) args(path string, args []string, dir, pathEnv string) []string {
+// directories of its PATH shown read-only, the tunnels open now forwarded
+// (by the forwarder, located anew when the one found before is gone: a
+// cached build another outpost's build replaced).
+func (i *isolated) args(ctx context.Context, path string, args []string, dir, pathEnv string) ([]string, error) {
 	spec := i.spec
 	show := func(d string) {
 		if d == "" || !filepath.IsAbs(d) || i.visible(d) || i.holdsHidden(d) {
@@ -164,9 +168,13 @@ func (i *isolated) args(path string, args []string, dir, pathEnv string) []strin
 	i.mu.Unlock()
 	slices.SortFunc(spec.Forwards, func(a, b isolate.Forward) int { return strings.Compare(a.Addr, b.Addr) })
 	if len(spec.Forwards) > 0 {
-		spec.Shim = i.spec.Shim
+		shim, err := i.shim(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("the forwarder of an isolated lease: %w", err)
+		}
+		spec.Shim = shim
 	}
-	return spec.Args(path, args, dir)
+	return spec.Args(path, args, dir), nil
 }
 
 // visible reports whether d is shown anyway (the system's directories,
@@ -202,8 +210,7 @@ func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
 	if i.spec.Net {
 		return "", nil, fmt.Errorf("the lease shares the host's network: %w", errors.ErrUnsupported)
 	}
-	shim, err := i.shim(ctx)
-	if err != nil {
+	if _, err := i.shim(ctx); err != nil { // found (or built) before any process needs it
 		return "", nil, fmt.Errorf("the forwarder of an isolated lease: %w", err)
 	}
 	i.mu.Lock()
@@ -213,9 +220,14 @@ func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
 	}
 	n := i.next
 	i.next++
-	sock := filepath.Join(s.dir, fmt.Sprintf("gateway-%d.sock", n))
-	if len(sock) > 100 {
-		return "", nil, fmt.Errorf("tunnel: the socket path %s is too long for a Unix socket; set root to a shorter directory", sock)
+	name := fmt.Sprintf("gateway-%d.sock", n)
+	sock := filepath.Join(s.dir, name)
+	if len(sock) > maxSocketPath {
+		dir, err := i.shortDir()
+		if err != nil {
+			return "", nil, fmt.Errorf("tunnel: the socket path %s is too long for a Unix socket, and a shorter directory: %w", sock, err)
+		}
+		sock = filepath.Join(dir, name)
 	}
 	ul, err := net.Listen("unix", sock)
 	if err != nil {
@@ -223,9 +235,36 @@ func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
 	}
 	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: tunnelPort + n}
 	l := &sockListener{Listener: ul, addr: addr, iso: i}
-	i.spec.Shim = shim
 	i.forwards[l] = isolate.Forward{Addr: addr.String(), Socket: sock}
 	return addr.String(), l, nil
+}
+
+// maxSocketPath is the longest Unix socket path used (Linux takes 107
+// bytes).
+const maxSocketPath = 100
+
+// shortDir is a directory of the lease's own for its sockets when the
+// lease's directory is too deep for one (a long root or TMPDIR): made
+// once under the temporary directory, else /tmp; removed with the
+// tunnels. The caller holds i.mu.
+func (i *isolated) shortDir() (string, error) {
+	if i.sockDir != "" {
+		return i.sockDir, nil
+	}
+	var errs []error
+	for _, parent := range []string{os.TempDir(), "/tmp"} {
+		if len(filepath.Join(parent, "outpost-sock-0123456789", "gateway-00.sock")) > maxSocketPath {
+			errs = append(errs, fmt.Errorf("%s is too deep", parent))
+			continue
+		}
+		d, err := os.MkdirTemp(parent, "outpost-sock-")
+		if err == nil {
+			i.sockDir = d
+			return d, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", errors.Join(errs...)
 }
 
 // closeTunnels ends the lease's tunnels (its release).
@@ -236,10 +275,14 @@ func (i *isolated) closeTunnels() {
 	for l := range i.forwards {
 		ls = append(ls, l)
 	}
+	dir := i.sockDir
 	i.mu.Unlock()
 	for _, l := range ls {
 		l.released.Store(true)
 		_ = l.Close()
+	}
+	if dir != "" {
+		_ = os.RemoveAll(dir)
 	}
 }
 
@@ -274,15 +317,25 @@ func (l *sockListener) Close() error {
 	return l.Listener.Close()
 }
 
-// shim is the in-sandbox binary that forwards the tunnels (located, or
-// built in a development checkout, once per provider).
+// shim is the in-sandbox binary that forwards the tunnels, once per
+// provider: the running executable when it is outpost's CLI or
+// in-sandbox binary (both have the forward mode; static or not, as the
+// lease sees the host's libraries; its size costs nothing, it is bound
+// in), else the one selfbin locates or builds (a library caller, a test).
+// A CLI built from a checkout with a fresh HOME used to build one with a
+// cold Go cache.
 func (p *Provider) shim(ctx context.Context) (string, error) {
 	p.shimMu.Lock()
 	defer p.shimMu.Unlock()
 	if p.shimPath != "" {
-		return p.shimPath, nil
+		if _, err := os.Stat(p.shimPath); err == nil {
+			return p.shimPath, nil
+		}
 	}
-	b, err := selfbin.LocateOrBuild(ctx, "")
+	b, err := selfShim()
+	if err != nil {
+		b, err = selfbin.LocateOrBuild(ctx, "")
+	}
 	if err != nil {
 		return "", err
 	}
@@ -308,3 +361,13 @@ type degradedSandbox struct {
 
 // Degraded implements driver.Degrader.
 func (d degradedSandbox) Degraded() error { return d.why }
+
+// selfShim is the running executable when it is outpost's CLI or its
+// in-sandbox binary.
+func selfShim() (string, error) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || (bi.Path != selfbin.Module+"/cmd/outpost" && bi.Path != selfbin.Module+"/cmd/outpost-sandbox") {
+		return "", errors.New("the running executable is not outpost's")
+	}
+	return os.Executable()
+}

@@ -1,24 +1,31 @@
 package local_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/sandboxtest"
 )
 
 // needBwrap skips (fails under CI) where bubblewrap is not installed or
@@ -271,4 +278,238 @@ func TestIsolatedRefusedBwrap(t *testing.T) {
 		t.Errorf("Open with a refusing bwrap: %v, want configuration", err)
 	}
 	_ = errors.New
+}
+
+// tunnelFirst opens a tunnel on every isolated lease it opens with a cut
+// network, as the engine does for its gateway before the agent starts.
+type tunnelFirst struct{ *local.Provider }
+
+func (p tunnelFirst) Open(ctx context.Context, o driver.Options) (driver.Sandbox, error) {
+	sb, err := p.Provider.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if tn, ok := sb.(driver.Tunneler); ok {
+		_, ln, err := tn.Tunnel(ctx)
+		if err != nil {
+			sb.Close(context.Background())
+			return nil, err
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
+	return sb, nil
+}
+
+// bothModes runs f on a lease of each isolation mode (egress gateway, a
+// tunnel open: every process behind the forwarder when isolated).
+func bothModes(t *testing.T, f func(t *testing.T, l *sandbox.Lease, isolated bool)) {
+	for _, mode := range []string{"none", "namespaces"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "namespaces" {
+				needBwrap(t)
+			}
+			p := tunnelFirst{local.New(&local.Options{BaseDir: shortBase(t), Isolation: mode})}
+			l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close(context.Background()) })
+			f(t, l, mode == "namespaces")
+		})
+	}
+}
+
+// TestIsolatedTerminate: Terminate reaches the program, whose handler
+// runs, in namespaces as on the host. (Sent to bwrap, it ended bwrap and
+// the namespace with a SIGKILL: no agent got to save its session.)
+func TestIsolatedTerminate(t *testing.T) {
+	bothModes(t, func(t *testing.T, l *sandbox.Lease, _ bool) {
+		p, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `trap 'echo handled; exit 3' TERM; echo started; while :; do sleep 1; done`}, Env: env(l)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		go io.Copy(io.Discard, p.Stderr())
+		out := bufio.NewReader(p.Stdout())
+		if line, err := out.ReadString('\n'); line != "started\n" {
+			t.Fatalf("first line %q, %v", line, err)
+		}
+		if err := p.Signal(driver.Terminate); err != nil {
+			t.Fatal(err)
+		}
+		rest, _ := io.ReadAll(out)
+		st, err := p.Wait()
+		if err != nil || string(rest) != "handled\n" || st.Code != 3 {
+			t.Errorf("after Terminate: output %q, status %+v, %v; want the TERM handler's line and exit 3", rest, st, err)
+		}
+	})
+}
+
+// leaseProcesses are the host pids of the processes whose environment
+// names home as HOME (bwrap and everything it runs for the lease).
+func leaseProcesses(home string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || ended(pid) {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if slices.Contains(strings.Split(string(b), "\x00"), "HOME="+home) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitNoLeaseProcesses polls, a bounded while, until no process of the
+// lease runs; it returns those left.
+func waitNoLeaseProcesses(home string) []int {
+	var left []int
+	for range 500 {
+		if left = leaseProcesses(home); len(left) == 0 {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return left
+}
+
+// TestIsolatedNothingSurvives: what a turn leaves running (a child that
+// left its group with setsid, a child in the background) ends when the
+// program ends, or when its bwrap is killed; the lease's release is then
+// clean. On the host (none), the setsid child outlives all of it: it
+// would read the next turns' tokens.
+func TestIsolatedNothingSurvives(t *testing.T) {
+	const stay = `sleep 100000 & setsid sleep 100000 & echo started`
+	for _, how := range []string{"program exits", "bwrap killed"} {
+		t.Run(how, func(t *testing.T) {
+			bothModes(t, func(t *testing.T, l *sandbox.Lease, isolated bool) {
+				script := stay
+				if how == "bwrap killed" {
+					script += "; exec sleep 100000"
+				}
+				p, err := l.Start(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", script}, Env: env(l)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer p.Close()
+				if line, err := bufio.NewReader(p.Stdout()).ReadString('\n'); line != "started\n" {
+					t.Fatalf("first line %q, %v", line, err)
+				}
+				running := leaseProcesses(l.Home())
+				t.Cleanup(func() {
+					for _, pid := range leaseProcesses(l.Home()) {
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
+				})
+				if how == "bwrap killed" {
+					// The process Start made: bwrap, or the shell on the host.
+					for _, pid := range running {
+						if st, _ := readProcStat(pid); st.ppid == os.Getpid() {
+							syscall.Kill(pid, syscall.SIGKILL)
+						}
+					}
+				}
+				p.Wait()
+				left := leaseProcesses(l.Home())
+				if isolated {
+					left = waitNoLeaseProcesses(l.Home())
+				}
+				if isolated && len(left) > 0 {
+					t.Errorf("%d processes of the lease outlived it: %v (of %v)", len(left), left, running)
+				}
+				if !isolated && len(left) == 0 {
+					t.Error("on the host, nothing outlived the program: the test does not test it")
+				}
+				if err := l.Close(context.Background()); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+				if _, err := os.Stat(filepath.Dir(l.Home())); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("the lease's directory after Close: %v", err)
+				}
+			})
+		})
+	}
+}
+
+// tunnelClientDir is a directory holding outpost's in-sandbox binary as
+// `outpost` (sandboxtest.TunnelBinary), for a lease's PATH.
+func tunnelClientDir(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	// A copy: a link's target would be out of an isolated lease's sight.
+	if err := testenv.CopyFile(testenv.SandboxBinary(t), filepath.Join(bin, sandboxtest.TunnelBinary)); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestEscape runs the escape suite on both isolation modes: in
+// namespaces every row is blocked; on the host (none) the suite reports
+// the provider unenforced and every row it tries escapes, which proves
+// the rows can fail.
+func TestEscape(t *testing.T) {
+	bin := tunnelClientDir(t)
+	path := bin + ":" + os.Getenv("PATH")
+	for _, mode := range []string{"none", "namespaces"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "namespaces" {
+				needBwrap(t)
+			}
+			rep := sandboxtest.RunEscapeTests(t, sandboxtest.EscapeHarness{
+				NewProvider: func(t *testing.T) driver.Provider {
+					return tunnelFirst{local.New(&local.Options{BaseDir: shortBase(t), Isolation: mode, Environ: []string{"PATH=" + path}})}
+				},
+			})
+			if mode == "namespaces" {
+				if rep.Unenforced {
+					t.Error("isolated leases reported unenforced")
+				}
+				return
+			}
+			if !rep.Unenforced {
+				t.Error("isolation=none is not reported unenforced")
+			}
+			for _, r := range rep.Rows {
+				if r.Outcome != sandboxtest.Escaped && r.Outcome != sandboxtest.NotTried {
+					t.Errorf("on the host, %s was %s: the row cannot fail", r.Row, r.Outcome)
+				}
+			}
+		})
+	}
+}
+
+// TestIsolatedForwarderReplaced: the forwarder's cached build removed
+// behind the provider's back (another outpost's build replaces older
+// ones) does not fail the lease's next processes: it is found anew.
+// (Every process then failed: bwrap could not bind the missing file.)
+func TestIsolatedForwarderReplaced(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv(selfbin.CacheVariable, cache)
+	bothModes(t, func(t *testing.T, l *sandbox.Lease, isolated bool) {
+		for i := range 2 {
+			if out, code := hostile(t, l, "exit 42"); code != 42 {
+				t.Fatalf("process %d: exit %d, %q", i, code, out)
+			}
+			if isolated {
+				bins, _ := filepath.Glob(filepath.Join(cache, "bin", "*"))
+				if len(bins) == 0 {
+					t.Fatalf("no forwarder built in %s", cache)
+				}
+				for _, b := range bins {
+					os.Remove(b)
+				}
+			}
+		}
+	})
 }

@@ -352,7 +352,11 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	cmd := exec.Command(path, req.Args...)
 	if s.iso != nil {
 		// bwrap with the planned environment only: it passes it on as is.
-		cmd = exec.Command(s.iso.bwrap, s.iso.args(path, req.Args, dir, req.Env["PATH"])...)
+		a, err := s.iso.args(ctx, path, req.Args, dir, req.Env["PATH"])
+		if err != nil {
+			return nil, err
+		}
+		cmd = exec.Command(s.iso.bwrap, a...)
 	}
 	cmd.Dir = dir
 	cmd.Env = make([]string, 0, len(req.Env))
@@ -399,7 +403,7 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 		return nil, err
 	}
 	p.group = owner.Group{PGID: cmd.Process.Pid, Start: owner.ProcessStart(cmd.Process.Pid)}
-	p.sb = s
+	p.sb, p.isolated = s, s.iso != nil
 	s.mu.Lock()
 	s.running[p] = struct{}{}
 	err = s.writeRecord()
@@ -425,6 +429,7 @@ func (s *Sandbox) LookPath(_ context.Context, name, pathEnv string) (string, err
 type process struct {
 	sb             *Sandbox
 	cmd            *exec.Cmd
+	isolated       bool        // cmd is bwrap: the program runs in its namespaces
 	group          owner.Group // its own process group
 	stdin          *os.File
 	stdout, stderr *os.File
@@ -465,7 +470,16 @@ func (p *process) Signal(s driver.Signal) error {
 	if s == driver.Kill {
 		sig = syscall.SIGKILL
 	}
-	err := syscall.Kill(-p.group.PGID, sig)
+	target := -p.group.PGID
+	if p.isolated && sig == syscall.SIGTERM {
+		// SIGTERM to bwrap would end it, and its namespace with a
+		// SIGKILL (--die-with-parent): the program's group gets it, as
+		// on the host. Not yet started: bwrap's group.
+		if g := innerSession(p.group.PGID); g > 0 {
+			target = -g
+		}
+	}
+	err := syscall.Kill(target, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
 	}

@@ -26,11 +26,33 @@ import (
 	"github.com/outposthq/outpost/sandbox/sandboxtest"
 )
 
+// TestConformance runs the suite on both isolation modes. Isolated, the
+// leases cut their network (egress gateway) and each has a tunnel open
+// from the start, as the engine's turns do: every process runs behind the
+// forwarder; the suite's tunnel client (outpost's in-sandbox binary) is on
+// the PATH; the root is deep (a socket beside the homes was refused).
 func TestConformance(t *testing.T) {
-	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
-		NewProvider: func(t *testing.T) driver.Provider {
-			return local.New(&local.Options{BaseDir: t.TempDir()})
-		},
+	t.Run("none", func(t *testing.T) {
+		sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
+			NewProvider: func(t *testing.T) driver.Provider {
+				return local.New(&local.Options{BaseDir: t.TempDir(), Isolation: "none"})
+			},
+		})
+	})
+	t.Run("namespaces", func(t *testing.T) {
+		needBwrap(t)
+		bin := tunnelClientDir(t)
+		sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
+			NewProvider: func(t *testing.T) driver.Provider {
+				// A root too deep for the tunnels' sockets beside the
+				// homes: they go to a short directory of the lease's.
+				deep := filepath.Join(t.TempDir(), strings.Repeat("d", 80))
+				return tunnelFirst{local.New(&local.Options{BaseDir: deep, Isolation: "namespaces", Environ: []string{"PATH=" + bin + ":/usr/bin:/bin"}})}
+			},
+			Options: func(t *testing.T) driver.Options {
+				return driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway}
+			},
+		})
 	})
 }
 
@@ -225,9 +247,9 @@ func TestAllowlist(t *testing.T) {
 
 // procStat is what the test reads of /proc/PID/stat.
 type procStat struct {
-	state byte
-	pgrp  int
-	flags uint64
+	state      byte
+	ppid, pgrp int
+	flags      uint64
 }
 
 // pfExiting is the kernel's PF_EXITING task flag: set when a process
@@ -245,9 +267,10 @@ func readProcStat(pid int) (procStat, error) {
 	if i < 0 || len(f) < 7 {
 		return procStat{}, fmt.Errorf("malformed /proc/%d/stat: %q", pid, s)
 	}
+	ppid, _ := strconv.Atoi(f[1])
 	pgrp, _ := strconv.Atoi(f[2])
 	flags, _ := strconv.ParseUint(f[6], 10, 64)
-	return procStat{state: f[0][0], pgrp: pgrp, flags: flags}, nil
+	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp, flags: flags}, nil
 }
 
 // TestProcessGroupKill spawns a background grandchild, lets its parent

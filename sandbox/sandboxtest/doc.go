@@ -19,4 +19,15 @@
 // binary, found as `outpost` on the sandbox's PATH (TunnelBinary): every
 // provider that implements tunnels runs that binary. RunTunnelTests runs
 // them alone, failing a provider without tunnels.
+//
+// RunEscapeTests is the escape suite: a hostile agent's attempts, one
+// table row each (read the user's ~/.ssh or a secret outside the
+// workspace, see a host process, reach the host's loopback or an address
+// off the allowlist directly, also with curl --noproxy '*' and Node's
+// fetch, find the Docker socket, write outside the workspace, read another
+// lease's home, plant a file in outpost's home), run in a lease with
+// egress gateway; each must fail. A provider that does not enforce egress
+// gateway (Capabilities.Egress false: local with isolation=none) is
+// reported unenforced, its escapes listed rather than failed; rows whose
+// tool the sandbox lacks are reported not tried.
 package sandboxtest

@@ -104,7 +104,7 @@ func (a *app) root() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(flagError)
 	root.PersistentFlags().StringVar(&a.storeFlag, "store", "", "conversation store: a directory, or postgres://... for a store a fleet shares (default $"+storeEnv+", else the local directory store)")
-	root.AddCommand(a.runCmd(), a.diffCmd(), a.applyCmd(), a.branchCmd(), a.raceCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.doctorCmd(), a.versionCmd(), echoAgentCmd(), a.gcCmd(), a.bootstrapCmd(), a.serveCmd(), a.mcpCmd(), a.kubernetesCmd())
+	root.AddCommand(a.runCmd(), a.diffCmd(), a.applyCmd(), a.branchCmd(), a.raceCmd(), a.conversationsCmd(), a.usageCmd(), a.agentsCmd(), a.doctorCmd(), a.versionCmd(), echoAgentCmd(), a.gcCmd(), a.bootstrapCmd(), a.serveCmd(), a.mcpCmd(), a.acpCmd(), a.kubernetesCmd())
 	root.InitDefaultCompletionCmd() // before mistypes, which covers it too
 	mistypes(root)
 	return root

@@ -332,14 +332,14 @@ func checkBubblewrap() DoctorCheck {
 	p, err := isolate.Probe("")
 	switch {
 	case err == nil:
-		c.Status, c.Message = DoctorOK, "bwrap at "+p+" works here: local leases can run isolated (--set isolation=namespaces)"
+		c.Status, c.Message = DoctorOK, "bwrap at "+p+" works here: local leases can run isolated in namespaces (--set isolation=auto or namespaces)"
 		return c
 	case p != "":
-		c.Status, c.Code, c.Message = DoctorWarn, string(outpost.Configuration), "bwrap at "+p+" cannot isolate here: "+err.Error()
+		c.Status, c.Code, c.Message = DoctorWarn, string(outpost.Configuration), "bwrap at "+p+" cannot isolate here: local leases run on the host, egress unenforced (isolation=auto falls back to none): "+err.Error()
 		c.Fix = "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; in a container, run it with the rights to create them), or keep isolation=none"
 		return c
 	}
-	c.Status, c.Code, c.Message = DoctorWarn, string(outpost.Configuration), "bwrap is not on the PATH: local leases cannot run isolated, and Codex's own sandbox for its commands needs it on the local sandbox"
+	c.Status, c.Code, c.Message = DoctorWarn, string(outpost.Configuration), "bwrap is not on the PATH: local leases cannot run isolated (isolation=auto runs them on the host, egress unenforced), and Codex's own sandbox for its commands needs it on the local sandbox"
 	c.Fix = "install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
 	return c
 }

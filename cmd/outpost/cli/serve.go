@@ -31,6 +31,7 @@ type serveFlags struct {
 	maxTurnEvents, maxRetained, maxStreams, maxTurnStreams   int
 	maxTimeout, grace, retention, spoolPush, heartbeat       time.Duration
 	replica                                                  string
+	ui                                                       bool // --ui: the web console at /ui/
 	maxBody                                                  int64
 	verbose                                                  bool
 }
@@ -77,6 +78,7 @@ conversations are captured either way.`,
 	fl.StringArrayVar(&f.clientAllow, "client-egress-allow", nil, "an egress allowlist entry clients may ask for (a request's entries must be covered by these; default none); repeatable")
 	fl.StringArrayVar(&f.clientEnv, "client-env", nil, "a variable a client may set: NAME, PREFIX* or * (default *); never a base URL, proxy or credential variable, nor a secret of the server's environment; repeatable")
 	fl.StringVar(&f.replica, "replica", "", "with a PostgreSQL store, this replica's name in the fleet (default: the host name and a random suffix)")
+	fl.BoolVar(&f.ui, "ui", true, "serve the web console at /ui/ (docs/console.md); --ui=false turns it off")
 	fl.DurationVar(&f.heartbeat, "heartbeat", 5*time.Second, "with a PostgreSQL store, how often this replica beats; a replica silent for 3 beats is lost and its turns ended")
 	c.MarkFlagsMutuallyExclusive("socket", "listen")
 	c.AddCommand(a.serveTokenCmd())
@@ -211,7 +213,7 @@ func (a *app) serverOptions(f serveFlags) (*server.Options, error) {
 		AllowSettings: f.allow, MaxConcurrent: f.maxConcurrent, MaxQueue: f.maxQueue, MaxTimeout: f.maxTimeout,
 		MaxBody: f.maxBody, Retention: f.retention, MaxTurnEvents: f.maxTurnEvents, MaxRetained: f.maxRetained,
 		MaxStreams: f.maxStreams, MaxTurnStreams: f.maxTurnStreams, Grace: f.grace, PoolSize: f.poolSize, PoolAgents: f.poolAgents,
-		Warm: warm, Logger: log, Version: version(), Installer: &bootstrap.Installer{},
+		Warm: warm, Logger: log, Version: version(), Installer: &bootstrap.Installer{}, DisableUI: !f.ui,
 	}, nil
 }
 

@@ -24,8 +24,10 @@ func ForwardArgs() []string { return []string{"sandbox-shim", ForwardMode} }
 // its arguments. It listens on each ADDR (on the namespace's loopback),
 // carries every connection it accepts to its SOCKET (bound in from the
 // host, where the gateway serves it), and runs the program with the
-// standard streams and environment it was given, passing on SIGTERM and
-// SIGINT. It returns the program's exit status (128+n for a death by
+// standard streams and environment it was given. SIGTERM and SIGINT do
+// not end it: they are sent to its process group, which the program is
+// in (passing them on would deliver them twice), and it ends when the
+// program does. It returns the program's exit status (128+n for a death by
 // signal n), 127 when the program cannot start, 2 on bad arguments.
 func Forward(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var pairs [][2]string
@@ -59,8 +61,7 @@ func Forward(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 127
 	}
 	go func() {
-		for s := range sigs {
-			_ = cmd.Process.Signal(s)
+		for range sigs {
 		}
 	}()
 	err := cmd.Wait()

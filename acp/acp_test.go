@@ -1,0 +1,185 @@
+package acp_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/outposthq/outpost/acp"
+	"github.com/outposthq/outpost/acp/acptest"
+	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/harness/echo"
+	_ "github.com/outposthq/outpost/providers/local"
+)
+
+func TestMain(m *testing.M) {
+	echo.MaybeRun()
+	os.Exit(m.Run())
+}
+
+// conn is one in-process `outpost acp`: an Agent served on pipes, and the
+// Go SDK's client side of them.
+type conn struct {
+	*sdk.ClientSideConnection
+	c    *acptest.Client
+	in   *io.PipeWriter // the agent's input
+	done chan error
+	once sync.Once
+}
+
+func serve(t *testing.T, store conversation.Store, d acp.Settings) *conn {
+	t.Helper()
+	a, err := acp.New(acp.Options{Store: store, Defaults: d, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar, cw := io.Pipe()
+	cr, aw := io.Pipe()
+	c := acptest.New()
+	k := &conn{ClientSideConnection: sdk.NewClientSideConnection(c, cw, cr), c: c, in: cw, done: make(chan error, 1)}
+	k.SetLogger(slog.New(slog.DiscardHandler))
+	go func() { k.done <- a.Serve(context.Background(), ar, aw); aw.Close() }()
+	t.Cleanup(func() { k.close(t) })
+	return k
+}
+
+// close ends the agent's input and waits for Serve to return.
+func (k *conn) close(t *testing.T) {
+	t.Helper()
+	k.once.Do(func() {
+		k.in.Close()
+		select {
+		case err := <-k.done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("Serve did not return within a minute of the end of its input")
+		}
+	})
+}
+
+func (k *conn) initialize(t *testing.T) sdk.InitializeResponse {
+	t.Helper()
+	r, err := k.Initialize(context.Background(), sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (k *conn) prompt(sid sdk.SessionId, text string) (sdk.PromptResponse, error) {
+	return k.Prompt(context.Background(), sdk.PromptRequest{SessionId: sid, Prompt: []sdk.ContentBlock{sdk.TextBlock(text)}})
+}
+
+func rpcCode(t *testing.T, err error) (int, map[string]any) {
+	t.Helper()
+	var re *sdk.RequestError
+	if !errors.As(err, &re) {
+		t.Fatalf("error %v (%T) is no JSON-RPC error", err, err)
+	}
+	data, _ := re.Data.(map[string]any)
+	return re.Code, data
+}
+
+// TestSession runs a session through the Go SDK's client: initialize, new,
+// a prompt whose updates carry the text, a tool call and the usage, a
+// second prompt continuing the conversation, a cancelled slow prompt, and
+// the session loaded by another Agent on the same store, its history
+// replayed before it continues.
+func TestSession(t *testing.T) {
+	store := conversation.NewFS(t.TempDir())
+	work := t.TempDir()
+	k := serve(t, store, acp.Settings{})
+	init := k.initialize(t)
+	if !init.AgentCapabilities.LoadSession || init.AgentInfo == nil || init.AgentInfo.Name != "outpost" {
+		t.Fatalf("initialize: %+v", init)
+	}
+	s, err := k.NewSession(context.Background(), sdk.NewSessionRequest{Cwd: work, McpServers: []sdk.McpServer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := k.prompt(s.SessionId, "hello #tool")
+	if err != nil || r.StopReason != sdk.StopReasonEndTurn {
+		t.Fatalf("prompt: %+v, %v", r, err)
+	}
+	ups := k.c.Take()
+	if got := acptest.Text(ups, false); !strings.Contains(got, "echo: hello #tool (turn 1)") {
+		t.Errorf("agent text %q", got)
+	}
+	var call, result, usage bool
+	for _, n := range ups {
+		u := n.Update
+		call = call || (u.ToolCall != nil && u.ToolCall.ToolCallId == "tool-1" && u.ToolCall.Kind == sdk.ToolKindExecute)
+		result = result || (u.ToolCallUpdate != nil && u.ToolCallUpdate.Status != nil && *u.ToolCallUpdate.Status == sdk.ToolCallStatusCompleted)
+		usage = usage || (u.UsageUpdate != nil && u.UsageUpdate.Used > 0)
+		if n.SessionId != s.SessionId {
+			t.Errorf("update of session %s", n.SessionId)
+		}
+	}
+	if !call || !result || !usage || r.Usage == nil || r.Usage.OutputTokens == 0 {
+		t.Errorf("tool call %v, its result %v, usage update %v, response usage %+v", call, result, usage, r.Usage)
+	}
+	if _, err := k.prompt(s.SessionId, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if got := acptest.Text(k.c.Take(), false); !strings.Contains(got, "(turn 2)") {
+		t.Errorf("second prompt's text %q: not the conversation's second turn", got)
+	}
+	cancelSlow(t, k, s.SessionId)
+
+	// Another Agent (another `outpost acp`) loads the session.
+	k.close(t)
+	k2 := serve(t, store, acp.Settings{})
+	k2.initialize(t)
+	if _, err := k2.LoadSession(context.Background(), sdk.LoadSessionRequest{SessionId: s.SessionId, Cwd: work, McpServers: []sdk.McpServer{}}); err != nil {
+		t.Fatal(err)
+	}
+	replayed := k2.c.Take()
+	if got, want := acptest.Text(replayed, true), "hello #tool\nagain\n#slow=1000\n"; got != want {
+		t.Errorf("replayed user messages %q, want %q", got, want)
+	}
+	if got := acptest.Text(replayed, false); !strings.Contains(got, "(turn 1)") || !strings.Contains(got, "(turn 2)") {
+		t.Errorf("replayed answers %q", got)
+	}
+	if _, err := k2.prompt(s.SessionId, "after load"); err != nil {
+		t.Fatal(err)
+	}
+	if got := acptest.Text(k2.c.Take(), false); !strings.Contains(got, "echo: after load (turn 4)") {
+		t.Errorf("prompt after load: %q", got)
+	}
+}
+
+// cancelSlow starts a long prompt, cancels it once its first chunk
+// arrived, and expects stop reason cancelled.
+func cancelSlow(t *testing.T, k *conn, sid sdk.SessionId) {
+	t.Helper()
+	type answer struct {
+		r   sdk.PromptResponse
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		r, err := k.prompt(sid, "#slow=1000")
+		ch <- answer{r, err}
+	}()
+	k.c.WaitFor(t, func(u sdk.SessionUpdate) bool {
+		return u.AgentMessageChunk != nil && u.AgentMessageChunk.Content.Text != nil && strings.HasPrefix(u.AgentMessageChunk.Content.Text.Text, "step ")
+	})
+	if err := k.Cancel(context.Background(), sdk.CancelNotification{SessionId: sid}); err != nil {
+		t.Fatal(err)
+	}
+	a := <-ch
+	if a.err != nil || a.r.StopReason != sdk.StopReasonCancelled {
+		t.Fatalf("cancelled prompt: %+v, %v", a.r, a.err)
+	}
+	k.c.Take()
+}
