@@ -430,6 +430,25 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, t *turn) {
 	s.stream(w, r, t, t.agent, nil, func(after int64) (replay, error) { return t.since(after), nil })
 }
 
+// startEvents begins a Server-Sent Events response and returns its
+// writer, which reports whether the client took b: each write is flushed,
+// and a client stuck for 30 s is dropped.
+func startEvents(w http.ResponseWriter) (write func(b []byte) bool) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+}
+
 // stream serves an event stream from next (a turn of this replica's, or
 // one in the fleet's store); it also looks again at every poll.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *turn, agent string, poll <-chan time.Time, next func(after int64) (replay, error)) {
@@ -444,19 +463,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *turn, agent s
 		return
 	}
 	defer closeStream()
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second)) // a stuck client is dropped
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	write := startEvents(w)
 	if !write([]byte("retry: 1000\n\n")) {
 		return
 	}

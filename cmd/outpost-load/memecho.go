@@ -3,14 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
 
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/harness/kit"
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/memsandbox"
 )
@@ -152,10 +151,6 @@ func fail(p *memsandbox.Proc, err error) int {
 
 // newSessionID is a version 4 UUID, as the echo agent's session ids are.
 func newSessionID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	id, _ := kit.NewUUID()
+	return id
 }

@@ -57,6 +57,10 @@ type Config struct {
 	// Reserved are flags refused in pass-through arguments, beside Args,
 	// ModelArgs and AllowArgs.
 	Reserved []string
+	// Bootstrap names the pin that installs the adapter when it is a
+	// program of its own (claude-code-acp, codex-acp); empty: the base
+	// preset's, whose CLI itself speaks ACP (copilot --acp).
+	Bootstrap string
 	// Resume, when set, readies a continued session in the sandbox: files
 	// written into the home and commands run before the agent starts
 	// (harness.Command's Files and Prepare), as a preset file's
@@ -77,6 +81,9 @@ func Preset(base *harness.Harness, c Config) *harness.Harness {
 	}
 	live := func(in harness.Input) (harness.Live, error) { return newClient(c, in) }
 	h.Name = c.Name
+	if c.Bootstrap != "" {
+		h.Bootstrap = c.Bootstrap
+	}
 	h.LiveInput = live
 	h.LiveOnly = true
 	h.Request = func(in harness.Input) (harness.Command, error) {

@@ -201,3 +201,17 @@ func TestMetaUsage(t *testing.T) {
 		t.Errorf("events %+v", evs)
 	}
 }
+
+// TestPresetBootstrap: Config.Bootstrap names the adapter's own pin
+// (claude-acp, codex-acp); without it the base preset's stays (a CLI that
+// speaks ACP itself).
+func TestPresetBootstrap(t *testing.T) {
+	base := &harness.Harness{Name: "cli", Bootstrap: "cli",
+		Request: func(harness.Input) (harness.Command, error) { return harness.Command{Path: "cli"}, nil }}
+	if h := Preset(base, Config{Name: "cli-acp", Bootstrap: "cli-acp"}); h.Bootstrap != "cli-acp" || base.Bootstrap != "cli" {
+		t.Errorf("with Config.Bootstrap: %q (base %q), want cli-acp (base cli)", h.Bootstrap, base.Bootstrap)
+	}
+	if h := Preset(base, Config{Name: "cli-acp"}); h.Bootstrap != "cli" {
+		t.Errorf("without Config.Bootstrap: %q, want the base's cli", h.Bootstrap)
+	}
+}

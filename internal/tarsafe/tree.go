@@ -58,6 +58,27 @@ func Rewrite(r io.Reader, edit func(h *tar.Header) (keep bool, err error)) io.Re
 	return pr
 }
 
+// Walk walks the tree at root as filepath.WalkDir does (lexical order,
+// links not followed, the first error ends it), calling fn with each
+// entry's path, that path relative to base, and its information (Lstat's).
+// fn's fs.SkipDir and fs.SkipAll work as WalkDir's.
+func Walk(root, base string, fn func(p, rel string, fi fs.FileInfo) error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(base, p)
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return fn(p, rel, fi)
+	})
+}
+
 // CheckTree checks a directory tree that was extracted from an archive:
 // every entry is a directory, a regular file or a symbolic link; no mode
 // has the setuid, setgid or sticky bit; and every symbolic link resolves
@@ -72,18 +93,7 @@ func CheckTree(dir string) error {
 		return err
 	}
 	defer root.Close()
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
+	return Walk(dir, dir, func(p, rel string, fi fs.FileInfo) error {
 		m := fi.Mode()
 		switch {
 		case m&fs.ModeSymlink != 0:
