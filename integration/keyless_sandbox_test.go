@@ -56,8 +56,10 @@ func inSandbox(environ []string) []string {
 // home, every process's environment) while the token is there; the
 // result says secrets gateway and egress gateway.
 func TestKeylessDocker(t *testing.T) {
+	t.Parallel()
 	for _, c := range keylessCLIs {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			p := keylessDocker(t, c)
 			key, probe := testenv.KeylessProbe(t)
 			environ, fake := c.start(t, probe, key)
@@ -73,6 +75,7 @@ func TestKeylessDocker(t *testing.T) {
 // (the fake listens on the host's loopback only). Egress is open by
 // default and unenforced when gateway egress is asked for.
 func TestKeylessSSH(t *testing.T) {
+	t.Parallel()
 	srv := sshtest.Shared(t)
 	for _, tt := range []struct {
 		cli    int // index in keylessCLIs
@@ -85,6 +88,7 @@ func TestKeylessSSH(t *testing.T) {
 	} {
 		c := keylessCLIs[tt.cli]
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			c.path(t)
 			p := sshProvider(t, srv)
 			key, probe := testenv.KeylessProbe(t)
@@ -139,6 +143,7 @@ var egressOutput = regexp.MustCompile(`EGRESS direct=\w+ allowed=\w* denied=\w* 
 // CONNECT, the allowlisted server answers 200 and a server off the list
 // gets 403, and sees nothing.
 func TestKeylessDockerEgress(t *testing.T) {
+	t.Parallel()
 	c := keylessCLIs[0]
 	p := keylessDocker(t, c)
 	direct, directSeen := countingServer(t, net.JoinHostPort(dockertest.BridgeGateway(t), "0"))
@@ -151,6 +156,7 @@ func TestKeylessDockerEgress(t *testing.T) {
 // own loopback only), and through the gateway's proxy the allowlisted
 // server answers and one off the list gets 403.
 func TestKeylessLocalEgress(t *testing.T) {
+	t.Parallel()
 	c := keylessCLIs[0]
 	p := local.New(&local.Options{BaseDir: t.TempDir(), Isolation: "namespaces", Environ: []string{"PATH=" + c.path(t) + ":/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}})
 	if _, err := p.Isolation(); err != nil {
