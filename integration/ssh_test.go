@@ -263,9 +263,9 @@ func TestSSHSIGKILLLeavesNoOrphan(t *testing.T) {
 // TestSSHHostGoneMidTurn stops the sshd container (the host goes away)
 // in the middle of a turn: the turn fails with code sandbox, reporting
 // the sandbox vanished and the connection lost, within the keepalive
-// bound.
+// bound. Not parallel: its 2 s keepalive bounds the copy of outpost's
+// binary too, which tests beside it would stretch.
 func TestSSHHostGoneMidTurn(t *testing.T) {
-	t.Parallel()
 	srv := sshtest.New(t)
 	p := sshProvider(t, srv, func(o *sshp.Options) { o.KeepAlive = 2 * time.Second; o.StartTimeout = 5 * time.Second })
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
