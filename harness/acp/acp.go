@@ -62,6 +62,16 @@ type Config struct {
 	// (harness.Command's Files and Prepare), as a preset file's
 	// resume_files and resume_prepare.
 	Resume func(in harness.Input) ([]harness.File, []harness.Command, error)
+	// AgentText, when set, reads each agent_message_chunk's text before it
+	// is taken as the model's words. An agent that reports its own state
+	// as message chunks (Copilot CLI 1.0.102 in ACP mode sends its
+	// session.info and session.error messages as "Info: …" and "Error: …"
+	// chunks, and ends the prompt end_turn) returns the event the chunk
+	// is instead: a notice, or a failure, after which the prompt's end is
+	// no success (the failure's kind becomes turn_failed, so the preset's
+	// classifiers read its text as a failed turn's). ok false: the chunk
+	// is the model's text.
+	AgentText func(text string) (ev harness.Event, ok bool)
 }
 
 // Preset returns the ACP mode of the CLI that base runs: base lends its

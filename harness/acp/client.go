@@ -33,6 +33,7 @@ type client struct {
 	cancelled bool // the turn was interrupted: no further prompt
 	steering  bool // a session/cancel for steer=interrupt is out
 	done      bool
+	agentErr  bool // the agent reported the prompt failed in a chunk (Config.AgentText)
 
 	turn      int // prompts sent, for event ids
 	msgs      int // message and thought blocks of this prompt
@@ -310,6 +311,7 @@ func (l *client) initialized(raw json.RawMessage, w io.Writer) []harness.Event {
 // prompt sends text as the session's next prompt.
 func (l *client) prompt(w io.Writer, text string) []harness.Event {
 	l.turn++
+	l.agentErr = false
 	l.msgs = 0
 	l.callUsage = nil
 	l.last = ""
@@ -336,6 +338,11 @@ func (l *client) stopped(r sdk.PromptResponse, raw json.RawMessage, w io.Writer)
 		}
 		l.usage = &total
 		evs = append(evs, harness.Event{Type: harness.EventUsage, Usage: &total})
+	}
+	if l.agentErr {
+		// The failure event was reported with the chunk: the turn is over.
+		l.done = true
+		return evs
 	}
 	if r.StopReason == sdk.StopReasonCancelled {
 		if l.steering && !l.cancelled && len(l.queued) > 0 {

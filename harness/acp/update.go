@@ -42,6 +42,9 @@ func (l *client) update(params json.RawMessage) []harness.Event {
 	switch {
 	case u.AgentMessageChunk != nil:
 		l.metaUsage(u.AgentMessageChunk.Meta)
+		if evs, ok := l.agentText(u.AgentMessageChunk.Content); ok {
+			return evs
+		}
 		return l.chunk(harness.EventMessage, u.AgentMessageChunk.Content, u.AgentMessageChunk.MessageId)
 	case u.AgentThoughtChunk != nil:
 		return l.chunk(harness.EventReasoning, u.AgentThoughtChunk.Content, u.AgentThoughtChunk.MessageId)
@@ -67,6 +70,27 @@ func (l *client) update(params json.RawMessage) []harness.Event {
 	// available_commands_update, current_mode_update,
 	// config_option_update, session_info_update: nothing a turn reports.
 	return nil
+}
+
+// agentText is the event of a message chunk that the preset's AgentText
+// says is the agent's own report, not the model's text.
+func (l *client) agentText(c sdk.ContentBlock) ([]harness.Event, bool) {
+	if l.cfg.AgentText == nil || c.Text == nil {
+		return nil, false
+	}
+	ev, ok := l.cfg.AgentText(c.Text.Text)
+	if !ok {
+		return nil, false
+	}
+	if ev.Type == harness.EventFailure {
+		if l.agentErr {
+			return nil, true // one failure a prompt: the first is the cause
+		}
+		l.agentErr = true
+		ev.Kind = harness.KindTurnFailed
+		l.queued = nil
+	}
+	return []harness.Event{ev}, true
 }
 
 // chunk is a message or reasoning delta; the id groups the deltas of one
