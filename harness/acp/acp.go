@@ -22,8 +22,10 @@ const (
 const (
 	// OptionPermissions answers the agent's permission requests: "allow"
 	// (default: every request is allowed once), "deny" (every one is
-	// refused), or a comma-separated list of ACP tool kinds allowed, the
-	// others refused ("read,search,edit").
+	// refused), "ask" (the turn's caller answers each,
+	// engine.RunOptions.Permission; without one each is refused), or a
+	// comma-separated list of ACP tool kinds allowed, the others refused
+	// ("read,search,edit").
 	OptionPermissions = "permissions"
 	// OptionSteer says how a steering message reaches the running turn:
 	// "queue" (default: the next session/prompt once the running one
@@ -140,6 +142,7 @@ var (
 // settings are a turn's options.
 type settings struct {
 	allowAll, denyAll bool
+	ask               bool            // the caller answers (permissions=ask)
 	kinds             map[string]bool // allowed tool kinds, when neither
 	interrupt         bool            // steer=interrupt
 }
@@ -154,7 +157,7 @@ func parseSettings(name string, opts map[string]string) (settings, error) {
 			if err != nil {
 				return s, err
 			}
-			s.allowAll, s.denyAll, s.kinds = p.allowAll, p.denyAll, p.kinds
+			s.allowAll, s.denyAll, s.kinds, s.ask = p.allowAll, p.denyAll, p.kinds, p.ask
 		case OptionSteer:
 			switch v {
 			case "queue", "":
@@ -176,12 +179,14 @@ func parsePermissions(name, v string) (settings, error) {
 		return settings{allowAll: true}, nil
 	case "deny":
 		return settings{denyAll: true}, nil
+	case "ask":
+		return settings{ask: true}, nil
 	}
 	s := settings{kinds: map[string]bool{}}
 	for _, k := range strings.Split(v, ",") {
 		k = strings.TrimSpace(k)
 		if !slices.Contains(ToolKinds, k) {
-			return s, fmt.Errorf("%s: option %s: %q is not allow, deny or a list of ACP tool kinds (%s)", name, OptionPermissions, k, strings.Join(ToolKinds, ", "))
+			return s, fmt.Errorf("%s: option %s: %q is not allow, deny, ask or a list of ACP tool kinds (%s)", name, OptionPermissions, k, strings.Join(ToolKinds, ", "))
 		}
 		s.kinds[k] = true
 	}

@@ -245,42 +245,6 @@ func (l *client) promptUsage(r sdk.PromptResponse, raw json.RawMessage) (harness
 	return harness.Usage{}, false
 }
 
-// permission answers a permission request by the turn's policy: the
-// first option of the allowing (or refusing) kind, once rather than
-// always; without one, the request is cancelled.
-func (l *client) permission(req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, harness.Event) {
-	id := string(req.ToolCall.ToolCallId)
-	kind := l.tools[id].kind
-	if req.ToolCall.Kind != nil {
-		kind = string(*req.ToolCall.Kind)
-	}
-	title := l.tools[id].title
-	if req.ToolCall.Title != nil {
-		title = *req.ToolCall.Title
-	}
-	allow := l.s.allows(kind)
-	want := []sdk.PermissionOptionKind{sdk.PermissionOptionKindRejectOnce, sdk.PermissionOptionKindRejectAlways}
-	if allow {
-		want = []sdk.PermissionOptionKind{sdk.PermissionOptionKindAllowOnce, sdk.PermissionOptionKindAllowAlways}
-	}
-	details := map[string]any{"tool": id, "tool_kind": kind, "title": title, "allowed": allow}
-	for _, k := range want {
-		for _, o := range req.Options {
-			if o.Kind == k {
-				details["option"] = string(o.OptionId)
-				ev := harness.Event{Type: harness.EventNotice, Kind: "permission", Text: fmt.Sprintf("%s: allowed %s (%s) by the turn's permissions", l.cfg.Name, clip(title, 200), kind), Details: details}
-				if !allow {
-					ev.Kind = "permission_denied"
-					ev.Text = fmt.Sprintf("%s: refused %s (%s) by the turn's permissions", l.cfg.Name, clip(title, 200), kind)
-				}
-				return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeSelected(o.OptionId)}, ev
-			}
-		}
-	}
-	return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()},
-		harness.Event{Type: harness.EventNotice, Kind: "permission_denied", Text: fmt.Sprintf("%s: %s (%s) offered no option the turn's permissions could choose; cancelled", l.cfg.Name, clip(title, 200), kind), Details: details}
-}
-
 // NewDecoder decodes a recorded ACP exchange (the agent's side, one
 // message a line) without a turn: what a live turn would report, with no
 // replies written.
