@@ -111,7 +111,7 @@ func TestClaudeACPDocker(t *testing.T) {
 	if err != nil || len(asked) != 1 || asked[0].Tool.Name != "execute" || !failed {
 		t.Errorf("refused permission: %v, asked %+v; events %s", err, asked, eventSummary(evs))
 	}
-	if r, err := l.Exec(t.Context(), driver.ExecRequest{Path: "sh", Args: []string{"-c", "test ! -e made-by-tool"}, Dir: l.Workdir()}, 0); err != nil || r.Status.Code != 0 {
+	if r, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "test ! -e made-by-tool"}, Dir: l.Workdir()}, 0); err != nil || r.Status.Code != 0 {
 		t.Errorf("the refused command ran: %+v %v", r.Status, err)
 	}
 }
