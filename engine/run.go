@@ -128,6 +128,12 @@ type RunOptions struct {
 	// for presets without live input, stops it and resumes the
 	// conversation with the message.
 	Steer <-chan string
+	// Permission answers the agent's permission requests, for a preset
+	// that routes them to the caller (harness.Asker: the ACP presets with
+	// the option permissions=ask); it may block until a person decides,
+	// and the inactivity watchdog waits meanwhile. Nil: such a preset
+	// refuses every request.
+	Permission harness.AskFunc
 	// Environ is the host environment variables are resolved from;
 	// default os.Environ().
 	Environ []string

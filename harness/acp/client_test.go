@@ -137,13 +137,14 @@ func TestSteerQueued(t *testing.T) {
 }
 
 // TestPermissionNoOption: a request with no option the policy can choose
-// is cancelled, and said so.
+// is cancelled, and said so; the tool call ends refused.
 func TestPermissionNoOption(t *testing.T) {
 	x := newExchange(t, harness.Input{Prompt: "hi", Options: map[string]string{OptionPermissions: "deny"}})
 	x.open()
 	evs := x.agent(`{"jsonrpc":"2.0","id":9,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":{"toolCallId":"t","kind":"edit"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}}`)
 	sent := x.sent()
-	if len(evs) != 1 || evs[0].Kind != "permission_denied" || len(sent) != 1 || !strings.Contains(mustString(sent[0]["result"]), `"cancelled"`) {
+	if len(evs) != 3 || evs[0].Kind != "permission_denied" || evs[2].Type != harness.EventToolResult || !evs[2].Tool.Error || evs[2].Tool.ID != "t" ||
+		len(sent) != 1 || !strings.Contains(mustString(sent[0]["result"]), `"cancelled"`) {
 		t.Errorf("events %+v, reply %+v", evs, sent)
 	}
 }
