@@ -25,6 +25,7 @@ import (
 	"github.com/outposthq/outpost/harness/echo"
 	_ "github.com/outposthq/outpost/providers/local" // registers "local"
 	"github.com/outposthq/outpost/server"
+	"github.com/outposthq/outpost/turnstore"
 )
 
 var (
@@ -104,13 +105,18 @@ func needBrowser(t testing.TB) {
 	t.Skipf("SKIPPING the console's browser tests: %s", browserSkip)
 }
 
-// fixture is the package's one server: TCP with tokens, a store, echo.
+// fixture is the package's one server: TCP with tokens, a store, echo;
+// a token limit for alice; a fleet of one replica ("console-1") on an
+// in-process turn store that a second replica ("console-2") beats in
+// too; local leases under a directory holding a home that a dead process
+// left (dead), for garbage collection.
 type fixture struct {
 	srv    *server.Server
 	url    string
 	alice  string // a client's token
 	admin  string // an operator's token
 	store  conversation.Store
+	dead   string
 	closer func()
 }
 
@@ -154,8 +160,22 @@ func newFixture(mod func(*server.Options)) (*fixture, error) {
 	if err != nil {
 		return nil, err
 	}
+	turns := turnstore.NewMemory()
+	if err := turns.Beat(context.Background(), "console-2"); err != nil {
+		return nil, err
+	}
+	root := filepath.Join(dir, "local")
+	f.dead = filepath.Join(root, "local-dead")
+	if err := os.MkdirAll(f.dead, 0o700); err != nil {
+		return nil, err
+	}
+	old := time.Now().Add(-time.Hour) // without an owner record and over a minute old: left behind
+	os.Chtimes(f.dead, old, old)
 	opts := &server.Options{Store: f.store, Workdir: wd, Environ: []string{"PATH=" + os.Getenv("PATH")}, Tokens: tokens,
-		PoolSize: 1, Policy: server.Policy{Secrets: []string{"gateway", "env"}}}
+		PoolSize: 1, Policy: server.Policy{Secrets: []string{"gateway", "env"}},
+		TokenLimits: map[string]server.TokenLimit{"alice": {PerHour: 50000, PerDay: 400000}},
+		Turns:       turns, Replica: "console-1", Heartbeat: time.Hour,
+		Settings: map[string]map[string]string{"local": {"root": root}}}
 	if mod != nil {
 		mod(opts)
 	}
@@ -273,7 +293,7 @@ func newTab(t testing.TB) *tab {
 // openTab opens a tab on the console of f.
 func openTab(t testing.TB, f *fixture) *tab {
 	ctx, closeTab := chromedp.NewContext(browser)
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute) // wall time on a loaded shared machine
 	t.Cleanup(func() { cancel(); closeTab() })
 	return &tab{t: t, ctx: ctx, f: f}
 }
