@@ -108,15 +108,15 @@ func needBrowser(t testing.TB) {
 // fixture is the package's one server: TCP with tokens, a store, echo;
 // a token limit for alice; a fleet of one replica ("console-1") on an
 // in-process turn store that a second replica ("console-2") beats in
-// too; local leases under a directory holding a home that a dead process
-// left (dead), for garbage collection.
+// too; local leases under a directory of its own (root), where a test
+// plants what a dead process left (deadHome), for garbage collection.
 type fixture struct {
 	srv    *server.Server
 	url    string
 	alice  string // a client's token
 	admin  string // an operator's token
 	store  conversation.Store
-	dead   string
+	root   string
 	closer func()
 }
 
@@ -164,18 +164,12 @@ func newFixture(mod func(*server.Options)) (*fixture, error) {
 	if err := turns.Beat(context.Background(), "console-2"); err != nil {
 		return nil, err
 	}
-	root := filepath.Join(dir, "local")
-	f.dead = filepath.Join(root, "local-dead")
-	if err := os.MkdirAll(f.dead, 0o700); err != nil {
-		return nil, err
-	}
-	old := time.Now().Add(-time.Hour) // without an owner record and over a minute old: left behind
-	os.Chtimes(f.dead, old, old)
+	f.root = filepath.Join(dir, "local")
 	opts := &server.Options{Store: f.store, Workdir: wd, Environ: []string{"PATH=" + os.Getenv("PATH")}, Tokens: tokens,
 		PoolSize: 1, Policy: server.Policy{Secrets: []string{"gateway", "env"}},
 		TokenLimits: map[string]server.TokenLimit{"alice": {PerHour: 50000, PerDay: 400000}},
 		Turns:       turns, Replica: "console-1", Heartbeat: time.Hour,
-		Settings: map[string]map[string]string{"local": {"root": root}}}
+		Settings: map[string]map[string]string{"local": {"root": f.root}}}
 	if mod != nil {
 		mod(opts)
 	}
@@ -195,6 +189,24 @@ func newFixture(mod func(*server.Options)) (*fixture, error) {
 		os.RemoveAll(dir)
 	}
 	return f, nil
+}
+
+// deadHome plants a lease home that a dead process left under the local
+// provider's directory (no owner record, over a minute old), once the
+// provider has made its first lease (and with it its one sweep of such
+// homes): garbage collection finds it.
+func (f *fixture) deadHome(t testing.TB, name string) string {
+	t.Helper()
+	finished()
+	dead := filepath.Join(f.root, "local-"+name)
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(dead, old, old); err != nil {
+		t.Fatal(err)
+	}
+	return dead
 }
 
 // api sends an API request with tok and decodes the JSON answer into out.

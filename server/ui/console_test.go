@@ -134,6 +134,7 @@ func TestServerPage(t *testing.T) {
 	b.waitText("#fleet", "operator's token only")
 	b.do("signing out", chromedp.Click(chromedp.CSS("#signout")))
 	b.waitText("main h1", "Sign in")
+	dead := b.f.deadHome(t, "dead-page")
 	b.signIn(b.f.admin)
 	b.waitText("main h1", "Turns")
 	b.open("#/server")
@@ -142,13 +143,11 @@ func TestServerPage(t *testing.T) {
 	if got := eval[string](b, `document.getElementById('fleet').innerText`); strings.Contains(got, "lost") {
 		t.Errorf("a live replica is shown lost: %q", got)
 	}
-	if _, err := os.Stat(b.f.dead); err == nil {
-		b.waitText("#gc", "local-dead")
-	}
+	b.waitText("#gc", "local-dead-page")
 	b.do("running gc", chromedp.Click(chromedp.CSS("#gc-run")))
 	b.waitText("#gc-status", "Collected.")
 	b.waitText("#gc", "The last collection")
-	if _, err := os.Stat(b.f.dead); !os.IsNotExist(err) {
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
 		t.Errorf("the dead home after gc from the page: %v", err)
 	}
 }
@@ -234,6 +233,7 @@ func TestAccessibility(t *testing.T) {
 				b.f.result(t, st.ID)
 			}
 		}
+		b.f.deadHome(t, "dead-shot") // the server page's gc lists it
 	}
 	b.do("the sign-in page", chromedp.Navigate(b.f.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")))
 	b.audit("signin")
