@@ -40,6 +40,7 @@ func Routes() []string {
 		"GET /v1/conversations/{id}/usage", "DELETE /v1/conversations/{id}", "GET /v1/conversations/{id}/export",
 		"GET /v1/conversations/{id}/diff", "POST /v1/conversations/import", "POST /v1/races", "GET /v1/agents",
 		"GET /v1/openapi.json", "GET /healthz", "GET /metrics",
+		"GET /v1/conversations/{id}/history", "GET /v1/limits", "GET /v1/fleet", "GET /v1/gc", "POST /v1/gc",
 	}
 }
 
@@ -66,6 +67,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/conversations/import", s.importConversation)
 	mux.HandleFunc("POST /v1/races", s.postRace)
 	mux.HandleFunc("GET /v1/agents", s.agents)
+	mux.HandleFunc("GET /v1/conversations/{id}/history", s.conversationRoute(s.history))
+	mux.HandleFunc("GET /v1/limits", s.tokenLimits)
+	mux.HandleFunc("GET /v1/fleet", s.fleetStatus)
+	mux.HandleFunc("GET /v1/gc", s.getGC)
+	mux.HandleFunc("POST /v1/gc", s.postGC)
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(OpenAPI)

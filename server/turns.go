@@ -39,6 +39,7 @@ type turn struct {
 	secrets, egress string
 	egressAllow     []string
 	owner           string           // the peer that started it (principal.owner)
+	replica         string           // Options.Replica in a fleet
 	gatewayOnly     bool             // the client policy allows no secrets in the sandbox
 	ws              workspaceOptions // checkpoints and the check (workspace.go)
 	steer           chan string
@@ -49,6 +50,9 @@ type turn struct {
 
 	limits []meter.Limiter   // the peer's token budgets (budget.go)
 	trace  trace.SpanContext // the caller's trace, continued
+	prompt string            // redacted (console.go)
+	// the turn's and the conversation's token budgets (RunOptions)
+	maxTokens, budget int64
 
 	mu       sync.Mutex
 	state    string
@@ -61,7 +65,9 @@ type turn struct {
 	dropped  int64         // bytes of events dropped from the log so far
 	total    *atomic.Int64 // the server's retained bytes, all turns
 	result   *engine.ResultLine
-	notify   chan struct{} // closed and replaced on every append
+	notify   chan struct{}  // closed and replaced on every append
+	model    string         // asked for, or named by the session event
+	usage    *harness.Usage // the last usage event's
 
 	streams int // open event streams (Server.mu)
 }
@@ -167,7 +173,11 @@ func (t *turn) status() TurnStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	st := TurnStatus{ID: t.id, State: t.state, Agent: t.agent, Sandbox: t.sandbox, Created: t.created,
-		Events: t.first + int64(len(t.log)) - 1, Result: t.result}
+		Events: t.first + int64(len(t.log)) - 1, Result: t.result, Replica: t.replica, Model: t.model, Prompt: t.prompt}
+	if t.usage != nil {
+		u := *t.usage
+		st.Usage = &u
+	}
 	if !t.started.IsZero() {
 		ts := t.started
 		st.Started = &ts
@@ -177,6 +187,25 @@ func (t *turn) status() TurnStatus {
 		st.Finished = &ts
 	}
 	return st
+}
+
+// note keeps what a running turn's status reports of ev: the agent's
+// tokens so far (a usage event's, the engine's running count) and the
+// model its session event names.
+func (t *turn) note(ev harness.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch ev.Type {
+	case harness.EventUsage, harness.EventFinished:
+		if ev.Usage != nil {
+			u := *ev.Usage
+			t.usage = &u
+		}
+	case harness.EventSession:
+		if m, ok := ev.Details["model"].(string); ok && m != "" && t.model == "" {
+			t.model = m
+		}
+	}
 }
 
 func (t *turn) isFinished() bool {
@@ -231,7 +260,7 @@ func (s *Server) checkRequest(req *TurnRequest) (time.Duration, error) {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"timeout_ms", req.TimeoutMS}, {"inactivity_ms", req.InactivityMS}} {
+	}{{"timeout_ms", req.TimeoutMS}, {"inactivity_ms", req.InactivityMS}, {"max_tokens", req.MaxTokens}, {"budget", req.Budget}} {
 		if f.v < 0 {
 			// A negative inactivity would turn the watchdog off: a
 			// client of a shared server may not.
@@ -360,6 +389,10 @@ func (s *Server) enqueue(ctx context.Context, st engine.Turn, key sandbox.PoolKe
 		state: StateQueued, first: 1, maxBytes: int64(s.o.MaxTurnEvents), total: &s.retained, notify: make(chan struct{}),
 		limits: s.limitsFor(principalOf(ctx).token), trace: trace.SpanContextFromContext(ctx),
 		owner: principalOf(ctx).owner, gatewayOnly: principalOf(ctx).gatewayOnly(),
+		model: st.Agent.Model, prompt: s.redactor(req.Env).String(req.Prompt), maxTokens: req.MaxTokens, budget: req.Budget,
+	}
+	if s.fleet != nil {
+		t.replica = s.o.Replica
 	}
 	s.turns[t.id] = t
 	s.queued++
@@ -532,6 +565,8 @@ func (s *Server) execute(t *turn, st engine.Turn, raw bool) (*engine.Result, err
 		Limits:      t.limits,
 		Owner:       t.owner,
 		GatewayOnly: t.gatewayOnly,
+		MaxTokens:   t.maxTokens,
+		Budget:      t.budget,
 	}
 	t.ws.apply(opts)
 	// A turn in a workspace of its own opens a sandbox there: a pooled
@@ -559,6 +594,7 @@ func (s *Server) execute(t *turn, st engine.Turn, raw bool) (*engine.Result, err
 
 // record adds an event to the turn's log (and the turn store's).
 func (s *Server) record(t *turn, ev harness.Event) {
+	t.note(ev)
 	seq, b := t.append(ev)
 	if s.fleet != nil {
 		s.fleet.event(t, seq, b)
@@ -595,6 +631,13 @@ func (s *Server) finish(t *turn, res *engine.Result, err error) {
 	seq, b := t.append(line)
 	t.mu.Lock()
 	t.state, t.finished, t.result = StateFinished, time.Now().UTC(), &line
+	if res.Model != "" {
+		t.model = res.Model
+	}
+	if res.Usage != (harness.Usage{}) {
+		u := res.Usage
+		t.usage = &u
+	}
 	finished := t.finished
 	t.changed()
 	t.mu.Unlock()

@@ -373,3 +373,33 @@ func (ts turns) listen(ctx context.Context, replica string, changed func(string)
 		}
 	}
 }
+
+var _ turnstore.ReplicaLister = turns{}
+
+// Replicas implements turnstore.ReplicaLister: the heartbeats and their
+// age by the database's clock, and the unfinished turns of each owner.
+func (ts turns) Replicas(ctx context.Context) ([]turnstore.Replica, error) {
+	storeops.Count("postgres-turns", "replicas")
+	rows, err := ts.s.pool.Query(ctx, `WITH owners AS (
+			SELECT owner AS id, count(*) AS n FROM outpost_turns WHERE state <> 'finished' GROUP BY owner)
+		SELECT coalesce(r.id, o.id), r.heartbeat, coalesce(extract(epoch FROM now() - r.heartbeat), 0)::float8, coalesce(o.n, 0)
+		FROM outpost_replicas r FULL JOIN owners o ON o.id = r.id ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("turnstore: replicas: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (turnstore.Replica, error) {
+		var rep turnstore.Replica
+		var beat *time.Time
+		var age float64
+		err := r.Scan(&rep.ID, &beat, &age, &rep.Turns)
+		if beat != nil {
+			rep.Heartbeat = beat.UTC()
+		}
+		rep.Age = time.Duration(age * float64(time.Second))
+		return rep, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("turnstore: replicas: %w", err)
+	}
+	return out, nil
+}
