@@ -50,22 +50,18 @@ func TestOpenCodeTurns(t *testing.T) {
 	if !strings.HasPrefix(first.res.Session, "ses_") || first.res.Conversation == "" {
 		t.Fatalf("first %+v", first.res)
 	}
-	t.Run("ResumeOnDocker", func(t *testing.T) {
-		e.fake.Reset()
-		again := e.run("docker", engine.Turn{Prompt: "FAKE_TOOL again", Resume: first.res.Conversation})
-		checkOpenCodeToolTurn(t, e, again)
-		if again.res.Session != first.res.Session || again.res.Sandbox != "docker" {
-			t.Errorf("resume: session %s (want %s), sandbox %s", again.res.Session, first.res.Session, again.res.Sandbox)
-		}
-		checkHistory(t, e.fake.Requests(), 6, "FAKE_TOOL list the files", "FAKE_TOOL again")
-	})
-	t.Run("ForkOnSSH", func(t *testing.T) {
-		child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
-		e.mustSucceed(child)
-		if !strings.HasPrefix(child.res.Text, "ECHO nmsg=10 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation || child.res.Sandbox != "ssh" {
-			t.Errorf("fork: %q session %s parent %s sandbox %s", child.res.Text, child.res.Session, child.res.Parent, child.res.Sandbox)
-		}
-	})
+	e.fake.Reset()
+	again := e.run("docker", engine.Turn{Prompt: "FAKE_TOOL again", Resume: first.res.Conversation})
+	checkOpenCodeToolTurn(t, e, again)
+	if again.res.Session != first.res.Session || again.res.Sandbox != "docker" {
+		t.Errorf("resume: session %s (want %s), sandbox %s", again.res.Session, first.res.Session, again.res.Sandbox)
+	}
+	checkHistory(t, e.fake.Requests(), 6, "FAKE_TOOL list the files", "FAKE_TOOL again")
+	child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	e.mustSucceed(child)
+	if !strings.HasPrefix(child.res.Text, "ECHO nmsg=10 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation || child.res.Sandbox != "ssh" {
+		t.Errorf("fork: %q session %s parent %s sandbox %s", child.res.Text, child.res.Session, child.res.Parent, child.res.Sandbox)
+	}
 }
 
 // checkOpenCodeToolTurn checks a FAKE_TOOL turn: session, tool call and

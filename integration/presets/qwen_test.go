@@ -47,29 +47,25 @@ func TestQwenTurns(t *testing.T) {
 	if !claude.ValidSessionID(first.res.Session) || first.res.Conversation == "" {
 		t.Fatalf("first %+v", first.res)
 	}
-	t.Run("ResumeOnDocker", func(t *testing.T) {
-		e.fake.Reset()
-		again := e.run("docker", engine.Turn{Prompt: "FAKE_TOOL again", Resume: first.res.Conversation})
-		// Qwen Code's result line of a resumed session carries the
-		// session's totals: the first turn's two calls and this turn's.
-		checkQwenToolTurn(t, e, again, 4)
-		if again.res.Session != first.res.Session || again.res.Sandbox != "docker" {
-			t.Errorf("resume on docker: session %s (want %s), sandbox %s", again.res.Session, first.res.Session, again.res.Sandbox)
-		}
-		checkHistory(t, e.fake.Requests(), 6, "FAKE_TOOL list the files", "FAKE_TOOL again")
-	})
-	t.Run("ForkOnSSH", func(t *testing.T) {
-		child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
-		e.mustSucceed(child)
-		if child.res.Sandbox != "ssh" || !strings.HasPrefix(child.res.Text, "ECHO nmsg=10 ") || !strings.HasSuffix(strings.TrimSpace(child.res.Text), "FAKE_ECHO branch") ||
-			child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
-			t.Errorf("fork on ssh: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
-		}
-		_, files, err := e.store.Get(t.Context(), child.res.Conversation)
-		if err != nil || len(files) != 1 || !strings.HasSuffix(files[0].Path, "/chats/"+child.res.Session+".jsonl") {
-			t.Errorf("the fork's stored files %+v, %v", files, err)
-		}
-	})
+	e.fake.Reset()
+	again := e.run("docker", engine.Turn{Prompt: "FAKE_TOOL again", Resume: first.res.Conversation})
+	// Qwen Code's result line of a resumed session carries the
+	// session's totals: the first turn's two calls and this turn's.
+	checkQwenToolTurn(t, e, again, 4)
+	if again.res.Session != first.res.Session || again.res.Sandbox != "docker" {
+		t.Errorf("resume on docker: session %s (want %s), sandbox %s", again.res.Session, first.res.Session, again.res.Sandbox)
+	}
+	checkHistory(t, e.fake.Requests(), 6, "FAKE_TOOL list the files", "FAKE_TOOL again")
+	child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	e.mustSucceed(child)
+	if child.res.Sandbox != "ssh" || !strings.HasPrefix(child.res.Text, "ECHO nmsg=10 ") || !strings.HasSuffix(strings.TrimSpace(child.res.Text), "FAKE_ECHO branch") ||
+		child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
+		t.Errorf("fork on ssh: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
+	}
+	_, files, err := e.store.Get(t.Context(), child.res.Conversation)
+	if err != nil || len(files) != 1 || !strings.HasSuffix(files[0].Path, "/chats/"+child.res.Session+".jsonl") {
+		t.Errorf("the fork's stored files %+v, %v", files, err)
+	}
 }
 
 // checkQwenToolTurn checks a FAKE_TOOL turn: session, tool call and
