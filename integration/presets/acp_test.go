@@ -24,7 +24,7 @@ import (
 // Gemini API on the local provider: a shell call and text; a 429 the CLI
 // gives up on is quota although the agent keeps running; the same
 // conversation resumed on a fresh sandbox through session/load (its
-// history reaches the model, the replay is not reported as the turn's)
+// history reaches the model, the turn's text ends with its own answer)
 // with permissions=read, so that the shell call it makes is refused (one
 // turn for what were two subtests, ResumeOnAFreshSandbox and
 // RefusedPermission).
