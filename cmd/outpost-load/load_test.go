@@ -68,7 +68,7 @@ func TestLoad(t *testing.T) {
 	t.Run("filesystem", func(t *testing.T) {
 		r := runLoad(t, "--conversations", "4", "--turns", "2", "--watchers", "2", "--stored", "20")
 		checkCounts(t, r, 8, 2)
-		if r.Stored == nil || len(r.Stored.Ops) != 4 {
+		if r.Stored == nil || len(r.Stored.Ops) != 5 || r.Stored.DiskBytes <= 0 || r.Stored.IndexBytes <= 0 {
 			t.Fatalf("stored figures: %+v", r.Stored)
 		}
 		for _, op := range r.Stored.Ops {
