@@ -1,7 +1,6 @@
 package conversation
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/outposthq/outpost/checkpoint"
+	"github.com/outposthq/outpost/internal/bufpool"
 	"github.com/outposthq/outpost/internal/storeops"
 )
 
@@ -236,7 +236,8 @@ func (s *FS) Put(ctx context.Context, m Meta, files []File) error {
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	w := bufio.NewWriterSize(tmp, 1<<16)
+	w := bufpool.Writer(tmp)
+	defer bufpool.PutWriter(w)
 	if err := encode(w, m, files, nil); err != nil {
 		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
 	}
@@ -380,7 +381,9 @@ func readFile(name, id string, files bool) (Meta, []File, error) {
 		return Meta{}, nil, fmt.Errorf("conversation: %s: %w", id, err)
 	}
 	defer f.Close()
-	m, fl, err := decode(bufio.NewReaderSize(f, 1<<16), defaultLimits, files)
+	br := bufpool.Reader(f)
+	defer bufpool.PutReader(br)
+	m, fl, err := decode(br, defaultLimits, files)
 	if err != nil {
 		return Meta{}, nil, fmt.Errorf("conversation: %s: %w", name, err)
 	}
