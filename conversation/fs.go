@@ -491,20 +491,28 @@ func (s *FS) Resolve(ctx context.Context, ref string) (string, error) {
 			return ref, nil
 		}
 	}
+	// A native id from the index, before any directory read: no file is
+	// read again unless it changed since (fsindex.go), and no Meta is
+	// made per stored conversation.
+	ents, err := s.index(ctx, "resolve-native")
+	if err != nil {
+		return "", err
+	}
+	var natives []string
+	for _, e := range ents {
+		if e.native == ref {
+			natives = append(natives, e.key.ID)
+		}
+	}
+	if id, ok, err := Pick(ref, "native id", natives); ok {
+		return id, err
+	}
+	// An id prefix: the file names, damaged conversations' too.
 	ids, err := s.ids(ctx, "resolve")
 	if err != nil {
 		return "", err
 	}
-	return resolve(ref, ids, func() ([]Meta, error) {
-		// The native ids from the index: no file is read again unless it
-		// changed since (fsindex.go).
-		ents, err := s.index(ctx, "resolve-native")
-		ms := make([]Meta, len(ents))
-		for i, e := range ents {
-			ms[i] = Meta{ID: e.key.ID, Native: e.native}
-		}
-		return ms, err
-	})
+	return resolve(ref, ids, func() ([]Meta, error) { return nil, nil })
 }
 
 // Damage is a stored conversation FS.Check could not read.
