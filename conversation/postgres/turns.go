@@ -63,13 +63,11 @@ func (ts turns) Leave(ctx context.Context, replica string) error {
 // Create implements turnstore.Store.
 func (ts turns) Create(ctx context.Context, t turnstore.Turn) error {
 	storeops.Count("postgres-turns", "create")
-	return ts.tx(ctx, "create", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO outpost_turns (id, owner, agent, sandbox, state, created, started, client)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, t.Owner, t.Agent, t.Sandbox, t.State, t.Created, nullTime(t.Started), t.Client); err != nil {
-			return err
-		}
-		return notify(ctx, tx, turnsChannel, t.ID)
-	})
+	// One statement, one round trip (a transaction of its own): the row
+	// and the note, sent at its commit.
+	return ts.exec(ctx, "create", `WITH i AS (INSERT INTO outpost_turns (id, owner, agent, sandbox, state, created, started, client)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id)
+		SELECT pg_notify($9, id) FROM i`, t.ID, t.Owner, t.Agent, t.Sandbox, t.State, t.Created, nullTime(t.Started), t.Client, turnsChannel)
 }
 
 func nullTime(t time.Time) *time.Time {
@@ -82,12 +80,10 @@ func nullTime(t time.Time) *time.Time {
 // Start implements turnstore.Store.
 func (ts turns) Start(ctx context.Context, id string, at time.Time) error {
 	storeops.Count("postgres-turns", "start")
-	return ts.tx(ctx, "start", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE outpost_turns SET state = 'running', started = $2 WHERE id = $1 AND state = 'queued'`, id, at); err != nil {
-			return err
-		}
-		return notify(ctx, tx, turnsChannel, id)
-	})
+	// One statement, one round trip, as Create; the note goes whether or
+	// not the turn was still queued, as before.
+	return ts.exec(ctx, "start", `WITH u AS (UPDATE outpost_turns SET state = 'running', started = $2 WHERE id = $1 AND state = 'queued')
+		SELECT pg_notify($3, $1)`, id, at, turnsChannel)
 }
 
 // lockLive locks an unfinished turn's row and returns its last sequence
