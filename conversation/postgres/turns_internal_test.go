@@ -24,9 +24,11 @@ func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // TestTurnWritesOneStatement: a fleet writes each turn's record when it is
-// submitted and when it starts; each is one statement, one round trip to
+// submitted and when it starts, each one statement, one round trip to
 // the database (it was a transaction of four: BEGIN, the write, the
-// note, COMMIT), and the replicas listening are told of both.
+// note, COMMIT); its events and its result are a transaction of four
+// (BEGIN, the row locked, the write with its note, COMMIT; it was six),
+// and the replicas listening are told of each.
 func TestTurnWritesOneStatement(t *testing.T) {
 	ctx := t.Context()
 	url := pgtest.NewDB(t)
@@ -74,20 +76,30 @@ func TestTurnWritesOneStatement(t *testing.T) {
 			return ts.Create(ctx, turnstore.Turn{ID: "t1", Agent: "echo", State: turnstore.StateQueued, Created: time.Now()})
 		}},
 		{"start", func() error { return ts.Start(ctx, "t1", time.Now()) }},
+		{"append", func() error {
+			return ts.Append(ctx, "t1", []turnstore.Event{{Seq: 1, Data: []byte(`{"a":1}`)}, {Seq: 2, Data: []byte(`{"b":2}`)}}, 1<<20)
+		}},
+		{"finish", func() error {
+			_, err := ts.Finish(ctx, "t1", turnstore.Event{Seq: 3, Data: []byte(`{"type":"result"}`)}, time.Now())
+			return err
+		}},
 	} {
-		op, f := w.op, w.f
+		op, f, want := w.op, w.f, int64(1)
+		if op == "append" || op == "finish" {
+			want = 4
+		}
 		before := tr.n.Load()
 		if err := f(); err != nil {
 			t.Fatalf("%s: %v", op, err)
 		}
-		if n := tr.n.Load() - before; n != 1 {
-			t.Errorf("%s: %d statements, want 1", op, n)
+		if n := tr.n.Load() - before; n != want {
+			t.Errorf("%s: %d statements, want %d", op, n, want)
 		}
 		for got := <-notes; got != "t1"; got = <-notes {
 		}
 	}
-	got, err := ts.Get(ctx, "t1")
-	if err != nil || got.State != turnstore.StateRunning || got.Started.IsZero() {
-		t.Errorf("the turn after its start: %+v, %v", got, err)
+	got, evs, err := ts.Replay(ctx, "t1", 0, 10)
+	if err != nil || got.State != turnstore.StateFinished || got.Started.IsZero() || got.Last != 3 || len(evs) != 3 || string(got.Result) != `{"type":"result"}` {
+		t.Errorf("the turn after its result: %+v, %d events, %v", got, len(evs), err)
 	}
 }
