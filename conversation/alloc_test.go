@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/conversation"
+	"github.com/outposthq/outpost/internal/bufpool"
 )
 
 // TestFSPutGetLendsBuffers: a Put and a Get of a small conversation borrow
@@ -28,6 +29,9 @@ func TestFSPutGetLendsBuffers(t *testing.T) {
 		}
 	}
 	cycle()
+	if !bufpool.Kept {
+		return // the race detector drops lent buffers at random
+	}
 	const n = 20
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
