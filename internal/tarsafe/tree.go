@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/outposthq/outpost/internal/bufpool"
 )
 
 // Rewrite returns a tar stream with the entries of r as edit leaves them:
@@ -48,7 +50,7 @@ func Rewrite(r io.Reader, edit func(h *tar.Header) (keep bool, err error)) io.Re
 				return
 			}
 			if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
-				if _, err := io.Copy(tw, tr); err != nil {
+				if _, err := bufpool.Copy(tw, tr); err != nil {
 					pw.CloseWithError(err)
 					return
 				}
