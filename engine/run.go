@@ -268,6 +268,11 @@ type Result struct {
 	// was asked of a provider that cannot enforce it (local, ssh).
 	Secrets string `json:"secrets,omitempty"`
 	Egress  string `json:"egress,omitempty"`
+	// Isolation is how the sandbox kept the agent's processes from the
+	// host's (driver.Capabilities.Isolation, the effective mode): none,
+	// namespaces, container, pod; local's isolation=auto without a
+	// working bubblewrap says none here and in a degraded notice.
+	Isolation string `json:"isolation,omitempty"`
 
 	// Metered is the usage the credential gateway counted from the
 	// model API's responses, in total and per model (docs/metering.md);
@@ -387,7 +392,7 @@ func (e *turnRun) runSteps(ctx context.Context) (*Result, error) {
 	res.Sandbox = lease.Provider().Name()
 	err := e.openGateway(ctx, lease, e.outerKl)
 	defer e.closeGateway()
-	res.Secrets, res.Egress = e.kl.secrets, e.egressResult(lease)
+	res.Secrets, res.Egress, res.Isolation = e.kl.secrets, e.egressResult(lease), lease.Capabilities().Isolation
 	var out *Result
 	if err == nil {
 		out, err = e.turn(ctx, lease, res)

@@ -694,7 +694,7 @@ func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, id s
 }
 
 func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"agents": s.agentList()})
+	writeJSON(w, http.StatusOK, map[string]any{"agents": s.agentList(), "sandboxes": s.sandboxList()})
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

@@ -493,5 +493,5 @@ func (s *Server) listConversationsTool(ctx context.Context, call *mcp.CallToolRe
 }
 
 func (s *Server) listAgentsTool(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-	return nil, map[string]any{"agents": s.agentList()}, nil
+	return nil, map[string]any{"agents": s.agentList(), "sandboxes": s.sandboxList()}, nil
 }

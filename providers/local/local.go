@@ -56,7 +56,7 @@ var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "US
 // (docs/sandboxes/local.md shows them, generated from here).
 var Settings = settings.Set{Provider: "local", Keys: []settings.Key{
 	settings.Root.With("$TMPDIR/outpost-<uid>/local", "holds the leases' homes (Options.BaseDir)"),
-	{Name: "isolation", Kind: settings.Enum, Values: []string{isolate.Auto, isolate.Namespaces, isolate.None}, Default: isolate.None,
+	{Name: "isolation", Kind: settings.Enum, Values: []string{isolate.Auto, isolate.Namespaces, isolate.None}, Default: isolate.Auto,
 		Doc: "namespaces: every process in bubblewrap's namespaces (see Isolation below); none: processes on the host as the user; auto: namespaces where bwrap works, else none with a degraded notice"},
 	{Name: "ro", Kind: settings.String, Doc: "more host paths an isolated lease sees read-only (comma-separated, absolute, existing)"},
 	{Name: "rw", Kind: settings.String, Doc: "more host paths an isolated lease sees writable (comma-separated, absolute, existing)"},
@@ -138,7 +138,21 @@ func (p *Provider) Close() error { return nil }
 // where the leases run in namespaces.
 func (p *Provider) Capabilities() driver.Capabilities {
 	iso, _ := p.isolation()
-	return driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: iso.Active}
+	mode := driver.IsolationNone
+	if iso.Active {
+		mode = driver.IsolationNamespaces
+	}
+	return driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: iso.Active, Isolation: mode}
+}
+
+// IsolationNote implements driver.IsolationNoter: why isolation=auto
+// runs the leases on the host (bwrap missing or refused), "" otherwise.
+func (p *Provider) IsolationNote() string {
+	iso, _ := p.isolation()
+	if iso.Active || iso.Mode != isolate.Auto || iso.Reason == "" {
+		return ""
+	}
+	return "NOT ISOLATED: isolation=auto runs the leases on the host: " + iso.Reason
 }
 
 // Open makes a private home for a new lease. Homes left behind by dead
@@ -206,7 +220,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 			return tunnelSandbox{sb}, nil
 		}
 	case iso.Reason != "" && iso.Mode == isolate.Auto && runtime.GOOS == "linux":
-		return degradedSandbox{sb, fmt.Errorf("isolation=auto runs this lease without namespaces: %s", iso.Reason)}, nil
+		return degradedSandbox{sb, fmt.Errorf("NOT ISOLATED: isolation=auto runs this lease on the host without namespaces (it reads what the user can read; egress unenforced): %s", iso.Reason)}, nil
 	}
 	return sb, nil
 }
