@@ -1,0 +1,66 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outposthq/outpost/turnstore"
+)
+
+// failingCreate is a Memory store whose Create fails, as when the
+// database went down between the replica's last write and a new turn's;
+// before failing, it watches the server for the turn running (ran).
+type failingCreate struct {
+	*turnstore.Memory
+	running func() bool
+	ran     bool
+}
+
+func (f *failingCreate) Create(ctx context.Context, t turnstore.Turn) error {
+	// The bug this guards against showed in a few milliseconds: the
+	// turn took its slot while its record was being written. Two
+	// seconds of watching cost no CPU.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if f.running() {
+			f.ran = true
+			break
+		}
+	}
+	return errors.New("connection refused")
+}
+
+// TestFleetRefusedTurnNeverRuns: a turn whose record the turn store
+// could not take is refused with 503 store_unavailable, and never runs.
+// It used to run while its record was written, and go on after the
+// refusal: the chaos run (docs/scale.md) saw a turn its client was told
+// to retry answer and store its conversation, so the retry ran it twice.
+func TestFleetRefusedTurnNeverRuns(t *testing.T) {
+	st := &failingCreate{Memory: turnstore.NewMemory()}
+	ts := fleetOf(t, st, "a")[0]
+	st.running = func() bool {
+		req, _ := http.NewRequest("GET", ts.url+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+ts.token)
+		resp, err := ts.client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "\noutpost_turns_running 1\n")
+	}
+	code, b, _ := ts.do("POST", "/v1/turns", map[string]any{"prompt": "refused"})
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(b), `"store_unavailable"`) {
+		t.Fatalf("POST /v1/turns with the turn store failing: %d %s", code, b)
+	}
+	if st.ran {
+		t.Error("the turn ran while its record was being written, though it was refused")
+	}
+	if code, b, _ := ts.do("GET", "/v1/conversations", nil); code != 200 || strings.Contains(string(b), `"id"`) {
+		t.Errorf("conversations after the refused turn: %d %s, want none", code, b)
+	}
+}
