@@ -214,7 +214,7 @@ func TestChaosFleet(t *testing.T) {
 	}
 	c.checkConversations(b)
 	c.checkStore(url)
-	if code, out, errOut := runOutpost(t, a.home, "", "gc", "--sandbox", "local", "--dry-run"); code != 0 || !strings.Contains(out+errOut, "nothing") {
+	if code, out, errOut := runOutpost(t, a.home, "", "gc", "--sandbox", "local", "--dry-run"); code != 0 || !strings.Contains(out+errOut, "would remove 0 orphans") {
 		t.Errorf("outpost gc --dry-run after the chaos: exit %d\n%s%s", code, out, errOut)
 	}
 	t.Logf("refusals seen by the clients: %v; results by code: %v", c.refused, c.codes())
@@ -273,7 +273,7 @@ func (c *chaosRun) restartPostgres(pg *pgtest.Server, s *served, conv string) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if code := errCode(b); resp.StatusCode != 503 || code != "conversation/store_unavailable" && code != "sandbox/store_unavailable" {
+	if code := errCode(b); resp.StatusCode != 503 || code != "refused/store_unavailable" {
 		t.Errorf("a turn while PostgreSQL is down: %d %s, want 503 store_unavailable", resp.StatusCode, b)
 	}
 	c.refused[errCode(b)]++
@@ -381,5 +381,15 @@ func (c *chaosRun) checkStore(url string) {
 	slices.Sort(ids)
 	if len(slices.Compact(ids)) != len(c.turns) {
 		t.Errorf("the store holds %d turns, the clients started %d", len(ids), len(c.turns))
+	}
+	known := map[string]bool{}
+	for _, turn := range c.turns {
+		if turn.conv != "" {
+			known[turn.conv] = true
+		}
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outpost_conversations`).Scan(&n); err != nil || n != len(known) {
+		t.Errorf("the store holds %d conversations (%v), the clients know %d: a refused turn ran?", n, err, len(known))
 	}
 }
