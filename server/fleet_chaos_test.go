@@ -3,9 +3,11 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,5 +64,55 @@ func TestFleetRefusedTurnNeverRuns(t *testing.T) {
 	}
 	if code, b, _ := ts.do("GET", "/v1/conversations", nil); code != 200 || strings.Contains(string(b), `"id"`) {
 		t.Errorf("conversations after the refused turn: %d %s, want none", code, b)
+	}
+}
+
+// failingFinish is a Memory store that refuses a turn's first results,
+// as a database restarting does, and counts the heartbeats.
+type failingFinish struct {
+	*turnstore.Memory
+	refuse atomic.Int64 // Finish calls still to fail
+	beats  atomic.Int64
+}
+
+func (f *failingFinish) Finish(ctx context.Context, id string, result turnstore.Event, at time.Time) (bool, error) {
+	if f.refuse.Add(-1) >= 0 {
+		return false, errors.New("the database system is starting up")
+	}
+	return f.Memory.Finish(ctx, id, result, at)
+}
+
+func (f *failingFinish) Beat(ctx context.Context, replica string) error {
+	f.beats.Add(1)
+	return f.Memory.Beat(ctx, replica)
+}
+
+// TestFleetResultWrittenAfterOutage: a result the turn store refused
+// (more times than the writer tries) is written once the store takes
+// writes again, so the turn ends in the store and a client following it
+// through another replica gets its result. It was dropped: the chaos
+// run's turns that ended during a PostgreSQL restart stayed running in
+// the store for good.
+func TestFleetResultWrittenAfterOutage(t *testing.T) {
+	st := &failingFinish{Memory: turnstore.NewMemory()}
+	st.refuse.Store(5)
+	f := fleetOf(t, st, "a", "b")
+	a, b := f[0], f[1]
+	id := a.startTurn(map[string]any{"prompt": "through a restart"}).ID
+	if res := a.wait(id); res["error"] != nil {
+		t.Fatalf("the turn: %v", res["error"])
+	}
+	for from := st.beats.Load(); ; {
+		rec, err := st.Memory.Get(context.Background(), id)
+		if err == nil && rec.State == turnstore.StateFinished {
+			break
+		}
+		if st.beats.Load()-from > 200 { // 100 heartbeats of each replica
+			t.Fatalf("the turn is %s in the store 100 heartbeats after its result (%v)", rec.State, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if res := b.wait(id); res["error"] != nil || !strings.Contains(fmt.Sprint(res["text"]), "through a restart") {
+		t.Errorf("the result through B: %v", res)
 	}
 }
