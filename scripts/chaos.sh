@@ -54,7 +54,8 @@ chmod 0711 "$dir"
 cleanup() {
 	pgctl "$dir" -m immediate stop >/dev/null 2>&1 || true
 	dockerd_stop "$dir" || true
-	umount "$dir"/docker/overlay2/*/merged "$dir"/exec/* 2>/dev/null || true
+	umount "$dir"/docker/overlay2/*/merged 2>/dev/null || true
+	umount "$dir/docker" 2>/dev/null || true # dockerd mounts its data root on itself
 	rm -rf "$dir"
 }
 trap cleanup EXIT

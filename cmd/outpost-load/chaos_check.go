@@ -25,7 +25,7 @@ type chaosFault struct {
 	At    time.Time `json:"at"`
 	Took  float64   `json:"took_seconds"` // the fault itself (a restart command)
 	Error string    `json:"error,omitempty"`
-	// Recovery: from the fault's end to the first success of a turn
+	// Recovery: from the fault's start to the first success of a turn
 	// accepted after it (for docker, a docker turn's); kill: to the
 	// last result of the killed replica's turns (ended by another).
 	Recovery float64        `json:"recovery_seconds"`
@@ -34,30 +34,31 @@ type chaosFault struct {
 
 // chaosReport is a chaos run's figures.
 type chaosReport struct {
-	Date          string         `json:"date"`
-	LoadAverage   string         `json:"load_average"`
-	Replicas      int            `json:"replicas"`
-	Conversations int            `json:"conversations"`
-	Seconds       float64        `json:"seconds"`
-	Faults        []chaosFault   `json:"faults"`
-	Turns         int            `json:"turns"`      // accepted
-	Results       int            `json:"results"`    // with exactly one result
-	Codes         map[string]int `json:"codes"`      // results by code ("ok" for success)
-	Refused       map[string]int `json:"refused"`    // POST refusals by code, retried
-	Lost          int            `json:"lost"`       // accepted, no result
-	Duplicated    int            `json:"duplicated"` // results or events twice, or in the store twice
-	Reconnects    int            `json:"reconnects"`
-	CutStreams    int64          `json:"cut_streams"`
-	StoredTurns   int            `json:"stored_turns"`
-	StoredConvs   int            `json:"stored_conversations"`
-	ClientConvs   int            `json:"client_conversations"`
-	Orphans       int            `json:"orphans"` // docker containers outpost gc would remove (-1: not checked)
-	Violations    []string       `json:"violations,omitempty"`
+	Date          string            `json:"date"`
+	LoadAverage   string            `json:"load_average"`
+	Replicas      int               `json:"replicas"`
+	Conversations int               `json:"conversations"`
+	Seconds       float64           `json:"seconds"`
+	Faults        []chaosFault      `json:"faults"`
+	Turns         int               `json:"turns"`      // accepted
+	Results       int               `json:"results"`    // with exactly one result
+	Codes         map[string]int    `json:"codes"`      // results by code ("ok" for success)
+	Messages      map[string]string `json:"messages"`   // an error message of each sandbox and code
+	Refused       map[string]int    `json:"refused"`    // POST refusals by code, retried
+	Lost          int               `json:"lost"`       // accepted, no result
+	Duplicated    int               `json:"duplicated"` // results or events twice, or in the store twice
+	Reconnects    int               `json:"reconnects"`
+	CutStreams    int64             `json:"cut_streams"`
+	StoredTurns   int               `json:"stored_turns"`
+	StoredConvs   int               `json:"stored_conversations"`
+	ClientConvs   int               `json:"client_conversations"`
+	Orphans       int               `json:"orphans"` // docker containers outpost gc would remove (-1: not checked)
+	Violations    []string          `json:"violations,omitempty"`
 }
 
 // check fills the counts and holds the run to its invariants.
 func (r *chaosReport) check(ctx context.Context, c *chaosConfig, cl *chaosClient) error {
-	r.Codes, r.Refused, r.CutStreams, r.Orphans = map[string]int{}, cl.refused, cl.cuts.Load(), -1
+	r.Codes, r.Messages, r.Refused, r.CutStreams, r.Orphans = map[string]int{}, map[string]string{}, cl.refused, cl.cuts.Load(), -1
 	convs := map[string][]*chaosTurn{}
 	for _, t := range cl.turns {
 		r.Turns++
@@ -73,6 +74,9 @@ func (r *chaosReport) check(ctx context.Context, c *chaosConfig, cl *chaosClient
 			r.Results++
 		}
 		r.Codes[or(t.Code, "ok")]++
+		if t.Code != "" {
+			r.Messages[t.Sandbox+" "+t.Code] = t.Message
+		}
 		if t.Conversation != "" {
 			convs[t.Conversation] = append(convs[t.Conversation], t)
 		}
@@ -125,7 +129,6 @@ func (r *chaosReport) checkOrder(convs map[string][]*chaosTurn) {
 func (r *chaosReport) recovery(cl *chaosClient) {
 	for i := range r.Faults {
 		f := &r.Faults[i]
-		end := f.At.Add(time.Duration(f.Took * float64(time.Second)))
 		next := time.Now()
 		if i+1 < len(r.Faults) {
 			next = r.Faults[i+1].At
@@ -145,7 +148,7 @@ func (r *chaosReport) recovery(cl *chaosClient) {
 			}
 		}
 		if !first.IsZero() {
-			f.Recovery = first.Sub(end).Seconds()
+			f.Recovery = first.Sub(f.At).Seconds()
 		}
 	}
 }
@@ -246,6 +249,9 @@ func (r *chaosReport) write(c *chaosConfig, w io.Writer) error {
 		r.CutStreams, r.Reconnects, r.StoredTurns, r.StoredConvs, r.ClientConvs, r.Orphans)
 	for _, f := range r.Faults {
 		fmt.Fprintf(w, "  %-8s took %5.1f s, recovered %5.1f s after; results of the turns accepted until the next: %v %s\n", f.Name, f.Took, f.Recovery, sorted(f.Codes), f.Error)
+	}
+	for k, m := range r.Messages {
+		fmt.Fprintf(w, "  %s: %s\n", k, m)
 	}
 	for _, v := range r.Violations {
 		fmt.Fprintln(w, "  VIOLATION:", v)

@@ -27,6 +27,7 @@ type chaosTurn struct {
 	Code         string    `json:"code,omitempty"` // code/reason of its result, "" for success
 	Number       int       `json:"number"`         // the echo agent's "(turn N)"
 	Reconnects   int       `json:"reconnects"`
+	Message      string    `json:"message,omitempty"` // its error's message
 	last         int64
 }
 
@@ -146,6 +147,9 @@ func (c *chaosClient) stream(ctx context.Context, s *server, t *chaosTurn, cut b
 				t.Conversation = conv
 			}
 			t.Code = codeOf([]byte(`{"error":` + errorJSON(data) + `}`))
+			var m struct{ Error struct{ Message string } }
+			json.Unmarshal(data, &m)
+			t.Message = m.Error.Message
 			if m := turnNumber.FindStringSubmatch(e.Text); m != nil {
 				t.Number, _ = strconv.Atoi(m[1])
 			}
