@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outposthq/outpost/server"
 	"github.com/outposthq/outpost/turnstore"
 )
 
@@ -96,7 +97,12 @@ func (f *failingFinish) Beat(ctx context.Context, replica string) error {
 func TestFleetResultWrittenAfterOutage(t *testing.T) {
 	st := &failingFinish{Memory: turnstore.NewMemory()}
 	st.refuse.Store(5)
-	f := fleetOf(t, st, "a", "b")
+	// Heartbeats of 1 s: at fleetOf's 50 ms, a loaded machine made A look
+	// lost to B, which then ended the turn itself.
+	var f []*testServer
+	for _, n := range []string{"a", "b"} {
+		f = append(f, start(t, func(o *server.Options) { o.Turns, o.Replica, o.Heartbeat = st, n, time.Second }))
+	}
 	a, b := f[0], f[1]
 	id := a.startTurn(map[string]any{"prompt": "through a restart"}).ID
 	if res := a.wait(id); res["error"] != nil {
@@ -107,8 +113,8 @@ func TestFleetResultWrittenAfterOutage(t *testing.T) {
 		if err == nil && rec.State == turnstore.StateFinished {
 			break
 		}
-		if st.beats.Load()-from > 200 { // 100 heartbeats of each replica
-			t.Fatalf("the turn is %s in the store 100 heartbeats after its result (%v)", rec.State, err)
+		if st.beats.Load()-from > 20 { // 10 heartbeats of each replica
+			t.Fatalf("the turn is %s in the store 10 heartbeats after its result (%v)", rec.State, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
