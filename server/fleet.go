@@ -58,6 +58,14 @@ type fleet struct {
 
 	subMu sync.Mutex
 	subs  map[string]map[chan struct{}]struct{}
+
+	// unwritten are the results the store did not take in three tries
+	// (an outage): each heartbeat that reaches the store writes them.
+	// Dropped, they left their turns running in the store for good, and
+	// a client following one through another replica never had its
+	// result (the chaos run, docs/scale.md).
+	unwrittenMu sync.Mutex
+	unwritten   []fleetOp
 }
 
 // fleetOp is one write of the store: a turn created, started, its
@@ -226,6 +234,11 @@ func (f *fleet) apply(o fleetOp) {
 	}
 	if err != nil {
 		f.s.log.Warn(f.s.o.Name+": writing a turn to the turn store", "turn", o.id, "err", err.Error())
+		if o.result != nil && !errors.Is(err, turnstore.ErrNotFound) {
+			f.unwrittenMu.Lock()
+			f.unwritten = append(f.unwritten, o)
+			f.unwrittenMu.Unlock()
+		}
 	}
 	if o.done != nil {
 		o.done <- err
@@ -255,6 +268,9 @@ func (f *fleet) heartbeat() {
 		} else {
 			beats++
 		}
+		if beats > 0 {
+			f.writeUnwritten(ctx)
+		}
 		if beats > lostAfter {
 			f.reap(ctx)
 		}
@@ -264,6 +280,27 @@ func (f *fleet) heartbeat() {
 		f.commands(ctx)
 		cancel()
 	}
+}
+
+// writeUnwritten writes the results the writers could not, in order,
+// keeping those the store still refuses.
+func (f *fleet) writeUnwritten(ctx context.Context) {
+	f.unwrittenMu.Lock()
+	ops := f.unwritten
+	f.unwritten = nil
+	f.unwrittenMu.Unlock()
+	var left []fleetOp
+	for _, o := range ops {
+		if _, err := f.st.Finish(ctx, o.id, *o.result, o.at); err != nil && !errors.Is(err, turnstore.ErrNotFound) {
+			left = append(left, o)
+		}
+	}
+	if len(ops) > 0 {
+		f.s.log.Info(f.s.o.Name+": results written after the turn store failed", "written", len(ops)-len(left), "left", len(left))
+	}
+	f.unwrittenMu.Lock()
+	f.unwritten = append(left, f.unwritten...)
+	f.unwrittenMu.Unlock()
 }
 
 // reap ends the turns of the replicas silent for lostAfter heartbeats.
@@ -356,6 +393,7 @@ func (f *fleet) close(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	f.writeUnwritten(lctx)
 	err = errors.Join(err, f.st.Leave(lctx, f.replica))
 	f.stop()
 	f.loops.Wait()

@@ -47,6 +47,7 @@ type turn struct {
 	cancel          context.CancelCauseFunc
 	done            chan struct{} // closed once the result is in the log
 	stored          chan error    // the outcome of writing the record to the turn store (a fleet)
+	admitted        chan struct{} // closed once the record's outcome is known: only then may it run (a fleet)
 
 	limits []meter.Limiter   // the peer's token budgets (budget.go)
 	trace  trace.SpanContext // the caller's trace, continued
@@ -237,9 +238,15 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	if err != nil || t.stored == nil {
 		return t, err
 	}
-	// A fleet's replicas must all see the turn once the client has its id.
-	if err := <-t.stored; err != nil {
+	// A fleet's replicas must all see the turn once the client has its id;
+	// a turn whose record could not be written never runs: its client is
+	// told to retry, and a retry must not make it run twice.
+	err = <-t.stored
+	if err != nil {
 		t.cancel(errClientCancel)
+	}
+	close(t.admitted)
+	if err != nil {
 		return nil, storeError(err)
 	}
 	return t, nil
@@ -401,7 +408,7 @@ func (s *Server) enqueue(ctx context.Context, st engine.Turn, key sandbox.PoolKe
 		s.convInUse[conv]++
 	}
 	if s.fleet != nil {
-		t.stored = s.fleet.create(t)
+		t.stored, t.admitted = s.fleet.create(t), make(chan struct{})
 	}
 	s.wg.Add(1)
 	go s.run(t, st, req.Raw)
@@ -502,8 +509,15 @@ func (s *Server) run(t *turn, st engine.Turn, raw bool) {
 	queuedAt := time.Now()
 	var res *engine.Result
 	var err error
+	sem := s.sem
+	if t.admitted != nil {
+		<-t.admitted
+		if t.ctx.Err() != nil {
+			sem = nil // refused at its admission: it never runs, whatever select would pick
+		}
+	}
 	select {
-	case s.sem <- struct{}{}:
+	case sem <- struct{}{}:
 		s.mu.Lock()
 		s.queued--
 		s.running++

@@ -56,6 +56,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return cli.Run(ctx, args, os.Stdin, stdout, stderr)
 		case "plot":
 			return plotMain(args[1:], stdout, stderr)
+		case "chaos":
+			return chaosMain(ctx, args[1:], stdout, stderr)
 		}
 	}
 	cfg, err := parseFlags(args, stderr)

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/harness/kit"
@@ -69,7 +71,7 @@ func memEcho(ctx context.Context, p *memsandbox.Proc) int {
 		return fail(p, err)
 	}
 	w := bufio.NewWriter(p.Stdout)
-	s := &memSession{w: w, model: model}
+	s := &memSession{ctx: ctx, w: w, model: model}
 	if id != "" {
 		b, err := p.FS.ReadFile(path.Join(dir, id+".jsonl"))
 		if err != nil {
@@ -101,6 +103,7 @@ func memEcho(ctx context.Context, p *memsandbox.Proc) int {
 
 // memSession is one session of memEcho: its file's lines so far.
 type memSession struct {
+	ctx          context.Context
 	w            *bufio.Writer
 	id, model    string
 	file         string
@@ -120,6 +123,17 @@ func (s *memSession) turn(p *memsandbox.Proc, prompt string) int {
 	model := s.model
 	if model == "" {
 		model = "echo-1"
+	}
+	if _, v, ok := strings.Cut(prompt, "#slow="); ok {
+		// #slow=N: the echo agent's N steps of 50 ms, as one wait (the
+		// chaos run's turns are running when a fault strikes).
+		v, _, _ = strings.Cut(v, " ")
+		steps, _ := strconv.Atoi(v)
+		select {
+		case <-time.After(time.Duration(steps) * 50 * time.Millisecond):
+		case <-s.ctx.Done():
+			return fail(p, s.ctx.Err())
+		}
 	}
 	reply := fmt.Sprintf("echo: %s (turn %d)", prompt, n)
 	s.record(map[string]string{"role": "user", "text": prompt})
