@@ -10,8 +10,9 @@
 #
 # Its private daemons live in one temporary directory, removed at the end:
 # PostgreSQL (initdb, pg_ctl; a Unix socket only) and dockerd (its own -H
-# unix socket, --data-root, --exec-root, --pidfile and containerd; no
-# bridge, no iptables: the sandboxes run with network none). Run as root
+# unix socket, --data-root, --exec-root, --pidfile and containerd, in a
+# network namespace of its own; no bridge, no iptables: the sandboxes run
+# with network none). Run as root
 # (dockerd); PostgreSQL then runs as outpost-pg (scripts/postgres-up.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,11 @@ pgctl() { asuser "$(pgbin)/pg_ctl" -D "$1/pg/data" "${@:2}"; }
 # dockerd_start DIR: a daemon of its own in DIR, waited for (60 s).
 dockerd_start() {
 	local d=$1
-	dockerd -H "unix://$d/docker.sock" --data-root "$d/docker" --exec-root "$d/exec" --pidfile "$d/docker.pid" \
+	# In a network namespace of its own: a dockerd without a bridge
+	# (--bridge=none) deletes the host's docker0 at its start, which the
+	# machine's own engine (and every test on it) needs; in its own
+	# namespace it finds none to delete.
+	unshare --net dockerd -H "unix://$d/docker.sock" --data-root "$d/docker" --exec-root "$d/exec" --pidfile "$d/docker.pid" \
 		--bridge=none --iptables=false --ip-masq=false --ip6tables=false --userland-proxy=false \
 		>>"$d/dockerd.log" 2>&1 &
 	for _ in $(seq 1 600); do
