@@ -16,8 +16,8 @@ from . import models
 from .errors import OutpostError, TransportError, error_from
 from .models import (Agent, Conversation, ConversationUsage, Diff, Event,
                      Health, RaceEvent, RaceLine, RaceProgress, RaceRequest,
-                     RaceResponse, RaceResultLine, Result, SteerResponse,
-                     TurnRequest, TurnStatus)
+                     RaceResponse, RaceResultLine, Result, Sandbox,
+                     SteerResponse, TurnRequest, TurnStatus)
 
 # The host name of requests over the Unix socket (any name would do).
 SOCKET_BASE = "http://outpost"
@@ -328,6 +328,12 @@ class Api:
         """The agent presets."""
         return self._call(Call("GET", "/v1/agents",
                                decode=lambda d: [models.decode(Agent, a) for a in d["agents"]]))
+
+    def sandboxes(self) -> list:
+        """The sandboxes the server serves, the default first, with the
+        isolation their leases get (``GET /v1/agents``' ``sandboxes``)."""
+        return self._call(Call("GET", "/v1/agents",
+                               decode=lambda d: [models.decode(Sandbox, s) for s in d.get("sandboxes") or []]))
 
     def health(self) -> Health:
         """Liveness; ``status`` is "draining" while the server shuts down."""

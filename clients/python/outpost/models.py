@@ -203,6 +203,7 @@ class Result:
     attempts: Optional[List[Attempt]] = None
     secrets: Optional[str] = None
     egress: Optional[str] = None
+    isolation: Optional[str] = None
     checkpoint: Optional[Checkpoint] = None
     workdir: Optional[str] = None
     check: Optional[CheckResult] = None
@@ -433,6 +434,20 @@ class Agent:
     kind: Optional[str] = None
     package: Optional[str] = None
     program: Optional[str] = None
+    error: Optional[str] = None
+
+
+@_schema("Sandbox")
+class Sandbox:
+    """A sandbox provider the server serves (``GET /v1/agents``'s
+    ``sandboxes``, the default first): ``isolation`` is the mode its
+    leases get here (``none``, ``namespaces``, ``container``, ``pod``),
+    ``egress`` whether egress gateway is ``enforced``; ``note`` says why
+    leases run less isolated than asked, ``error`` why it did not open."""
+    sandbox: str
+    isolation: str
+    egress: str
+    note: Optional[str] = None
     error: Optional[str] = None
 
 

@@ -68,6 +68,9 @@ def test_default_socket(serve, tmp_path, monkeypatch):
         assert all(a.version and a.source == "built-in" for a in agents.values())
         assert agents["echo"].installed and agents["echo"].kind == "self"
         assert agents["claude"].kind == "npm" and agents["claude"].keyless == "yes"
+        # The sandboxes served, the default first, with their isolation.
+        sbs = c.sandboxes()
+        assert sbs and sbs[0].sandbox == "local" and sbs[0].isolation in ("none", "namespaces")
 
 
 def test_reconnection_mid_turn(shared, proxy):
