@@ -263,10 +263,15 @@ func TestSSHSIGKILLLeavesNoOrphan(t *testing.T) {
 // TestSSHHostGoneMidTurn stops the sshd container (the host goes away)
 // in the middle of a turn: the turn fails with code sandbox, reporting
 // the sandbox vanished and the connection lost, within the keepalive
-// bound. Not parallel: its 2 s keepalive bounds the copy of outpost's
-// binary too, which tests beside it would stretch.
+// bound. Not parallel. outpost's binary is copied to the host first,
+// over a connection with the default keepalive: copied under the 2 s
+// keepalive, on a loaded machine it could outlast three keepalives (the
+// fresh-clone suite's "connection lost copying outpost's binary").
 func TestSSHHostGoneMidTurn(t *testing.T) {
 	srv := sshtest.New(t)
+	if _, err := sshProvider(t, srv).GC(t.Context(), sshp.GCOptions{DryRun: true}); err != nil {
+		t.Fatalf("copying outpost's binary to the host: %v", err)
+	}
 	p := sshProvider(t, srv, func(o *sshp.Options) { o.KeepAlive = 2 * time.Second; o.StartTimeout = 5 * time.Second })
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 	var once sync.Once

@@ -161,9 +161,24 @@ func (f *fleet) event(t *turn, seq int64, b []byte) {
 	}
 }
 
-func (f *fleet) finished(t *turn, seq int64, b []byte, at time.Time) {
-	f.send(fleetOp{id: t.id, result: &turnstore.Event{Seq: seq, Data: b}, at: at})
+// finished queues a turn's result and waits until it is written, or for
+// wait at most.
+func (f *fleet) finished(t *turn, seq int64, b []byte, at time.Time, wait time.Duration) {
+	done := make(chan error, 1)
+	if !f.send(fleetOp{id: t.id, result: &turnstore.Event{Seq: seq, Data: b}, at: at, done: done}) {
+		return
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 }
+
+// resultWait bounds how long a result waits for the turn store before
+// its clients get it.
+const resultWait = 2 * time.Second
 
 // write applies one writer's queued writes in order, each run of events
 // of one turn in one Append.

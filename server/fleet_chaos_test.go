@@ -122,3 +122,33 @@ func TestFleetResultWrittenAfterOutage(t *testing.T) {
 		t.Errorf("the result through B: %v", res)
 	}
 }
+
+// slowFinish is a Memory store whose Finish takes a while, as a loaded
+// database's does.
+type slowFinish struct {
+	*turnstore.Memory
+	delay time.Duration
+}
+
+func (f *slowFinish) Finish(ctx context.Context, id string, result turnstore.Event, at time.Time) (bool, error) {
+	time.Sleep(f.delay)
+	return f.Memory.Finish(ctx, id, result, at)
+}
+
+// TestFleetResultStoredBeforeSeen: once a client has a turn's result from
+// one replica, the turn store holds it finished, so another replica (or
+// a reader of the store) never shows it running. The result was written
+// after the clients had it: the fresh-clone chaos run read a turn as
+// running in the store just after its user saw it end.
+func TestFleetResultStoredBeforeSeen(t *testing.T) {
+	st := &slowFinish{Memory: turnstore.NewMemory(), delay: 300 * time.Millisecond}
+	a := start(t, func(o *server.Options) { o.Turns, o.Replica = st, "a" })
+	id := a.startTurn(map[string]any{"prompt": "read your writes"}).ID
+	if res := a.wait(id); res["error"] != nil {
+		t.Fatalf("the turn: %v", res["error"])
+	}
+	rec, err := st.Memory.Get(context.Background(), id)
+	if err != nil || rec.State != turnstore.StateFinished {
+		t.Fatalf("the store holds the turn %s (%v) once its client has the result", rec.State, err)
+	}
+}

@@ -114,6 +114,12 @@ func (t *turn) append(v any) (int64, []byte) {
 	if err != nil {
 		return 0, nil
 	}
+	return t.appendLine(b), b
+}
+
+// appendLine adds an encoded line to the log and wakes the streams,
+// returning its sequence number.
+func (t *turn) appendLine(b []byte) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.log = append(t.log, b)
@@ -123,7 +129,14 @@ func (t *turn) append(v any) (int64, []byte) {
 		t.drop(1)
 	}
 	t.changed()
-	return seq, b
+	return seq
+}
+
+// nextSeq is the sequence number the next appended line gets.
+func (t *turn) nextSeq() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.first + int64(len(t.log))
 }
 
 // drop removes the log's n oldest entries. Call with t.mu.
@@ -642,9 +655,23 @@ func (s *Server) finish(t *turn, res *engine.Result, err error) {
 	}
 	s.log.Info("outpost turn", attrs...)
 
-	seq, b := t.append(line)
+	finished := time.Now().UTC()
+	b, _ := encodeLine(line)
+	if s.fleet != nil && b != nil {
+		// A fleet writes the result to the turn store before any client
+		// sees it, so that a client that read it from this replica and
+		// then asks another finds the turn finished (the fresh-clone
+		// chaos run found a turn still running in the store after its
+		// user had the result). A store that does not take the write in
+		// resultWait does not hold the result back: the writer keeps it
+		// and writes it once the store is back.
+		s.fleet.finished(t, t.nextSeq(), b, finished, resultWait)
+	}
+	if b != nil {
+		t.appendLine(b)
+	}
 	t.mu.Lock()
-	t.state, t.finished, t.result = StateFinished, time.Now().UTC(), &line
+	t.state, t.finished, t.result = StateFinished, finished, &line
 	if res.Model != "" {
 		t.model = res.Model
 	}
@@ -652,12 +679,8 @@ func (s *Server) finish(t *turn, res *engine.Result, err error) {
 		u := res.Usage
 		t.usage = &u
 	}
-	finished := t.finished
 	t.changed()
 	t.mu.Unlock()
-	if s.fleet != nil && b != nil {
-		s.fleet.finished(t, seq, b, finished)
-	}
 	close(t.done)
 	t.cancel(nil)
 
