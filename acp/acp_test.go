@@ -16,12 +16,14 @@ import (
 	"github.com/outposthq/outpost/acp"
 	"github.com/outposthq/outpost/acp/acptest"
 	"github.com/outposthq/outpost/conversation"
+	hacptest "github.com/outposthq/outpost/harness/acp/acptest"
 	"github.com/outposthq/outpost/harness/echo"
 	_ "github.com/outposthq/outpost/providers/local"
 )
 
 func TestMain(m *testing.M) {
 	echo.MaybeRun()
+	hacptest.MaybeRun()
 	os.Exit(m.Run())
 }
 
@@ -37,13 +39,19 @@ type conn struct {
 
 func serve(t *testing.T, store conversation.Store, d acp.Settings) *conn {
 	t.Helper()
-	a, err := acp.New(acp.Options{Store: store, Defaults: d, Version: "test"})
+	return serveOptions(t, acp.Options{Store: store, Defaults: d}, acptest.New())
+}
+
+// serveOptions is serve with every option, and the client c.
+func serveOptions(t *testing.T, o acp.Options, c *acptest.Client) *conn {
+	t.Helper()
+	o.Version = "test"
+	a, err := acp.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ar, cw := io.Pipe()
 	cr, aw := io.Pipe()
-	c := acptest.New()
 	k := &conn{ClientSideConnection: sdk.NewClientSideConnection(c, cw, cr), c: c, in: cw, done: make(chan error, 1)}
 	k.SetLogger(slog.New(slog.DiscardHandler))
 	go func() { k.done <- a.Serve(context.Background(), ar, aw); aw.Close() }()

@@ -90,7 +90,7 @@ func (a *Agent) run(ctx context.Context, s *session, t engine.Turn, u *updater) 
 	return engine.Run(ctx, t, &engine.RunOptions{
 		Provider: p, Store: a.o.Store, Spool: a.o.Spool, OnEvent: u.event, Environ: a.o.Environ,
 		Secrets: c.Secrets, Egress: c.Egress, EgressAllow: c.EgressAllow, MaxTokens: c.MaxTokens, Budget: c.Budget,
-		Checkpoint: c.Checkpoint, Logger: a.log,
+		Checkpoint: c.Checkpoint, Logger: a.log, Permission: a.ask(s.id, u),
 	})
 }
 

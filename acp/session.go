@@ -184,7 +184,7 @@ func (s *session) turn(prompt string, env map[string]string) (engine.Turn, error
 		Prompt:  prompt,
 		Workdir: s.cwd,
 		Env:     env,
-		Options: s.cfg.Options,
+		Options: s.turnOptions(),
 		Timeout: timeout,
 	}
 	s.mu.Lock()

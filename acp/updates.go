@@ -33,6 +33,9 @@ type updater struct {
 	text     bool            // some answer text was sent
 	stop     string          // the finished event's stop reason
 	queue    []sdk.SessionUpdate
+	queued   int        // updates ever queued
+	written  int        // updates ever written (or dropped with the client)
+	progress *sync.Cond // on mu: written grew
 	closed   bool
 	wake     chan struct{}
 	done     chan struct{}
@@ -42,6 +45,7 @@ type updater struct {
 // updater starts the sender of session id's updates; finish ends it.
 func (a *Agent) updater(id string) *updater {
 	u := &updater{a: a, sid: sdk.SessionId(id), streamed: map[string]bool{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	u.progress = sync.NewCond(&u.mu)
 	go u.sender()
 	return u
 }
@@ -49,7 +53,7 @@ func (a *Agent) updater(id string) *updater {
 // event queues what ev shows the editor.
 func (u *updater) event(ev harness.Event) {
 	u.mu.Lock()
-	u.queue = append(u.queue, u.updates(ev)...)
+	u.enqueue(u.updates(ev)...)
 	u.mu.Unlock()
 	u.signal()
 }
@@ -59,7 +63,7 @@ func (u *updater) replay(ev harness.Event) {
 	if ev.Type == harness.EventMessage && ev.Kind == harness.KindUser {
 		u.mu.Lock()
 		for _, c := range chunks(ev.Text) {
-			u.queue = append(u.queue, sdk.UpdateUserMessageText(c))
+			u.enqueue(sdk.UpdateUserMessageText(c))
 		}
 		u.mu.Unlock()
 		u.signal()
@@ -70,9 +74,25 @@ func (u *updater) replay(ev harness.Event) {
 
 func (u *updater) push(up sdk.SessionUpdate) {
 	u.mu.Lock()
-	u.queue = append(u.queue, up)
+	u.enqueue(up)
 	u.mu.Unlock()
 	u.signal()
+}
+
+// enqueue queues updates; the caller holds u.mu.
+func (u *updater) enqueue(ups ...sdk.SessionUpdate) {
+	u.queue = append(u.queue, ups...)
+	u.queued += len(ups)
+}
+
+// flush waits until every update queued before it was written, so that a
+// request sent next (a permission) comes after them.
+func (u *updater) flush() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for target := u.queued; u.written < target && !u.closed; {
+		u.progress.Wait()
+	}
 }
 
 func (u *updater) signal() {
@@ -102,6 +122,10 @@ func (u *updater) sender() {
 		for _, up := range batch {
 			u.send(up)
 		}
+		u.mu.Lock()
+		u.written += len(batch)
+		u.progress.Broadcast()
+		u.mu.Unlock()
 		if len(batch) > 0 {
 			continue
 		}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+
+	"github.com/outposthq/outpost/internal/tarsafe"
 )
 
 // MountPath is where an isolated sandbox sees the host cache's unpacked
@@ -326,18 +328,7 @@ type treeEntry struct {
 func treeEntries(tree, program string) ([]treeEntry, int64, error) {
 	var entries []treeEntry
 	var total int64
-	err := filepath.WalkDir(filepath.Join(tree, "pkg"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(tree, p)
-		if err != nil {
-			return err
-		}
+	err := tarsafe.Walk(filepath.Join(tree, "pkg"), tree, func(_, rel string, fi fs.FileInfo) error {
 		if fi.Mode().IsRegular() {
 			total += fi.Size()
 		}

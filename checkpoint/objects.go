@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -98,13 +99,43 @@ type Namer interface {
 // (after a `git gc` there) are read through go-git's storage. Each
 // object is written to a temporary file and renamed into place, so a
 // reader never sees a partial one and writers run in parallel.
+//
+// A Dir remembers the objects it wrote or found (up to knownMax of them):
+// outpost never removes an object, so a turn's checkpoint asks the disk
+// only about objects it has not seen, and the packs are looked in only
+// when the repository had any when it was opened (one packed later, by a
+// `git gc` there, is written again loose: a copy, never a loss).
 type Dir struct {
-	path string
-	once sync.Once
-	err  error
-	mu   sync.Mutex // go-git's storage is not safe for concurrent use
-	st   *filesystem.Storage
-	dirs sync.Map // objects/xx made, by first byte
+	path   string
+	once   sync.Once
+	err    error
+	mu     sync.Mutex // go-git's storage is not safe for concurrent use
+	st     *filesystem.Storage
+	packed bool     // objects/pack held a pack when opened
+	dirs   sync.Map // objects/xx made, by first byte
+
+	knownMu sync.Mutex
+	known   map[plumbing.Hash]struct{}
+}
+
+// knownMax bounds what a Dir remembers (about 50 bytes an object): past
+// it, it forgets all and starts again.
+const knownMax = 1 << 16
+
+func (d *Dir) isKnown(h plumbing.Hash) bool {
+	d.knownMu.Lock()
+	defer d.knownMu.Unlock()
+	_, ok := d.known[h]
+	return ok
+}
+
+func (d *Dir) remember(h plumbing.Hash) {
+	d.knownMu.Lock()
+	defer d.knownMu.Unlock()
+	if d.known == nil || len(d.known) >= knownMax {
+		d.known = make(map[plumbing.Hash]struct{})
+	}
+	d.known[h] = struct{}{}
 }
 
 // NewDir returns the object store in the bare repository at path, made
@@ -129,6 +160,8 @@ func (d *Dir) open() error {
 			_ = os.WriteFile(filepath.Join(d.path, "config"), []byte("[core]\n\trepositoryformatversion = 0\n\tbare = true\n"), 0o600)
 		}
 		d.st = filesystem.NewStorage(osfs.New(d.path), cache.NewObjectLRU(4*cache.MiByte))
+		packs, _ := filepath.Glob(filepath.Join(d.path, "objects", "pack", "*.pack"))
+		d.packed = len(packs) > 0
 	})
 	return d.err
 }
@@ -154,10 +187,18 @@ func (d *Dir) Missing(ctx context.Context, hashes []plumbing.Hash) ([]plumbing.H
 	return out, nil
 }
 
-// has looks for a loose object file, then in git's packs.
+// has looks among the objects known, for a loose object file, then in
+// git's packs.
 func (d *Dir) has(h plumbing.Hash) bool {
-	if _, err := os.Stat(d.loose(h)); err == nil {
+	if d.isKnown(h) {
 		return true
+	}
+	if _, err := os.Stat(d.loose(h)); err == nil {
+		d.remember(h)
+		return true
+	}
+	if !d.packed {
+		return false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -237,12 +278,17 @@ func (d *Dir) Write(ctx context.Context, objs []Object) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if d.isKnown(o.Hash) {
+			continue
+		}
 		if _, err := os.Stat(d.loose(o.Hash)); err == nil {
+			d.remember(o.Hash)
 			continue
 		}
 		if err := d.writeLoose(o); err != nil {
 			return fmt.Errorf("checkpoint: object store: %w", err)
 		}
+		d.remember(o.Hash)
 	}
 	return nil
 }
@@ -263,7 +309,7 @@ func (d *Dir) writeLoose(o Object) error {
 		}
 		d.dirs.Store(o.Hash[0], true)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), "tmp_obj_")
+	tmp, err := createTemp(filepath.Dir(p))
 	if err != nil {
 		return err
 	}
@@ -282,13 +328,29 @@ func (d *Dir) writeLoose(o Object) error {
 		err = cerr
 	}
 	if err == nil {
-		_ = os.Chmod(tmp.Name(), 0o444)
 		err = os.Rename(tmp.Name(), p)
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
 	}
 	return err
+}
+
+// tmpSeq numbers this process's temporary object files.
+var tmpSeq atomic.Uint64
+
+// createTemp makes a new temporary object file in dir, read-only from the
+// start as git makes loose objects (no chmod after), named by this
+// process and a sequence number (no random name, no retry but on a name
+// a crashed process with the same id left behind).
+func createTemp(dir string) (*os.File, error) {
+	for {
+		name := filepath.Join(dir, fmt.Sprintf("tmp_obj_%d_%d", os.Getpid(), tmpSeq.Add(1)))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o444)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
 }
 
 // Name points the reference ref (refs/outpost/...) at h.

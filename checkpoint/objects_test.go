@@ -176,3 +176,38 @@ func TestDirReadByGit(t *testing.T) {
 	}
 	git(t, dir, nil, "fsck", "--full", "--strict", "--no-dangling")
 }
+
+// TestDirRemembersWhatItWrote: a Dir asks the disk only about objects it
+// has not written or found before (a turn's checkpoint looked up every
+// object of its trees again, a stat each, 35% of the server's CPU an echo
+// turn with the loose writes: docs/benchmarks.md, "Scale"). Objects are
+// never removed, so what it remembers stays true; a new Dir knows
+// nothing and looks.
+func TestDirRemembersWhatItWrote(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "checkpoints.git")
+	d := checkpoint.NewDir(dir)
+	h := objectstest.NewHistory(t, "known")
+	objs := h.All()
+	if err := d.Write(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	var hashes []plumbing.Hash
+	for _, o := range objs {
+		hashes = append(hashes, o.Hash)
+		if fi, err := os.Stat(looseFile(dir, o.Hash)); err != nil || fi.Mode().Perm() != 0o444 {
+			t.Fatalf("object %s: %v, %v; want a read-only loose file", o.Hash, fi, err)
+		}
+	}
+	// Taken away behind its back (outpost never does): the Dir that
+	// wrote them does not look again.
+	if err := os.RemoveAll(filepath.Join(dir, "objects")); err != nil {
+		t.Fatal(err)
+	}
+	if miss, err := d.Missing(ctx, hashes); err != nil || len(miss) != 0 {
+		t.Errorf("the Dir that wrote them: %d missing, %v; want none (it remembers)", len(miss), err)
+	}
+	if miss, err := checkpoint.NewDir(dir).Missing(ctx, hashes); err != nil || len(miss) != len(hashes) {
+		t.Errorf("a new Dir: %d of %d missing, %v; want all (it looks)", len(miss), len(hashes), err)
+	}
+}

@@ -1,7 +1,6 @@
 package conversation
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/outposthq/outpost/checkpoint"
+	"github.com/outposthq/outpost/internal/bufpool"
 	"github.com/outposthq/outpost/internal/storeops"
 )
 
@@ -236,7 +236,8 @@ func (s *FS) Put(ctx context.Context, m Meta, files []File) error {
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	w := bufio.NewWriterSize(tmp, 1<<16)
+	w := bufpool.Writer(tmp)
+	defer bufpool.PutWriter(w)
 	if err := encode(w, m, files, nil); err != nil {
 		return fmt.Errorf("conversation: put %s: %w", m.ID, err)
 	}
@@ -380,7 +381,9 @@ func readFile(name, id string, files bool) (Meta, []File, error) {
 		return Meta{}, nil, fmt.Errorf("conversation: %s: %w", id, err)
 	}
 	defer f.Close()
-	m, fl, err := decode(bufio.NewReaderSize(f, 1<<16), defaultLimits, files)
+	br := bufpool.Reader(f)
+	defer bufpool.PutReader(br)
+	m, fl, err := decode(br, defaultLimits, files)
 	if err != nil {
 		return Meta{}, nil, fmt.Errorf("conversation: %s: %w", name, err)
 	}
@@ -488,20 +491,28 @@ func (s *FS) Resolve(ctx context.Context, ref string) (string, error) {
 			return ref, nil
 		}
 	}
+	// A native id from the index, before any directory read: no file is
+	// read again unless it changed since (fsindex.go), and no Meta is
+	// made per stored conversation.
+	ents, err := s.index(ctx, "resolve-native")
+	if err != nil {
+		return "", err
+	}
+	var natives []string
+	for _, e := range ents {
+		if e.native == ref {
+			natives = append(natives, e.key.ID)
+		}
+	}
+	if id, ok, err := Pick(ref, "native id", natives); ok {
+		return id, err
+	}
+	// An id prefix: the file names, damaged conversations' too.
 	ids, err := s.ids(ctx, "resolve")
 	if err != nil {
 		return "", err
 	}
-	return resolve(ref, ids, func() ([]Meta, error) {
-		// The native ids from the index: no file is read again unless it
-		// changed since (fsindex.go).
-		ents, err := s.index(ctx, "resolve-native")
-		ms := make([]Meta, len(ents))
-		for i, e := range ents {
-			ms[i] = Meta{ID: e.key.ID, Native: e.native}
-		}
-		return ms, err
-	})
+	return resolve(ref, ids, func() ([]Meta, error) { return nil, nil })
 }
 
 // Damage is a stored conversation FS.Check could not read.

@@ -126,7 +126,7 @@ var _ Pager = (*FS)(nil)
 // ListPage implements Pager: the index orders the conversations, and only
 // the page's files are read.
 func (s *FS) ListPage(ctx context.Context, q PageQuery) ([]Meta, string, error) {
-	after, err := q.cursor()
+	after, err := q.AfterKey()
 	if err != nil {
 		return nil, "", err
 	}

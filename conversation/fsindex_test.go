@@ -72,6 +72,13 @@ func TestFSIndexReads(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("resolving an id read the directory %d times, want none (its file's name is enough)", n)
 	}
+	if n := ids(func() {
+		if id, err := Resolve(ctx, s, "native-8"); err != nil || id != "c01idx008" {
+			t.Fatalf("Resolve: %q %v", id, err)
+		}
+	}); n != 0 {
+		t.Errorf("resolving a native id read the directory's names %d times, want none (the index has them)", n)
+	}
 	put(30)
 	if n := reads(func() { ListPage(ctx, s, PageQuery{Limit: 5}) }); n != 1+5 {
 		t.Errorf("a page after a Put read %d files, want 6 (the new one, then the page)", n)

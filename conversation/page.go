@@ -30,9 +30,10 @@ type Pager interface {
 	ListPage(ctx context.Context, q PageQuery) (page []Meta, next string, err error)
 }
 
-// cursor checks q and returns the key its After names (nil for the first
-// page): what every ListPage does first.
-func (q PageQuery) cursor() (*PageKey, error) {
+// AfterKey checks q (Limit at least 1, After a cursor a page gave) and
+// returns the key its After names (nil for the first page): what every
+// ListPage, a Pager's included, does first.
+func (q PageQuery) AfterKey() (*PageKey, error) {
 	if q.Limit < 1 {
 		return nil, fmt.Errorf("conversation: list: page limit %d: want at least 1", q.Limit)
 	}
@@ -54,7 +55,7 @@ var ErrCursor = errors.New("invalid page cursor")
 // the next page ("" when this one is the last). A Pager reads the page
 // alone; other stores are listed whole and cut.
 func ListPage(ctx context.Context, s Store, q PageQuery) ([]Meta, string, error) {
-	after, err := q.cursor()
+	after, err := q.AfterKey()
 	if err != nil {
 		return nil, "", err
 	}

@@ -54,6 +54,7 @@ type stream struct {
 	stderrTail []string
 
 	retryState
+	questions atomic.Int32 // permission questions open (harness.Asking)
 }
 
 func newStream(e *turnRun, lease *sandbox.Lease, live harness.Live, in harness.Input, cmd harness.Command) *stream {
@@ -81,6 +82,7 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 	if err := s.start(ctx, cmd); err != nil {
 		return err
 	}
+	s.asking(ctx)
 	if err := s.feed(cmd); err != nil {
 		s.discard.Store(true)
 		close(s.gate)
@@ -104,6 +106,24 @@ func (s *stream) run(ctx context.Context, cmd harness.Command) error {
 	s.e.trace("classify", "exit_code", status.Code, "signal", status.Signal, "stop", o.stopReason, "failures", len(o.seen.failures),
 		"quota", o.seen.quotaText != "", "misconfigured", o.seen.misconfigText != "", "unavailable", o.seen.unavailable, "finished", o.seen.finished, "code", string(outpost.CodeOf(err)))
 	return err
+}
+
+// asking gives a live session whose agent asks permissions the caller's
+// answer (RunOptions.Permission).
+func (s *stream) asking(ctx context.Context) {
+	a, ok := s.live.(harness.Asker)
+	if !ok || s.e.o.Permission == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() { <-s.exited; cancel() }() // an open question ends with the agent
+	a.Asking(ctx, harness.Asking{
+		Ask:   s.e.o.Permission,
+		Write: s.stdin.write,
+		Emit:  s.emit,
+		Begin: func() { s.questions.Add(1) },
+		End:   func() { s.questions.Add(-1); s.alive() },
+	})
 }
 
 // start launches the agent's process, its pumps waiting at the gate.

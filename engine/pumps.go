@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/bufpool"
 )
 
 // Bounds of the agent's output.
@@ -135,7 +136,8 @@ func maxLine(n int) int {
 // EOF or on a read error.
 func readLines(r io.Reader, max int, f func(line []byte, dropped int)) {
 	max = maxLine(max)
-	br := bufio.NewReaderSize(r, 64<<10)
+	br := bufpool.Reader(r)
+	defer bufpool.PutReader(br)
 	var buf []byte
 	dropping := 0
 	for {

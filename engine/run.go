@@ -128,6 +128,12 @@ type RunOptions struct {
 	// for presets without live input, stops it and resumes the
 	// conversation with the message.
 	Steer <-chan string
+	// Permission answers the agent's permission requests, for a preset
+	// that routes them to the caller (harness.Asker: the ACP presets with
+	// the option permissions=ask); it may block until a person decides,
+	// and the inactivity watchdog waits meanwhile. Nil: such a preset
+	// refuses every request.
+	Permission harness.AskFunc
 	// Environ is the host environment variables are resolved from;
 	// default os.Environ().
 	Environ []string
@@ -262,6 +268,11 @@ type Result struct {
 	// was asked of a provider that cannot enforce it (local, ssh).
 	Secrets string `json:"secrets,omitempty"`
 	Egress  string `json:"egress,omitempty"`
+	// Isolation is how the sandbox kept the agent's processes from the
+	// host's (driver.Capabilities.Isolation, the effective mode): none,
+	// namespaces, container, pod; local's isolation=auto without a
+	// working bubblewrap says none here and in a degraded notice.
+	Isolation string `json:"isolation,omitempty"`
 
 	// Metered is the usage the credential gateway counted from the
 	// model API's responses, in total and per model (docs/metering.md);
@@ -381,7 +392,7 @@ func (e *turnRun) runSteps(ctx context.Context) (*Result, error) {
 	res.Sandbox = lease.Provider().Name()
 	err := e.openGateway(ctx, lease, e.outerKl)
 	defer e.closeGateway()
-	res.Secrets, res.Egress = e.kl.secrets, e.egressResult(lease)
+	res.Secrets, res.Egress, res.Isolation = e.kl.secrets, e.egressResult(lease), lease.Capabilities().Isolation
 	var out *Result
 	if err == nil {
 		out, err = e.turn(ctx, lease, res)

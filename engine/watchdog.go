@@ -87,6 +87,11 @@ func (s *stream) watch(ctx context.Context) {
 			}
 			armRetry()
 		case <-fire:
+			if s.questions.Load() > 0 {
+				// The agent waits for the caller's answer to a permission.
+				timer.Reset(inactivity)
+				continue
+			}
 			s.stop("inactivity")
 			return
 		}

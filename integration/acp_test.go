@@ -87,6 +87,7 @@ func (p *acpProcess) prompt(t testing.TB, sid sdk.SessionId, text string) sdk.Pr
 // session loaded by a second `outpost acp` process on the same store, its
 // history replayed before it continues.
 func TestACPProcess(t *testing.T) {
+	t.Parallel()
 	store, home, work := t.TempDir(), t.TempDir(), t.TempDir()
 	ctx := context.Background()
 	p := startACP(t, store, home, "--agent", "echo", "--sandbox", "local")

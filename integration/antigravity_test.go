@@ -128,6 +128,7 @@ func (e *agyEnv) run(t engine.Turn) agyTurn {
 // the scripted stand-in of agy (the real CLI cannot be had here; see
 // docs/presets/antigravity.md).
 func TestAntigravity(t *testing.T) {
+	t.Parallel()
 	bin := agyBinDir(t)
 	t.Run("Text", func(t *testing.T) {
 		t.Parallel()
@@ -291,6 +292,7 @@ func TestAntigravity(t *testing.T) {
 // turn runs it as agy. A wrong digest installs nothing and fails the turn
 // with code bootstrap before the agent starts.
 func TestAntigravityArchiveBootstrap(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skip("the test pin is for linux-x64")
 	}

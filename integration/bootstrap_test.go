@@ -130,6 +130,7 @@ func phases(ps []bootstrap.Progress) []bootstrap.Phase {
 // package through the engine (step 5), reporting progress as bootstrap
 // notices; the next turn installs it from the cache, downloading nothing.
 func TestBootstrapTurnLocal(t *testing.T) {
+	t.Parallel()
 	pkg := fakeCLI(t)
 	srv := serveTarball(t, pkg)
 	inst := &bootstrap.Installer{Pins: fakePins(srv.URL+"/fakecli.tgz", sha512.Sum512(pkg)), CacheDir: t.TempDir()}
@@ -176,6 +177,7 @@ func TestBootstrapTurnLocal(t *testing.T) {
 // one. The turn fails with code bootstrap and details naming both digests,
 // no agent runs, and nothing is installed or cached.
 func TestBootstrapTurnDigestMismatch(t *testing.T) {
+	t.Parallel()
 	pkg := fakeCLI(t)
 	srv := serveTarball(t, pkg)
 	cache := t.TempDir()

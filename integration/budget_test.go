@@ -111,6 +111,7 @@ func runMetered(t *testing.T, c keylessCLI, store conversation.Store, environ []
 // fake's token counts exactly, per model too, and so does the CLI's own
 // usage (no metered notice).
 func TestRunMetered(t *testing.T) {
+	t.Parallel()
 	for _, c := range meteredCLIs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -171,6 +172,7 @@ func checkMetered(t *testing.T, got harness.MeteredUsage, want func(int64) harne
 // budget and its details; the conversation is stored, the fake received
 // the one call, and a resume with a larger budget continues it.
 func TestRunBudgetMidTurn(t *testing.T) {
+	t.Parallel()
 	for _, c := range meteredCLIs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -251,6 +253,7 @@ func wantBudget(t *testing.T, r ran, budget string, limit, spent int64) {
 // exits with status 11 when the call after a tool call would cross it,
 // and --resume with a larger --max-tokens continues the conversation.
 func TestRunBudgetCLI(t *testing.T) {
+	t.Parallel()
 	fake := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: bigCall, OutputTokens: 37}})
 	w := budgetWorld(t, filepath.Join(t.TempDir(), "store"), fake)
 	r := w.claudeRun("--max-tokens", fmt.Sprint(bigCall), "run a command FAKE_TOOL")
@@ -272,6 +275,7 @@ func TestRunBudgetCLI(t *testing.T) {
 // not counted: the conversation keeps its one turn, and the result names
 // it to continue.
 func TestRunBudgetRefusedTurn(t *testing.T) {
+	t.Parallel()
 	fake := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: bigCall, OutputTokens: 37}})
 	w := budgetWorld(t, filepath.Join(t.TempDir(), "store"), fake)
 	const left = 1000
@@ -327,6 +331,7 @@ func TestRunBudgetRefusedTurn(t *testing.T) {
 // counting what the first spent (its own turn alone would fit); a
 // larger --budget continues it.
 func TestRunBudgetAcrossMachines(t *testing.T) {
+	t.Parallel()
 	fake := anthropic.New(t, anthropic.Options{Usage: anthropic.Usage{InputTokens: bigCall, OutputTokens: 37}})
 	spec := pgtest.NewDB(t)
 	a, b := budgetWorld(t, spec, fake), budgetWorld(t, spec, fake)
@@ -377,6 +382,7 @@ func TestRunBudgetAcrossMachines(t *testing.T) {
 // through the credential gateway (the default) it gains the metered count,
 // which equals the fake's, as its usage.
 func TestDeclarativeMetered(t *testing.T) {
+	t.Parallel()
 	bin := testenv.RequireCLI(t, "claude")
 	file := strings.Replace(claudeFile, "PROGRAM", bin, 1)
 	file = strings.Replace(file, `"usage": "events",`, `"usage": "unavailable",

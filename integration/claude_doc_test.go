@@ -33,6 +33,7 @@ import (
 // with TestBootstrapRealClaudeDocker), downloaded into it first when it is
 // not there.
 func TestClaudeDocTryIt(t *testing.T) {
+	t.Parallel()
 	claudePreset(t)
 	doc, err := os.ReadFile("../docs/presets/claude.md")
 	if err != nil {

@@ -25,6 +25,7 @@ const runTurnTool = "mcp__outpost__run_turn"
 // run_turn on the echo agent, and gets the echo agent's answer back as the
 // tool's result, which it passes to the model.
 func TestMCPClaudeCode(t *testing.T) {
+	t.Parallel()
 	bin := testenv.RequireCLI(t, "claude")
 	fake := anthropic.New(t, anthropic.Options{
 		Choose: func(r *anthropic.Request) (anthropic.Scenario, bool) {

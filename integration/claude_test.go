@@ -878,6 +878,7 @@ func testClaudeStallHitsTheWatchdog(t *testing.T, kind string) {
 }
 
 func TestClaudeDefaultWatchdog(t *testing.T) {
+	t.Parallel()
 	if h := claude.Harness(); h.Inactivity != 15*time.Minute {
 		t.Errorf("default inactivity %v, as documented in docs/presets/claude.md", h.Inactivity)
 	}

@@ -20,6 +20,7 @@ import (
 // ./cmd/outpost-hello "hello"` alone; built, it answers, names the conversation,
 // and that conversation continues with the full CLI and with itself.
 func TestReadmeFirstCommand(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +66,7 @@ func TestReadmeFirstCommand(t *testing.T) {
 // TestInterruptStopsTheTurn: SIGINT to outpost ends the turn with the
 // cancelled status, and nothing of the agent is left running.
 func TestInterruptStopsTheTurn(t *testing.T) {
+	t.Parallel()
 	home, dir := t.TempDir(), t.TempDir()
 	marker := fmt.Sprintf("interrupt-%d", os.Getpid())
 	cmd := exec.Command(outpostBinary(t), "run", "--json", "#slow=100000 "+marker)

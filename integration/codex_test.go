@@ -270,6 +270,7 @@ func processes(match func(env, cmdline []byte) bool) []string {
 }
 
 func TestCodexText(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	tr := e.run(context.Background(), engine.Turn{Prompt: "Say hello"}, nil, nil)
 	if tr.err != nil {
@@ -296,6 +297,7 @@ func TestCodexText(t *testing.T) {
 // directory's .outpost/.env point Codex at the endpoint, as the process
 // environment does; the key is redacted all the same.
 func TestCodexDotEnv(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	dir := filepath.Join(e.workdir, ".outpost")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -342,6 +344,7 @@ func answered(t *testing.T, reqs []openai.Request) ([]openai.Request, string) {
 // the model API reported, also for a resumed turn, whose turn.completed
 // holds the thread's running total.
 func TestCodexUsageIsWhatTheFakeReported(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	e.fake.Enqueue(openai.Text("one").WithUsage(openai.Usage{InputTokens: 123, CachedTokens: 23, OutputTokens: 45, ReasoningTokens: 6}))
 	first := e.run(context.Background(), engine.Turn{Prompt: "first"}, nil, nil)
@@ -371,6 +374,7 @@ func TestCodexUsageIsWhatTheFakeReported(t *testing.T) {
 }
 
 func TestCodexCommand(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	tr := e.run(context.Background(), engine.Turn{Prompt: "Run a command FAKE_TOOL", Options: map[string]string{codex.OptionSandbox: "workspace-write"}}, nil, nil)
 	if tr.err != nil {
@@ -395,6 +399,7 @@ func TestCodexCommand(t *testing.T) {
 // TestCodexResumeOnFreshSandbox: the second turn runs in a new sandbox
 // with nothing but what the store restored, and Codex sees the history.
 func TestCodexResumeOnFreshSandbox(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	first := e.run(context.Background(), engine.Turn{Prompt: "First turn FAKE_ECHO"}, nil, nil)
 	if first.err != nil {
@@ -441,6 +446,7 @@ func containsText(texts []string, s string) bool {
 // parent; outpost captures the ancestor chain, so the fork resumes on a
 // fresh sandbox.
 func TestCodexForkThenResumeFork(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	parent := e.run(context.Background(), engine.Turn{Prompt: "Parent turn FAKE_ECHO"}, nil, nil)
 	if parent.err != nil {
@@ -484,6 +490,7 @@ func TestCodexForkThenResumeFork(t *testing.T) {
 // in through app-server turn/steer; Codex abandons the stream and asks
 // again with the message.
 func TestCodexSteerDuringStream(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	e.fake.Enqueue(openai.Slow(40, 100*time.Millisecond))
 	steer := make(chan string, 1)
@@ -542,6 +549,7 @@ func TestCodexSteerDuringStream(t *testing.T) {
 // TestCodexSteerDuringTool: a message sent while a command runs is
 // delivered with the command's result.
 func TestCodexSteerDuringTool(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{Command: "sleep 1.5; echo slept"})
 	steer := make(chan string, 1)
 	var once sync.Once
@@ -571,6 +579,7 @@ func TestCodexSteerDuringTool(t *testing.T) {
 // running, and the conversation resumes with Codex's note of the
 // interruption.
 func TestCodexInterrupt(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	e.fake.Enqueue(openai.Slow(60, 100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -608,6 +617,7 @@ func TestCodexInterrupt(t *testing.T) {
 // group with SIGTERM: the node shim, the native binary and the command it
 // runs.
 func TestCodexCancelExec(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{Command: "sleep 60"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -643,6 +653,7 @@ func TestCodexCancelExec(t *testing.T) {
 }
 
 func TestCodexFailures(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	for _, c := range []struct {
 		marker      string
@@ -687,6 +698,7 @@ func TestCodexFailures(t *testing.T) {
 // never end a Codex turn by themselves; outpost's inactivity watchdog and
 // timeout do, and nothing is left running.
 func TestCodexWatchdog(t *testing.T) {
+	t.Parallel()
 	t.Run("hang", func(t *testing.T) {
 		t.Parallel()
 		e := newCodexEnv(t, openai.Config{})
@@ -756,6 +768,7 @@ func TestCodexWatchdog(t *testing.T) {
 // TestCodexBudget: a model that calls a tool forever is stopped by the
 // max-model-requests budget.
 func TestCodexBudget(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{Choose: func(*openai.Request) openai.Scenario { return openai.ToolCall("echo again") }})
 	tr := e.run(context.Background(), engine.Turn{Prompt: "Loop", Options: map[string]string{codex.OptionMaxModelRequests: "2"}}, nil, nil)
 	var oe *outpost.Error
@@ -772,6 +785,7 @@ func TestCodexBudget(t *testing.T) {
 // command, resume and fork (each turn in a fresh container), steering
 // through the app-server, failure classes and the watchdog.
 func TestCodexDocker(t *testing.T) {
+	t.Parallel()
 	e := newDockerCodexEnv(t, openai.Config{})
 	ctx := context.Background()
 	one := harness.Usage{InputTokens: 80, CacheReadTokens: 20, OutputTokens: 10, Complete: true}

@@ -242,6 +242,7 @@ func times(u harness.Usage, n int64) harness.Usage {
 // fake. The subtests run in parallel, each with its own fake and sandboxes;
 // the two failures are the slow ones (~6 s each: five retries).
 func TestCopilot(t *testing.T) {
+	t.Parallel()
 	copilotBinDir(t) // skip or fail once, not per subtest
 	t.Run("Text", func(t *testing.T) {
 		t.Parallel()
@@ -447,6 +448,7 @@ func TestCopilot(t *testing.T) {
 // TestCopilotCLI runs `outpost run --agent copilot --json` on the built
 // binary: the preset is registered and its result line carries the usage.
 func TestCopilotCLI(t *testing.T) {
+	t.Parallel()
 	binDir := copilotBinDir(t)
 	fake := openai.Start(t, openai.Config{})
 	home, dir := t.TempDir(), t.TempDir()
@@ -544,6 +546,7 @@ func BenchmarkCopilotTurn(b *testing.B) {
 // CLI's package into its own home (COPILOT_PKG_CACHE_HOME would need a
 // shared volume, which the provider does not offer), a few seconds each.
 func TestCopilotDocker(t *testing.T) {
+	t.Parallel()
 	testenv.RequireCLI(t, "copilot") // the same pin; its download is the bootstrap's
 	dockertest.Require(t, dockertest.Debian)
 	fake := openai.Start(t, openai.Config{})

@@ -83,6 +83,7 @@ func fooPreset() *harness.Harness {
 // with code bootstrap and runs nothing; with the default installer, which
 // has no "foo", it is refused before any sandbox is allocated.
 func TestBootstrapCustomPinsTurn(t *testing.T) {
+	t.Parallel()
 	archive := fooArchive(t)
 	srv := serveTarball(t, archive)
 	run := func(inst *bootstrap.Installer) (*engine.Result, []harness.Event, error) {

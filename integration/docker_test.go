@@ -94,6 +94,7 @@ func wantTurn(t *testing.T, res *engine.Result, n int) {
 // docker: resume and fork (each turn in a fresh container), quota,
 // outage, crash, missing final event, timeout, inactivity, live steering.
 func TestDockerEchoScenarios(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t)
 	p := dockerProvider(t, "")
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
@@ -195,6 +196,7 @@ func (f *turns) ok2(l *sandbox.Lease, turn engine.Turn) *engine.Result {
 // TestDockerLocalConversations: a conversation captured on docker resumes
 // on local, and one captured on local resumes on docker; forks cross too.
 func TestDockerLocalConversations(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	d := dockerProvider(t, dockertest.Busybox)
 	lp := local.New(&local.Options{BaseDir: t.TempDir()})
@@ -280,6 +282,7 @@ func containersOf(t *testing.T, pid int) []string {
 // of a docker turn: its container survives it, and the next outpost
 // invocation (a new turn, or outpost gc) removes it.
 func TestDockerSIGKILLLeavesNoOrphan(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t)
 	home := t.TempDir()
 	for _, next := range [][]string{
@@ -336,6 +339,7 @@ func TestDockerSIGKILLLeavesNoOrphan(t *testing.T) {
 // across docker and local both ways, and an interrupted turn leaves no
 // container behind.
 func TestDockerCLI(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t)
 	home, dir := t.TempDir(), t.TempDir()
 

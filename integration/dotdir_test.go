@@ -28,6 +28,7 @@ import (
 // over .outpost/ is left out of the workspace's archive (it broke the
 // checkpoint's copy of the workspace once).
 func TestBindWorkspaceCannotPlantDotEnv(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t)
 	p, err := docker.New(&docker.Options{Binary: outpostBinary(t), Workspace: docker.Bind})
 	if err != nil {

@@ -60,6 +60,7 @@ func errorOf(res map[string]any) (string, map[string]any) {
 // cancelled through B; 40 turns started over both and each followed
 // through the other end exactly once each.
 func TestFleetTwoReplicas(t *testing.T) {
+	t.Parallel()
 	url := pgtest.NewDB(t)
 	a, b := replica(t, url, "a"), replica(t, url, "b")
 
@@ -143,6 +144,7 @@ func countTurns(t *testing.T, url string) int {
 // its stored revision and resumes on B; a replica restarted under A's
 // name serves A's turn ids.
 func TestFleetReplicaKilled(t *testing.T) {
+	t.Parallel()
 	url := pgtest.NewDB(t)
 	a, b := replica(t, url, "a"), replica(t, url, "b")
 	first, err := a.start(map[string]any{"prompt": "remember this"})
@@ -212,6 +214,7 @@ func TestFleetReplicaKilled(t *testing.T) {
 // turns run there: A refuses new turns, and every turn, followed through
 // B, ends with its answer.
 func TestFleetDrain(t *testing.T) {
+	t.Parallel()
 	url := pgtest.NewDB(t)
 	a := startServe(t, "", "", "--store", url, "--replica", "a", "--heartbeat", fleetBeat, "--grace", "2m")
 	b := replica(t, url, "b")

@@ -54,15 +54,32 @@ func inSandbox(environ []string) []string {
 // the gateway, which the container reaches only through its tunnel; the
 // tool call in the turn finds no key in the container (environment,
 // home, every process's environment) while the token is there; the
-// result says secrets gateway and egress gateway.
+// result says secrets gateway and egress gateway. Claude's turn, with an
+// allowlist naming one host loopback server, also proves the egress
+// gateway's proxy (egressCheck): its tool call cannot reach a server on
+// the host's docker bridge address directly (network none); through the
+// proxy (HTTP_PROXY and HTTPS_PROXY are set for the agent), by a
+// plain-HTTP request and by CONNECT, the allowlisted server answers 200
+// and a server off the list gets 403, and sees nothing.
 func TestKeylessDocker(t *testing.T) {
+	t.Parallel()
 	for _, c := range keylessCLIs {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			p := keylessDocker(t, c)
 			key, probe := testenv.KeylessProbe(t)
+			var eg *egressCheck
+			var mod func(*engine.RunOptions)
+			if c.name == "claude" {
+				eg = newEgressCheck(t, net.JoinHostPort(dockertest.BridgeGateway(t), "0"))
+				probe, mod = probe+"; "+eg.probe, eg.allow
+			}
 			environ, fake := c.start(t, probe, key)
-			r := runKeylessOn(t, p, c, inSandbox(environ), engine.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, nil)
+			r := runKeylessOn(t, p, c, inSandbox(environ), engine.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, mod)
 			checkKeyless(t, r, fake, key, engine.SecretsGateway, engine.EgressGateway)
+			if eg != nil {
+				eg.check(t, fake)
+			}
 		})
 	}
 }
@@ -73,6 +90,7 @@ func TestKeylessDocker(t *testing.T) {
 // (the fake listens on the host's loopback only). Egress is open by
 // default and unenforced when gateway egress is asked for.
 func TestKeylessSSH(t *testing.T) {
+	t.Parallel()
 	srv := sshtest.Shared(t)
 	for _, tt := range []struct {
 		cli    int // index in keylessCLIs
@@ -85,6 +103,7 @@ func TestKeylessSSH(t *testing.T) {
 	} {
 		c := keylessCLIs[tt.cli]
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			c.path(t)
 			p := sshProvider(t, srv)
 			key, probe := testenv.KeylessProbe(t)
@@ -131,65 +150,75 @@ echo "EGRESS direct=$(timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s && echo open' 2>
 
 var egressOutput = regexp.MustCompile(`EGRESS direct=\w+ allowed=\w* denied=\w* connect-allowed=[\w-]* connect-denied=[\w-]* proxy=\w*`)
 
-// TestKeylessDockerEgress: a claude turn in a docker container with
-// egress gateway and an allowlist naming one host loopback server. Its
-// tool call cannot reach a server on the host's docker bridge address
-// directly (network none); through the gateway's proxy (HTTP_PROXY and
-// HTTPS_PROXY are set for the agent), by a plain-HTTP request and by
-// CONNECT, the allowlisted server answers 200 and a server off the list
-// gets 403, and sees nothing.
-func TestKeylessDockerEgress(t *testing.T) {
-	c := keylessCLIs[0]
-	p := keylessDocker(t, c)
-	direct, directSeen := countingServer(t, net.JoinHostPort(dockertest.BridgeGateway(t), "0"))
-	checkKeylessEgress(t, p, c, direct, directSeen)
-}
-
-// TestKeylessLocalEgress: the same claude turn on the local sandbox in
-// bubblewrap's namespaces (issue 42): its tool call cannot reach a server
+// TestKeylessLocalEgress: a claude turn on the local sandbox in
+// bubblewrap's namespaces (issue 42) with egress gateway and an allowlist
+// naming one host loopback server: its tool call cannot reach a server
 // on the host's loopback directly (the lease's network namespace has its
 // own loopback only), and through the gateway's proxy the allowlisted
-// server answers and one off the list gets 403.
+// server answers and one off the list gets 403 (egressCheck). On docker,
+// TestKeylessDocker's claude turn proves the same.
 func TestKeylessLocalEgress(t *testing.T) {
+	t.Parallel()
 	c := keylessCLIs[0]
 	p := local.New(&local.Options{BaseDir: t.TempDir(), Isolation: "namespaces", Environ: []string{"PATH=" + c.path(t) + ":/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}})
 	if _, err := p.Isolation(); err != nil {
 		testenv.Missing(t, "bubblewrap isolation ("+err.Error()+")", "apt-get install bubblewrap")
 	}
-	direct, directSeen := countingServer(t, "127.0.0.1:0")
-	checkKeylessEgress(t, p, c, direct, directSeen)
-}
-
-// checkKeylessEgress runs c's FAKE_TOOL turn on p with egress gateway
-// and an allowlist naming one host loopback server, and checks that
-// direct (a server the sandbox must not reach) saw nothing and the proxy
-// let through only the allowlisted server.
-func checkKeylessEgress(t *testing.T, p driver.Provider, c keylessCLI, direct string, directSeen *atomic.Int64) {
-	t.Helper()
-	allowed, allowedSeen := countingServer(t, "127.0.0.1:0")
-	denied, deniedSeen := countingServer(t, "127.0.0.1:0")
+	eg := newEgressCheck(t, "127.0.0.1:0")
 	key := "sk-kl-" + randomHex(t, 16)
-	environ, fake := c.start(t, egressProbe(direct, allowed, denied), key)
-	r := runKeylessOn(t, p, c, environ, engine.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, func(o *engine.RunOptions) {
-		o.EgressAllow = []string{allowed}
-	})
+	environ, fake := c.start(t, eg.probe, key)
+	r := runKeylessOn(t, p, c, environ, engine.Turn{Prompt: "Run a command FAKE_TOOL", Timeout: 3 * time.Minute}, eg.allow)
 	if r.err != nil {
 		t.Fatalf("turn: %v", r.err)
 	}
 	if r.res.Secrets != engine.SecretsGateway || r.res.Egress != engine.EgressGateway {
 		t.Errorf("result secrets %q egress %q, want gateway and gateway", r.res.Secrets, r.res.Egress)
 	}
+	eg.check(t, fake)
+}
+
+// egressCheck is a check of the egress gateway in one FAKE_TOOL turn: a
+// server the sandbox must not reach directly, an allowlisted and a denied
+// server on the host's loopback, and the probe (the tool's command) that
+// tries them.
+type egressCheck struct {
+	probe                               string
+	allowed                             string
+	directSeen, allowedSeen, deniedSeen *atomic.Int64
+}
+
+// newEgressCheck starts the servers, the direct one on a new listener at
+// direct.
+func newEgressCheck(t *testing.T, direct string) *egressCheck {
+	t.Helper()
+	e := &egressCheck{}
+	direct, e.directSeen = countingServer(t, direct)
+	var denied string
+	e.allowed, e.allowedSeen = countingServer(t, "127.0.0.1:0")
+	denied, e.deniedSeen = countingServer(t, "127.0.0.1:0")
+	e.probe = egressProbe(direct, e.allowed, denied)
+	return e
+}
+
+// allow sets the turn's egress allowlist to the allowed server.
+func (e *egressCheck) allow(o *engine.RunOptions) { o.EgressAllow = []string{e.allowed} }
+
+// check checks what the probe printed (in the fake's request bodies) and
+// what the servers saw: the direct server nothing, the proxy let through
+// only the allowlisted server.
+func (e *egressCheck) check(t *testing.T, fake keylessFake) {
+	t.Helper()
 	got := egressOutput.FindString(fake.bodies())
 	if want := "EGRESS direct=closed allowed=200 denied=403 connect-allowed=200-200 connect-denied=403 proxy=set"; got != want {
 		t.Errorf("the tool's output %q, want %q", got, want)
 	}
-	if n := directSeen.Load(); n != 0 {
+	if n := e.directSeen.Load(); n != 0 {
 		t.Errorf("the server reached directly saw %d requests, want none", n)
 	}
-	if n := allowedSeen.Load(); n != 2 {
+	if n := e.allowedSeen.Load(); n != 2 {
 		t.Errorf("the allowlisted server saw %d requests, want 2", n)
 	}
-	if n := deniedSeen.Load(); n != 0 {
+	if n := e.deniedSeen.Load(); n != 0 {
 		t.Errorf("the server off the list saw %d requests, want none", n)
 	}
 }

@@ -171,6 +171,7 @@ func runKeylessOn(t *testing.T, p driver.Provider, c keylessCLI, environ []strin
 // run in namespaces). With --secrets env, the same
 // turn gets the key itself (the check can see it), and says so.
 func TestKeylessRealCLIs(t *testing.T) {
+	t.Parallel()
 	for _, c := range keylessCLIs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -242,6 +243,7 @@ func checkKeyless(t *testing.T, r keylessRun, fake keylessFake, key, mode, egres
 // through the gateway unchanged, and classify as without it (quota;
 // process with details.unavailable).
 func TestKeylessFailuresClassify(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		cli         int // index in keylessCLIs
 		marker      string
@@ -279,6 +281,7 @@ func TestKeylessFailuresClassify(t *testing.T) {
 // TestKeylessStructuredAndSteer: a structured answer with a repair, and a
 // steered turn, through the gateway (claude: live input).
 func TestKeylessStructuredAndSteer(t *testing.T) {
+	t.Parallel()
 	c := keylessCLIs[0]
 	t.Run("structured with repair", func(t *testing.T) {
 		t.Parallel()

@@ -84,9 +84,11 @@ func requireProc(t *testing.T) {
 // and run a turn (the first lease sweeps), over 20 trials. The agent hangs
 // silent (#hang): one that writes dies of SIGPIPE with its reader anyway.
 func TestServeSIGKILLLocal(t *testing.T) {
+	t.Parallel()
 	requireProc(t)
 	for trial := range 20 {
 		t.Run(fmt.Sprint(trial), func(t *testing.T) {
+			t.Parallel()
 			base := t.TempDir()
 			args := []string{"--set", "local.root=" + base}
 			s := startServe(t, "", "", args...)
@@ -149,6 +151,7 @@ func mapsKeys(m map[int]string) func(func(int) bool) {
 // outpost (parent-death signal), the child outlives it, and the next
 // `outpost run` sweeps it.
 func TestRunSIGKILLLocal(t *testing.T) {
+	t.Parallel()
 	requireProc(t)
 	for trial := range 3 {
 		t.Run(fmt.Sprint(trial), func(t *testing.T) {

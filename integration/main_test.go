@@ -12,8 +12,14 @@ import (
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 )
 
+// TestMain runs four tests at a time (testenv.DefaultParallel; -parallel
+// sets another number): most wait on containers, sshd, PostgreSQL or the
+// fakes' timings rather than use the CPU. The tests that set process-wide
+// state (t.Setenv, a PostgreSQL outage, the load test) are not parallel:
+// they run first, alone.
 func TestMain(m *testing.M) {
 	echo.MaybeRun()
+	testenv.DefaultParallel(4)
 	code := m.Run()
 	removeWorkspacesHome()
 	pgtest.Stop()

@@ -112,6 +112,7 @@ func resultText(res *mcp.CallToolResult) string {
 // mcp` over stdio: progress carries the events, the answer comes back,
 // resume continues the conversation, get_conversation reads it.
 func TestMCPStdioGoClient(t *testing.T) {
+	t.Parallel()
 	ev := &mcpEvents{}
 	cs := connectMCP(t, mcpCommand(t), ev)
 	ctx := context.Background()
@@ -141,6 +142,7 @@ func TestMCPStdioGoClient(t *testing.T) {
 // cancels the turn and removes its container while `outpost mcp` keeps
 // running.
 func TestMCPCancelDocker(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	cmd := mcpCommand(t, "--sandbox", "docker", "--image", dockertest.Busybox)
 	dc := dockertest.Client(t)

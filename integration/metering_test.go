@@ -23,6 +23,7 @@ import (
 // Anthropic's shape and Claude Code stops at once, without retrying
 // (the fake received one call), reporting a spent quota.
 func TestClaudeMetered(t *testing.T) {
+	t.Parallel()
 	e := newClaudeEnv(t, "local", anthropic.Options{})
 	m := meter.New(meter.Options{APIs: []string{meter.Anthropic}})
 	e.vars["ANTHROPIC_BASE_URL"] = metertest.Proxy(t, m, e.srv.URL())
@@ -69,6 +70,7 @@ func lastLines(s string) string {
 // OpenAI's insufficient_quota and Codex ends with a spent quota, the
 // fake having received the one call.
 func TestCodexMetered(t *testing.T) {
+	t.Parallel()
 	e := newCodexEnv(t, openai.Config{})
 	m := meter.New(meter.Options{APIs: []string{meter.OpenAIResponses}})
 	e.environ = []string{"OPENAI_BASE_URL=" + metertest.Proxy(t, m, e.fake.Root()) + "/v1", "OPENAI_API_KEY=" + codexKey, "HOME=" + os.Getenv("HOME")}

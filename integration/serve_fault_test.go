@@ -41,6 +41,7 @@ func (s *served) turnThrough(req map[string]any, onItem func(streamed)) map[stri
 // another outpost process holds the conversation (a resume running
 // there), on each store, and deletes it once that turn is over.
 func TestServeDeleteHeld(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, w *storeWorld) {
 		id := w.mustRun("first").res.Conversation
 		s := w.serve()

@@ -287,6 +287,7 @@ func TestServeLoad(t *testing.T) {
 // the running ones cancelled after the grace with their conversations
 // captured, every stream ends with its result, the server exits 0.
 func TestServeSIGTERM(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, "", "", "--max-concurrent", "10", "--grace", "200ms")
 	type res struct {
 		items []streamed
@@ -343,6 +344,8 @@ func TestServeSIGTERM(t *testing.T) {
 // TestServeSIGKILL: a server SIGKILLed mid-turn on docker leaves
 // containers that the restarted server removes; the conversation the
 // killed turn continued is as it was before that turn, and continues.
+// Not parallel: another test's docker lease would sweep the dead server's
+// containers before the test has seen them.
 func TestServeSIGKILL(t *testing.T) {
 	dockertest.Require(t, dockertest.Busybox)
 	args := []string{"--sandbox", "docker", "--image", dockertest.Busybox, "--pool-size", "1"}
@@ -410,6 +413,7 @@ func TestServeSIGKILL(t *testing.T) {
 // TestServeTypeScriptClient runs the TypeScript client's tests (node
 // --test) against servers of the built binary.
 func TestServeTypeScriptClient(t *testing.T) {
+	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		testenv.Missing(t, "node", "install Node.js 20 or later")

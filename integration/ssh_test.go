@@ -50,6 +50,7 @@ func sshSettings(t testing.TB, srv *sshtest.Server) []string {
 // TestSSHConformance runs the provider conformance suite on the real
 // sshd.
 func TestSSHConformance(t *testing.T) {
+	t.Parallel()
 	srv := sshtest.Shared(t)
 	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
 		NewProvider: func(t *testing.T) driver.Provider { return sshProvider(t, srv) },
@@ -59,6 +60,7 @@ func TestSSHConformance(t *testing.T) {
 // TestSSHEchoTurns: echo turns on ssh with resume and fork (each turn a
 // fresh lease), and failed turns on a held lease that survives them.
 func TestSSHEchoTurns(t *testing.T) {
+	t.Parallel()
 	srv := sshtest.Shared(t)
 	p := sshProvider(t, srv)
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
@@ -106,6 +108,7 @@ func TestSSHEchoTurns(t *testing.T) {
 // TestSSHConversationsAcrossSandboxes: a conversation started on local is
 // resumed on ssh, then on docker.
 func TestSSHConversationsAcrossSandboxes(t *testing.T) {
+	t.Parallel()
 	srv := sshtest.Shared(t)
 	dockertest.Require(t, dockertest.Busybox)
 	s := sshProvider(t, srv)
@@ -129,7 +132,8 @@ func TestSSHConversationsAcrossSandboxes(t *testing.T) {
 // there, verified by SHA-512 on the host) and runs turns with it against
 // the fake Anthropic API, which the container reaches through a relay on
 // the Docker bridge's gateway. The second turn finds the tree on the
-// host and copies nothing.
+// host and copies nothing. Not parallel: another test's mirror of the
+// same tree in progress would show in the host's listing it checks.
 func TestSSHRealClaude(t *testing.T) {
 	h := claudePreset(t)
 	srv := sshtest.Shared(t)
@@ -203,7 +207,9 @@ func processesIn(t *testing.T, srv *sshtest.Server, dir string) []string {
 // TestSSHSIGKILLLeavesNoOrphan kills outpost with SIGKILL in the middle
 // of an ssh turn: its lease directory and processes survive it on the
 // host, and the next outpost invocation (a new turn, or outpost gc)
-// removes them.
+// removes them. Not parallel: a sweep by another test's ssh lease on the
+// shared sshd would take the dead owner's lease before the gc whose
+// report this reads.
 func TestSSHSIGKILLLeavesNoOrphan(t *testing.T) {
 	srv := sshtest.Shared(t)
 	home := t.TempDir()
@@ -257,9 +263,15 @@ func TestSSHSIGKILLLeavesNoOrphan(t *testing.T) {
 // TestSSHHostGoneMidTurn stops the sshd container (the host goes away)
 // in the middle of a turn: the turn fails with code sandbox, reporting
 // the sandbox vanished and the connection lost, within the keepalive
-// bound.
+// bound. Not parallel. outpost's binary is copied to the host first,
+// over a connection with the default keepalive: copied under the 2 s
+// keepalive, on a loaded machine it could outlast three keepalives (the
+// fresh-clone suite's "connection lost copying outpost's binary").
 func TestSSHHostGoneMidTurn(t *testing.T) {
 	srv := sshtest.New(t)
+	if _, err := sshProvider(t, srv).GC(t.Context(), sshp.GCOptions{DryRun: true}); err != nil {
+		t.Fatalf("copying outpost's binary to the host: %v", err)
+	}
 	p := sshProvider(t, srv, func(o *sshp.Options) { o.KeepAlive = 2 * time.Second; o.StartTimeout = 5 * time.Second })
 	f := &turns{t: t, store: conversation.NewFS(t.TempDir()), workdir: t.TempDir()}
 	var once sync.Once

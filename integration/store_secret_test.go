@@ -15,6 +15,7 @@ import (
 // the prompt and the answer. The stored conversation holds no byte of it,
 // and the CLI still resumes from the masked transcript.
 func TestClaudeSecretNotStored(t *testing.T) {
+	t.Parallel()
 	e := newClaudeEnv(t, "local", anthropic.Options{})
 	first := e.run(engine.Turn{Prompt: "remember " + e.key + " FAKE_ECHO"}, turnOpts{})
 	e.mustSucceed(first)

@@ -161,6 +161,7 @@ func (w *storeWorld) concurrently(n int, args func(i int) []string) []ran {
 // busy; with --wait all six run in turn; the next resume counts every
 // successful turn.
 func TestConcurrentResumes(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, w *storeWorld) {
 		id := w.mustRun("first").res.Conversation
 		succeeded := 1
@@ -223,6 +224,7 @@ func TestConcurrentResumes(t *testing.T) {
 // a resume fails at once with busy naming the holder's pid; a fork of the
 // busy conversation runs from its last stored revision.
 func TestBusyIsImmediateAndNamesTheHolder(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, w *storeWorld) {
 		id := w.mustRun("first").res.Conversation
 		holder, wait := w.hold(id)
@@ -271,6 +273,7 @@ func (w *storeWorld) hold(id string) (*exec.Cmd, func()) {
 // a resume then proceeds within the documented bound (docs/stores.md:
 // at once for the filesystem store, at most 11 s for PostgreSQL).
 func TestKilledHolder(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, w *storeWorld) {
 		id := w.mustRun("first").res.Conversation
 		holder, wait := w.hold(id)
@@ -288,6 +291,7 @@ func TestKilledHolder(t *testing.T) {
 
 // TestConcurrentNewConversations: twelve new conversations at once.
 func TestConcurrentNewConversations(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, w *storeWorld) {
 		rs := w.concurrently(12, func(i int) []string { return []string{fmt.Sprintf("new %d", i)} })
 		ids := map[string]bool{}
@@ -308,6 +312,7 @@ func TestConcurrentNewConversations(t *testing.T) {
 // store to PostgreSQL and back with export and import, and resumes in
 // each; ls, show, rm work on both.
 func TestExportImportAcrossStores(t *testing.T) {
+	t.Parallel()
 	fsw := newStoreWorld(t, "fs")
 	pgw := newStoreWorld(t, "postgres")
 	pgw.dir, pgw.home = fsw.dir, fsw.home
@@ -355,6 +360,7 @@ func TestExportImportAcrossStores(t *testing.T) {
 // in the database, and no file or directory holding '=' or the password
 // appears.
 func TestKeyValueConnectionString(t *testing.T) {
+	t.Parallel()
 	w := newStoreWorld(t, "postgres")
 	u, err := url.Parse(w.spec)
 	if err != nil {
@@ -386,6 +392,7 @@ func TestKeyValueConnectionString(t *testing.T) {
 // before storing, so no stored byte and no export holds it, and the
 // conversation still resumes.
 func TestNoSecretInStoredConversation(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, w *storeWorld) {
 		key := "sk-echo-" + randomHex(t, 12)
 		w.extra = []string{"ECHO_API_KEY=" + key}

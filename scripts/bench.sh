@@ -2,7 +2,10 @@
 # bench.sh — reproducible overhead figures: each benchmark pair runs a
 # sub-benchmark "direct" (the invocation outpost wraps, run by hand) and one
 # or more others through outpost; this prints the median ns/op of each and
-# the ratio to "direct", as a Markdown table (docs/benchmarks.md).
+# the ratio to "direct", as a Markdown table (docs/benchmarks.md). A paired
+# benchmark, which runs both ways within each iteration and reports the
+# median of its per-pair ratios as a metric named "ratio" or "A/B" (the ACP
+# benchmarks), gets a row per such metric: the median over the runs.
 #
 #   scripts/bench.sh                       # every pair
 #   scripts/bench.sh BenchmarkEchoTurn     # one pair
@@ -24,7 +27,10 @@ echo "|---|---|---|"
 (awk '
 /^Benchmark/ && /ns\/op/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
-	for (i = 2; i <= NF; i++) if ($(i) == "ns/op") v = $(i-1)
+	for (i = 2; i <= NF; i++) {
+		if ($(i) == "ns/op") v = $(i-1)
+		if ($(i) == "ratio" || ($(i) != "ns/op" && $(i) ~ /^[a-z-]+\/[a-z-]+$/)) pairs[name " " $(i)] = pairs[name " " $(i)] " " $(i-1)
+	}
 	vals[name] = vals[name] " " v
 }
 function median(s,   a, n, i, j, t) {
@@ -38,5 +44,9 @@ END {
 		base = name; sub(/\/[^\/]*$/, "/direct", base)
 		ratio = (base in m && base != name) ? sprintf("%.3f×", m[name] / m[base]) : "—"
 		printf "| %s | %.2f ms | %s |\n", name, m[name] / 1e6, ratio
+	}
+	for (k in pairs) {
+		split(k, nk, " ")
+		printf "| %s (paired, %s) | — | %.3f× |\n", nk[1], nk[2], median(pairs[k])
 	}
 }' "$out" | sort)

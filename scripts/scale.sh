@@ -6,6 +6,7 @@
 #   scripts/scale.sh                 # every curve, full sizes
 #   SIZES=small scripts/scale.sh     # reduced sizes (minutes on 2 cores)
 #   scripts/scale.sh concurrency     # one curve: concurrency, stored, watchers, replicas
+#   STORED="100000" scripts/scale.sh stored   # the stored curve at these sizes only
 #
 # Output: $OUT (default docs/images/scale) holds runs.jsonl, the plots
 # (*.svg) and tables.md, which go into docs/benchmarks.md by hand with the
@@ -77,6 +78,9 @@ pg() {
 
 echo "scale.sh: $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg), sizes ${SIZES:-full}" >&2
 
+if [[ -n ${STORED:-} ]]; then
+	read -ra stored <<<"$STORED"
+fi
 if [[ $which == all || $which == concurrency ]]; then
 	for n in "${concurrency[@]}"; do
 		turns=$((n >= 300 ? 2 : (n >= 30 ? 3 : 10)))
@@ -88,9 +92,10 @@ if [[ $which == all || $which == stored || $which == replicas ]]; then
 fi
 if [[ $which == all || $which == stored ]]; then
 	for n in "${stored[@]}"; do
-		load --label "stored filesystem" --conversations 0 --stored "$n"
+		# Seeding 100,000 conversations (each put durable) takes minutes.
+		load --label "stored filesystem" --conversations 0 --stored "$n" --timeout 60m
 		url=$(pg)
-		load --label "stored postgres" --conversations 0 --stored "$n" --store "$url"
+		load --label "stored postgres" --conversations 0 --stored "$n" --store "$url" --timeout 60m
 	done
 fi
 if [[ $which == all || $which == watchers ]]; then

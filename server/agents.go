@@ -12,6 +12,7 @@ import (
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/harness/presets"
+	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // Sources of an agent preset (Agent.Source).
@@ -146,4 +147,58 @@ func (s *Server) agentList() []Agent {
 		}
 	}
 	return Agents(&AgentsOptions{Installer: s.o.Installer, PATH: path})
+}
+
+// Sandbox is one sandbox provider as `outpost agents` and GET /v1/agents
+// show it beside the agents: the isolation its leases get on this host
+// (the effective mode: local's auto shows namespaces or none), whether
+// egress gateway is enforced there, and why the leases run less isolated
+// than asked.
+type Sandbox struct {
+	Name string `json:"sandbox"`
+	// Isolation is driver.Capabilities.Isolation: none, namespaces,
+	// container, pod ("" where the provider does not say, or did not open).
+	Isolation string `json:"isolation"`
+	// Egress is "enforced" where egress gateway is (Capabilities.Egress),
+	// else "unenforced".
+	Egress string `json:"egress"`
+	// Note says why the leases run less isolated than asked
+	// (driver.IsolationNoter: isolation=auto without a working bubblewrap).
+	Note string `json:"note,omitempty"`
+	// Error says why the provider did not open with its settings.
+	Error string `json:"error,omitempty"`
+}
+
+// SandboxOf is a provider's entry: p as opened under name, or the error
+// of opening it.
+func SandboxOf(name string, p driver.Provider, err error) Sandbox {
+	sb := Sandbox{Name: name, Egress: "unenforced"}
+	if err != nil {
+		sb.Error = err.Error()
+		return sb
+	}
+	c := p.Capabilities()
+	sb.Isolation = c.Isolation
+	if c.Egress {
+		sb.Egress = "enforced"
+	}
+	if n, ok := p.(driver.IsolationNoter); ok {
+		sb.Note = n.IsolationNote()
+	}
+	return sb
+}
+
+// sandboxList is the server's sandboxes as its pool opens them (with the
+// operator's settings), the default first.
+func (s *Server) sandboxList() []Sandbox {
+	out := make([]Sandbox, 0, len(s.o.Sandboxes))
+	for _, name := range s.o.Sandboxes {
+		key, err := s.poolKey(name, nil, true)
+		var p driver.Provider
+		if err == nil {
+			p, err = s.pool.Provider(key)
+		}
+		out = append(out, SandboxOf(name, p, err))
+	}
+	return out
 }

@@ -23,9 +23,17 @@ func TestAgentsList(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("%d %s", code, b)
 	}
-	var got struct{ Agents []server.Agent }
+	var got struct {
+		Agents    []server.Agent
+		Sandboxes []server.Sandbox
+	}
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
+	}
+	// Beside the agents, the served sandboxes with the isolation their
+	// leases get here.
+	if len(got.Sandboxes) == 0 || got.Sandboxes[0].Name != ts.srv.Sandboxes()[0] || got.Sandboxes[0].Isolation == "" || got.Sandboxes[0].Error != "" {
+		t.Errorf("sandboxes %+v, want the served ones with their isolation", got.Sandboxes)
 	}
 	var names []string
 	for _, a := range got.Agents {

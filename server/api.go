@@ -69,6 +69,13 @@ type TurnRequest struct {
 	CheckpointInclude []string `json:"checkpoint_include,omitempty"`
 	Check             string   `json:"check,omitempty"`
 	CheckTimeoutMS    int64    `json:"check_timeout_ms,omitempty"`
+
+	// MaxTokens is the turn's token budget (the CLI's --max-tokens) and
+	// Budget the conversation's over all its turns (--budget), counted
+	// at the credential gateway: crossing one ends the turn with code
+	// budget (docs/metering.md). 0: none.
+	MaxTokens int64 `json:"max_tokens,omitempty"`
+	Budget    int64 `json:"budget,omitempty"`
 }
 
 // RaceRequest is the body of POST /v1/races: one task run as several
@@ -183,6 +190,17 @@ type TurnStatus struct {
 	Created  time.Time  `json:"created"`
 	Started  *time.Time `json:"started,omitempty"`
 	Finished *time.Time `json:"finished,omitempty"`
+	// Replica is the fleet replica that runs the turn (Options.Replica;
+	// empty without a turn store).
+	Replica string `json:"replica,omitempty"`
+	// Model is the model asked for, or the one the agent named in its
+	// session event; Usage the agent's tokens so far (its last usage
+	// event), while it runs and after. Prompt is the turn's prompt,
+	// redacted like its events. The three are known to the replica that
+	// runs the turn (another replica of a fleet reports its record only).
+	Model  string         `json:"model,omitempty"`
+	Usage  *harness.Usage `json:"usage,omitempty"`
+	Prompt string         `json:"prompt,omitempty"`
 	// Result is the turn's result line once finished.
 	Result *engine.ResultLine `json:"result,omitempty"`
 }

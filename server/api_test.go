@@ -125,6 +125,10 @@ func TestAPI(t *testing.T) {
 		t.Errorf("cancel a finished turn: %d, want 200", code)
 	}
 
+	// The console's routes (TestConsoleAPI tests them in depth): this
+	// client token has no limit and is refused the operator's routes.
+	consoleRoutes(t, ts, conv)
+
 	// Conversations: list, get, usage, resume, delete.
 	code, b, _ = ts.do("GET", "/v1/conversations", nil)
 	if code != 200 || !strings.Contains(string(b), conv) {

@@ -58,6 +58,14 @@ type fleet struct {
 
 	subMu sync.Mutex
 	subs  map[string]map[chan struct{}]struct{}
+
+	// unwritten are the results the store did not take in three tries
+	// (an outage): each heartbeat that reaches the store writes them.
+	// Dropped, they left their turns running in the store for good, and
+	// a client following one through another replica never had its
+	// result (the chaos run, docs/scale.md).
+	unwrittenMu sync.Mutex
+	unwritten   []fleetOp
 }
 
 // fleetOp is one write of the store: a turn created, started, its
@@ -153,9 +161,24 @@ func (f *fleet) event(t *turn, seq int64, b []byte) {
 	}
 }
 
-func (f *fleet) finished(t *turn, seq int64, b []byte, at time.Time) {
-	f.send(fleetOp{id: t.id, result: &turnstore.Event{Seq: seq, Data: b}, at: at})
+// finished queues a turn's result and waits until it is written, or for
+// wait at most.
+func (f *fleet) finished(t *turn, seq int64, b []byte, at time.Time, wait time.Duration) {
+	done := make(chan error, 1)
+	if !f.send(fleetOp{id: t.id, result: &turnstore.Event{Seq: seq, Data: b}, at: at, done: done}) {
+		return
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 }
+
+// resultWait bounds how long a result waits for the turn store before
+// its clients get it.
+const resultWait = 2 * time.Second
 
 // write applies one writer's queued writes in order, each run of events
 // of one turn in one Append.
@@ -226,6 +249,11 @@ func (f *fleet) apply(o fleetOp) {
 	}
 	if err != nil {
 		f.s.log.Warn(f.s.o.Name+": writing a turn to the turn store", "turn", o.id, "err", err.Error())
+		if o.result != nil && !errors.Is(err, turnstore.ErrNotFound) {
+			f.unwrittenMu.Lock()
+			f.unwritten = append(f.unwritten, o)
+			f.unwrittenMu.Unlock()
+		}
 	}
 	if o.done != nil {
 		o.done <- err
@@ -255,6 +283,9 @@ func (f *fleet) heartbeat() {
 		} else {
 			beats++
 		}
+		if beats > 0 {
+			f.writeUnwritten(ctx)
+		}
 		if beats > lostAfter {
 			f.reap(ctx)
 		}
@@ -264,6 +295,27 @@ func (f *fleet) heartbeat() {
 		f.commands(ctx)
 		cancel()
 	}
+}
+
+// writeUnwritten writes the results the writers could not, in order,
+// keeping those the store still refuses.
+func (f *fleet) writeUnwritten(ctx context.Context) {
+	f.unwrittenMu.Lock()
+	ops := f.unwritten
+	f.unwritten = nil
+	f.unwrittenMu.Unlock()
+	var left []fleetOp
+	for _, o := range ops {
+		if _, err := f.st.Finish(ctx, o.id, *o.result, o.at); err != nil && !errors.Is(err, turnstore.ErrNotFound) {
+			left = append(left, o)
+		}
+	}
+	if len(ops) > 0 {
+		f.s.log.Info(f.s.o.Name+": results written after the turn store failed", "written", len(ops)-len(left), "left", len(left))
+	}
+	f.unwrittenMu.Lock()
+	f.unwritten = append(left, f.unwritten...)
+	f.unwrittenMu.Unlock()
 }
 
 // reap ends the turns of the replicas silent for lostAfter heartbeats.
@@ -356,6 +408,7 @@ func (f *fleet) close(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	f.writeUnwritten(lctx)
 	err = errors.Join(err, f.st.Leave(lctx, f.replica))
 	f.stop()
 	f.loops.Wait()

@@ -40,6 +40,7 @@ func Routes() []string {
 		"GET /v1/conversations/{id}/usage", "DELETE /v1/conversations/{id}", "GET /v1/conversations/{id}/export",
 		"GET /v1/conversations/{id}/diff", "POST /v1/conversations/import", "POST /v1/races", "GET /v1/agents",
 		"GET /v1/openapi.json", "GET /healthz", "GET /metrics",
+		"GET /v1/conversations/{id}/history", "GET /v1/limits", "GET /v1/fleet", "GET /v1/gc", "POST /v1/gc",
 	}
 }
 
@@ -66,6 +67,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/conversations/import", s.importConversation)
 	mux.HandleFunc("POST /v1/races", s.postRace)
 	mux.HandleFunc("GET /v1/agents", s.agents)
+	mux.HandleFunc("GET /v1/conversations/{id}/history", s.conversationRoute(s.history))
+	mux.HandleFunc("GET /v1/limits", s.tokenLimits)
+	mux.HandleFunc("GET /v1/fleet", s.fleetStatus)
+	mux.HandleFunc("GET /v1/gc", s.getGC)
+	mux.HandleFunc("POST /v1/gc", s.postGC)
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(OpenAPI)
@@ -430,6 +436,25 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, t *turn) {
 	s.stream(w, r, t, t.agent, nil, func(after int64) (replay, error) { return t.since(after), nil })
 }
 
+// startEvents begins a Server-Sent Events response and returns its
+// writer, which reports whether the client took b: each write is flushed,
+// and a client stuck for 30 s is dropped.
+func startEvents(w http.ResponseWriter) (write func(b []byte) bool) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+}
+
 // stream serves an event stream from next (a turn of this replica's, or
 // one in the fleet's store); it also looks again at every poll.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *turn, agent string, poll <-chan time.Time, next func(after int64) (replay, error)) {
@@ -444,19 +469,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *turn, agent s
 		return
 	}
 	defer closeStream()
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second)) // a stuck client is dropped
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	write := startEvents(w)
 	if !write([]byte("retry: 1000\n\n")) {
 		return
 	}
@@ -681,7 +694,7 @@ func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, id s
 }
 
 func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"agents": s.agentList()})
+	writeJSON(w, http.StatusOK, map[string]any{"agents": s.agentList(), "sandboxes": s.sandboxList()})
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

@@ -217,10 +217,7 @@ func (s *Server) mcpHandler() http.Handler {
 // request is the turn request of the arguments.
 func (a RunTurnArgs) request() (*TurnRequest, error) {
 	req := &TurnRequest{Agent: a.Agent, Model: a.Model, Prompt: a.Prompt, Sandbox: a.Sandbox, Resume: a.Resume, Fork: a.Fork,
-		Workspace: a.Workspace, Checkpoint: a.Checkpoint, Check: a.Check}
-	if a.Image != "" {
-		req.Settings = map[string]string{"image": a.Image}
-	}
+		Workspace: a.Workspace, Checkpoint: a.Checkpoint, Check: a.Check, Settings: imageSettings(a.Image)}
 	if a.Schema != nil {
 		b, err := json.Marshal(a.Schema)
 		if err != nil {
@@ -234,6 +231,15 @@ func (a RunTurnArgs) request() (*TurnRequest, error) {
 	}
 	req.TimeoutMS = ms
 	return req, nil
+}
+
+// imageSettings are the sandbox settings of a tool's image argument: nil
+// without one.
+func imageSettings(image string) map[string]string {
+	if image == "" {
+		return nil
+	}
+	return map[string]string{"image": image}
 }
 
 // timeoutMS is a tool's timeout argument (a Go duration) in
@@ -252,10 +258,8 @@ func timeoutMS(timeout string) (int64, error) {
 // request is the race request of the arguments.
 func (a RaceArgs) request() (*RaceRequest, error) {
 	req := &RaceRequest{Prompt: a.Prompt, Agents: a.Agents, Count: a.Count, Check: a.Check, Judge: a.Judge, From: a.From,
-		Model: a.Model, Sandbox: a.Sandbox, MaxTokens: a.MaxTokens, Budget: a.Budget, Options: a.Options, AgentOptions: a.AgentOptions}
-	if a.Image != "" {
-		req.Settings = map[string]string{"image": a.Image}
-	}
+		Model: a.Model, Sandbox: a.Sandbox, MaxTokens: a.MaxTokens, Budget: a.Budget, Options: a.Options, AgentOptions: a.AgentOptions,
+		Settings: imageSettings(a.Image)}
 	ms, err := timeoutMS(a.Timeout)
 	if err != nil {
 		return nil, err
@@ -285,10 +289,8 @@ func (s *Server) raceTool(ctx context.Context, call *mcp.CallToolRequest, args R
 		items, finished, notify := rc.take()
 		for _, it := range items {
 			seq++
-			if token != nil && ctx.Err() == nil && !isResultLine(it) && !strings.HasPrefix(string(it), `{"type":"race"`) {
-				if call.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(seq), Message: string(it)}) == nil {
-					sent++
-				}
+			if !strings.HasPrefix(string(it), `{"type":"race"`) && sendProgress(ctx, call, token, int64(seq), it) {
+				sent++
 			}
 		}
 		if finished {
@@ -397,12 +399,8 @@ func (s *Server) follow(ctx context.Context, call *mcp.CallToolRequest, t *turn)
 		rp := t.since(after)
 		for i, e := range rp.entries {
 			seq := rp.seq + int64(i)
-			if token != nil && ctx.Err() == nil && !isResultLine(e) {
-				// The notification is best effort: a client that stopped
-				// reading loses progress, not the turn.
-				if call.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(seq), Message: string(e)}) == nil {
-					sent++
-				}
+			if sendProgress(ctx, call, token, seq, e) {
+				sent++
 			}
 		}
 		after = rp.seq + int64(len(rp.entries)) - 1
@@ -417,6 +415,18 @@ func (s *Server) follow(ctx context.Context, call *mcp.CallToolRequest, t *turn)
 			return sent
 		}
 	}
+}
+
+// sendProgress sends entry e, number seq of the call's stream, as a progress
+// notification, when the call has a progress token and is still on, and
+// e is not a result line (the answer); it reports whether it was sent.
+// The notification is best effort: a client that stopped reading loses
+// progress, not the turn.
+func sendProgress(ctx context.Context, call *mcp.CallToolRequest, token any, seq int64, e []byte) bool {
+	if token == nil || ctx.Err() != nil || isResultLine(e) {
+		return false
+	}
+	return call.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(seq), Message: string(e)}) == nil
 }
 
 // isResultLine: the log's last entry, the result, is the tool's answer,
@@ -483,5 +493,5 @@ func (s *Server) listConversationsTool(ctx context.Context, call *mcp.CallToolRe
 }
 
 func (s *Server) listAgentsTool(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-	return nil, map[string]any{"agents": s.agentList()}, nil
+	return nil, map[string]any{"agents": s.agentList(), "sandboxes": s.sandboxList()}, nil
 }

@@ -537,19 +537,7 @@ func (s *Server) postRace(w http.ResponseWriter, r *http.Request) {
 // line; a client that stops reading for 30 s is dropped (and the race
 // cancelled with the request).
 func (s *Server) streamRace(w http.ResponseWriter, r *http.Request, rc *race) {
-	rctl := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
-		_ = rctl.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rctl.Flush() == nil
-	}
+	write := startEvents(w)
 	ping := time.NewTicker(s.o.Keepalive)
 	defer ping.Stop()
 	var seq int64

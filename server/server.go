@@ -172,6 +172,7 @@ type Server struct {
 	fleet   *fleet // nil without Options.Turns
 
 	windows  windows         // TokenLimits' running budgets (budget.go)
+	gc       gcState         // the last garbage collection of POST /v1/gc (console.go)
 	base     context.Context // ends at the end of Shutdown: cancels every turn
 	baseStop context.CancelCauseFunc
 	sem      chan struct{}

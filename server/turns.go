@@ -39,6 +39,7 @@ type turn struct {
 	secrets, egress string
 	egressAllow     []string
 	owner           string           // the peer that started it (principal.owner)
+	replica         string           // Options.Replica in a fleet
 	gatewayOnly     bool             // the client policy allows no secrets in the sandbox
 	ws              workspaceOptions // checkpoints and the check (workspace.go)
 	steer           chan string
@@ -46,9 +47,13 @@ type turn struct {
 	cancel          context.CancelCauseFunc
 	done            chan struct{} // closed once the result is in the log
 	stored          chan error    // the outcome of writing the record to the turn store (a fleet)
+	admitted        chan struct{} // closed once the record's outcome is known: only then may it run (a fleet)
 
 	limits []meter.Limiter   // the peer's token budgets (budget.go)
 	trace  trace.SpanContext // the caller's trace, continued
+	prompt string            // redacted (console.go)
+	// the turn's and the conversation's token budgets (RunOptions)
+	maxTokens, budget int64
 
 	mu       sync.Mutex
 	state    string
@@ -61,7 +66,9 @@ type turn struct {
 	dropped  int64         // bytes of events dropped from the log so far
 	total    *atomic.Int64 // the server's retained bytes, all turns
 	result   *engine.ResultLine
-	notify   chan struct{} // closed and replaced on every append
+	notify   chan struct{}  // closed and replaced on every append
+	model    string         // asked for, or named by the session event
+	usage    *harness.Usage // the last usage event's
 
 	streams int // open event streams (Server.mu)
 }
@@ -107,6 +114,12 @@ func (t *turn) append(v any) (int64, []byte) {
 	if err != nil {
 		return 0, nil
 	}
+	return t.appendLine(b), b
+}
+
+// appendLine adds an encoded line to the log and wakes the streams,
+// returning its sequence number.
+func (t *turn) appendLine(b []byte) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.log = append(t.log, b)
@@ -116,7 +129,14 @@ func (t *turn) append(v any) (int64, []byte) {
 		t.drop(1)
 	}
 	t.changed()
-	return seq, b
+	return seq
+}
+
+// nextSeq is the sequence number the next appended line gets.
+func (t *turn) nextSeq() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.first + int64(len(t.log))
 }
 
 // drop removes the log's n oldest entries. Call with t.mu.
@@ -167,7 +187,11 @@ func (t *turn) status() TurnStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	st := TurnStatus{ID: t.id, State: t.state, Agent: t.agent, Sandbox: t.sandbox, Created: t.created,
-		Events: t.first + int64(len(t.log)) - 1, Result: t.result}
+		Events: t.first + int64(len(t.log)) - 1, Result: t.result, Replica: t.replica, Model: t.model, Prompt: t.prompt}
+	if t.usage != nil {
+		u := *t.usage
+		st.Usage = &u
+	}
 	if !t.started.IsZero() {
 		ts := t.started
 		st.Started = &ts
@@ -177,6 +201,25 @@ func (t *turn) status() TurnStatus {
 		st.Finished = &ts
 	}
 	return st
+}
+
+// note keeps what a running turn's status reports of ev: the agent's
+// tokens so far (a usage event's, the engine's running count) and the
+// model its session event names.
+func (t *turn) note(ev harness.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch ev.Type {
+	case harness.EventUsage, harness.EventFinished:
+		if ev.Usage != nil {
+			u := *ev.Usage
+			t.usage = &u
+		}
+	case harness.EventSession:
+		if m, ok := ev.Details["model"].(string); ok && m != "" && t.model == "" {
+			t.model = m
+		}
+	}
 }
 
 func (t *turn) isFinished() bool {
@@ -208,9 +251,15 @@ func (s *Server) admit(ctx context.Context, req *TurnRequest) (*turn, error) {
 	if err != nil || t.stored == nil {
 		return t, err
 	}
-	// A fleet's replicas must all see the turn once the client has its id.
-	if err := <-t.stored; err != nil {
+	// A fleet's replicas must all see the turn once the client has its id;
+	// a turn whose record could not be written never runs: its client is
+	// told to retry, and a retry must not make it run twice.
+	err = <-t.stored
+	if err != nil {
 		t.cancel(errClientCancel)
+	}
+	close(t.admitted)
+	if err != nil {
 		return nil, storeError(err)
 	}
 	return t, nil
@@ -231,7 +280,7 @@ func (s *Server) checkRequest(req *TurnRequest) (time.Duration, error) {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"timeout_ms", req.TimeoutMS}, {"inactivity_ms", req.InactivityMS}} {
+	}{{"timeout_ms", req.TimeoutMS}, {"inactivity_ms", req.InactivityMS}, {"max_tokens", req.MaxTokens}, {"budget", req.Budget}} {
 		if f.v < 0 {
 			// A negative inactivity would turn the watchdog off: a
 			// client of a shared server may not.
@@ -360,6 +409,10 @@ func (s *Server) enqueue(ctx context.Context, st engine.Turn, key sandbox.PoolKe
 		state: StateQueued, first: 1, maxBytes: int64(s.o.MaxTurnEvents), total: &s.retained, notify: make(chan struct{}),
 		limits: s.limitsFor(principalOf(ctx).token), trace: trace.SpanContextFromContext(ctx),
 		owner: principalOf(ctx).owner, gatewayOnly: principalOf(ctx).gatewayOnly(),
+		model: st.Agent.Model, prompt: s.redactor(req.Env).String(req.Prompt), maxTokens: req.MaxTokens, budget: req.Budget,
+	}
+	if s.fleet != nil {
+		t.replica = s.o.Replica
 	}
 	s.turns[t.id] = t
 	s.queued++
@@ -368,7 +421,7 @@ func (s *Server) enqueue(ctx context.Context, st engine.Turn, key sandbox.PoolKe
 		s.convInUse[conv]++
 	}
 	if s.fleet != nil {
-		t.stored = s.fleet.create(t)
+		t.stored, t.admitted = s.fleet.create(t), make(chan struct{})
 	}
 	s.wg.Add(1)
 	go s.run(t, st, req.Raw)
@@ -469,8 +522,15 @@ func (s *Server) run(t *turn, st engine.Turn, raw bool) {
 	queuedAt := time.Now()
 	var res *engine.Result
 	var err error
+	sem := s.sem
+	if t.admitted != nil {
+		<-t.admitted
+		if t.ctx.Err() != nil {
+			sem = nil // refused at its admission: it never runs, whatever select would pick
+		}
+	}
 	select {
-	case s.sem <- struct{}{}:
+	case sem <- struct{}{}:
 		s.mu.Lock()
 		s.queued--
 		s.running++
@@ -532,6 +592,8 @@ func (s *Server) execute(t *turn, st engine.Turn, raw bool) (*engine.Result, err
 		Limits:      t.limits,
 		Owner:       t.owner,
 		GatewayOnly: t.gatewayOnly,
+		MaxTokens:   t.maxTokens,
+		Budget:      t.budget,
 	}
 	t.ws.apply(opts)
 	// A turn in a workspace of its own opens a sandbox there: a pooled
@@ -559,6 +621,7 @@ func (s *Server) execute(t *turn, st engine.Turn, raw bool) (*engine.Result, err
 
 // record adds an event to the turn's log (and the turn store's).
 func (s *Server) record(t *turn, ev harness.Event) {
+	t.note(ev)
 	seq, b := t.append(ev)
 	if s.fleet != nil {
 		s.fleet.event(t, seq, b)
@@ -592,15 +655,32 @@ func (s *Server) finish(t *turn, res *engine.Result, err error) {
 	}
 	s.log.Info("outpost turn", attrs...)
 
-	seq, b := t.append(line)
+	finished := time.Now().UTC()
+	b, _ := encodeLine(line)
+	if s.fleet != nil && b != nil {
+		// A fleet writes the result to the turn store before any client
+		// sees it, so that a client that read it from this replica and
+		// then asks another finds the turn finished (the fresh-clone
+		// chaos run found a turn still running in the store after its
+		// user had the result). A store that does not take the write in
+		// resultWait does not hold the result back: the writer keeps it
+		// and writes it once the store is back.
+		s.fleet.finished(t, t.nextSeq(), b, finished, resultWait)
+	}
+	if b != nil {
+		t.appendLine(b)
+	}
 	t.mu.Lock()
-	t.state, t.finished, t.result = StateFinished, time.Now().UTC(), &line
-	finished := t.finished
+	t.state, t.finished, t.result = StateFinished, finished, &line
+	if res.Model != "" {
+		t.model = res.Model
+	}
+	if res.Usage != (harness.Usage{}) {
+		u := res.Usage
+		t.usage = &u
+	}
 	t.changed()
 	t.mu.Unlock()
-	if s.fleet != nil && b != nil {
-		s.fleet.finished(t, seq, b, finished)
-	}
 	close(t.done)
 	t.cancel(nil)
 

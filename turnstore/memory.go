@@ -3,6 +3,7 @@ package turnstore
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -251,4 +252,34 @@ func (m *Memory) changed(id string) {
 	for l := range m.listeners {
 		go l.changed(id)
 	}
+}
+
+var _ ReplicaLister = (*Memory)(nil)
+
+// Replicas implements ReplicaLister.
+func (m *Memory) Replicas(ctx context.Context) ([]Replica, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	by := map[string]*Replica{}
+	for id, beat := range m.beats {
+		by[id] = &Replica{ID: id, Heartbeat: beat, Age: now.Sub(beat)}
+	}
+	for _, t := range m.turns {
+		if t.rec.State == StateFinished {
+			continue
+		}
+		r := by[t.rec.Owner]
+		if r == nil {
+			r = &Replica{ID: t.rec.Owner}
+			by[t.rec.Owner] = r
+		}
+		r.Turns++
+	}
+	out := make([]Replica, 0, len(by))
+	for _, r := range by {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b Replica) int { return strings.Compare(a.ID, b.ID) })
+	return out, ctx.Err()
 }

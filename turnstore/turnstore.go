@@ -111,3 +111,24 @@ type Store interface {
 	// until ctx ends. Notes may be lost or doubled (callers also poll).
 	Listen(ctx context.Context, replica string, changed func(turn string), commands func()) error
 }
+
+// Replica is one replica of a fleet as the store knows it: its last
+// heartbeat (the store's clock), how long ago that was (Age, by the same
+// clock), and how many unfinished turns it owns.
+type Replica struct {
+	ID        string
+	Heartbeat time.Time
+	Age       time.Duration
+	Turns     int
+}
+
+// ReplicaLister is implemented by stores that list their replicas (both
+// of outpost's): `outpost serve`'s GET /v1/fleet reads it. A separate
+// interface so that a Store written elsewhere (a test's wrapper) stays
+// one without it.
+type ReplicaLister interface {
+	// Replicas lists the replicas with a heartbeat, by id, and the owners
+	// of unfinished turns that have none (Heartbeat zero: left or never
+	// beaten; their turns are lost at the next Reap).
+	Replicas(ctx context.Context) ([]Replica, error)
+}

@@ -15,10 +15,17 @@ import (
 )
 
 // Client is an ACP client (sdk.Client) that records the session updates
-// it gets, refuses permission requests and has no files or terminals.
+// and permission requests it gets, answers permissions by Answer
+// (default: cancelled, a refusal) and has no files or terminals.
 type Client struct {
+	// Answer, when set, answers a permission request: the option chosen,
+	// "" to cancel it. It may block (ctx ends when the agent withdraws
+	// the request). Set it before the connection is used.
+	Answer func(ctx context.Context, r sdk.RequestPermissionRequest) string
+
 	mu      sync.Mutex
 	updates []sdk.SessionNotification
+	asked   []sdk.RequestPermissionRequest
 	changed chan struct{}
 }
 
@@ -36,8 +43,25 @@ func (c *Client) SessionUpdate(_ context.Context, n sdk.SessionNotification) err
 	return nil
 }
 
-func (c *Client) RequestPermission(context.Context, sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+func (c *Client) RequestPermission(ctx context.Context, r sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+	c.mu.Lock()
+	c.asked = append(c.asked, r)
+	c.mu.Unlock()
+	if c.Answer != nil {
+		if o := c.Answer(ctx, r); o != "" {
+			return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(o))}, nil
+		}
+	}
 	return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()}, nil
+}
+
+// Asked returns the permission requests so far and forgets them.
+func (c *Client) Asked() []sdk.RequestPermissionRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.asked
+	c.asked = nil
+	return a
 }
 func (c *Client) ReadTextFile(context.Context, sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
 	return sdk.ReadTextFileResponse{}, errors.New("no files")

@@ -29,6 +29,7 @@ type config struct {
 	jsonOut                                  string
 	keep                                     bool
 	cpuProfile                               string
+	serveExtra                               []string // more flags for each server (the chaos run's docker sandbox)
 }
 
 var errHelp = errors.New("help")

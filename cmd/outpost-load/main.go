@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/outposthq/outpost/cmd/outpost/cli"
@@ -55,6 +56,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return cli.Run(ctx, args, os.Stdin, stdout, stderr)
 		case "plot":
 			return plotMain(args[1:], stdout, stderr)
+		case "chaos":
+			return chaosMain(ctx, args[1:], stdout, stderr)
 		}
 	}
 	cfg, err := parseFlags(args, stderr)
@@ -79,7 +82,9 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // profileEnv names the file a server of the harness writes its CPU
-// profile to (--cpuprofile).
+// profile to (--cpuprofile); its heap profile (allocations since the
+// start, and what is in use at the end) goes beside it, as
+// NAME.heap.pprof.
 const profileEnv = "OUTPOST_LOAD_CPUPROFILE"
 
 // profile starts the CPU profile profileEnv asks for; the function it
@@ -99,5 +104,12 @@ func profile() func() {
 		f.Close()
 		return func() {}
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if h, err := os.Create(strings.TrimSuffix(name, ".pprof") + ".heap.pprof"); err == nil {
+			pprof.Lookup("allocs").WriteTo(h, 0)
+			h.Close()
+		}
+	}
 }

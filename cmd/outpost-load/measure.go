@@ -62,18 +62,11 @@ func readProc(pid int) (procSample, error) {
 // values joined with "/" (outpost_store_operations_total{store="a",op="b"}
 // is "a/b").
 func labelled(s *server, name string) (map[string]float64, error) {
-	resp, err := s.client.Get("http://outpost/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), name+"{")
+	err := metricLines(s, func(line string) {
+		rest, ok := strings.CutPrefix(line, name+"{")
 		if !ok {
-			continue
+			return
 		}
 		labels, value, _ := strings.Cut(rest, "} ")
 		var vals []string
@@ -82,25 +75,32 @@ func labelled(s *server, name string) (map[string]float64, error) {
 			vals = append(vals, strings.Trim(v, `"`))
 		}
 		out[strings.Join(vals, "/")], _ = strconv.ParseFloat(strings.TrimSpace(value), 64)
+	})
+	return out, err
+}
+
+// metricLines calls each with every line of a server's /metrics.
+func metricLines(s *server, each func(line string)) error {
+	resp, err := s.client.Get("http://outpost/metrics")
+	if err != nil {
+		return err
 	}
-	return out, sc.Err()
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		each(sc.Text())
+	}
+	return sc.Err()
 }
 
 // scrape reads the named series of a server's /metrics, each summed over
 // its labels; a series the server does not have is absent from the map.
 func scrape(s *server, names ...string) (map[string]float64, error) {
-	resp, err := s.client.Get("http://outpost/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	err := metricLines(s, func(line string) {
 		if line == "" || line[0] == '#' {
-			continue
+			return
 		}
 		name, rest, _ := strings.Cut(line, " ")
 		name, _, _ = strings.Cut(name, "{")
@@ -113,8 +113,8 @@ func scrape(s *server, names ...string) (map[string]float64, error) {
 				out[n] += v
 			}
 		}
-	}
-	return out, sc.Err()
+	})
+	return out, err
 }
 
 // totals are the servers' counters and process figures, summed.

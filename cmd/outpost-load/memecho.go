@@ -3,14 +3,15 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/harness/kit"
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/memsandbox"
 )
@@ -70,7 +71,7 @@ func memEcho(ctx context.Context, p *memsandbox.Proc) int {
 		return fail(p, err)
 	}
 	w := bufio.NewWriter(p.Stdout)
-	s := &memSession{w: w, model: model}
+	s := &memSession{ctx: ctx, w: w, model: model}
 	if id != "" {
 		b, err := p.FS.ReadFile(path.Join(dir, id+".jsonl"))
 		if err != nil {
@@ -102,6 +103,7 @@ func memEcho(ctx context.Context, p *memsandbox.Proc) int {
 
 // memSession is one session of memEcho: its file's lines so far.
 type memSession struct {
+	ctx          context.Context
 	w            *bufio.Writer
 	id, model    string
 	file         string
@@ -121,6 +123,17 @@ func (s *memSession) turn(p *memsandbox.Proc, prompt string) int {
 	model := s.model
 	if model == "" {
 		model = "echo-1"
+	}
+	if _, v, ok := strings.Cut(prompt, "#slow="); ok {
+		// #slow=N: the echo agent's N steps of 50 ms, as one wait (the
+		// chaos run's turns are running when a fault strikes).
+		v, _, _ = strings.Cut(v, " ")
+		steps, _ := strconv.Atoi(v)
+		select {
+		case <-time.After(time.Duration(steps) * 50 * time.Millisecond):
+		case <-s.ctx.Done():
+			return fail(p, s.ctx.Err())
+		}
 	}
 	reply := fmt.Sprintf("echo: %s (turn %d)", prompt, n)
 	s.record(map[string]string{"role": "user", "text": prompt})
@@ -152,10 +165,6 @@ func fail(p *memsandbox.Proc, err error) int {
 
 // newSessionID is a version 4 UUID, as the echo agent's session ids are.
 func newSessionID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	id, _ := kit.NewUUID()
+	return id
 }

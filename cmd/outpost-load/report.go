@@ -185,7 +185,8 @@ func (r *report) table(w io.Writer) error {
 		row("events", "%.1f per turn to %d watcher(s), %.0f/s delivered", r.EventsPerTurn, r.Watchers, r.EventsPerSec)
 	}
 	if s := r.Stored; s != nil {
-		row("stored conversations", "%d (put in %.1f s)", s.Count, s.SeedSeconds)
+		row("stored conversations", "%d (put in %.1f s); on disk %s (%s each); directory store's index %s", s.Count, s.SeedSeconds,
+			size(s.DiskBytes), size(s.DiskBytes/int64(max(s.Count, 1))), size(s.IndexBytes))
 		for _, op := range s.Ops {
 			row("  "+op.Name, "median %.2f ms, max %.2f ms (%d times; %d B)", op.Median, op.Max, op.Count, op.Bytes)
 		}

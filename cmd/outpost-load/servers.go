@@ -125,7 +125,7 @@ func serveArgs(cfg *config, store, name, sock, work string) []string {
 	if store != "" {
 		args = append(args, "--store", store, "--replica", name, "--heartbeat", "1s")
 	}
-	return args
+	return append(args, cfg.serveExtra...)
 }
 
 func (f *fleet) start(cfg *config, store, name string) (*server, error) {

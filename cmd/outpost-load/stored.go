@@ -20,6 +20,8 @@ type stored struct {
 	Count       int      `json:"count"`
 	SeedSeconds float64  `json:"seed_seconds"`
 	Ops         []timing `json:"ops"`
+	DiskBytes   int64    `json:"disk_bytes"`               // the store's growth on disk (storedcost.go)
+	IndexBytes  int64    `json:"fs_index_bytes,omitempty"` // the directory store's in-memory index
 }
 
 // timing is one request's times over several tries.
@@ -42,12 +44,26 @@ func storedRun(ctx context.Context, cfg *config, f *fleet) (*stored, error) {
 		return nil, err
 	}
 	defer closeStore()
+	disk0, err := diskBytes(ctx, cfg, f)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	ids, natives, err := seed(ctx, st, cfg.stored)
 	if err != nil {
 		return nil, err
 	}
 	out := &stored{Count: cfg.stored, SeedSeconds: time.Since(start).Seconds()}
+	disk1, err := diskBytes(ctx, cfg, f)
+	if err != nil {
+		return nil, err
+	}
+	out.DiskBytes = disk1 - disk0
+	if cfg.store == "" {
+		if out.IndexBytes, err = indexBytes(ctx, f); err != nil {
+			return out, err
+		}
+	}
 	s := f.servers[0]
 	const tries = 20
 	newest := ids[len(ids)-1]
@@ -64,7 +80,9 @@ func storedRun(ctx context.Context, cfg *config, f *fleet) (*stored, error) {
 		t.Name = op.name
 		out.Ops = append(out.Ops, t)
 	}
-	return out, nil
+	t, err := timeResume(ctx, f, ids, 5)
+	out.Ops = append(out.Ops, t)
+	return out, err
 }
 
 // openStore opens the store the servers use: the PostgreSQL database of
@@ -133,7 +151,9 @@ func timeGet(ctx context.Context, s *server, path string, tries int) (timing, er
 			return t, err
 		}
 		start := time.Now()
-		resp, err := s.client.Do(r)
+		// No client timeout (the run's bounds it): the first request
+		// after a start may read every stored conversation.
+		resp, err := s.stream.Do(r)
 		if err != nil {
 			return t, err
 		}

@@ -32,17 +32,18 @@ func tables(w io.Writer, runs map[string][]*report) error {
 }
 
 func storedTable(w io.Writer, rs []*report) {
-	fmt.Fprint(w, "| stored |")
+	fmt.Fprint(w, "| stored | on disk, each | index in memory, each |")
 	for _, op := range rs[0].Stored.Ops {
 		fmt.Fprintf(w, " %s |", op.Name)
 	}
-	fmt.Fprint(w, "\n|---|")
+	fmt.Fprint(w, "\n|---|---|---|")
 	for range rs[0].Stored.Ops {
 		fmt.Fprint(w, "---|")
 	}
 	fmt.Fprintln(w)
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %d |", r.Stored.Count)
+		n := int64(max(r.Stored.Count, 1))
+		fmt.Fprintf(w, "| %d | %s | %s |", r.Stored.Count, size(r.Stored.DiskBytes/n), size(r.Stored.IndexBytes/n))
 		for _, op := range r.Stored.Ops {
 			fmt.Fprintf(w, " %.2f ms (max %.2f; %s) |", op.Median, op.Max, size(int64(op.Bytes)))
 		}

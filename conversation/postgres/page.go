@@ -69,11 +69,11 @@ func pageSQL(q conversation.PageQuery) (string, []any, error) {
 	if q.Owner != nil {
 		sql += ` AND owner = ` + arg(*q.Owner)
 	}
-	if q.After != "" {
-		k, err := conversation.ParseCursor(q.After)
-		if err != nil {
-			return "", nil, err
-		}
+	k, err := q.AfterKey()
+	if err != nil {
+		return "", nil, err
+	}
+	if k != nil {
 		sql += fmt.Sprintf(` AND (updated, created, id) < (%s, %s, %s)`, arg(time.UnixMicro(k.Updated).UTC()), arg(time.UnixMicro(k.Created).UTC()), arg(k.ID))
 	}
 	return sql + ` ORDER BY updated DESC, created DESC, id DESC LIMIT ` + arg(q.Limit+1), args, nil

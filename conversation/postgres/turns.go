@@ -63,13 +63,11 @@ func (ts turns) Leave(ctx context.Context, replica string) error {
 // Create implements turnstore.Store.
 func (ts turns) Create(ctx context.Context, t turnstore.Turn) error {
 	storeops.Count("postgres-turns", "create")
-	return ts.tx(ctx, "create", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO outpost_turns (id, owner, agent, sandbox, state, created, started, client)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, t.Owner, t.Agent, t.Sandbox, t.State, t.Created, nullTime(t.Started), t.Client); err != nil {
-			return err
-		}
-		return notify(ctx, tx, turnsChannel, t.ID)
-	})
+	// One statement, one round trip (a transaction of its own): the row
+	// and the note, sent at its commit.
+	return ts.exec(ctx, "create", `WITH i AS (INSERT INTO outpost_turns (id, owner, agent, sandbox, state, created, started, client)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id)
+		SELECT pg_notify($9, id) FROM i`, t.ID, t.Owner, t.Agent, t.Sandbox, t.State, t.Created, nullTime(t.Started), t.Client, turnsChannel)
 }
 
 func nullTime(t time.Time) *time.Time {
@@ -82,12 +80,10 @@ func nullTime(t time.Time) *time.Time {
 // Start implements turnstore.Store.
 func (ts turns) Start(ctx context.Context, id string, at time.Time) error {
 	storeops.Count("postgres-turns", "start")
-	return ts.tx(ctx, "start", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE outpost_turns SET state = 'running', started = $2 WHERE id = $1 AND state = 'queued'`, id, at); err != nil {
-			return err
-		}
-		return notify(ctx, tx, turnsChannel, id)
-	})
+	// One statement, one round trip, as Create; the note goes whether or
+	// not the turn was still queued, as before.
+	return ts.exec(ctx, "start", `WITH u AS (UPDATE outpost_turns SET state = 'running', started = $2 WHERE id = $1 AND state = 'queued')
+		SELECT pg_notify($3, $1)`, id, at, turnsChannel)
 }
 
 // lockLive locks an unfinished turn's row and returns its last sequence
@@ -121,20 +117,19 @@ func (ts turns) Append(ctx context.Context, id string, evs []turnstore.Event, ma
 		if len(seqs) == 0 {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO outpost_turn_events (turn, seq, data)
-			SELECT $1, s, d FROM unnest($2::bigint[], $3::bytea[]) AS u(s, d)`, id, seqs, data); err != nil {
-			return err
-		}
+		// The events, the turn's row and the note in one statement (one
+		// round trip; the note is sent at the commit, as before).
 		var bytes int64
-		if err := tx.QueryRow(ctx, `UPDATE outpost_turns SET last = $2, bytes = bytes + $3 WHERE id = $1 RETURNING bytes`, id, last, size).Scan(&bytes); err != nil {
+		if err := tx.QueryRow(ctx, `WITH i AS (INSERT INTO outpost_turn_events (turn, seq, data)
+				SELECT $1, s, d FROM unnest($2::bigint[], $3::bytea[]) AS u(s, d)),
+			u AS (UPDATE outpost_turns SET last = $4, bytes = bytes + $5 WHERE id = $1 RETURNING bytes)
+			SELECT bytes, pg_notify($6, $1) FROM u`, id, seqs, data, last, size, turnsChannel).Scan(&bytes, nil); err != nil {
 			return err
 		}
 		if bytes > maxBytes {
-			if err := trim(ctx, tx, id, maxBytes); err != nil {
-				return err
-			}
+			return trim(ctx, tx, id, maxBytes)
 		}
-		return notify(ctx, tx, turnsChannel, id)
+		return nil
 	})
 }
 
@@ -174,15 +169,14 @@ func (ts turns) Finish(ctx context.Context, id string, result turnstore.Event, a
 }
 
 // finish writes a locked, unfinished turn's result line.
+// One statement, one round trip: the result line, the row, the note
+// (sent at the commit).
 func finish(ctx context.Context, tx pgx.Tx, id string, result turnstore.Event, at time.Time) error {
-	if _, err := tx.Exec(ctx, `INSERT INTO outpost_turn_events (turn, seq, data) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, id, result.Seq, result.Data); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `UPDATE outpost_turns SET state = 'finished', finished = $2, result = $3::bytea, last = greatest(last, $4),
-		bytes = bytes + length($3::bytea) WHERE id = $1`, id, at, result.Data, result.Seq); err != nil {
-		return err
-	}
-	return notify(ctx, tx, turnsChannel, id)
+	_, err := tx.Exec(ctx, `WITH e AS (INSERT INTO outpost_turn_events (turn, seq, data) VALUES ($1, $4, $3::bytea) ON CONFLICT DO NOTHING),
+		u AS (UPDATE outpost_turns SET state = 'finished', finished = $2, result = $3::bytea, last = greatest(last, $4),
+			bytes = bytes + length($3::bytea) WHERE id = $1)
+		SELECT pg_notify($5, $1)`, id, at, result.Data, result.Seq, turnsChannel)
+	return err
 }
 
 const turnColumns = `id, owner, agent, sandbox, state, created, started, finished, result, last, first, dropped, client`
@@ -372,4 +366,34 @@ func (ts turns) listen(ctx context.Context, replica string, changed func(string)
 			commands()
 		}
 	}
+}
+
+var _ turnstore.ReplicaLister = turns{}
+
+// Replicas implements turnstore.ReplicaLister: the heartbeats and their
+// age by the database's clock, and the unfinished turns of each owner.
+func (ts turns) Replicas(ctx context.Context) ([]turnstore.Replica, error) {
+	storeops.Count("postgres-turns", "replicas")
+	rows, err := ts.s.pool.Query(ctx, `WITH owners AS (
+			SELECT owner AS id, count(*) AS n FROM outpost_turns WHERE state <> 'finished' GROUP BY owner)
+		SELECT coalesce(r.id, o.id), r.heartbeat, coalesce(extract(epoch FROM now() - r.heartbeat), 0)::float8, coalesce(o.n, 0)
+		FROM outpost_replicas r FULL JOIN owners o ON o.id = r.id ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("turnstore: replicas: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (turnstore.Replica, error) {
+		var rep turnstore.Replica
+		var beat *time.Time
+		var age float64
+		err := r.Scan(&rep.ID, &beat, &age, &rep.Turns)
+		if beat != nil {
+			rep.Heartbeat = beat.UTC()
+		}
+		rep.Age = time.Duration(age * float64(time.Second))
+		return rep, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("turnstore: replicas: %w", err)
+	}
+	return out, nil
 }

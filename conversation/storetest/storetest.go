@@ -298,6 +298,15 @@ func testPages(t *testing.T, s conversation.Store) {
 	if _, _, err := conversation.ListPage(ctx, s, conversation.PageQuery{After: "nonsense", Limit: 2}); !errors.Is(err, conversation.ErrCursor) {
 		t.Errorf("a cursor no page gave: %v, want ErrCursor", err)
 	}
+	// A Pager called directly checks the query as ListPage does.
+	if p, ok := s.(conversation.Pager); ok {
+		if page, next, err := p.ListPage(ctx, conversation.PageQuery{Limit: 0}); err == nil {
+			t.Errorf("Pager.ListPage with limit 0: %d conversations, next %q, no error", len(page), next)
+		}
+		if _, _, err := p.ListPage(ctx, conversation.PageQuery{After: "nonsense", Limit: 2}); !errors.Is(err, conversation.ErrCursor) {
+			t.Errorf("Pager.ListPage after a cursor no page gave: %v, want ErrCursor", err)
+		}
+	}
 }
 
 func testDelete(t *testing.T, s conversation.Store) {

@@ -22,8 +22,10 @@ const (
 const (
 	// OptionPermissions answers the agent's permission requests: "allow"
 	// (default: every request is allowed once), "deny" (every one is
-	// refused), or a comma-separated list of ACP tool kinds allowed, the
-	// others refused ("read,search,edit").
+	// refused), "ask" (the turn's caller answers each,
+	// engine.RunOptions.Permission; without one each is refused), or a
+	// comma-separated list of ACP tool kinds allowed, the others refused
+	// ("read,search,edit").
 	OptionPermissions = "permissions"
 	// OptionSteer says how a steering message reaches the running turn:
 	// "queue" (default: the next session/prompt once the running one
@@ -57,11 +59,25 @@ type Config struct {
 	// Reserved are flags refused in pass-through arguments, beside Args,
 	// ModelArgs and AllowArgs.
 	Reserved []string
+	// Bootstrap names the pin that installs the adapter when it is a
+	// program of its own (claude-code-acp, codex-acp); empty: the base
+	// preset's, whose CLI itself speaks ACP (copilot --acp).
+	Bootstrap string
 	// Resume, when set, readies a continued session in the sandbox: files
 	// written into the home and commands run before the agent starts
 	// (harness.Command's Files and Prepare), as a preset file's
 	// resume_files and resume_prepare.
 	Resume func(in harness.Input) ([]harness.File, []harness.Command, error)
+	// AgentText, when set, reads each agent_message_chunk's text before it
+	// is taken as the model's words. An agent that reports its own state
+	// as message chunks (Copilot CLI 1.0.102 in ACP mode sends its
+	// session.info and session.error messages as "Info: …" and "Error: …"
+	// chunks, and ends the prompt end_turn) returns the event the chunk
+	// is instead: a notice, or a failure, after which the prompt's end is
+	// no success (the failure's kind becomes turn_failed, so the preset's
+	// classifiers read its text as a failed turn's). ok false: the chunk
+	// is the model's text.
+	AgentText func(text string) (ev harness.Event, ok bool)
 }
 
 // Preset returns the ACP mode of the CLI that base runs: base lends its
@@ -77,6 +93,9 @@ func Preset(base *harness.Harness, c Config) *harness.Harness {
 	}
 	live := func(in harness.Input) (harness.Live, error) { return newClient(c, in) }
 	h.Name = c.Name
+	if c.Bootstrap != "" {
+		h.Bootstrap = c.Bootstrap
+	}
 	h.LiveInput = live
 	h.LiveOnly = true
 	h.Request = func(in harness.Input) (harness.Command, error) {
@@ -130,6 +149,7 @@ var (
 // settings are a turn's options.
 type settings struct {
 	allowAll, denyAll bool
+	ask               bool            // the caller answers (permissions=ask)
 	kinds             map[string]bool // allowed tool kinds, when neither
 	interrupt         bool            // steer=interrupt
 }
@@ -144,7 +164,7 @@ func parseSettings(name string, opts map[string]string) (settings, error) {
 			if err != nil {
 				return s, err
 			}
-			s.allowAll, s.denyAll, s.kinds = p.allowAll, p.denyAll, p.kinds
+			s.allowAll, s.denyAll, s.kinds, s.ask = p.allowAll, p.denyAll, p.kinds, p.ask
 		case OptionSteer:
 			switch v {
 			case "queue", "":
@@ -166,12 +186,14 @@ func parsePermissions(name, v string) (settings, error) {
 		return settings{allowAll: true}, nil
 	case "deny":
 		return settings{denyAll: true}, nil
+	case "ask":
+		return settings{ask: true}, nil
 	}
 	s := settings{kinds: map[string]bool{}}
 	for _, k := range strings.Split(v, ",") {
 		k = strings.TrimSpace(k)
 		if !slices.Contains(ToolKinds, k) {
-			return s, fmt.Errorf("%s: option %s: %q is not allow, deny or a list of ACP tool kinds (%s)", name, OptionPermissions, k, strings.Join(ToolKinds, ", "))
+			return s, fmt.Errorf("%s: option %s: %q is not allow, deny, ask or a list of ACP tool kinds (%s)", name, OptionPermissions, k, strings.Join(ToolKinds, ", "))
 		}
 		s.kinds[k] = true
 	}

@@ -1,6 +1,7 @@
 package acp
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,10 @@ type client struct {
 	cancelled bool // the turn was interrupted: no further prompt
 	steering  bool // a session/cancel for steer=interrupt is out
 	done      bool
+	asking    *harness.Asking               // the caller answers permissions (permissions=ask)
+	askCtx    context.Context               // the turn's, for the caller's answers
+	asks      map[string]context.CancelFunc // the caller's open questions, by request id
+	agentErr  bool                          // the agent reported the prompt failed in a chunk (Config.AgentText)
 
 	turn      int // prompts sent, for event ids
 	msgs      int // message and thought blocks of this prompt
@@ -61,7 +66,7 @@ func newClient(c Config, in harness.Input) (*client, error) {
 	if in.Conversation != "" && strings.TrimSpace(in.Conversation) != in.Conversation {
 		return nil, fmt.Errorf("%s: %q is not a session id", c.Name, in.Conversation)
 	}
-	return &client{cfg: c, in: in, s: s, cmd: cmd, pending: map[int64]string{}, tools: map[string]toolInfo{}}, nil
+	return &client{cfg: c, in: in, s: s, cmd: cmd, pending: map[int64]string{}, tools: map[string]toolInfo{}, asks: map[string]context.CancelFunc{}}, nil
 }
 
 func (l *client) Command() harness.Command { return l.cmd }
@@ -157,6 +162,7 @@ func (l *client) Interrupt(w io.Writer) error {
 	}
 	l.cancelled = true
 	l.queued = nil
+	l.cancelAsks() // the protocol: pending permission requests answer cancelled
 	if l.prompting == 0 {
 		l.done = true
 		return nil
@@ -310,6 +316,7 @@ func (l *client) initialized(raw json.RawMessage, w io.Writer) []harness.Event {
 // prompt sends text as the session's next prompt.
 func (l *client) prompt(w io.Writer, text string) []harness.Event {
 	l.turn++
+	l.agentErr = false
 	l.msgs = 0
 	l.callUsage = nil
 	l.last = ""
@@ -337,6 +344,11 @@ func (l *client) stopped(r sdk.PromptResponse, raw json.RawMessage, w io.Writer)
 		l.usage = &total
 		evs = append(evs, harness.Event{Type: harness.EventUsage, Usage: &total})
 	}
+	if l.agentErr {
+		// The failure event was reported with the chunk: the turn is over.
+		l.done = true
+		return evs
+	}
 	if r.StopReason == sdk.StopReasonCancelled {
 		if l.steering && !l.cancelled && len(l.queued) > 0 {
 			l.steering = false
@@ -362,27 +374,6 @@ func (l *client) stopped(r sdk.PromptResponse, raw json.RawMessage, w io.Writer)
 	}
 	l.done = true
 	return evs
-}
-
-// agentRequest answers a request of the agent: permissions by the turn's
-// policy; the file-system and terminal methods, which outpost does not
-// advertise, and anything else are "method not found".
-func (l *client) agentRequest(m envelope, w io.Writer) []harness.Event {
-	if m.Method != sdk.ClientMethodSessionRequestPermission {
-		_ = writeMsg(w, envelope{ID: m.ID, Error: sdk.NewMethodNotFound(m.Method)})
-		return []harness.Event{{Type: harness.EventNotice, Kind: "unsupported",
-			Text: fmt.Sprintf("%s: the agent called %s, which outpost does not offer", l.cfg.Name, clip(m.Method, 200))}}
-	}
-	var req sdk.RequestPermissionRequest
-	if err := json.Unmarshal(m.Params, &req); err != nil {
-		_ = writeMsg(w, envelope{ID: m.ID, Error: sdk.NewInvalidParams(map[string]any{"error": err.Error()})})
-		return []harness.Event{{Type: harness.EventNotice, Kind: "protocol", Text: l.cfg.Name + ": an unreadable permission request was refused"}}
-	}
-	res, ev := l.permission(req)
-	if err := writeMsg(w, envelope{ID: m.ID, Result: mustJSON(res)}); err != nil {
-		return []harness.Event{ev, {Type: harness.EventNotice, Kind: "permission", Text: l.cfg.Name + ": the answer could not be sent: " + err.Error()}}
-	}
-	return []harness.Event{ev}
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -137,13 +137,14 @@ func TestSteerQueued(t *testing.T) {
 }
 
 // TestPermissionNoOption: a request with no option the policy can choose
-// is cancelled, and said so.
+// is cancelled, and said so; the tool call ends refused.
 func TestPermissionNoOption(t *testing.T) {
 	x := newExchange(t, harness.Input{Prompt: "hi", Options: map[string]string{OptionPermissions: "deny"}})
 	x.open()
 	evs := x.agent(`{"jsonrpc":"2.0","id":9,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":{"toolCallId":"t","kind":"edit"},"options":[{"optionId":"ok","name":"OK","kind":"allow_once"}]}}`)
 	sent := x.sent()
-	if len(evs) != 1 || evs[0].Kind != "permission_denied" || len(sent) != 1 || !strings.Contains(mustString(sent[0]["result"]), `"cancelled"`) {
+	if len(evs) != 3 || evs[0].Kind != "permission_denied" || evs[2].Type != harness.EventToolResult || !evs[2].Tool.Error || evs[2].Tool.ID != "t" ||
+		len(sent) != 1 || !strings.Contains(mustString(sent[0]["result"]), `"cancelled"`) {
 		t.Errorf("events %+v, reply %+v", evs, sent)
 	}
 }
@@ -199,5 +200,19 @@ func TestMetaUsage(t *testing.T) {
 	evs := x.agent(`{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}`)
 	if fin := evs[len(evs)-1]; fin.Usage == nil || *fin.Usage != (harness.Usage{InputTokens: 160, OutputTokens: 20, CacheReadTokens: 40, Complete: true}) {
 		t.Errorf("events %+v", evs)
+	}
+}
+
+// TestPresetBootstrap: Config.Bootstrap names the adapter's own pin
+// (claude-acp, codex-acp); without it the base preset's stays (a CLI that
+// speaks ACP itself).
+func TestPresetBootstrap(t *testing.T) {
+	base := &harness.Harness{Name: "cli", Bootstrap: "cli",
+		Request: func(harness.Input) (harness.Command, error) { return harness.Command{Path: "cli"}, nil }}
+	if h := Preset(base, Config{Name: "cli-acp", Bootstrap: "cli-acp"}); h.Bootstrap != "cli-acp" || base.Bootstrap != "cli" {
+		t.Errorf("with Config.Bootstrap: %q (base %q), want cli-acp (base cli)", h.Bootstrap, base.Bootstrap)
+	}
+	if h := Preset(base, Config{Name: "cli-acp"}); h.Bootstrap != "cli" {
+		t.Errorf("without Config.Bootstrap: %q, want the base's cli", h.Bootstrap)
 	}
 }

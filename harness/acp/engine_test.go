@@ -13,31 +13,18 @@ import (
 	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/acp"
+	"github.com/outposthq/outpost/harness/acp/acptest"
 	"github.com/outposthq/outpost/providers/local"
 )
 
 func TestMain(m *testing.M) {
-	maybeRunAgent()
+	acptest.MaybeRun()
 	os.Exit(m.Run())
 }
 
-// testPreset is the scripted agent as an ACP preset: its sessions are
-// the files of ~/.acpt, captured and restored like any preset's.
-func testPreset(resume bool) *harness.Harness {
-	base := &harness.Harness{
-		Name:    "acpt",
-		Request: func(harness.Input) (harness.Command, error) { return harness.Command{Path: "acpt-agent"}, nil },
-		Events:  func([]byte) []harness.Event { return nil },
-		Storage: &harness.Storage{Roots: []string{".acpt"}, Match: func(rel, native string) bool { return rel == native+".txt" }},
-		Variables: map[string]string{
-			"OUTPOST_ACP_TEST_AGENT": "1",
-		},
-	}
-	if resume {
-		base.Variables["OUTPOST_ACP_TEST_RESUME"] = "1"
-	}
-	return acp.Preset(base, acp.Config{Name: "acpt-acp", Program: "acpt-agent"})
-}
+// testPreset is the scripted agent as an ACP preset; the turns run the
+// test binary as its program (Turn.Command).
+func testPreset(resume bool) *harness.Harness { return acptest.Preset("acpt-agent", resume) }
 
 // env is one local provider and conversation store the engine tests share.
 type env struct {
@@ -158,19 +145,30 @@ func TestEngineTurns(t *testing.T) {
 
 // TestEngineToolPermissions: the turn's permissions option answers the
 // agent's request: allowed, the tool runs; refused (only read allowed), it
-// fails, and a permission_denied notice says so.
+// fails, and a permission_denied notice says so. With permissions=ask
+// the caller (RunOptions.Permission) answers: it sees the call and the
+// agent's options, and its choice goes back; with no caller, ask refuses.
 func TestEngineToolPermissions(t *testing.T) {
 	t.Parallel()
 	h := testPreset(false)
 	for _, c := range []struct {
-		perm, text string
-		denied     bool
-	}{{"", "the tool said tool-ran", false}, {"read,search", "the tool was refused", true}} {
+		perm, answer, text string
+		denied             bool
+	}{{"", "", "the tool said tool-ran", false}, {"read,search", "", "the tool was refused", true},
+		{"ask", "yes", "the tool said tool-ran", false}, {"ask", "no", "the tool was refused", true}, {"ask", "-", "the tool was refused", true}} {
 		turn := engine.Turn{Prompt: "run TOOL"}
 		if c.perm != "" {
 			turn.Options = map[string]string{acp.OptionPermissions: c.perm}
 		}
-		o := run(t, h, turn, nil)
+		var asked []harness.Permission
+		o := run(t, h, turn, func(ro *engine.RunOptions, _ *turnOut) {
+			if c.answer != "-" {
+				ro.Permission = func(_ context.Context, p harness.Permission) (string, error) {
+					asked = append(asked, p)
+					return c.answer, nil
+				}
+			}
+		})
 		if o.err != nil {
 			t.Fatalf("%q: %v", c.perm, o.err)
 		}
@@ -180,6 +178,10 @@ func TestEngineToolPermissions(t *testing.T) {
 		}
 		if o.res.Text != c.text || (len(o.of(harness.EventNotice, "permission_denied")) == 1) != c.denied {
 			t.Errorf("%q: text %q, denied notices %d", c.perm, o.res.Text, len(o.of(harness.EventNotice, "permission_denied")))
+		}
+		if wantAsked := c.answer != "" && c.answer != "-"; wantAsked != (len(asked) == 1) ||
+			wantAsked && (asked[0].Tool.ID != "call-1" || asked[0].Tool.Name != "execute" || len(asked[0].Options) != 2 || asked[0].Options[1].Kind != "reject_once") {
+			t.Errorf("%q %q: the caller was asked %+v", c.perm, c.answer, asked)
 		}
 	}
 }

@@ -42,6 +42,9 @@ func (l *client) update(params json.RawMessage) []harness.Event {
 	switch {
 	case u.AgentMessageChunk != nil:
 		l.metaUsage(u.AgentMessageChunk.Meta)
+		if evs, ok := l.agentText(u.AgentMessageChunk.Content); ok {
+			return evs
+		}
 		return l.chunk(harness.EventMessage, u.AgentMessageChunk.Content, u.AgentMessageChunk.MessageId)
 	case u.AgentThoughtChunk != nil:
 		return l.chunk(harness.EventReasoning, u.AgentThoughtChunk.Content, u.AgentThoughtChunk.MessageId)
@@ -67,6 +70,27 @@ func (l *client) update(params json.RawMessage) []harness.Event {
 	// available_commands_update, current_mode_update,
 	// config_option_update, session_info_update: nothing a turn reports.
 	return nil
+}
+
+// agentText is the event of a message chunk that the preset's AgentText
+// says is the agent's own report, not the model's text.
+func (l *client) agentText(c sdk.ContentBlock) ([]harness.Event, bool) {
+	if l.cfg.AgentText == nil || c.Text == nil {
+		return nil, false
+	}
+	ev, ok := l.cfg.AgentText(c.Text.Text)
+	if !ok {
+		return nil, false
+	}
+	if ev.Type == harness.EventFailure {
+		if l.agentErr {
+			return nil, true // one failure a prompt: the first is the cause
+		}
+		l.agentErr = true
+		ev.Kind = harness.KindTurnFailed
+		l.queued = nil
+	}
+	return []harness.Event{ev}, true
 }
 
 // chunk is a message or reasoning delta; the id groups the deltas of one
@@ -219,42 +243,6 @@ func (l *client) promptUsage(r sdk.PromptResponse, raw json.RawMessage) (harness
 		return harness.Usage{InputTokens: tc.Input, OutputTokens: tc.Output}, true
 	}
 	return harness.Usage{}, false
-}
-
-// permission answers a permission request by the turn's policy: the
-// first option of the allowing (or refusing) kind, once rather than
-// always; without one, the request is cancelled.
-func (l *client) permission(req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, harness.Event) {
-	id := string(req.ToolCall.ToolCallId)
-	kind := l.tools[id].kind
-	if req.ToolCall.Kind != nil {
-		kind = string(*req.ToolCall.Kind)
-	}
-	title := l.tools[id].title
-	if req.ToolCall.Title != nil {
-		title = *req.ToolCall.Title
-	}
-	allow := l.s.allows(kind)
-	want := []sdk.PermissionOptionKind{sdk.PermissionOptionKindRejectOnce, sdk.PermissionOptionKindRejectAlways}
-	if allow {
-		want = []sdk.PermissionOptionKind{sdk.PermissionOptionKindAllowOnce, sdk.PermissionOptionKindAllowAlways}
-	}
-	details := map[string]any{"tool": id, "tool_kind": kind, "title": title, "allowed": allow}
-	for _, k := range want {
-		for _, o := range req.Options {
-			if o.Kind == k {
-				details["option"] = string(o.OptionId)
-				ev := harness.Event{Type: harness.EventNotice, Kind: "permission", Text: fmt.Sprintf("%s: allowed %s (%s) by the turn's permissions", l.cfg.Name, clip(title, 200), kind), Details: details}
-				if !allow {
-					ev.Kind = "permission_denied"
-					ev.Text = fmt.Sprintf("%s: refused %s (%s) by the turn's permissions", l.cfg.Name, clip(title, 200), kind)
-				}
-				return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeSelected(o.OptionId)}, ev
-			}
-		}
-	}
-	return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()},
-		harness.Event{Type: harness.EventNotice, Kind: "permission_denied", Text: fmt.Sprintf("%s: %s (%s) offered no option the turn's permissions could choose; cancelled", l.cfg.Name, clip(title, 200), kind), Details: details}
 }
 
 // NewDecoder decodes a recorded ACP exchange (the agent's side, one

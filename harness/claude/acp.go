@@ -25,14 +25,13 @@ const (
 // and every tool the agent asks for is answered by the permissions
 // option.
 func ACP() *harness.Harness {
-	h := acp.Preset(Harness(), acp.Config{
-		Name:    ACPName,
-		Program: ACPProgram,
+	return acp.Preset(Harness(), acp.Config{
+		Name:      ACPName,
+		Program:   ACPProgram,
+		Bootstrap: ACPName,
 		// As root the adapter's Claude Code refuses its own
 		// --dangerously-skip-permissions, and session/new fails, unless
 		// told it runs in a sandbox (it does).
 		Env: map[string]string{"IS_SANDBOX": "1"},
 	})
-	h.Bootstrap = ACPName
-	return h
 }

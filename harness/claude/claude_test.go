@@ -240,6 +240,9 @@ func TestHarness(t *testing.T) {
 	if h.Variables["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] != "1" || h.Variables["DISABLE_AUTOUPDATER"] != "1" {
 		t.Errorf("variables %v", h.Variables)
 	}
+	if a := claude.ACP(); a.Name != claude.ACPName || a.Bootstrap != claude.ACPName {
+		t.Errorf("ACP preset %q installs %q, want its own pin %q", a.Name, a.Bootstrap, claude.ACPName)
+	}
 	var mv *harness.MissingVariableError
 	if _, err := h.Credentials(harness.Vars{}); errors.As(err, &mv) {
 		t.Error("no credentials is not an error before the sandbox: the host file may provide them")

@@ -29,8 +29,8 @@ func ACP() *harness.Harness {
 		Program:   ACPProgram,
 		ModelArgs: []string{"-c", `model="{model}"`},
 		Reserved:  []string{"-c", "--config"},
+		Bootstrap: ACPName,
 	})
-	h.Bootstrap = ACPName
 	// The adapter puts Codex's error inside its JSON-RPC error's text
 	// ("Internal error: exceeded retry limit, last status: 429 …"), where
 	// the JSONL preset's patterns, anchored at the start, miss it.

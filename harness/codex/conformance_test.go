@@ -20,3 +20,15 @@ func TestConformance(t *testing.T) {
 func FuzzEvents(f *testing.F) {
 	harnesstest.FuzzEvents(f, codex.Harness(), goldenDir)
 }
+
+// TestACPPreset: codex-acp installs its own adapter's pin and still
+// reads the adapter's wrapped 429 as quota.
+func TestACPPreset(t *testing.T) {
+	h := codex.ACP()
+	if h.Name != codex.ACPName || h.Bootstrap != codex.ACPName {
+		t.Errorf("ACP preset %q installs %q, want its own pin %q", h.Name, h.Bootstrap, codex.ACPName)
+	}
+	if !h.Quota("Internal error: exceeded retry limit, last status: 429 Too Many Requests") {
+		t.Error("the adapter's wrapped 429 is not quota")
+	}
+}

@@ -209,14 +209,8 @@ func Request(in harness.Input) (harness.Command, error) {
 	if in.Home != "" {
 		cmd.Env = map[string]string{"COPILOT_HOME": path.Join(in.Home, HomeDir)}
 	}
-	if len(in.Prompt) > MaxArgPrompt {
-		// Without --prompt the CLI reads the prompt from standard input.
-		cmd.Args = args
-		cmd.Stdin = []byte(in.Prompt)
-		return cmd, nil
-	}
-	// The --prompt= form keeps a prompt that starts with "-" a prompt.
-	cmd.Args = append([]string{"--prompt=" + in.Prompt}, args...)
+	// Without --prompt the CLI reads the prompt from standard input.
+	kit.PromptFlag(&cmd, in.Prompt, args, nil)
 	return cmd, nil
 }
 

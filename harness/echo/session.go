@@ -1,8 +1,6 @@
 package echo
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/kit"
 )
 
 // record is one line of the session file.
@@ -87,13 +86,11 @@ func withoutMeta(rs []record) []record {
 	return out
 }
 
+// newID is a new session id: a version 4 UUID (crypto/rand does not fail
+// since Go 1.24).
 func newID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	id, _ := kit.NewUUID()
+	return id
 }
 
 func validID(s string) bool {

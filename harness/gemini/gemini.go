@@ -149,14 +149,8 @@ func Request(in harness.Input) (harness.Command, error) {
 	}
 	args = append(args, in.ExtraArgs...)
 	cmd := harness.Command{Path: Program, Session: session}
-	if len(in.Prompt) > MaxArgPrompt {
-		// The CLI prepends standard input to -p's text.
-		cmd.Stdin = []byte(in.Prompt)
-		cmd.Args = append([]string{"--prompt= "}, args...)
-		return cmd, nil
-	}
-	// The --prompt= form keeps a prompt that starts with "-" a prompt.
-	cmd.Args = append([]string{"--prompt=" + in.Prompt}, args...)
+	// The CLI prepends standard input to -p's text (a long prompt's).
+	kit.PromptFlag(&cmd, in.Prompt, args, []string{"--prompt= "})
 	return cmd, nil
 }
 

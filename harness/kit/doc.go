@@ -17,7 +17,8 @@
 //     for the facts present, and the "resets_at" time of a usage limit.
 //   - Guard: a decoder that panics on a line gives a "decode_error"
 //     notice instead of taking the turn down.
-//   - MaxArgPrompt, Inactivity: the limits the presets share.
+//   - MaxArgPrompt, Inactivity: the limits the presets share; PromptFlag:
+//     a prompt as --prompt=TEXT, or on standard input past MaxArgPrompt.
 //   - UUID, NewUUID: session ids of CLIs that use UUIDs; InSessionDir:
 //     the files of a conversation kept in a directory of its own.
 package kit

@@ -220,3 +220,27 @@ func TestGuard(t *testing.T) {
 		t.Errorf("Guard of a decoder that returns (-want +got):\n%s", diff)
 	}
 }
+
+// TestPromptFlag: a prompt up to MaxArgPrompt is --prompt=TEXT before the
+// other arguments (a leading "-" stays the prompt's); a longer one is
+// standard input, the stdin arguments in its place, the caller's slices
+// untouched.
+func TestPromptFlag(t *testing.T) {
+	args, stdinArgs := []string{"--model", "m"}, []string{"--prompt= "}
+	var cmd harness.Command
+	kit.PromptFlag(&cmd, "-rf /", args, stdinArgs)
+	if d := cmp.Diff([]string{"--prompt=-rf /", "--model", "m"}, cmd.Args); d != "" || cmd.Stdin != nil {
+		t.Errorf("short prompt: stdin %q, args (-want +got):\n%s", cmd.Stdin, d)
+	}
+	long := strings.Repeat("x", kit.MaxArgPrompt+1)
+	cmd = harness.Command{}
+	kit.PromptFlag(&cmd, long, args, stdinArgs[:1:1])
+	if d := cmp.Diff([]string{"--prompt= ", "--model", "m"}, cmd.Args); d != "" || string(cmd.Stdin) != long || stdinArgs[0] != "--prompt= " {
+		t.Errorf("long prompt: %d bytes of stdin, args (-want +got):\n%s", len(cmd.Stdin), d)
+	}
+	cmd = harness.Command{}
+	kit.PromptFlag(&cmd, long, args, nil)
+	if d := cmp.Diff(args, cmd.Args); d != "" {
+		t.Errorf("long prompt without stdin arguments (-want +got):\n%s", d)
+	}
+}

@@ -46,6 +46,20 @@ func (o Opening) Check(in harness.Input) error {
 	return nil
 }
 
+// PromptFlag places a prompt for a CLI that takes it as --prompt=TEXT and
+// reads it from standard input otherwise (Copilot CLI, Gemini CLI): up to
+// MaxArgPrompt bytes as --prompt=TEXT before args (the attached form keeps
+// a prompt that starts with "-" a prompt); a longer one as cmd's standard
+// input, with stdinArgs before args in its place.
+func PromptFlag(cmd *harness.Command, prompt string, args, stdinArgs []string) {
+	if len(prompt) > MaxArgPrompt {
+		cmd.Stdin = []byte(prompt)
+		cmd.Args = append(append([]string(nil), stdinArgs...), args...)
+		return
+	}
+	cmd.Args = append([]string{"--prompt=" + prompt}, args...)
+}
+
 // Flags are the command-line flags outpost controls for a CLI: its
 // Request sets them, or they would break a turn (another output format, a
 // mode that leaves print mode, a session outpost does not know). Each maps

@@ -1,6 +1,7 @@
 package presets
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,8 +85,9 @@ func TestCodexACP(t *testing.T) {
 
 // TestCopilotACP: `copilot --acp` in BYOK offline mode against the fake
 // Chat Completions API: a shell call and the answer with the usage of
-// the prompt's response; resumed (session/load) with the history. (Its
-// 429 is no error in ACP mode: docs/presets/acp-adapters.md.)
+// the prompt's response; resumed (session/load) with the history; a 429
+// (Retry-After 0: the CLI's five retries take seconds), which the CLI
+// ends end_turn with its error as a message chunk, is quota.
 func TestCopilotACP(t *testing.T) {
 	t.Parallel()
 	shim := testenv.RequireCLI(t, "copilot")
@@ -94,7 +96,13 @@ func TestCopilotACP(t *testing.T) {
 	if err := os.Symlink(native, filepath.Join(dir, "copilot")); err != nil {
 		t.Fatal(err)
 	}
-	e := newOAIEnv(t, copilot.ACP(), dir, openai.Config{})
+	fast429 := func(req *openai.Request) openai.Scenario {
+		if strings.Contains(req.LastUserText, "CP_FAST_429") {
+			return openai.RateLimited().WithRetryAfter("0")
+		}
+		return openai.Scenario{}
+	}
+	e := newOAIEnv(t, copilot.ACP(), dir, openai.Config{Choose: fast429})
 	e.vars = map[string]string{"COPILOT_OFFLINE": "true", "COPILOT_PROVIDER_BASE_URL": e.fake.URL(), "COPILOT_PROVIDER_API_KEY": e.key,
 		"COPILOT_MODEL": oaiModel, "COPILOT_PKG_CACHE_HOME": filepath.Join(testenv.Cache(), "copilot-pkg"), "HOME": t.TempDir()}
 	first := e.run("local", engine.Turn{Prompt: "FAKE_TOOL list the files"})
@@ -107,5 +115,10 @@ func TestCopilotACP(t *testing.T) {
 	again := e.run("local", engine.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
 	if again.err != nil || again.res.Session != first.res.Session || !strings.Contains(again.res.Text, "ECHO nmsg=6") {
 		t.Errorf("resume: %v %+v", again.err, again.res)
+	}
+	q := e.run("local", engine.Turn{Prompt: "CP_FAST_429 say hi"})
+	var oe *outpost.Error
+	if !errors.As(q.err, &oe) || oe.Code != outpost.Quota || oe.Details["resets_at"] == nil || len(q.ofType(harness.EventMessage)) != 0 {
+		t.Errorf("error %v, want quota with resets_at; events %s", q.err, eventSummary(q.events))
 	}
 }

@@ -2,6 +2,7 @@ package presets
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/copilot"
 	"github.com/outposthq/outpost/harness/declarative"
 	"github.com/outposthq/outpost/harness/gemini"
 	fakegemini "github.com/outposthq/outpost/internal/fakeapi/gemini"
@@ -34,6 +36,19 @@ func BenchmarkACPTurn(b *testing.B) {
 		bin := filepath.Dir(testenv.RequireCLI(b, "gemini"))
 		vars := []string{"GEMINI_API_KEY=bench-key", "GOOGLE_GEMINI_BASE_URL=" + fake.URL()}
 		pairedACP(b, bin, vars, geminiModel, gemini.Harness(), gemini.ACP())
+	})
+	b.Run("copilot", func(b *testing.B) {
+		// The same native binary both ways (copilot --acp is a mode of
+		// the CLI, not an adapter): the fairest of the pairs.
+		fake := openai.Start(b, openai.Config{})
+		shim := testenv.RequireCLI(b, "copilot")
+		dir := b.TempDir()
+		if err := os.Symlink(filepath.Join(filepath.Dir(filepath.Dir(shim)), "@github", "copilot-linux-x64", "copilot"), filepath.Join(dir, "copilot")); err != nil {
+			b.Fatal(err)
+		}
+		vars := []string{"COPILOT_OFFLINE=true", "COPILOT_PROVIDER_BASE_URL=" + fake.URL(), "COPILOT_PROVIDER_API_KEY=bench-key", "COPILOT_MODEL=" + oaiModel,
+			"COPILOT_PKG_CACHE_HOME=" + filepath.Join(testenv.Cache(), "copilot-pkg")}
+		pairedACP(b, dir, vars, "", copilot.Harness(), copilot.ACP())
 	})
 	b.Run("opencode", func(b *testing.B) {
 		fake := openai.Start(b, openai.Config{})

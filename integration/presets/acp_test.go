@@ -21,11 +21,13 @@ import (
 )
 
 // TestGeminiACP: Gemini CLI in its ACP mode (gemini-acp) against the fake
-// Gemini API on the local provider: a shell call and text; the same
+// Gemini API on the local provider: a shell call and text; a 429 the CLI
+// gives up on is quota although the agent keeps running; the same
 // conversation resumed on a fresh sandbox through session/load (its
-// history reaches the model, the replay is not reported as the turn's);
-// a 429 the CLI gives up on is quota although the agent keeps running;
-// and with permissions=read the shell call is refused.
+// history reaches the model, the turn's text ends with its own answer)
+// with permissions=read, so that the shell call it makes is refused (one
+// turn for what were two subtests, ResumeOnAFreshSandbox and
+// RefusedPermission).
 func TestGeminiACP(t *testing.T) {
 	t.Parallel()
 	e := newGeminiEnv(t, "")
@@ -56,21 +58,6 @@ func TestGeminiACP(t *testing.T) {
 		t.Errorf("%d model calls, usage %+v", n, first.res.Usage)
 	}
 
-	t.Run("ResumeOnAFreshSandbox", func(t *testing.T) {
-		e.fresh()
-		e.fake.Reset()
-		tr := e.run(engine.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation, Agent: agent(), Timeout: slow})
-		if tr.err != nil {
-			t.Fatalf("resumed turn: %v", tr.err)
-		}
-		if tr.res.Session != first.res.Session || !strings.HasSuffix(tr.res.Text, "last_user=again FAKE_ECHO") {
-			t.Errorf("resumed turn %+v", tr.res)
-		}
-		if reqs := e.fake.Turns(); len(reqs) != 1 || reqs[0].NumContents < 5 {
-			t.Errorf("the history did not reach the model: %+v", reqs)
-		}
-	})
-
 	t.Run("429IsQuota", func(t *testing.T) {
 		e.fake.Reset()
 		tr := e.run(engine.Turn{Prompt: "x FAKE_QUOTA", Agent: agent(), Timeout: slow})
@@ -79,14 +66,24 @@ func TestGeminiACP(t *testing.T) {
 		}
 	})
 
-	t.Run("RefusedPermission", func(t *testing.T) {
+	t.Run("ResumeOnAFreshSandboxRefused", func(t *testing.T) {
 		// echo runs unasked in Gemini CLI's default mode; touch is asked.
+		e.fresh()
 		e.fake.Reset()
 		e.fake.Enqueue(fakegemini.Shell("touch made-by-tool"), fakegemini.Text("done"))
 		dir := t.TempDir()
-		tr := e.run(engine.Turn{Prompt: "make a file", Workdir: dir, Agent: agent(), Timeout: slow, Options: map[string]string{acp.OptionPermissions: "read,search"}})
+		tr := e.run(engine.Turn{Prompt: "again, make a file", Resume: first.res.Conversation, Workdir: dir, Agent: agent(), Timeout: slow,
+			Options: map[string]string{acp.OptionPermissions: "read,search"}})
 		if tr.err != nil {
-			t.Fatalf("refused turn: %v", tr.err)
+			t.Fatalf("resumed turn: %v", tr.err)
+		}
+		// The turn's text ends with its own answer. (Measured 2026-12-07:
+		// the replayed first answer came before it, an open finding.)
+		if tr.res.Session != first.res.Session || !strings.HasSuffix(tr.res.Text, "done") {
+			t.Errorf("resumed turn %+v", tr.res)
+		}
+		if reqs := e.fake.Turns(); len(reqs) != 2 || reqs[0].NumContents < 5 {
+			t.Errorf("the history did not reach the model: %+v", reqs)
 		}
 		denied := 0
 		for _, ev := range tr.events {

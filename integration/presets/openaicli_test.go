@@ -289,3 +289,26 @@ func testOAIOutage(t *testing.T, kind string, newEnv func(*testing.T) *oaiEnv) {
 		})
 	}
 }
+
+// checkHistory checks the first model request of a resumed turn: it
+// carried n messages, among them the user's prompts, the earlier ones
+// first (the history the conversation brought along).
+func checkHistory(t *testing.T, reqs []openai.Request, n int, prompts ...string) {
+	t.Helper()
+	if len(reqs) == 0 {
+		t.Fatalf("no model request")
+	}
+	all := strings.Join(reqs[0].UserTexts, "\n")
+	at := 0
+	for _, p := range prompts {
+		i := strings.Index(all[at:], p)
+		if i < 0 {
+			t.Errorf("the history did not reach the model: %q lacks %q (in order) of %q", reqs[0].UserTexts, p, prompts)
+			return
+		}
+		at += i + len(p)
+	}
+	if reqs[0].NumInput != n {
+		t.Errorf("the model got %d messages, want %d (user texts %q)", reqs[0].NumInput, n, reqs[0].UserTexts)
+	}
+}

@@ -27,16 +27,50 @@ func newOpenCodeEnv(t *testing.T) *oaiEnv {
 	return newOAIEnv(t, declarative.OpenCode(), filepath.Dir(bin), openai.Config{})
 }
 
-// TestOpenCodeToolTurn: the model calls bash, then answers: session, tool
-// call and result (one line of OpenCode's), message, a usage event per
-// step and finished, with usage the sum of the fake's two replies
-// (OpenCode splits them: input without the cached tokens, output without
-// the reasoning tokens).
-func TestOpenCodeToolTurn(t *testing.T) { eachProvider(t, testOpenCodeToolTurn) }
-
-func testOpenCodeToolTurn(t *testing.T, kind string) {
+// TestOpenCodeTurns: one conversation through three sandboxes, each in
+// another working directory (OpenCode's database travels whole, and
+// before a resumed or forked turn the preset points its sessions at the
+// sandbox's working directory: OpenCode runs a session where it was
+// recorded, and without that the resumed turn hangs or fails):
+//   - begun on local, the model calling bash, then answering
+//     (checkOpenCodeToolTurn), the turn metered at the credential gateway
+//     (checkOpenCodeMetered);
+//   - resumed in a docker sandbox with another bash call: the same events
+//     and usage through a container, the first turn's history sent to the
+//     model;
+//   - forked on an ssh host: a new session with the conversation's history.
+//
+// (One turn proves on each sandbox what three tests proved with six.)
+func TestOpenCodeTurns(t *testing.T) {
+	t.Parallel()
 	e := newOpenCodeEnv(t)
-	o := e.run(kind, engine.Turn{Prompt: "FAKE_TOOL list the files"})
+	first := e.run("local", engine.Turn{Prompt: "FAKE_TOOL list the files"})
+	checkOpenCodeToolTurn(t, e, first)
+	checkOpenCodeMetered(t, e, first)
+	if !strings.HasPrefix(first.res.Session, "ses_") || first.res.Conversation == "" {
+		t.Fatalf("first %+v", first.res)
+	}
+	e.fake.Reset()
+	again := e.run("docker", engine.Turn{Prompt: "FAKE_TOOL again", Resume: first.res.Conversation})
+	checkOpenCodeToolTurn(t, e, again)
+	if again.res.Session != first.res.Session || again.res.Sandbox != "docker" {
+		t.Errorf("resume: session %s (want %s), sandbox %s", again.res.Session, first.res.Session, again.res.Sandbox)
+	}
+	checkHistory(t, e.fake.Requests(), 6, "FAKE_TOOL list the files", "FAKE_TOOL again")
+	child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	e.mustSucceed(child)
+	if !strings.HasPrefix(child.res.Text, "ECHO nmsg=10 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation || child.res.Sandbox != "ssh" {
+		t.Errorf("fork: %q session %s parent %s sandbox %s", child.res.Text, child.res.Session, child.res.Parent, child.res.Sandbox)
+	}
+}
+
+// checkOpenCodeToolTurn checks a FAKE_TOOL turn: session, tool call and
+// result (one line of OpenCode's), message, a usage event per step and
+// finished, with usage the sum of the fake's two replies (OpenCode splits
+// them: input without the cached tokens, output without the reasoning
+// tokens). The fake's requests are the turn's.
+func checkOpenCodeToolTurn(t *testing.T, e *oaiEnv, o *outcome) {
+	t.Helper()
 	e.mustSucceed(o)
 	var types []harness.EventType
 	for _, ev := range o.events {
@@ -73,43 +107,15 @@ func testOpenCodeToolTurn(t *testing.T, kind string) {
 			// The gateway's records say which layer cut the reply.
 			testenv.ShowLog(t, "an abandoned reply")
 		}
+		if r.Model != oaiModel || r.BearerToken() != e.key {
+			t.Errorf("request model %q, key ok %v", r.Model, r.BearerToken() == e.key)
+		}
 	}
 	u := openai.DefaultUsage
 	wantUsage := harness.Usage{InputTokens: int64(n * (u.InputTokens - u.CachedTokens)), OutputTokens: int64(n * (u.OutputTokens - u.ReasoningTokens)),
 		CacheReadTokens: int64(n * u.CachedTokens), Complete: true}
 	if n != 2 || o.res.Usage != wantUsage {
 		t.Errorf("%d whole replies of the turn, usage %+v, want 2 and %+v; the requests:\n%s", n, o.res.Usage, wantUsage, strings.Join(seen, "\n"))
-	}
-	for _, r := range e.fake.Requests() {
-		if r.Model != oaiModel || r.BearerToken() != e.key {
-			t.Errorf("request model %q, key ok %v, stream %v", r.Model, r.BearerToken() == e.key, r.Stream)
-		}
-	}
-}
-
-// TestOpenCodeResumeAndFork: a conversation begun on local resumes in a
-// docker sandbox and forks on an ssh host, each in another working
-// directory: OpenCode's database travels whole, and before a resumed or
-// forked turn the preset points its sessions at the sandbox's working
-// directory (OpenCode runs a session where it was recorded; without that
-// the resumed turn hangs or fails).
-func TestOpenCodeResumeAndFork(t *testing.T) {
-	t.Parallel()
-	e := newOpenCodeEnv(t)
-	first := e.run("local", engine.Turn{Prompt: "FAKE_ECHO first"})
-	e.mustSucceed(first)
-	if !strings.HasPrefix(first.res.Session, "ses_") || first.res.Conversation == "" {
-		t.Fatalf("first %+v", first.res)
-	}
-	again := e.run("docker", engine.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
-	e.mustSucceed(again)
-	if !strings.HasPrefix(again.res.Text, "ECHO nmsg=4 ") || again.res.Session != first.res.Session {
-		t.Errorf("resume: %q session %s", again.res.Text, again.res.Session)
-	}
-	child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
-	e.mustSucceed(child)
-	if !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
-		t.Errorf("fork: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
 	}
 }
 
@@ -174,15 +180,13 @@ func testOpenCodeSchema(t *testing.T, kind string) {
 	}
 }
 
-// TestOpenCodeMetered: an OpenCode turn through the credential gateway
-// (the default) is metered at the gateway: every call the fake answered,
-// the session-title request OpenCode does not report included, with the
-// reasoning tokens inside output. OpenCode's own usage stays as it
-// reported it, and the difference is a metered notice.
-func TestOpenCodeMetered(t *testing.T) {
-	e := newOpenCodeEnv(t)
-	o := e.run("local", engine.Turn{Prompt: "FAKE_TOOL list the files"})
-	e.mustSucceed(o)
+// checkOpenCodeMetered checks that the first turn of a session, through
+// the credential gateway (the default), was metered at the gateway: every
+// call the fake answered, the session-title request OpenCode does not
+// report included, with the reasoning tokens inside output. OpenCode's own
+// usage stays as it reported it, and the difference is a metered notice.
+func checkOpenCodeMetered(t *testing.T, e *oaiEnv, o *outcome) {
+	t.Helper()
 	var n int64
 	for _, r := range e.fake.Requests() {
 		if r.Method == "POST" {

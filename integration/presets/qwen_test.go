@@ -27,14 +27,53 @@ func newQwenEnv(t *testing.T, cfg openai.Config) *oaiEnv {
 	return e
 }
 
-// TestQwenToolTurn: a turn whose model calls the shell tool, then
-// answers: session, tool call and result, message and finished events,
-// with the usage the fake reported for its two replies.
-func TestQwenToolTurn(t *testing.T) { eachProvider(t, testQwenToolTurn) }
-
-func testQwenToolTurn(t *testing.T, kind string) {
+// TestQwenTurns: one conversation through three sandboxes (the pinned
+// CLI bootstrapped onto docker and ssh; node 20 from the image), each in
+// another working directory, the session file moved to its project
+// folder:
+//   - begun on local, the model calling the shell tool, then answering
+//     (checkQwenToolTurn);
+//   - resumed on docker with another tool call: the same events and usage
+//     through a container, the first turn's history sent to the model;
+//   - forked on an ssh host: a new session with the conversation's
+//     history, stored under the fork's own session.
+//
+// (One turn proves on each sandbox what two tests proved with five.)
+func TestQwenTurns(t *testing.T) {
+	t.Parallel()
 	e := newQwenEnv(t, openai.Config{})
-	o := e.run(kind, engine.Turn{Prompt: "FAKE_TOOL list the files"})
+	first := e.run("local", engine.Turn{Prompt: "FAKE_TOOL list the files"})
+	checkQwenToolTurn(t, e, first, 2)
+	if !claude.ValidSessionID(first.res.Session) || first.res.Conversation == "" {
+		t.Fatalf("first %+v", first.res)
+	}
+	e.fake.Reset()
+	again := e.run("docker", engine.Turn{Prompt: "FAKE_TOOL again", Resume: first.res.Conversation})
+	// Qwen Code's result line of a resumed session carries the
+	// session's totals: the first turn's two calls and this turn's.
+	checkQwenToolTurn(t, e, again, 4)
+	if again.res.Session != first.res.Session || again.res.Sandbox != "docker" {
+		t.Errorf("resume on docker: session %s (want %s), sandbox %s", again.res.Session, first.res.Session, again.res.Sandbox)
+	}
+	checkHistory(t, e.fake.Requests(), 6, "FAKE_TOOL list the files", "FAKE_TOOL again")
+	child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
+	e.mustSucceed(child)
+	if child.res.Sandbox != "ssh" || !strings.HasPrefix(child.res.Text, "ECHO nmsg=10 ") || !strings.HasSuffix(strings.TrimSpace(child.res.Text), "FAKE_ECHO branch") ||
+		child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
+		t.Errorf("fork on ssh: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
+	}
+	_, files, err := e.store.Get(t.Context(), child.res.Conversation)
+	if err != nil || len(files) != 1 || !strings.HasSuffix(files[0].Path, "/chats/"+child.res.Session+".jsonl") {
+		t.Errorf("the fork's stored files %+v, %v", files, err)
+	}
+}
+
+// checkQwenToolTurn checks a FAKE_TOOL turn: session, tool call and
+// result, message and finished events, two model calls, and the usage the
+// fake reported for its replies to usageCalls calls. The fake's requests
+// are the turn's.
+func checkQwenToolTurn(t *testing.T, e *oaiEnv, o *outcome, usageCalls int) {
+	t.Helper()
 	e.mustSucceed(o)
 	var types []harness.EventType
 	for _, ev := range o.events {
@@ -58,41 +97,13 @@ func testQwenToolTurn(t *testing.T, kind string) {
 	if n != 2 {
 		t.Errorf("%d requests, want 2", n)
 	}
-	if want := e.fakeUsageOf(n); o.res.Usage != want {
+	if want := e.fakeUsageOf(usageCalls); o.res.Usage != want {
 		t.Errorf("usage %+v, want the fake's %+v", o.res.Usage, want)
 	}
 	for _, r := range e.fake.Requests() {
 		if r.Model != oaiModel || r.BearerToken() != e.key || !r.Stream {
 			t.Errorf("request model %q, key ok %v, stream %v", r.Model, r.BearerToken() == e.key, r.Stream)
 		}
-	}
-}
-
-// TestQwenResumeAndFork: a conversation begun on local resumes on docker
-// and forks on an ssh host (the pinned CLI bootstrapped onto each; node
-// 20 from the image), each in another working directory: the session
-// file moves to its project folder.
-func TestQwenResumeAndFork(t *testing.T) {
-	t.Parallel()
-	e := newQwenEnv(t, openai.Config{})
-	first := e.run("local", engine.Turn{Prompt: "FAKE_ECHO first"})
-	e.mustSucceed(first)
-	if !claude.ValidSessionID(first.res.Session) || first.res.Conversation == "" {
-		t.Fatalf("first %+v", first.res)
-	}
-	again := e.run("docker", engine.Turn{Prompt: "FAKE_ECHO again", Resume: first.res.Conversation})
-	e.mustSucceed(again)
-	if !strings.HasPrefix(again.res.Text, "ECHO nmsg=4 ") || !strings.HasSuffix(strings.TrimSpace(again.res.Text), "FAKE_ECHO again") || again.res.Session != first.res.Session {
-		t.Errorf("resume on docker: %q session %s", again.res.Text, again.res.Session)
-	}
-	child := e.run("ssh", engine.Turn{Prompt: "FAKE_ECHO branch", Fork: first.res.Conversation})
-	e.mustSucceed(child)
-	if child.res.Sandbox != "ssh" || !strings.HasPrefix(child.res.Text, "ECHO nmsg=6 ") || child.res.Session == first.res.Session || child.res.Parent != first.res.Conversation {
-		t.Errorf("fork on ssh: %q session %s parent %s", child.res.Text, child.res.Session, child.res.Parent)
-	}
-	_, files, err := e.store.Get(t.Context(), child.res.Conversation)
-	if err != nil || len(files) != 1 || !strings.HasSuffix(files[0].Path, "/chats/"+child.res.Session+".jsonl") {
-		t.Errorf("the fork's stored files %+v, %v", files, err)
 	}
 }
 
@@ -121,29 +132,14 @@ func testQwenOutageIsUnavailable(t *testing.T, kind string) {
 	testOAIOutage(t, kind, func(t *testing.T) *oaiEnv { return newQwenEnv(t, openai.Config{}) })
 }
 
-// TestQwenSchema: --json-schema is native (Qwen Code's structured_output
-// tool); the answer is the tool call's arguments, and the instruction is
-// not added to the prompt.
-func TestQwenSchema(t *testing.T) { onLocal(t, testQwenSchema) }
-
-func testQwenSchema(t *testing.T, kind string) {
-	e := newQwenEnv(t, openai.Config{})
-	o := e.run(kind, engine.Turn{Prompt: "FAKE_STRUCTURED who wrote the first program?", Output: json.RawMessage(personSchema)})
-	e.mustSucceed(o)
-	if string(o.res.Output) != openai.StructuredAnswer {
-		t.Errorf("output %s", o.res.Output)
-	}
-	reqs := e.fake.Requests()
-	if len(reqs) == 0 || !reqs[0].HasTool("structured_output") || strings.Contains(reqs[0].LastUserText, "matches this JSON Schema") {
-		t.Errorf("the schema did not go natively: tools %v", reqs[0].ToolNames)
-	}
-}
-
-// TestQwenRepair: Qwen Code validates the structured_output call against
-// the schema itself: an answer that does not match (age below the
-// minimum) is refused with a tool error, the model answers again, and the
-// second answer is the turn's output. Outpost's own validation passes it,
-// so no repair turn of outpost's is needed.
+// TestQwenRepair: --json-schema is native (Qwen Code's structured_output
+// tool: the instruction is not added to the prompt), and Qwen Code
+// validates the tool call's arguments against the schema itself: an
+// answer that does not match (age below the minimum) is refused with a
+// tool error, the model answers again, and the second answer is the
+// turn's output. Outpost's own validation passes it, so no repair turn of
+// outpost's is needed. (It was two tests, TestQwenSchema and this, each a
+// start of the CLI: the answer accepted at once is this one's second.)
 func TestQwenRepair(t *testing.T) {
 	t.Parallel()
 	e := newQwenEnv(t, openai.Config{})
@@ -157,7 +153,11 @@ func TestQwenRepair(t *testing.T) {
 	if len(tools) != 4 || !tools[1].Tool.Error || tools[3].Tool.Error || e.fake.Count() != 2 {
 		t.Fatalf("tool events %+v; events %s", tools, eventSummary(o.events))
 	}
-	if !strings.Contains(e.fake.Requests()[1].ToolOutput, "age") {
-		t.Errorf("the CLI's refusal does not name the bad field: %q", e.fake.Requests()[1].ToolOutput)
+	reqs := e.fake.Requests()
+	if !reqs[0].HasTool("structured_output") || strings.Contains(reqs[0].LastUserText, "matches this JSON Schema") {
+		t.Errorf("the schema did not go natively: tools %v, prompt %q", reqs[0].ToolNames, reqs[0].LastUserText)
+	}
+	if !strings.Contains(reqs[1].ToolOutput, "age") {
+		t.Errorf("the CLI's refusal does not name the bad field: %q", reqs[1].ToolOutput)
 	}
 }

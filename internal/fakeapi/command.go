@@ -2,6 +2,7 @@ package fakeapi
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -9,10 +10,32 @@ import (
 	"syscall"
 )
 
-// What the fakes' commands (cmd/fakeanthropic, cmd/fakeopenai) share:
+// What the fakes' commands (cmd/fakeanthropic, cmd/fakeopenai, and the
+// announcing and stopping of cmd/fakegemini) share:
 // they take a comma-separated queue of scenario names, append a JSON line
 // per request to a log file, print their base URL (and write it to a file
 // a script waits on) and serve until they are told to stop.
+
+// CommandFlags are the flags every fake's command takes, defined on
+// flag.CommandLine by Flags.
+type CommandFlags struct {
+	Queue     *string // -queue: scenario names served first (SplitNames)
+	NoMarkers *bool   // -no-markers: FAKE_* markers in prompts are text
+	Log       *string // -log: the request log's path (OpenLog)
+	LogBodies *bool   // -log-bodies: the log's lines carry the bodies
+	URLFile   *string // -url-file: where Announce writes the base URL
+}
+
+// Flags defines the CommandFlags; the command parses them with its own.
+func Flags() CommandFlags {
+	return CommandFlags{
+		Queue:     flag.String("queue", "", "comma-separated scenario names served first, one per request"),
+		NoMarkers: flag.Bool("no-markers", false, "ignore FAKE_* markers in prompts"),
+		Log:       flag.String("log", "", "append one JSON line per request to this file"),
+		LogBodies: flag.Bool("log-bodies", false, "include request bodies in the -log lines"),
+		URLFile:   flag.String("url-file", "", "write the base URL to this file once listening"),
+	}
+}
 
 // SplitNames is the names of a comma-separated list (a -queue flag),
 // trimmed, without empty ones.

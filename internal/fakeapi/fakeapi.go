@@ -192,6 +192,65 @@ func (q *Queue[S]) Len() int {
 	return len(q.items)
 }
 
+// Log is a fake's record of the requests it received, in arrival order,
+// safe for concurrent use: a handler records its request once and
+// changes it after (how its reply ended) only through Update, so that All
+// copies each request whole.
+type Log[R any] struct {
+	mu      sync.Mutex
+	reqs    []*R
+	arrived chan struct{}
+}
+
+// Add records r and sets *seq (r's Seq field) to its number, from 1.
+func (l *Log[R]) Add(r *R, seq *int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*seq = len(l.reqs) + 1
+	l.reqs = append(l.reqs, r)
+	if l.arrived != nil {
+		close(l.arrived)
+		l.arrived = nil
+	}
+}
+
+// Update runs change (of a recorded request's fields) under the log's
+// lock.
+func (l *Log[R]) Update(change func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	change()
+}
+
+// All returns copies of the recorded requests, in arrival order.
+func (l *Log[R]) All() []R {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]R, len(l.reqs))
+	for i, r := range l.reqs {
+		out[i] = *r
+	}
+	return out
+}
+
+// Len is how many requests were recorded, and a channel closed when the
+// next one is.
+func (l *Log[R]) Len() (int, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.arrived == nil {
+		l.arrived = make(chan struct{})
+	}
+	return len(l.reqs), l.arrived
+}
+
+// Clear forgets the recorded requests: numbers start again at 1.
+func (l *Log[R]) Clear() {
+	l.mu.Lock()
+	l.reqs = nil
+	l.mu.Unlock()
+}
+
 // How a fake's reply ended (each fake's Request.Ended): the tests tell a
 // reply a CLI abandoned (and asked again) from one it got whole.
 const (

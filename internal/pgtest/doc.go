@@ -10,6 +10,8 @@
 // gets its own database. When PostgreSQL is not installed the test fails
 // under CI and is skipped loudly elsewhere (testenv.Missing).
 //
+// Private starts a private server of one test (socket only) that the test
+// may stop and restart as an outage would (integration's chaos test).
 // Listening starts a private server of one test that also listens on TCP
 // at a given address, trusting only clients of a given CIDR: the pods of
 // the test cluster reach it on the cluster bridge's host address.

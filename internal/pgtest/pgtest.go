@@ -138,6 +138,31 @@ func Listening(t testing.TB, host, cidr string) *Server {
 	return s
 }
 
+// Private starts a server of this test alone, on its own Unix socket and
+// with no TCP listener, that the test may stop and start (Stop, Start) as
+// an outage does without touching the package's shared server, which
+// other tests (parallel ones among them) use. It is stopped and removed
+// when the test ends. Its URL: URL("postgres") or a database the test
+// creates.
+func Private(t testing.TB) *Server {
+	t.Helper()
+	if _, err := binDir(); errors.Is(err, errNotInstalled) {
+		testenv.Missing(t, "PostgreSQL (initdb, pg_ctl)", "scripts/postgres-up.sh (as root)")
+	}
+	s, err := start()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		s.stop("immediate")
+		os.RemoveAll(s.dir)
+	})
+	if err := s.Start(); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return s
+}
+
 // TCPURL returns the URL of database db over TCP (a server of Listening).
 func (s *Server) TCPURL(db string) string {
 	return "postgres://postgres@" + net.JoinHostPort(s.host, strconv.Itoa(s.port)) + "/" + db + "?sslmode=disable"

@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Module is outpost's module path.
@@ -101,6 +102,7 @@ func build(ctx context.Context, src, arch string) (string, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if Check(out, arch) == nil {
+		touch(out, time.Now())
 		return out, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -129,16 +131,40 @@ func build(ctx context.Context, src, arch string) (string, error) {
 		os.Remove(tmp)
 		return "", err
 	}
-	// Older builds of other binaries are of no use any more, nor the
-	// static builds of the whole CLI that earlier versions cached here.
+	prune(dir, arch, out, time.Now())
+	return out, nil
+}
+
+// staleAfter is how long a cached build may go unused before a build for
+// another executable removes it. Several executables share the cache at
+// once (the CLI, a test binary, an older CLI still serving turns), and
+// each mounts its own build into every container it starts: removing a
+// build another process still uses made that process's next container
+// fail to start ("bind source path does not exist").
+const staleAfter = 24 * time.Hour
+
+// touch marks a cached build as used, at most once an hour.
+func touch(p string, now time.Time) {
+	if fi, err := os.Stat(p); err == nil && now.Sub(fi.ModTime()) > time.Hour {
+		os.Chtimes(p, now, now)
+	}
+}
+
+// prune removes the cached builds for arch, other than keep, that went
+// unused for staleAfter (and abandoned partial builds), and the static builds of the whole CLI that
+// earlier versions cached here.
+func prune(dir, arch, keep string, now time.Time) {
 	old, _ := filepath.Glob(filepath.Join(dir, "outpost-sandbox-"+arch+"-*"))
 	cli, _ := filepath.Glob(filepath.Join(dir, "outpost-static-"+arch+"-*"))
 	for _, o := range append(old, cli...) {
-		if o != out && !strings.Contains(o, ".building-") {
+		if o == keep {
+			continue
+		}
+		// A build in progress is fresh; one a day old was abandoned.
+		if fi, err := os.Stat(o); err == nil && now.Sub(fi.ModTime()) > staleAfter {
 			os.Remove(o)
 		}
 	}
-	return out, nil
 }
 
 // identity names the executable at p for the cache: a digest of the Go

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/outposthq/outpost/internal/tarsafe"
 )
 
 // The modes below serve providers that reach their sandboxes over a
@@ -105,18 +107,7 @@ func TreeSum(root string) (string, error) {
 		}
 		return hex.EncodeToString(h.Sum(nil)), nil
 	}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
+	err := tarsafe.Walk(root, root, func(p, rel string, fi fs.FileInfo) error {
 		rel = filepath.ToSlash(rel)
 		if rel == "." && fi.IsDir() {
 			// The root's mode is its parent's business: a copy's differs.

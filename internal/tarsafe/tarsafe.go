@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/outposthq/outpost/internal/bufpool"
 )
 
 // ErrUnsafe is wrapped by every refusal.
@@ -288,7 +290,7 @@ func extract(r io.Reader, dir string, own bool) error {
 			if err != nil {
 				return err
 			}
-			_, cerr := io.Copy(f, tr)
+			_, cerr := bufpool.Copy(f, tr)
 			if err := errors.Join(cerr, f.Chmod(mode), f.Close()); err != nil {
 				return fmt.Errorf("writing %s: %w", h.Name, err)
 			}

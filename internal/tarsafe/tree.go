@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/outposthq/outpost/internal/bufpool"
 )
 
 // Rewrite returns a tar stream with the entries of r as edit leaves them:
@@ -48,7 +50,7 @@ func Rewrite(r io.Reader, edit func(h *tar.Header) (keep bool, err error)) io.Re
 				return
 			}
 			if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
-				if _, err := io.Copy(tw, tr); err != nil {
+				if _, err := bufpool.Copy(tw, tr); err != nil {
 					pw.CloseWithError(err)
 					return
 				}
@@ -56,6 +58,27 @@ func Rewrite(r io.Reader, edit func(h *tar.Header) (keep bool, err error)) io.Re
 		}
 	}()
 	return pr
+}
+
+// Walk walks the tree at root as filepath.WalkDir does (lexical order,
+// links not followed, the first error ends it), calling fn with each
+// entry's path, that path relative to base, and its information (Lstat's).
+// fn's fs.SkipDir and fs.SkipAll work as WalkDir's.
+func Walk(root, base string, fn func(p, rel string, fi fs.FileInfo) error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(base, p)
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return fn(p, rel, fi)
+	})
 }
 
 // CheckTree checks a directory tree that was extracted from an archive:
@@ -72,18 +95,7 @@ func CheckTree(dir string) error {
 		return err
 	}
 	defer root.Close()
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
+	return Walk(dir, dir, func(p, rel string, fi fs.FileInfo) error {
 		m := fi.Mode()
 		switch {
 		case m&fs.ModeSymlink != 0:

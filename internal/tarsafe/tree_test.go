@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -89,5 +91,39 @@ func TestRewrite(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != "package" || got[1] != "package/a" {
 		t.Errorf("entries = %q", got)
+	}
+}
+
+// TestWalk: every entry in lexical order with its path relative to base
+// (not root) and its own information (a link's, not its target's), and
+// fs.SkipDir from fn skipping a directory.
+func TestWalk(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "pkg")
+	for _, d := range []string{"a", "skip"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(root, "a/f"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(root, "skip/g"), []byte("y"), 0o644)
+	os.Symlink("a", filepath.Join(root, "l"))
+	var got []string
+	err := Walk(root, base, func(p, rel string, fi fs.FileInfo) error {
+		if p != filepath.Join(base, rel) {
+			t.Errorf("path %s, rel %s", p, rel)
+		}
+		got = append(got, filepath.ToSlash(rel)+" "+fi.Mode().Type().String())
+		if fi.Name() == "skip" {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	want := "pkg d---------,pkg/a d---------,pkg/a/f ----------,pkg/l L---------,pkg/skip d---------"
+	if err != nil || strings.Join(got, ",") != want {
+		t.Errorf("walked %q, %v; want %q", strings.Join(got, ","), err, want)
+	}
+	if err := Walk(filepath.Join(base, "none"), base, func(string, string, fs.FileInfo) error { return nil }); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing root: %v", err)
 	}
 }

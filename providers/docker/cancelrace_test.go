@@ -20,6 +20,7 @@ import (
 // removal by name that came first found nothing: containers were left in
 // state created.
 func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox)
 	wd := workdir(t)

@@ -235,7 +235,7 @@ func (p *Provider) Name() string { return "docker" }
 // are isolated from the host, stdin is live, leases keep state, and
 // EgressGateway is enforced (network none; Sandbox.Tunnel is the way out).
 func (p *Provider) Capabilities() driver.Capabilities {
-	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: true}
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: true, Isolation: driver.IsolationContainer}
 }
 
 // Options returns the provider's options, defaults applied.

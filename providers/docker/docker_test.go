@@ -13,23 +13,30 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/harness/echo"
+	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/sandboxtest"
 )
 
+// TestMain runs four tests at a time (testenv.DefaultParallel; -parallel
+// sets another number): they mostly wait on the Docker Engine, the four
+// conformance suites (copy, bind, exec, warm) the longest.
 func TestMain(m *testing.M) {
 	echo.MaybeRun()
+	testenv.DefaultParallel(4)
 	dockertest.Main(m)
 }
 
 // TestConformance runs the provider conformance suite on the busybox
 // image (the suite's programs are shell scripts), in both workspace modes.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	for _, mode := range []docker.WorkspaceMode{docker.Copy, docker.Bind} {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
 				NewProvider: func(t *testing.T) driver.Provider {
 					return dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Workspace = mode })
@@ -80,6 +87,7 @@ func lease(t *testing.T, p driver.Provider, opts driver.Options) *sandbox.Lease 
 }
 
 func TestNoEngine(t *testing.T) {
+	t.Parallel()
 	p, err := docker.New(&docker.Options{Host: "unix://" + t.TempDir() + "/no-docker.sock", Binary: "/nonexistent"})
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +105,7 @@ func TestNoEngine(t *testing.T) {
 }
 
 func TestParseSettings(t *testing.T) {
+	t.Parallel()
 	o, err := docker.ParseSettings(map[string]string{
 		"image": "x:1", "network": "none", "user": "1:2", "memory": "512m", "cpu": "1.5", "pids": "none",
 		"readonly": "true", "workspace": "bind", "pull": "never", "binary_mode": "copy", "spares": "2",
@@ -127,6 +136,7 @@ func TestParseSettings(t *testing.T) {
 }
 
 func TestMain_binaryIsStatic(t *testing.T) {
+	t.Parallel()
 	if fi, err := os.Stat(dockertest.Binary(t)); err != nil || fi.Size() == 0 {
 		t.Fatalf("no binary: %v", err)
 	}

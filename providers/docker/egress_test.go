@@ -23,6 +23,7 @@ import (
 // TestTunnelNetworkNone runs the suite's tunnel tests on sandboxes opened
 // with EgressGateway: the tunnel needs no network.
 func TestTunnelNetworkNone(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	sandboxtest.RunTunnelTests(t, sandboxtest.Harness{
 		NewProvider: func(t *testing.T) driver.Provider { return dockertest.Provider(t, dockertest.Busybox) },
@@ -87,6 +88,7 @@ func fetch(t *testing.T, l *sandbox.Lease, addr string) (string, bool) {
 // sandbox reaches, and through its tunnel it reaches a handler on the
 // host.
 func TestEgressGateway(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox)
 	if !p.Capabilities().Egress {
@@ -138,6 +140,7 @@ func TestEgressGateway(t *testing.T) {
 // second's, and nothing listens for it on the bridge; the host's listener
 // sees no connection.
 func TestTunnelUnreachableFromOtherContainers(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox)
 	first := lease(t, p, driver.Options{Egress: driver.EgressGateway})
@@ -168,6 +171,7 @@ func TestTunnelUnreachableFromOtherContainers(t *testing.T) {
 // TestTunnelVanished: a container removed behind outpost's back ends its
 // tunnel with an error wrapping driver.ErrVanished.
 func TestTunnelVanished(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	l, err := sandbox.Acquire(t.Context(), dockertest.Provider(t, dockertest.Busybox), driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway})
 	if err != nil {

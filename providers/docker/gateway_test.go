@@ -35,6 +35,7 @@ func statusOf(t *testing.T, l *sandbox.Lease, addr, path, header string) string 
 // it; no token, a wrong token, another gateway's token and the token
 // once revoked get 401, and the upstream sees none of them.
 func TestGatewayTokenThroughTunnel(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Debian)
 	l := lease(t, dockertest.Provider(t, dockertest.Debian), driver.Options{Egress: driver.EgressGateway})
 	up, seen := serveCounting(t, "127.0.0.1:0", "from the upstream")

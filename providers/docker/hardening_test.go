@@ -50,6 +50,7 @@ func shStatus(t *testing.T, l *sandbox.Lease, script string) sandbox.ExecResult 
 // TestHardeningDefaults checks, by inspecting the container and from
 // inside it, that every hardening default is in effect.
 func TestHardeningDefaults(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox)
 	before := time.Now().Add(-time.Second)
@@ -161,6 +162,7 @@ func TestHardeningDefaults(t *testing.T) {
 // read-only root are what the settings say, and that a read-only sandbox
 // still has a writable home, workspace and /tmp (with exec).
 func TestHardeningSettings(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	settings := map[string]string{"network": "none", "readonly": "true", "memory": "256m", "cpu": "0.5", "pids": "64", "user": "1234:1234"}
 	o, err := docker.ParseSettings(settings)

@@ -32,6 +32,7 @@ import (
 // TestExitStatuses: exit codes are values, deaths by signal are named,
 // and 128+n from a program that simply exited is not mistaken for one.
 func TestExitStatuses(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	l := lease(t, dockertest.Provider(t, dockertest.Busybox), driver.Options{})
 	for script, want := range map[string]harness.ExitStatus{
@@ -59,6 +60,7 @@ func TestExitStatuses(t *testing.T) {
 // TestMinimalImage runs an echo turn in the default image, which has no
 // shell: outpost's own binary is the agent, and lookups need no shell.
 func TestMinimalImage(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t)
 	p := dockertest.Provider(t, "")
 	store := storetest.NewMemory()
@@ -84,6 +86,7 @@ func TestMinimalImage(t *testing.T) {
 // the turn ends with code sandbox and details.vanished, and the release
 // says the workspace's changes are lost.
 func TestVanishedDuringTurn(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	cli := dockertest.Client(t)
 	p := dockertest.Provider(t, dockertest.Busybox)
@@ -163,6 +166,7 @@ func deadPID(t *testing.T) string {
 
 // TestLiveness judges owners from their labels alone.
 func TestLiveness(t *testing.T) {
+	t.Parallel()
 	me := docker.Self()
 	dead, _ := strconv.Atoi(deadPID(t))
 	for _, c := range []struct {
@@ -188,6 +192,7 @@ func TestLiveness(t *testing.T) {
 // nothing, that GC removes the dead owners' containers and dangling
 // outpost volumes, and that a provider's first Open sweeps too.
 func TestGC(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	me := docker.Self()
 	here := func(pid, start string) map[string]string {

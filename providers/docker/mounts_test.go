@@ -7,6 +7,7 @@ import (
 )
 
 func TestSharedMounts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	req := []driver.Mount{
 		{Source: dir, Target: "/opt/outpost/bootstrap"},

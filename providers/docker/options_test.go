@@ -20,6 +20,7 @@ import (
 // remote engine gets) of a read-only sandbox: it is root's and read-only
 // to the sandbox's user, and runs as init, shim and echo agent.
 func TestBinaryCopy(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) {
 		o.BinaryMode, o.ReadOnly = docker.BinaryCopy, true
@@ -41,6 +42,7 @@ func TestBinaryCopy(t *testing.T) {
 
 // TestUserByName resolves user and group names through the image.
 func TestUserByName(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	for user, want := range map[string]string{"agent": "1000 1000", "agent:nogroup": "1000 65534", "1000": "1000 1000"} {
 		p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.User = user })
@@ -57,6 +59,7 @@ func TestUserByName(t *testing.T) {
 
 // TestPullNever fails clearly for an image the engine lacks.
 func TestPullNever(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t)
 	p := dockertest.Provider(t, "outpost/does-not-exist:never", func(o *docker.Options) { o.Pull = docker.PullNever })
 	_, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})

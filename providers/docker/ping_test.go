@@ -16,6 +16,7 @@ import (
 // driver.ErrUnreachable) with the fix; the test engine answers with its
 // version and builds nothing to do so.
 func TestPing(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := docker.Ping(ctx, "unix:///nonexistent/docker.sock")

@@ -32,6 +32,7 @@ func followFile(t *testing.T, file string, interval time.Duration, now func() ti
 // bytes downloaded of the sizes known; the repository's line and the
 // closing status lines name no layer; the last report is Done.
 func TestImageProgressPull(t *testing.T) {
+	t.Parallel()
 	got, err := followFile(t, "testdata/pull.jsonl", 0, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +66,7 @@ func TestImageProgressPull(t *testing.T) {
 // gives its first report and its last, whatever comes between; with one
 // that moves an interval a message, a report per change.
 func TestImageProgressThrottled(t *testing.T) {
+	t.Parallel()
 	still := time.Unix(1000, 0)
 	got, err := followFile(t, "testdata/pull.jsonl", time.Second, func() time.Time { return still })
 	if err != nil || len(got) != 2 || got[0].Layers != 0 || !got[1].Done || got[1].LayersDone != 3 {
@@ -80,6 +82,7 @@ func TestImageProgressThrottled(t *testing.T) {
 // TestImageProgressError: the error the engine reports in the stream is
 // follow's, and no Done report is made.
 func TestImageProgressError(t *testing.T) {
+	t.Parallel()
 	got, err := followFile(t, "testdata/pull-denied.jsonl", 0, nil)
 	var je *jsonmessage.JSONError
 	if err == nil || !strings.Contains(err.Error(), "unexpected EOF") || !asJSONError(err, &je) {

@@ -148,6 +148,7 @@ func engineClient(t *testing.T) *engine {
 // last one Done with every layer in place and every byte the registry
 // served; a tag the registry lacks fails with ErrImage naming it.
 func TestImageProgressFromEngine(t *testing.T) {
+	t.Parallel()
 	eng := engineClient(t)
 	tag := "t" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	reg := newFakeRegistry(t, tag)
@@ -202,6 +203,7 @@ func TestImageProgressFromEngine(t *testing.T) {
 // Dockerfile FROM scratch: no registry) is read to its end, Done, with no
 // layer; a failing build's error is follow's.
 func TestImageProgressBuildStream(t *testing.T) {
+	t.Parallel()
 	eng := engineClient(t)
 	tag := "outpost/buildtest:t" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	t.Cleanup(func() {

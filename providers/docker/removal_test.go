@@ -57,6 +57,7 @@ func gone(t *testing.T, cid string) {
 // a workspace that took longer to copy back than the release allowed (60
 // s; a copy in had taken 70 s) lost the agent's changes.
 func TestCopyBackOutlivesReleaseDeadline(t *testing.T) {
+	t.Parallel()
 	wd, sb := bigLease(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()

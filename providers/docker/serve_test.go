@@ -27,6 +27,7 @@ import (
 // exec did: the parent is the exec shim, the environment exact, statuses
 // and signals right.
 func TestServedLease(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	dir := workdir(t)
 	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte("host\n"), 0o644); err != nil {
@@ -141,6 +142,7 @@ func TestServedLease(t *testing.T) {
 // engine's archive endpoint, as root: nothing is lost, nothing is taken
 // for deleted.
 func TestCopyBackNotWhole(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	dir := workdir(t)
 	for _, name := range []string{"keep.txt", "gone.txt"} {
@@ -174,6 +176,7 @@ func TestCopyBackNotWhole(t *testing.T) {
 // TestServedReleaseStopsRunning: a release while a served process runs
 // stops it (its status is the release's SIGKILL) and still copies back.
 func TestServedReleaseStopsRunning(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	dir := workdir(t)
 	p := dockertest.Provider(t, dockertest.Busybox)
@@ -221,6 +224,7 @@ func TestServedReleaseStopsRunning(t *testing.T) {
 // exec of the engine: the path a container whose init does not serve
 // falls back to (a `binary` of an older outpost). Copy mode only.
 func TestConformanceExec(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
 		NewProvider: func(t *testing.T) driver.Provider {

@@ -13,6 +13,7 @@ import (
 // TestShimProcess runs the exec shim's table (the same on every provider)
 // on an exec of its own and on a spare.
 func TestShimProcess(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	for _, spares := range []int{-1, 0} {
 		t.Run(map[int]string{-1: "exec", 0: "spare"}[spares], func(t *testing.T) {

@@ -52,6 +52,7 @@ func (w warmProvider) Open(ctx context.Context, o driver.Options) (driver.Sandbo
 // does not depend on the mode, and copy mode's release is the one that
 // asks whether processes run); TestConformance covers both cold.
 func TestConformanceWarm(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	sandboxtest.RunConformanceTests(t, sandboxtest.Harness{
 		NewProvider: func(t *testing.T) driver.Provider {
@@ -86,6 +87,7 @@ func fullEnv(l *sandbox.Lease) map[string]string {
 // TestSpareProcesses: a process started by a spare exec behaves as one
 // started by an exec of its own.
 func TestSpareProcesses(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	l, sb := warmLease(t)
 	env := fullEnv(l)
@@ -230,6 +232,7 @@ func TestSpareProcesses(t *testing.T) {
 // fails the next Start with ErrVanished (code sandbox, details.vanished),
 // as an ordinary exec would.
 func TestSpareVanished(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	cli := dockertest.Client(t)
 	for _, how := range []string{"removed", "stopped"} {
@@ -317,6 +320,7 @@ func spareShims(t *testing.T, sb *docker.Sandbox, want int) []string {
 // it ends its shim, and Close leaves no goroutine behind, in copy mode
 // after copying back what a spare's process wrote.
 func TestSpareClose(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox)
 	t.Run("waiting", func(t *testing.T) {
@@ -378,6 +382,7 @@ func TestSpareClose(t *testing.T) {
 // no new spare. Without a spare they fall back to an exec and the
 // archive endpoint, with the same answers.
 func TestSpareHelpers(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	l, sb := warmLease(t)
 	if shims := spareShims(t, sb, docker.DefaultSpares); len(shims) != docker.DefaultSpares {
@@ -454,6 +459,7 @@ func TestSpareHelpers(t *testing.T) {
 
 // TestSparesNone: Options.Spares < 0 keeps no spare: Warm does nothing.
 func TestSparesNone(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	p := dockertest.Provider(t, dockertest.Busybox, func(o *docker.Options) { o.Spares = -1 })
 	l := lease(t, p, driver.Options{Workdir: workdir(t)})
@@ -476,6 +482,7 @@ func TestSparesNone(t *testing.T) {
 // writes nothing but dir); a directory the user does not own goes through
 // the engine.
 func TestCopyInThroughSpare(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	l, sb := warmLease(t)
 	env := fullEnv(l)

@@ -49,6 +49,7 @@ func read(t *testing.T, dir, name string) string {
 // deleted, mode changes — keeping the host's side of a conflict and
 // refusing escaping links and writes to .outpost.
 func TestWorkspaceCopy(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	host := t.TempDir()
 	write(t, host, "a.txt", "one\n")
@@ -128,6 +129,7 @@ mkdir -p .outpost && echo SECRET=stolen > .outpost/.env`)
 // TestWorkspaceSyncBetweenTurns copies back while the lease is held, then
 // again at release: each copy writes only what changed since the last.
 func TestWorkspaceSyncBetweenTurns(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	host := t.TempDir()
 	write(t, host, "f", "0\n")
@@ -154,6 +156,7 @@ func TestWorkspaceSyncBetweenTurns(t *testing.T) {
 // TestWorkspaceBind checks bind mode: changes are live both ways, the
 // user is the directory's owner, and .outpost is hidden.
 func TestWorkspaceBind(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	host := workdir(t)
 	write(t, host, ".outpost/.env", "SECRET=s3cr3t\n")
@@ -185,6 +188,7 @@ func TestWorkspaceBind(t *testing.T) {
 // real key to; issue 43). The empty mount point on the host is the
 // directory owner's.
 func TestWorkspaceBindNoPrivateDir(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	host := workdir(t)
 	write(t, host, "in.txt", "from host\n")
@@ -233,6 +237,7 @@ func TestWorkspaceBindNoPrivateDir(t *testing.T) {
 // the container describes it: sizes, nanosecond times, modes, links,
 // without .git and .outpost. The first process ends that.
 func TestPristineSnapshot(t *testing.T) {
+	t.Parallel()
 	dockertest.Require(t, dockertest.Busybox)
 	host := t.TempDir()
 	write(t, host, "a.txt", "one\n")

@@ -435,7 +435,7 @@ func (p *Provider) Name() string { return "kubernetes" }
 // Capabilities: host files may be copied into the private home, processes
 // are isolated from the host, stdin is live, leases keep state.
 func (p *Provider) Capabilities() driver.Capabilities {
-	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: true}
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: true, Isolation: driver.IsolationPod}
 }
 
 // Options returns the provider's options, defaults applied.

@@ -138,7 +138,21 @@ func (p *Provider) Close() error { return nil }
 // where the leases run in namespaces.
 func (p *Provider) Capabilities() driver.Capabilities {
 	iso, _ := p.isolation()
-	return driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: iso.Active}
+	mode := driver.IsolationNone
+	if iso.Active {
+		mode = driver.IsolationNamespaces
+	}
+	return driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: iso.Active, Isolation: mode}
+}
+
+// IsolationNote implements driver.IsolationNoter: why isolation=auto
+// runs the leases on the host (bwrap missing or refused), "" otherwise.
+func (p *Provider) IsolationNote() string {
+	iso, _ := p.isolation()
+	if iso.Active || iso.Mode != isolate.Auto || iso.Reason == "" {
+		return ""
+	}
+	return "NOT ISOLATED: isolation=auto runs the leases on the host: " + iso.Reason
 }
 
 // Open makes a private home for a new lease. Homes left behind by dead

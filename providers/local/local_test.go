@@ -119,13 +119,13 @@ func TestRegistry(t *testing.T) {
 }
 
 func TestCapabilities(t *testing.T) {
-	want := driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars()}
+	want := driver.Capabilities{HostFiles: false, Isolated: false, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Isolation: "none"}
 	if diff := cmp.Diff(want, local.New(&local.Options{Isolation: "none"}).Capabilities()); diff != "" {
 		t.Errorf("capabilities (-want +got):\n%s", diff)
 	}
 	// In namespaces, egress gateway is enforced.
 	if _, err := exec.LookPath("bwrap"); err == nil {
-		want.Egress = true
+		want.Egress, want.Isolation = true, "namespaces"
 		if diff := cmp.Diff(want, local.New(&local.Options{Isolation: "namespaces"}).Capabilities()); diff != "" {
 			t.Errorf("capabilities isolated (-want +got):\n%s", diff)
 		}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sshconfig "github.com/kevinburke/ssh_config"
@@ -192,6 +193,26 @@ type conn struct {
 	done   chan struct{} // closed when the connection is gone
 	once   sync.Once
 	remote remote
+	// cause is why the connection ended, for the errors of what it
+	// carried: outpost's keepalive closed it, or the peer or the
+	// network ended it.
+	cause atomic.Pointer[string]
+}
+
+// closeFor closes the connection, remembering why (the first cause
+// stays).
+func (c *conn) closeFor(why string) {
+	c.cause.CompareAndSwap(nil, &why)
+	c.client.Close()
+}
+
+// lost is driver.ErrDisconnected with why the connection ended, when it
+// is known.
+func (c *conn) lost() error {
+	if why := c.cause.Load(); why != nil {
+		return fmt.Errorf("%w (%s)", driver.ErrDisconnected, *why)
+	}
+	return driver.ErrDisconnected
 }
 
 func (c *conn) dead() bool {
@@ -204,7 +225,7 @@ func (c *conn) dead() bool {
 }
 
 func (c *conn) close() {
-	c.client.Close()
+	c.closeFor("outpost closed it")
 	<-c.done
 }
 
@@ -354,7 +375,12 @@ func (p *Provider) closedErr() error { return errProviderClosed }
 
 // wait marks the connection dead once it has ended.
 func (c *conn) wait() {
-	_ = c.client.Wait()
+	err := c.client.Wait()
+	why := "the server or the network ended it"
+	if err != nil && !errors.Is(err, io.EOF) {
+		why += ": " + err.Error()
+	}
+	c.cause.CompareAndSwap(nil, &why)
 	c.markDead()
 }
 
@@ -370,12 +396,12 @@ func (c *conn) sendKeepAlive() error {
 // newSession opens a session, telling a dropped connection apart.
 func (c *conn) newSession() (*ssh.Session, error) {
 	if c.dead() {
-		return nil, fmt.Errorf("ssh: %w", driver.ErrDisconnected)
+		return nil, fmt.Errorf("ssh: %w", c.lost())
 	}
 	s, err := c.client.NewSession()
 	if err != nil {
 		if c.dead() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-			return nil, fmt.Errorf("ssh: %w: %v", driver.ErrDisconnected, err)
+			return nil, fmt.Errorf("ssh: %w: %v", c.lost(), err)
 		}
 		return nil, fmt.Errorf("ssh: opening a session: %w (the server's MaxSessions may be too low for this many concurrent processes)", err)
 	}
@@ -399,14 +425,14 @@ func keepAlive(c *conn, interval time.Duration) {
 		select {
 		case err := <-res:
 			if err != nil {
-				c.client.Close()
+				c.closeFor("keepalive: " + err.Error())
 				return
 			}
 			misses = 0
 		case <-time.After(interval):
 			misses++
 			if misses >= keepAliveMisses {
-				c.client.Close()
+				c.closeFor(fmt.Sprintf("outpost closed it: no reply to %d keepalives in a row, %s apart", keepAliveMisses, interval))
 				return
 			}
 		case <-c.done:

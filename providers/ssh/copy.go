@@ -214,7 +214,7 @@ func (s *Sandbox) syncWorkspace(ctx context.Context, c *conn, pre string, wrap f
 	}
 	if err != nil {
 		if c.dead() {
-			err = fmt.Errorf("ssh: %w: %v", driver.ErrDisconnected, err)
+			err = fmt.Errorf("ssh: %w: %v", c.lost(), err)
 		}
 		return fmt.Errorf("ssh: copying the workspace of %s back: %w", s.id, err)
 	}

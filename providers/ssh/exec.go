@@ -56,7 +56,7 @@ func (s *Sandbox) connErr(what string, err error) error {
 		s.c.checkAlive()
 	}
 	if s.c.dead() {
-		return fmt.Errorf("ssh: %w: %s: %v", driver.ErrDisconnected, what, err)
+		return fmt.Errorf("ssh: %w: %s: %v", s.c.lost(), what, err)
 	}
 	return fmt.Errorf("ssh: %s: %w", what, err)
 }
@@ -112,7 +112,7 @@ func (t *session) Stream(stdout, stderr io.Writer) error {
 // or a host that cannot run it.
 func (t *session) StartFailed(err, streamErr error) error {
 	if t.s.c.dead() || errors.Is(streamErr, driver.ErrDisconnected) {
-		return fmt.Errorf("ssh: %w: starting %s: %v", driver.ErrDisconnected, t.path, err)
+		return fmt.Errorf("ssh: %w: starting %s: %v", t.s.c.lost(), t.path, err)
 	}
 	return err
 }
@@ -139,7 +139,7 @@ func (t *session) Exit() (harness.ExitStatus, error) {
 		s.c.checkAlive()
 	}
 	if s.c.dead() {
-		return harness.ExitStatus{Code: -1}, fmt.Errorf("ssh: %w: the process of %s was lost with it", driver.ErrDisconnected, s.id)
+		return harness.ExitStatus{Code: -1}, fmt.Errorf("ssh: %w: the process of %s was lost with it", s.c.lost(), s.id)
 	}
 	if t.closed.Load() {
 		return shim.Killed, nil

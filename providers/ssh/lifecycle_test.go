@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path"
 	"strings"
@@ -93,8 +94,8 @@ func TestDisconnect(t *testing.T) {
 	pr := startSleeper(t, sb, "disconnect-mark")
 	srv.MustExec(t, "pkill", "-KILL", "-f", "^sshd: agent")
 	st, err := pr.Wait()
-	if !errors.Is(err, driver.ErrDisconnected) {
-		t.Errorf("Wait after the connection dropped: %+v, %v; want ErrDisconnected", st, err)
+	if !errors.Is(err, driver.ErrDisconnected) || !strings.Contains(fmt.Sprint(err), "the server or the network ended it") {
+		t.Errorf("Wait after the connection dropped: %+v, %v; want ErrDisconnected, saying the server ended it", st, err)
 	}
 	if !sb.(driver.Vanisher).Vanished(t.Context()) {
 		t.Error("the sandbox of a dropped connection has not vanished")
@@ -236,5 +237,31 @@ func TestGC(t *testing.T) {
 			t.Errorf("GC left the lease's directory or processes:\n%s\n%s", left, what)
 			break
 		}
+	}
+}
+
+// TestKeepAliveClosesFrozenHost: a host that stops answering (its sshd for
+// the connection frozen) is given up after keepAliveMisses unanswered
+// keepalives, and the error says that outpost closed the connection and
+// why, apart from a connection the server or the network ended.
+func TestKeepAliveClosesFrozenHost(t *testing.T) {
+	srv := sshtest.Shared(t)
+	p := sshtest.Provider(t, srv, func(o *sshp.Options) { o.KeepAlive = 200 * time.Millisecond })
+	sb, err := p.Open(t.Context(), driver.Options{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := startSleeper(t, sb, "frozen-mark")
+	srv.MustExec(t, "pkill", "-STOP", "-f", "^sshd: agent")
+	_, err = pr.Wait()
+	srv.MustExec(t, "pkill", "-KILL", "-f", "^sshd: agent")
+	if !errors.Is(err, driver.ErrDisconnected) || !strings.Contains(fmt.Sprint(err), "outpost closed it: no reply to 3 keepalives in a row, 200ms apart") {
+		t.Errorf("Wait on a frozen host: %v; want ErrDisconnected, saying the keepalives went unanswered", err)
+	}
+	if err := sb.Close(t.Context()); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if left := survivors(t, srv, "frozen-mark"); left != "" {
+		t.Errorf("processes of the released lease survive:\n%s", left)
 	}
 }

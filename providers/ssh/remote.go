@@ -16,7 +16,6 @@ import (
 
 	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/shim"
-	"github.com/outposthq/outpost/sandbox/driver"
 )
 
 // remote is what the provider learned of the host when it connected.
@@ -80,13 +79,13 @@ func run(ctx context.Context, c *conn, cmd string, stdin io.Reader) (result, err
 			res.code = -1
 		}
 	case c.dead():
-		return res, fmt.Errorf("ssh: %w: %v", driver.ErrDisconnected, err)
+		return res, fmt.Errorf("ssh: %w: %v", c.lost(), err)
 	default:
 		var em *ssh.ExitMissingError
 		if errors.As(err, &em) {
 			c.checkAlive()
 			if c.dead() {
-				return res, fmt.Errorf("ssh: %w: %v", driver.ErrDisconnected, err)
+				return res, fmt.Errorf("ssh: %w: %v", c.lost(), err)
 			}
 		}
 		return res, fmt.Errorf("ssh: %w", err)
@@ -101,7 +100,7 @@ func (c *conn) checkAlive() {
 		return
 	}
 	if err := c.sendKeepAlive(); err != nil {
-		c.client.Close()
+		c.closeFor("keepalive: " + err.Error())
 		c.markDead()
 	}
 }

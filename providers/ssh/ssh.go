@@ -222,7 +222,7 @@ var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "US
 func (p *Provider) Capabilities() driver.Capabilities {
 	// Egress stays false: a remote host's network is its own; EgressGateway
 	// runs as EgressOpen there, reported unenforced.
-	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars()}
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Isolation: driver.IsolationNone}
 }
 
 // Options returns the provider's options, defaults applied.

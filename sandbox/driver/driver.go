@@ -338,8 +338,36 @@ type Capabilities struct {
 	// before a sandbox is allocated.
 	FixedEnv []string `json:"fixed_env"`
 	// Egress: Options.Egress = EgressGateway is enforced (docker's network
-	// none, a kubernetes NetworkPolicy). False for local and ssh.
+	// none, a kubernetes NetworkPolicy, local in namespaces). False for
+	// local and ssh on the host.
 	Egress bool `json:"egress"`
+	// Isolation is how a lease's processes are kept from the host's, as
+	// they run (the effective mode, not the setting): IsolationNone,
+	// IsolationNamespaces, IsolationContainer, IsolationPod; "" where the
+	// provider does not say.
+	Isolation string `json:"isolation,omitempty"`
+}
+
+// Isolation modes (Capabilities.Isolation).
+const (
+	// IsolationNone: processes run on the host (or the ssh host) as its
+	// user, seeing what the user sees.
+	IsolationNone = "none"
+	// IsolationNamespaces: processes run in namespaces of their own
+	// (bubblewrap).
+	IsolationNamespaces = "namespaces"
+	// IsolationContainer: processes run in a container (docker).
+	IsolationContainer = "container"
+	// IsolationPod: processes run in a pod (kubernetes).
+	IsolationPod = "pod"
+)
+
+// IsolationNoter is implemented by providers whose leases run less
+// isolated than asked (isolation=auto where bubblewrap is missing or
+// refused): IsolationNote says why, "" when they run as asked. `outpost
+// agents`, `outpost doctor` and GET /v1/agents show it.
+type IsolationNoter interface {
+	IsolationNote() string
 }
 
 // Factory makes a provider from string settings (e.g. "image" for docker).

@@ -47,7 +47,10 @@ func command(p sandboxtest.Program, args ...string) driver.ExecRequest {
 	return driver.ExecRequest{Path: name, Args: args}
 }
 
+// TestConformance runs the suite in a parallel test: providers' tests run
+// their suites beside each other (providers/docker's four).
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	for _, p := range sandboxtest.Programs() {
 		if _, ok := programs[p]; !ok {
 			t.Fatalf("no memsandbox program for %v", p)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"sort"
@@ -48,7 +49,8 @@ type Harness struct {
 }
 
 // RunConformanceTests runs the provider conformance suite as subtests of
-// t. It uses t.Setenv, so t must not be parallel.
+// t, one at a time. t may be a parallel test: suites of several providers
+// (or modes) can run beside each other.
 func RunConformanceTests(t *testing.T, h Harness) {
 	t.Helper()
 	s := newSuite(t, h)
@@ -452,8 +454,8 @@ func (s *suite) testEnvironment(t *testing.T) {
 // given and nothing of the host's.
 func (s *suite) testEnvironmentIsolation(t *testing.T) {
 	const name = "OUTPOST_SANDBOXTEST_SECRET"
-	t.Setenv(name, "host-value")
-	l := s.lease(t) // made after Setenv: a provider reading the host env sees it
+	hostVar(t, name, "host-value")
+	l := s.lease(t) // made after hostVar: a provider reading the host env sees it
 	env := l.Environment()
 	if _, ok := env.Fixed[name]; ok {
 		t.Errorf("Environment().Fixed has the host's %s", name)
@@ -1154,4 +1156,36 @@ func (s *suite) testFilesShared(t *testing.T) {
 	if got := string(s.runOK(t, l, ReadFile, path.Join(l.Home(), "from-copy.txt")).Stdout); got != "copied in" {
 		t.Errorf("a process reads %q from a file copied in", got)
 	}
+}
+
+// hostVars counts the users of each variable hostVar set.
+var hostVars = struct {
+	sync.Mutex
+	n map[string]int
+}{n: map[string]int{}}
+
+// hostVar sets the host's variable name to value until the test ends. It is
+// t.Setenv for a suite that may run in parallel tests (which t.Setenv
+// refuses): suites beside each other share the variable, set while any of
+// them needs it. Only the suite's own variables go through it, never one
+// another test reads.
+func hostVar(t *testing.T, name, value string) {
+	t.Helper()
+	hostVars.Lock()
+	defer hostVars.Unlock()
+	if hostVars.n[name] == 0 {
+		if err := os.Setenv(name, value); err != nil {
+			t.Fatal(err)
+		}
+	} else if got := os.Getenv(name); got != value {
+		t.Fatalf("hostVar: %s is %q for another suite, not %q", name, got, value)
+	}
+	hostVars.n[name]++
+	t.Cleanup(func() {
+		hostVars.Lock()
+		defer hostVars.Unlock()
+		if hostVars.n[name]--; hostVars.n[name] == 0 {
+			os.Unsetenv(name)
+		}
+	})
 }

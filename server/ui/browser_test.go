@@ -25,6 +25,7 @@ import (
 	"github.com/outposthq/outpost/harness/echo"
 	_ "github.com/outposthq/outpost/providers/local" // registers "local"
 	"github.com/outposthq/outpost/server"
+	"github.com/outposthq/outpost/turnstore"
 )
 
 var (
@@ -104,13 +105,18 @@ func needBrowser(t testing.TB) {
 	t.Skipf("SKIPPING the console's browser tests: %s", browserSkip)
 }
 
-// fixture is the package's one server: TCP with tokens, a store, echo.
+// fixture is the package's one server: TCP with tokens, a store, echo;
+// a token limit for alice; a fleet of one replica ("console-1") on an
+// in-process turn store that a second replica ("console-2") beats in
+// too; local leases under a directory of its own (root), where a test
+// plants what a dead process left (deadHome), for garbage collection.
 type fixture struct {
 	srv    *server.Server
 	url    string
 	alice  string // a client's token
 	admin  string // an operator's token
 	store  conversation.Store
+	root   string
 	closer func()
 }
 
@@ -154,8 +160,16 @@ func newFixture(mod func(*server.Options)) (*fixture, error) {
 	if err != nil {
 		return nil, err
 	}
+	turns := turnstore.NewMemory()
+	if err := turns.Beat(context.Background(), "console-2"); err != nil {
+		return nil, err
+	}
+	f.root = filepath.Join(dir, "local")
 	opts := &server.Options{Store: f.store, Workdir: wd, Environ: []string{"PATH=" + os.Getenv("PATH")}, Tokens: tokens,
-		PoolSize: 1, Policy: server.Policy{Secrets: []string{"gateway", "env"}}}
+		PoolSize: 1, Policy: server.Policy{Secrets: []string{"gateway", "env"}},
+		TokenLimits: map[string]server.TokenLimit{"alice": {PerHour: 50000, PerDay: 400000}},
+		Turns:       turns, Replica: "console-1", Heartbeat: time.Hour,
+		Settings: map[string]map[string]string{"local": {"root": f.root}}}
 	if mod != nil {
 		mod(opts)
 	}
@@ -175,6 +189,24 @@ func newFixture(mod func(*server.Options)) (*fixture, error) {
 		os.RemoveAll(dir)
 	}
 	return f, nil
+}
+
+// deadHome plants a lease home that a dead process left under the local
+// provider's directory (no owner record, over a minute old), once the
+// provider has made its first lease (and with it its one sweep of such
+// homes): garbage collection finds it.
+func (f *fixture) deadHome(t testing.TB, name string) string {
+	t.Helper()
+	finished()
+	dead := filepath.Join(f.root, "local-"+name)
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(dead, old, old); err != nil {
+		t.Fatal(err)
+	}
+	return dead
 }
 
 // api sends an API request with tok and decodes the JSON answer into out.
@@ -273,7 +305,7 @@ func newTab(t testing.TB) *tab {
 // openTab opens a tab on the console of f.
 func openTab(t testing.TB, f *fixture) *tab {
 	ctx, closeTab := chromedp.NewContext(browser)
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute) // wall time on a loaded shared machine
 	t.Cleanup(func() { cancel(); closeTab() })
 	return &tab{t: t, ctx: ctx, f: f}
 }

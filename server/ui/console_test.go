@@ -78,20 +78,30 @@ func TestSignIn(t *testing.T) {
 	}
 }
 
-// TestTurnLive: a turn started from the start page streams its events
-// into its page as they come; a steer message from the page reaches the
-// agent, and the result is shown.
+// TestTurnLive: a turn started from the start page (which shows alice's
+// token limit, and takes a conversation budget) streams its events into
+// its page as they come, which names its replica, model and prompt; a
+// steer message from the page reaches the agent, and the result is
+// shown, then the conversation's prompts and answers.
 func TestTurnLive(t *testing.T) {
 	b := newTab(t)
 	b.signIn(b.f.alice)
 	b.waitText("main h1", "Turns")
 	b.open("#/start")
+	b.waitText("#limits", "per hour")
+	if got := eval[string](b, `document.getElementById('limits').innerText`); !strings.Contains(got, "alice") || !strings.Contains(got, "50,000") || !strings.Contains(got, "400,000") || strings.Contains(got, "admin") {
+		t.Errorf("alice's token limits: %q", got)
+	}
 	before := eval[string](b, `document.getElementById('main').dataset.ready`)
-	b.do("starting a turn", chromedp.SendKeys(chromedp.CSS("#prompt"), "hello #tool #slow=2000"), chromedp.Click(chromedp.CSS("#start")))
+	b.do("starting a turn", chromedp.SendKeys(chromedp.CSS("#prompt"), "hello #tool #slow=2000"), chromedp.SendKeys(chromedp.CSS("#model"), "echo-large"),
+		chromedp.SendKeys(chromedp.CSS("#budget"), "90000"), chromedp.Click(chromedp.CSS("#start")))
 	b.waitReady(before)
 	b.waitText("#events", "step 3") // live: the turn is still running
 	if state := eval[string](b, `document.getElementById('turn-state').textContent`); state != "running" {
 		t.Errorf("turn state %q while its deltas arrive, want running", state)
+	}
+	if got := eval[string](b, `['turn-replica', 'turn-model', 'turn-prompt'].map((id) => document.getElementById(id).textContent).join('|')`); got != "console-1|echo-large|hello #tool #slow=2000" {
+		t.Errorf("the running turn's replica|model|prompt: %q", got)
 	}
 	b.waitText("#events", "shell") // its tool call
 	b.do("steering", chromedp.SendKeys(chromedp.CSS("#steer-text"), "wrap up now"), chromedp.Click(chromedp.CSS("#steer")))
@@ -99,6 +109,46 @@ func TestTurnLive(t *testing.T) {
 	b.waitText("#turn-state", "finished")
 	if got := eval[string](b, `document.querySelector('.result dd').textContent`); got != "ok" {
 		t.Errorf("result %q, want ok", got)
+	}
+	b.waitText("#history", "echo: hello #tool #slow=2000")
+	if got := eval[string](b, `document.querySelector('#history .prompt').textContent + '|' + (document.getElementById('turn-tokens').textContent !== '')`); got != "hello #tool #slow=2000|true" {
+		t.Errorf("the conversation's first prompt|tokens shown: %q", got)
+	}
+	conv := eval[string](b, `document.querySelector('.result a[href^="#/conversations/"]').textContent`)
+	var u server.Usage
+	if code := b.f.api(t, b.f.alice, "GET", "/v1/conversations/"+conv+"/usage", nil, &u); code != 200 || u.Budget != 90000 {
+		t.Errorf("the budget given on the start page: %d %+v", code, u)
+	}
+}
+
+// TestServerPage: an operator's server page lists the fleet's replicas
+// with their heartbeats, and what garbage collection would remove (a home
+// a dead process left); its button removes it, and the page shows the
+// run. A client's page shows neither.
+func TestServerPage(t *testing.T) {
+	b := newTab(t)
+	b.signIn(b.f.alice)
+	b.waitText("main h1", "Turns")
+	b.open("#/server")
+	b.waitText("#gc", "operator's token only")
+	b.waitText("#fleet", "operator's token only")
+	b.do("signing out", chromedp.Click(chromedp.CSS("#signout")))
+	b.waitText("main h1", "Sign in")
+	dead := b.f.deadHome(t, "dead-page")
+	b.signIn(b.f.admin)
+	b.waitText("main h1", "Turns")
+	b.open("#/server")
+	b.waitText("#fleet", "console-1 (this one)")
+	b.waitText("#fleet", "console-2")
+	if got := eval[string](b, `document.getElementById('fleet').innerText`); strings.Contains(got, "lost") {
+		t.Errorf("a live replica is shown lost: %q", got)
+	}
+	b.waitText("#gc", "local-dead-page")
+	b.do("running gc", chromedp.Click(chromedp.CSS("#gc-run")))
+	b.waitText("#gc-status", "Collected.")
+	b.waitText("#gc", "The last collection")
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead home after gc from the page: %v", err)
 	}
 }
 
@@ -183,19 +233,20 @@ func TestAccessibility(t *testing.T) {
 				b.f.result(t, st.ID)
 			}
 		}
+		b.f.deadHome(t, "dead-shot") // the server page's gc lists it
 	}
 	b.do("the sign-in page", chromedp.Navigate(b.f.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")))
 	b.audit("signin")
-	b.signIn(b.f.alice)
+	b.signIn(b.f.admin) // an operator's console shows every page in full (the fleet, gc, every limit)
 	b.waitText("main h1", "Turns")
 	for _, p := range []struct{ name, hash, wait string }{
 		{"turns", "#/turns", turn},
-		{"turn", "#/turns/" + turn, "Answer"},
-		{"start", "#/start", "echo"},
+		{"turn", "#/turns/" + turn, "The conversation so far"},
+		{"start", "#/start", "per hour"},
 		{"conversations", "#/conversations", conv},
 		{"conversation", "#/conversations/" + conv, "Turns and their changes"},
 		{"usage", "#/usage", "Tokens per day"},
-		{"server", "#/server", "The warm pool"},
+		{"server", "#/server", "console-2"},
 	} {
 		b.open(p.hash)
 		b.waitText("main", p.wait)

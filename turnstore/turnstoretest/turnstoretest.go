@@ -26,6 +26,7 @@ func Run(t *testing.T, open func(t *testing.T) turnstore.Store) {
 		{"Reap", reap},
 		{"Expire", expire},
 		{"Listen", listen},
+		{"Replicas", replicas},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, open(t)) })
 	}
@@ -259,5 +260,40 @@ func listen(t *testing.T, s turnstore.Store) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Listen after cancel: %v", err)
+	}
+}
+
+// replicas lists the replicas that beat, each with its unfinished turns,
+// and the owners of unfinished turns that never beat (a store without
+// turnstore.ReplicaLister skips it).
+func replicas(t *testing.T, s turnstore.Store) {
+	l, ok := s.(turnstore.ReplicaLister)
+	if !ok {
+		t.Skip("the store lists no replicas")
+	}
+	ctx := context.Background()
+	must(t, s.Beat(ctx, "r1"))
+	must(t, s.Beat(ctx, "r2"))
+	for _, tr := range []turnstore.Turn{newTurn("t20", "r1"), newTurn("t21", "r1"), newTurn("t22", "r2"), newTurn("t23", "gone")} {
+		must(t, s.Create(ctx, tr))
+	}
+	s.Finish(ctx, "t22", turnstore.Event{Seq: 1, Data: []byte(`{}`)}, t0)
+	got, err := l.Replicas(ctx)
+	must(t, err)
+	type row struct {
+		ID    string
+		Beat  bool
+		Turns int
+	}
+	var rows []row
+	for _, r := range got {
+		rows = append(rows, row{r.ID, !r.Heartbeat.IsZero(), r.Turns})
+		if r.Age < 0 || r.Age > time.Hour {
+			t.Errorf("replica %s: age %v", r.ID, r.Age)
+		}
+	}
+	want := []row{{"gone", false, 1}, {"r1", true, 2}, {"r2", true, 0}}
+	if d := cmp.Diff(want, rows); d != "" {
+		t.Errorf("Replicas (-want +got):\n%s", d)
 	}
 }

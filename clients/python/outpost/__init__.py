@@ -16,7 +16,7 @@ from .errors import (BootstrapError, CancelledError, ConfigurationError,
 from .models import (Agent, Checkpoint, CheckResult, Contestant, Conversation,
                      ConversationUsage, Diff, DiffFile, ErrorInfo, Event,
                      Health, RaceEvent, RaceLine, RaceProgress, RaceRequest,
-                     RaceResponse, RaceResultLine, Result, SteerResponse,
+                     RaceResponse, RaceResultLine, Result, Sandbox, SteerResponse,
                      Tool, Turn, TurnRequest, TurnStatus, Usage)
 
 __version__ = "0.1.0"
@@ -27,7 +27,7 @@ __all__ = [
     "BootstrapError", "ConversationError", "ProcessError", "UnavailableError",
     "QuotaError", "OutputError", "BudgetError", "TimeoutError", "CancelledError", "TransportError",
     "Agent", "Conversation", "ConversationUsage", "ErrorInfo", "Event", "Health",
-    "Result", "SteerResponse", "Tool", "Turn", "TurnRequest", "TurnStatus", "Usage",
+    "Result", "Sandbox", "SteerResponse", "Tool", "Turn", "TurnRequest", "TurnStatus", "Usage",
     "Checkpoint", "CheckResult", "Diff", "DiffFile", "RaceRequest", "RaceProgress",
     "RaceEvent", "RaceResultLine", "RaceLine", "RaceResponse", "Contestant",
 ]

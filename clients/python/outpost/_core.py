@@ -16,8 +16,8 @@ from . import models
 from .errors import OutpostError, TransportError, error_from
 from .models import (Agent, Conversation, ConversationUsage, Diff, Event,
                      Health, RaceEvent, RaceLine, RaceProgress, RaceRequest,
-                     RaceResponse, RaceResultLine, Result, SteerResponse,
-                     TurnRequest, TurnStatus)
+                     RaceResponse, RaceResultLine, Result, Sandbox,
+                     SteerResponse, TurnRequest, TurnStatus)
 
 # The host name of requests over the Unix socket (any name would do).
 SOCKET_BASE = "http://outpost"
@@ -276,6 +276,36 @@ class Api:
         """A turn's state, and its result once finished."""
         return self._call(Call("GET", turn_path(turn_id), decode=_of(TurnStatus)))
 
+    def turns(self, *, state: Optional[str] = None, limit: Optional[int] = None) -> list:
+        """This replica's turns the caller sees (an operator: all), newest
+        first: queued, running (with its replica, model and tokens so far)
+        and finished ones still retained; ``state`` keeps one state."""
+        q = urlencode({k: v for k, v in (("state", state), ("limit", limit)) if v is not None})
+        return self._call(Call("GET", "/v1/turns" + ("?" + q if q else ""),
+                               decode=lambda d: [models.decode(TurnStatus, t) for t in d["turns"]]))
+
+    def limits(self) -> list:
+        """The caller's token limit (``--token-limit``) with this hour's
+        and day's use, as ``TokenLimit`` values; an operator gets every
+        token's."""
+        return self._call(Call("GET", "/v1/limits",
+                               decode=lambda d: [models.decode(models.TokenLimit, x) for x in d["limits"]]))
+
+    def fleet(self) -> "models.Fleet":
+        """The fleet's replicas and their heartbeats (an operator's: a
+        client token gets RefusedError, status 403)."""
+        return self._call(Call("GET", "/v1/fleet", decode=_of(models.Fleet)))
+
+    def gc(self) -> "models.GC":
+        """What garbage collection (``outpost gc``) would remove now, and
+        its last run (an operator's)."""
+        return self._call(Call("GET", "/v1/gc", decode=_of(models.GC)))
+
+    def run_gc(self) -> "models.GCRun":
+        """Run garbage collection on every served sandbox kind, never
+        ``--all`` (an operator's)."""
+        return self._call(Call("POST", "/v1/gc", decode=_of(models.GCRun)))
+
     def steer(self, turn_id: str, text: str) -> SteerResponse:
         """Send a message to a running turn (RefusedError, status 409, once
         it is finished)."""
@@ -298,6 +328,12 @@ class Api:
         """The agent presets."""
         return self._call(Call("GET", "/v1/agents",
                                decode=lambda d: [models.decode(Agent, a) for a in d["agents"]]))
+
+    def sandboxes(self) -> list:
+        """The sandboxes the server serves, the default first, with the
+        isolation their leases get (``GET /v1/agents``' ``sandboxes``)."""
+        return self._call(Call("GET", "/v1/agents",
+                               decode=lambda d: [models.decode(Sandbox, s) for s in d.get("sandboxes") or []]))
 
     def health(self) -> Health:
         """Liveness; ``status`` is "draining" while the server shuts down."""
@@ -323,6 +359,12 @@ class Conversations:
     def usage(self, conv: str) -> ConversationUsage:
         """Its token usage over the turns outpost ran."""
         return self._api._call(Call("GET", conversation_path(conv, "usage"), decode=_of(ConversationUsage)))
+
+    def history(self, conv: str) -> "models.History":
+        """Its prompts and answers, oldest first: read from its stored
+        files by its preset (``source`` "history"), else from the turns of
+        it the server still holds ("turns")."""
+        return self._api._call(Call("GET", conversation_path(conv, "history"), decode=_of(models.History)))
 
     def delete(self, conv: str) -> None:
         """Delete it (RefusedError, status 409, while a turn continues it)."""

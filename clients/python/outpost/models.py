@@ -26,7 +26,8 @@ __all__ = [
     "ConversationCheckpoint", "Conversation", "ConversationUsage", "Agent",
     "Health", "DiffFile", "Diff", "RaceRequest", "RaceProgress", "RaceEvent",
     "RaceResultLine", "Contestant", "JudgeResult", "RaceLine", "RaceResponse",
-    "MODELS", "decode", "encode", "stream_item", "race_item",
+    "LimitWindow", "TokenLimit", "FleetReplica", "Fleet", "Orphan", "GCSandbox", "GCRun", "GC",
+    "Exchange", "History", "MODELS", "decode", "encode", "stream_item", "race_item",
 ]
 
 # MODELS maps each OpenAPI schema name to its class.
@@ -202,6 +203,7 @@ class Result:
     attempts: Optional[List[Attempt]] = None
     secrets: Optional[str] = None
     egress: Optional[str] = None
+    isolation: Optional[str] = None
     checkpoint: Optional[Checkpoint] = None
     workdir: Optional[str] = None
     check: Optional[CheckResult] = None
@@ -235,6 +237,8 @@ class TurnRequest:
     checkpoint_include: Optional[List[str]] = None
     check: Optional[str] = None
     check_timeout_ms: Optional[int] = None
+    max_tokens: Optional[int] = None
+    budget: Optional[int] = None
 
 
 @_schema("TurnStatus")
@@ -249,10 +253,109 @@ class TurnStatus:
     created: datetime
     started: Optional[datetime] = None
     finished: Optional[datetime] = None
+    replica: Optional[str] = None
+    model: Optional[str] = None
+    usage: Optional[Usage] = None
+    prompt: Optional[str] = None
     result: Optional[Result] = None
 
 
 Turn = TurnStatus
+
+
+@_schema("LimitWindow")
+class LimitWindow:
+    """One window of a token limit: its tokens used this UTC hour or day,
+    what is left, and when it resets."""
+    limit: int
+    used: int
+    left: int
+    resets: datetime
+
+
+@_schema("TokenLimit")
+class TokenLimit:
+    """A token name's limit (``--token-limit``) and its current windows."""
+    token: str
+    hour: Optional[LimitWindow] = None
+    day: Optional[LimitWindow] = None
+
+
+@_schema("FleetReplica")
+class FleetReplica:
+    """A replica of the fleet: its last heartbeat (None: it left, or never
+    beat), its age, whether it is lost, its unfinished turns."""
+    id: str
+    age_ms: int
+    lost: bool
+    turns: int
+    self: bool
+    heartbeat: Optional[datetime] = None
+
+
+@_schema("Fleet")
+class Fleet:
+    """The replicas sharing the server's turn store (``fleet`` False: the
+    server is alone)."""
+    fleet: bool
+    replicas: List[FleetReplica]
+    replica: Optional[str] = None
+    heartbeat_ms: Optional[int] = None
+
+
+@_schema("Orphan")
+class Orphan:
+    """One thing garbage collection found: removed, or (a dry run) not."""
+    kind: str
+    name: str
+    removed: bool
+    owner: Optional[str] = None
+    state: Optional[str] = None
+    created: Optional[datetime] = None
+    error: Optional[str] = None
+
+
+@_schema("GCSandbox")
+class GCSandbox:
+    """What a collection found on one served sandbox kind, or its error."""
+    sandbox: str
+    orphans: List[Orphan]
+    kept: int
+    where: Optional[str] = None
+    error: Optional[str] = None
+
+
+@_schema("GCRun")
+class GCRun:
+    """One garbage collection (``outpost gc``) over every served kind."""
+    time: datetime
+    dry_run: bool
+    sandboxes: List[GCSandbox]
+
+
+@_schema("GC")
+class GC:
+    """What a collection would remove now, and the last one run."""
+    pending: GCRun
+    last: Optional[GCRun] = None
+
+
+@_schema("Exchange")
+class Exchange:
+    """A prompt of a conversation and the agent's answer."""
+    prompt: str
+    answer: str
+
+
+@_schema("History")
+class History:
+    """A conversation's prompts and answers, oldest first; ``source`` is
+    "history" (its stored files), "turns" (the server's retained turns)
+    or "none"."""
+    conversation: str
+    agent: str
+    source: str
+    exchanges: List[Exchange]
 
 
 @_schema("SteerRequest")
@@ -331,6 +434,20 @@ class Agent:
     kind: Optional[str] = None
     package: Optional[str] = None
     program: Optional[str] = None
+    error: Optional[str] = None
+
+
+@_schema("Sandbox")
+class Sandbox:
+    """A sandbox provider the server serves (``GET /v1/agents``'s
+    ``sandboxes``, the default first): ``isolation`` is the mode its
+    leases get here (``none``, ``namespaces``, ``container``, ``pod``),
+    ``egress`` whether egress gateway is ``enforced``; ``note`` says why
+    leases run less isolated than asked, ``error`` why it did not open."""
+    sandbox: str
+    isolation: str
+    egress: str
+    note: Optional[str] = None
     error: Optional[str] = None
 
 

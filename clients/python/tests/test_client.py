@@ -68,6 +68,9 @@ def test_default_socket(serve, tmp_path, monkeypatch):
         assert all(a.version and a.source == "built-in" for a in agents.values())
         assert agents["echo"].installed and agents["echo"].kind == "self"
         assert agents["claude"].kind == "npm" and agents["claude"].keyless == "yes"
+        # The sandboxes served, the default first, with their isolation.
+        sbs = c.sandboxes()
+        assert sbs and sbs[0].sandbox == "local" and sbs[0].isolation in ("none", "namespaces")
 
 
 def test_reconnection_mid_turn(shared, proxy):
@@ -135,6 +138,17 @@ def test_conversations(client):
     assert got.id == conv and got.turns == 2 and got.agent == "echo"
     u = client.conversations.usage(conv)
     assert u.turns == 2 and u.usage.output_tokens > 0
+    h = client.conversations.history(conv)
+    assert h.source == "history" and [x.prompt for x in h.exchanges] == ["remember me", "again"]
+    assert h.exchanges[1].answer == second.text
+    done = client.turns(state="finished", limit=1000)
+    t2 = next(t for t in done if t.result and t.result.text == second.text)
+    assert t2.prompt == "again" and t2.usage.output_tokens > 0 and all(t.state == "finished" for t in done)
+    assert len(client.turns(limit=1)) == 1
+    # The socket's owner is the operator: the fleet (none here) and gc.
+    assert client.fleet() == outpost.models.Fleet(fleet=False, replicas=[])
+    gc = client.gc()
+    assert gc.pending.dry_run and "local" in [x.sandbox for x in gc.pending.sandboxes] and gc.last is None
 
     archive = client.conversations.export(conv)
     assert archive[:2] == b"\x1f\x8b"  # gzip
@@ -206,7 +220,7 @@ def test_tcp_token_and_401(serve, tmp_path):
 def test_tcp_policy_and_tenancy(serve):
     """A client token asking for more than the client policy gets 403
     (RefusedError, reason policy); another token's conversation is 404."""
-    s = serve("--listen", "127.0.0.1:0", token="alice")
+    s = serve("--listen", "127.0.0.1:0", "--token-limit", "alice=1000/5000", token="alice")
     bob_token = s.token("bob")
     with Client(url=s.where, token=s.tokens[0]) as alice, Client(url=s.where, token=bob_token) as bob:
         for req in ({"secrets": "env"}, {"env": {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9/"}},
@@ -220,6 +234,18 @@ def test_tcp_policy_and_tenancy(serve):
             bob.conversations.show(conv)
         assert (e.value.status, e.value.reason) == (404, "not_found")
         assert conv not in [c.id for c in bob.conversations.list()]
+        assert [x.prompt for x in alice.conversations.history(conv).exchanges] == ["mine"]
+        with pytest.raises(outpost.OutpostError) as e:
+            bob.conversations.history(conv)
+        assert (e.value.status, e.value.reason) == (404, "not_found")
+        # Each token sees its own limit; the fleet and gc are an operator's.
+        (lim,) = alice.limits()
+        assert (lim.token, lim.hour.limit, lim.day.limit, lim.hour.left + lim.hour.used) == ("alice", 1000, 5000, 1000)
+        assert bob.limits() == []
+        for call in (bob.fleet, bob.gc, bob.run_gc):
+            with pytest.raises(RefusedError) as e:
+                call()
+            assert (e.value.status, e.value.reason) == (403, "forbidden")
 
 
 def test_403_another_user(serve):

@@ -18,7 +18,7 @@ from outpost.errors import _BY_CODE
 # Schemas the client unwraps instead of modelling: the list wrappers
 # (Client.agents and conversations.list return the lists), the error
 # envelope (raised as an exception) and the union of Event and Result.
-UNWRAPPED = {"ErrorResponse", "ConversationList", "TurnList", "AgentList", "StreamItem", "RaceItem"}
+UNWRAPPED = {"ErrorResponse", "ConversationList", "TurnList", "AgentList", "StreamItem", "RaceItem", "Limits"}
 
 JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "object": dict, "array": list}
 

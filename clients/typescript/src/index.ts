@@ -29,6 +29,15 @@ export type RaceResultLine = Schemas["RaceResultLine"];
 export type RaceLine = Schemas["RaceLine"];
 export type RaceResponse = Schemas["RaceResponse"];
 export type Contestant = Schemas["Contestant"];
+export type History = Schemas["History"];
+export type Exchange = Schemas["Exchange"];
+export type TokenLimit = Schemas["TokenLimit"];
+export type LimitWindow = Schemas["LimitWindow"];
+export type Fleet = Schemas["Fleet"];
+export type FleetReplica = Schemas["FleetReplica"];
+export type GC = Schemas["GC"];
+export type GCRun = Schemas["GCRun"];
+export type TurnState = "queued" | "running" | "finished";
 
 /** A diff's format: a unified diff, a line a file, or the files as JSON. */
 export type DiffFormat = "patch" | "stat" | "json";
@@ -157,6 +166,19 @@ export class Outpost {
     return this.call("GET", `/v1/turns/${encodeURIComponent(id)}`);
   }
 
+  /**
+   * This replica's turns the caller sees (an operator: all), newest
+   * first: queued, running, and finished ones still retained. A running
+   * turn reports its replica, model and tokens so far.
+   */
+  async turns(opts: { state?: TurnState; limit?: number } = {}): Promise<TurnStatus[]> {
+    const q = new URLSearchParams();
+    if (opts.state) q.set("state", opts.state);
+    if (opts.limit !== undefined) q.set("limit", String(opts.limit));
+    const r = await this.call<Schemas["TurnList"]>("GET", `/v1/turns${q.size ? "?" + q : ""}`);
+    return r.turns;
+  }
+
   /** Send a message to a running turn. */
   async steer(id: string, text: string): Promise<void> {
     await this.call("POST", `/v1/turns/${encodeURIComponent(id)}/messages`, { text });
@@ -239,6 +261,36 @@ export class Outpost {
   /** A conversation's token usage over the turns outpost ran. */
   usage(id: string): Promise<ConversationUsage> {
     return this.call("GET", `/v1/conversations/${encodeURIComponent(id)}/usage`);
+  }
+
+  /**
+   * A conversation's prompts and answers, oldest first: read from its
+   * stored files by its preset (source "history"), else from the turns
+   * of it the server still holds (source "turns").
+   */
+  history(id: string): Promise<History> {
+    return this.call("GET", `/v1/conversations/${encodeURIComponent(id)}/history`);
+  }
+
+  /** The caller's token limit (--token-limit) with this hour's and day's use; an operator gets every token's. */
+  async limits(): Promise<TokenLimit[]> {
+    const r = await this.call<Schemas["Limits"]>("GET", "/v1/limits");
+    return r.limits;
+  }
+
+  /** The fleet's replicas and their heartbeats (an operator's; a client token gets 403). */
+  fleet(): Promise<Fleet> {
+    return this.call("GET", "/v1/fleet");
+  }
+
+  /** What garbage collection (`outpost gc`) would remove now, and its last run (an operator's). */
+  gc(): Promise<GC> {
+    return this.call("GET", "/v1/gc");
+  }
+
+  /** Run garbage collection on every served sandbox kind, never --all (an operator's). */
+  runGC(): Promise<GCRun> {
+    return this.call("POST", "/v1/gc");
   }
 
   /** Delete a conversation. */

@@ -163,6 +163,15 @@ test("conversations: list, get, usage, resume, delete", async () => {
   const u = await client.usage(conv);
   assert.equal(u.turns, 2);
   assert.ok(u.usage.output_tokens > 0);
+  const hist = await client.history(conv);
+  assert.equal(hist.source, "history");
+  assert.deepEqual(hist.exchanges.map((x) => x.prompt), ["remember me", "again"]);
+  assert.equal(hist.exchanges[1].answer, "echo: again (turn 2)");
+  const finished = await client.turns({ state: "finished", limit: 1000 });
+  const t2 = finished.find((t) => t.result?.text === "echo: again (turn 2)");
+  assert.ok(t2 && t2.prompt === "again" && (t2.usage?.output_tokens ?? 0) > 0, JSON.stringify(t2));
+  assert.ok(finished.every((t) => t.state === "finished"));
+  assert.equal((await client.turns({ limit: 1 })).length, 1);
   await client.deleteConversation(conv);
   await assert.rejects(client.conversation(conv), (e: unknown) => e instanceof OutpostError && e.status === 404 && e.code === "conversation");
 });
@@ -229,6 +238,15 @@ test("TCP with a bearer token", async () => {
   const bob = new Outpost({ baseUrl: where, token: other });
   await assert.rejects(bob.conversation(res.conversation), (e: unknown) => e instanceof OutpostError && e.status === 404 && e.reason === "not_found");
   assert.ok(!(await bob.conversations()).some((c) => c.id === res.conversation));
+  // The console's routes: no limit for this token; the fleet and gc are
+  // an operator's (the socket's owner here).
+  assert.deepEqual(await tcp.limits(), []);
+  for (const call of [() => tcp.fleet(), () => tcp.gc(), () => tcp.runGC()]) {
+    await assert.rejects(call(), (e: unknown) => e instanceof OutpostError && e.status === 403 && e.reason === "forbidden");
+  }
+  assert.deepEqual(await client.fleet(), { fleet: false, replicas: [] });
+  const gc = await client.gc();
+  assert.ok(gc.pending.dry_run && gc.pending.sandboxes.some((s) => s.sandbox === "local") && gc.last === undefined, JSON.stringify(gc));
   const bad = new Outpost({ baseUrl: where, token: "opt_wrong" });
   await assert.rejects(bad.agents(), (e: unknown) => e instanceof OutpostError && e.status === 401 && e.reason === "unauthorized");
   const none = new Outpost({ baseUrl: where });

@@ -163,43 +163,104 @@ func version() string {
 
 func (a *app) agentsCmd() *cobra.Command {
 	var asJSON bool
+	var sandboxes, set []string
 	c := &cobra.Command{
 		Use:   "agents",
-		Short: "List the agent presets, built in and from the agents directory, with their pinned versions",
+		Short: "List the agent presets, built in and from the agents directory, with their pinned versions, and the sandboxes' isolation",
 		Long: `List the agent presets: the built-in ones, then the preset files of the agents
 directory ($XDG_CONFIG_HOME/outpost/agents). VERSION is the pinned version of
 the preset's CLI; INSTALLED says whether a turn would run it without a
 download (on the PATH, or unpacked in the bootstrap cache); KEYLESS whether
 its API keys can stay out of the sandbox (docs/security.md). The HTTP API's
 GET /v1/agents and MCP's list_agents list the same fields (without files:
-a server runs built-in presets).`,
+a server runs built-in presets).
+
+Then the sandboxes (--sandbox, default local): ISOLATION is how their
+leases' processes are kept from the host's as they would run now (local:
+namespaces where bubblewrap works, else none), EGRESS whether egress
+gateway is enforced, NOTE why a lease runs less isolated than asked.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			rows := server.Agents(&server.AgentsOptions{Dir: declarative.Dir(nil)})
-			if asJSON {
-				return writeJSONLines(a.stdout, rows)
-			}
-			tw := newTable(a.stdout, "AGENT", "VERSION", "SOURCE", "INSTALLED", "RESUME", "FORK", "LIVE INPUT", "KEYLESS", "BOOTSTRAP")
-			for _, r := range rows {
-				if r.Error != "" {
-					tw.row(r.Name, "-", r.Source, "-", "-", "-", "-", "-", "-")
-					continue
-				}
-				tw.row(r.Name, r.Version, r.Source, yes(r.Installed), yes(r.Resumable), yes(r.Forkable), yes(r.Live), r.Keyless, r.Bootstrap)
-			}
-			if err := tw.flush(); err != nil {
+			sbs, err := listSandboxes(sandboxes, set)
+			if err != nil {
 				return err
 			}
-			for _, r := range rows {
-				if r.Error != "" {
-					fmt.Fprintf(a.stderr, "outpost: agent %s (%s) does not load: %s\n", r.Name, r.File, r.Error)
+			rows := server.Agents(&server.AgentsOptions{Dir: declarative.Dir(nil)})
+			if asJSON {
+				if err := writeJSONLines(a.stdout, rows); err != nil {
+					return err
 				}
+				return writeJSONLines(a.stdout, sbs)
 			}
-			return nil
+			if err := a.printAgents(rows); err != nil {
+				return err
+			}
+			return a.printSandboxes(sbs)
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line: the agents, then the sandboxes (objects with \"sandbox\")")
+	c.Flags().StringArrayVar(&sandboxes, "sandbox", nil, "a sandbox provider whose isolation to show; repeatable (default local)")
+	c.Flags().StringArrayVar(&set, "set", nil, "provider setting PROVIDER.KEY=VALUE, e.g. local.isolation=none; repeatable")
 	return c
+}
+
+// printAgents prints the agents' table, and on standard error why the
+// preset files that do not load do not.
+func (a *app) printAgents(rows []server.Agent) error {
+	tw := newTable(a.stdout, "AGENT", "VERSION", "SOURCE", "INSTALLED", "RESUME", "FORK", "LIVE INPUT", "KEYLESS", "BOOTSTRAP")
+	for _, r := range rows {
+		if r.Error != "" {
+			tw.row(r.Name, "-", r.Source, "-", "-", "-", "-", "-", "-")
+			continue
+		}
+		tw.row(r.Name, r.Version, r.Source, yes(r.Installed), yes(r.Resumable), yes(r.Forkable), yes(r.Live), r.Keyless, r.Bootstrap)
+	}
+	if err := tw.flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Error != "" {
+			fmt.Fprintf(a.stderr, "outpost: agent %s (%s) does not load: %s\n", r.Name, r.File, r.Error)
+		}
+	}
+	return nil
+}
+
+// listSandboxes opens each named provider (default local) with its
+// settings of --set PROVIDER.KEY=VALUE and says how its leases are
+// isolated (server.SandboxOf); one that does not open is listed with its
+// error.
+func listSandboxes(names, set []string) ([]server.Sandbox, error) {
+	settings, err := providerSettings(set)
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		names = []string{"local"}
+	}
+	out := make([]server.Sandbox, 0, len(names))
+	for _, n := range names {
+		p, err := openProvider(n, settings[n])
+		out = append(out, server.SandboxOf(n, p, err))
+		if err == nil {
+			p.Close()
+		}
+	}
+	return out, nil
+}
+
+// printSandboxes prints the sandboxes' table after the agents'.
+func (a *app) printSandboxes(sbs []server.Sandbox) error {
+	fmt.Fprintln(a.stdout)
+	tw := newTable(a.stdout, "SANDBOX", "ISOLATION", "EGRESS", "NOTE")
+	for _, s := range sbs {
+		note := s.Note
+		if s.Error != "" {
+			note = s.Error
+		}
+		tw.row(s.Name, orDefault(s.Isolation, "-"), s.Egress, orDefault(note, "-"))
+	}
+	return tw.flush()
 }
 
 func yes(b bool) string {

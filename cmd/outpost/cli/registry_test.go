@@ -64,12 +64,25 @@ func TestRegistryAgreement(t *testing.T) {
 		t.Fatalf("agents: exit %d: %s", code, errOut)
 	}
 	var rows []server.Agent
+	var sbs []server.Sandbox
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(line, `{"sandbox":`) {
+			var sb server.Sandbox
+			if err := json.Unmarshal([]byte(line), &sb); err != nil {
+				t.Fatalf("sandbox line %q: %v", line, err)
+			}
+			sbs = append(sbs, sb)
+			continue
+		}
 		var r server.Agent
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("agents line %q: %v", line, err)
+		if err := json.Unmarshal([]byte(line), &r); err != nil || len(sbs) > 0 {
+			t.Fatalf("agents line %q (after %d sandbox lines): %v", line, len(sbs), err)
 		}
 		rows = append(rows, r)
+	}
+	// Then the local sandbox, with the isolation its leases get here.
+	if len(sbs) != 1 || sbs[0].Name != "local" || (sbs[0].Isolation != "namespaces" && sbs[0].Isolation != "none") || sbs[0].Error != "" {
+		t.Errorf("sandbox lines %+v, want local's with its isolation", sbs)
 	}
 	if d := cmp.Diff(server.Agents(&server.AgentsOptions{Installer: inst}), rows, cmpopts.IgnoreFields(server.Agent{}, "Path")); d != "" {
 		t.Errorf("outpost agents (-derived +printed):\n%s", d)

@@ -236,23 +236,33 @@ func (a *app) serveLogger(f serveFlags) (*slog.Logger, error) {
 // serveSettings are the providers' settings of --set PROVIDER.KEY=VALUE,
 // and --image as docker's image.
 func serveSettings(f serveFlags) (map[string]map[string]string, error) {
-	settings := map[string]map[string]string{}
-	set := func(prov, key, v string) {
-		if settings[prov] == nil {
-			settings[prov] = map[string]string{}
-		}
-		settings[prov][key] = v
+	settings, err := providerSettings(f.set)
+	if err != nil {
+		return nil, err
 	}
-	for _, kv := range f.set {
+	if f.image != "" {
+		if settings["docker"] == nil {
+			settings["docker"] = map[string]string{}
+		}
+		settings["docker"]["image"] = f.image
+	}
+	return settings, nil
+}
+
+// providerSettings are the providers' settings of --set
+// PROVIDER.KEY=VALUE flags (serve, agents).
+func providerSettings(set []string) (map[string]map[string]string, error) {
+	settings := map[string]map[string]string{}
+	for _, kv := range set {
 		k, v, ok := strings.Cut(kv, "=")
 		prov, key, ok2 := strings.Cut(k, ".")
 		if !ok || !ok2 || prov == "" || key == "" {
 			return nil, usageError{fmt.Errorf("--set %q: want PROVIDER.KEY=VALUE", kv)}
 		}
-		set(prov, key, v)
-	}
-	if f.image != "" {
-		set("docker", "image", f.image)
+		if settings[prov] == nil {
+			settings[prov] = map[string]string{}
+		}
+		settings[prov][key] = v
 	}
 	return settings, nil
 }

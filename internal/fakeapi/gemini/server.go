@@ -14,7 +14,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/outposthq/outpost/internal/fakeapi"
@@ -101,9 +100,7 @@ type Server struct {
 	base  string
 	life  fakeapi.Lifecycle
 	queue fakeapi.Queue[Scenario]
-
-	mu   sync.Mutex
-	reqs []*Request
+	log   fakeapi.Log[Request]
 }
 
 // New starts a fake on 127.0.0.1 with a free port.
@@ -147,15 +144,7 @@ func (s *Server) Close() { s.life.Close() }
 func (s *Server) Enqueue(sc ...Scenario) { s.queue.Push(sc...) }
 
 // Requests returns copies of the recorded requests, in arrival order.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Request, len(s.reqs))
-	for i, r := range s.reqs {
-		out[i] = *r
-	}
-	return out
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // Turns returns the recorded requests that are not the router's.
 func (s *Server) Turns() []Request {
@@ -170,9 +159,7 @@ func (s *Server) Turns() []Request {
 
 // Reset forgets the recorded requests and the queue.
 func (s *Server) Reset() {
-	s.mu.Lock()
-	s.reqs = nil
-	s.mu.Unlock()
+	s.log.Clear()
 	s.queue.Clear()
 }
 
@@ -185,10 +172,7 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 
 	body, _ := io.ReadAll(io.LimitReader(hr.Body, 64<<20))
 	r := parseRequest(hr, body)
-	s.mu.Lock()
-	r.Seq = len(s.reqs) + 1
-	s.reqs = append(s.reqs, r)
-	s.mu.Unlock()
+	s.log.Add(r, &r.Seq)
 
 	switch {
 	case hr.Method == http.MethodGet && strings.HasPrefix(r.Path, "/v1beta/models"):
@@ -215,15 +199,11 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 // ended records how the reply to a generate request ended.
 func (s *Server) ended(r *Request, finished bool, hr *http.Request) {
 	how := fakeapi.EndOf(finished, hr.Context())
-	s.mu.Lock()
-	r.Ended = how
-	s.mu.Unlock()
+	s.log.Update(func() { r.Ended = how })
 }
 
 func (s *Server) served(r *Request, name string) {
-	s.mu.Lock()
-	r.Served = name
-	s.mu.Unlock()
+	s.log.Update(func() { r.Served = name })
 }
 
 // pick chooses the reply to a request: the queue, the chooser, a tool

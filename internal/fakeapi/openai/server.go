@@ -182,11 +182,10 @@ type Server struct {
 	base  string
 	life  fakeapi.Lifecycle
 	queue fakeapi.Queue[Scenario]
+	log   fakeapi.Log[Request]
 
 	mu       sync.Mutex
-	reqs     []*Request
 	choose   func(*Request) Scenario
-	arrived  chan struct{} // closed and replaced on every request
 	idSerial int
 }
 
@@ -217,7 +216,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Model == "" {
 		cfg.Model = "gpt-fake"
 	}
-	s := &Server{cfg: cfg, choose: cfg.Choose, arrived: make(chan struct{})}
+	s := &Server{cfg: cfg, choose: cfg.Choose}
 	base, err := s.life.Serve(http.HandlerFunc(s.serve))
 	if err != nil {
 		return nil, err
@@ -259,28 +258,17 @@ func (s *Server) SetChooser(fn func(*Request) Scenario) {
 
 // Requests returns copies of the recorded requests, in arrival order. Header, Body and
 // RawBody are shared with the server's record: do not modify them.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Request, len(s.reqs))
-	for i, r := range s.reqs {
-		out[i] = *r
-	}
-	return out
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // Count is the number of requests received so far.
 func (s *Server) Count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.reqs)
+	n, _ := s.log.Len()
+	return n
 }
 
 // Reset forgets the recorded requests (Seq starts again at 1) and the queue.
 func (s *Server) Reset() {
-	s.mu.Lock()
-	s.reqs = nil
-	s.mu.Unlock()
+	s.log.Clear()
 	s.queue.Clear()
 }
 
@@ -290,9 +278,7 @@ func (s *Server) WaitForRequests(n int, timeout time.Duration) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
-		s.mu.Lock()
-		got, ch := len(s.reqs), s.arrived
-		s.mu.Unlock()
+		got, ch := s.log.Len()
 		if got >= n {
 			return true
 		}
@@ -353,9 +339,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sc := s.pick(req)
-	s.mu.Lock()
-	req.Served = sc.Kind
-	s.mu.Unlock()
+	s.log.Update(func() { req.Served = sc.Kind })
 	if s.cfg.Logf != nil {
 		s.cfg.Logf("fakeapi/openai: #%d %s %s n=%d last_user=%q -> %s", req.Seq, r.Method, r.URL.Path, req.NumInput, truncate(req.LastUserText, 60), sc.Kind)
 	}
@@ -366,9 +350,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	finished := false
 	defer func() {
 		how := fakeapi.EndOf(finished, r.Context())
-		s.mu.Lock()
-		req.Ended = how
-		s.mu.Unlock()
+		s.log.Update(func() { req.Ended = how })
 	}()
 	if req.API == APIResponses {
 		finished = s.serveResponses(w, r, req, sc)
@@ -414,12 +396,7 @@ func (s *Server) record(r *http.Request) *Request {
 			parseChatInput(&req, body)
 		}
 	}
-	s.mu.Lock()
-	req.Seq = len(s.reqs) + 1
-	s.reqs = append(s.reqs, &req)
-	close(s.arrived)
-	s.arrived = make(chan struct{})
-	s.mu.Unlock()
+	s.log.Add(&req, &req.Seq)
 	return &req
 }
 

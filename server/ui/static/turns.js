@@ -22,11 +22,12 @@ function turnRow(t) {
     h('td', {}, h('a', { href: '#/turns/' + encodeURIComponent(t.id) }, t.id)),
     h('td', {}, h('span', { class: 'state state-' + t.state }, t.state)),
     h('td', {}, t.agent),
-    h('td', {}, r.model || ''),
+    h('td', {}, r.model || t.model || ''),
     h('td', {}, t.sandbox),
+    h('td', {}, t.replica || ''),
     h('td', {}, fmtTime(t.created)),
     h('td', { class: 'num' }, fmtMS(duration(t))),
-    h('td', { class: 'num' }, t.result ? fmtNum(tokens(r.usage)) : ''),
+    h('td', { class: 'num' }, t.result || t.usage ? fmtNum(tokens(r.usage || t.usage)) : ''),
     h('td', {}, h('span', { class: 'code code-' + (outcome(t) || 'none') }, outcome(t))));
 }
 
@@ -36,13 +37,13 @@ export async function turnsPage(main, { signal }) {
   main.append(
     h('div', { class: 'heading' }, h('h1', { tabindex: -1 }, 'Turns'), h('a', { class: 'button', href: '#/start' }, 'Start a turn')),
     summary,
-    table('Running and recent turns of this server, newest first', ['Turn', 'State', 'Agent', 'Model', 'Sandbox', 'Created', 'Duration', 'Tokens', 'Result'], body));
+    table('Running and recent turns of this server, newest first', ['Turn', 'State', 'Agent', 'Model', 'Sandbox', 'Replica', 'Created', 'Duration', 'Tokens', 'Result'], body));
   const refresh = async () => {
     const { turns } = await api.call('/v1/turns?limit=200', { signal });
     const running = turns.filter((t) => t.state === 'running').length;
     const queued = turns.filter((t) => t.state === 'queued').length;
     summary.textContent = `${running} running, ${queued} queued, ${turns.length - running - queued} finished (kept for the server's retention).`;
-    body.replaceChildren(...(turns.length ? turns.map(turnRow) : [h('tr', {}, h('td', { colspan: 9 }, 'No turns yet.'))]));
+    body.replaceChildren(...(turns.length ? turns.map(turnRow) : [h('tr', {}, h('td', { colspan: 10 }, 'No turns yet.'))]));
   };
   await refresh();
   every(1000, signal, refresh);
@@ -149,17 +150,41 @@ function controls(id, signal) {
   return { form, done };
 }
 
+// historyView is a conversation's prompts and answers, oldest first
+// (GET /v1/conversations/{id}/history), loaded once the turn has ended.
+async function historyView(conv, signal) {
+  const hist = await api.call(`/v1/conversations/${encodeURIComponent(conv)}/history`, { signal });
+  const sec = h('section', { class: 'card', id: 'history', 'aria-labelledby': 'history-title' },
+    h('h2', { id: 'history-title' }, 'The conversation so far'));
+  if (!hist.exchanges.length) {
+    add(sec, h('p', { class: 'hint' }, 'The agent keeps no transcript outpost can read, and this server no longer holds its turns.'));
+    return sec;
+  }
+  add(sec, h('ol', { class: 'exchanges' }, hist.exchanges.map((x, i) => h('li', {},
+    h('h3', {}, `Turn ${i + 1}`),
+    h('p', { class: 'ev-kind' }, 'Prompt'), h('pre', { class: 'prompt' }, x.prompt),
+    h('p', { class: 'ev-kind' }, 'Answer'), h('pre', { class: 'answer' }, x.answer)))));
+  add(sec, h('p', { class: 'hint' }, hist.source === 'history' ? "Read from the conversation's stored files." : 'From the turns this server still holds.'));
+  return sec;
+}
+
 export async function turnPage(main, { signal, params: [id] }) {
   const st = await api.call(`/v1/turns/${encodeURIComponent(id)}`, { signal });
   const state = h('span', { class: 'state state-' + st.state, id: 'turn-state' }, st.state);
+  const used = h('dd', { id: 'turn-tokens' }, st.usage ? fmtNum(tokens(st.usage)) : '');
+  const model = h('dd', { id: 'turn-model' }, st.model || '');
   main.append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/turns' }, 'Turns'), ' / ', id),
     h('h1', { tabindex: -1 }, 'Turn ', h('code', {}, id)),
     h('dl', { class: 'facts' },
       h('dt', {}, 'State'), h('dd', {}, state),
       h('dt', {}, 'Agent'), h('dd', {}, st.agent),
+      h('dt', {}, 'Model'), model,
       h('dt', {}, 'Sandbox'), h('dd', {}, st.sandbox),
-      h('dt', {}, 'Created'), h('dd', {}, fmtTime(st.created))));
+      st.replica ? [h('dt', {}, 'Replica'), h('dd', { id: 'turn-replica' }, st.replica)] : [],
+      h('dt', {}, 'Created'), h('dd', {}, fmtTime(st.created)),
+      h('dt', {}, 'Tokens so far'), used));
+  if (st.prompt) main.append(h('h2', {}, 'Prompt'), h('pre', { class: 'prompt', id: 'turn-prompt' }, st.prompt));
   const { form, done } = controls(id, signal);
   if (st.state !== 'finished') main.append(form);
   const list = h('ol', { class: 'events', id: 'events' });
@@ -173,9 +198,14 @@ export async function turnPage(main, { signal, params: [id] }) {
       done();
       form.remove();
       main.append(resultView(ev));
+      if (ev.usage) used.textContent = fmtNum(tokens(ev.usage));
+      if (ev.model) model.textContent = ev.model;
+      if (ev.conversation) historyView(ev.conversation, signal).then((sec) => main.append(sec), (e) => { if (!signal.aborted) main.append(errorBox(e)); });
       return;
     }
     if (state.textContent === 'queued') { state.textContent = 'running'; state.className = 'state state-running'; }
+    if ((ev.type === 'usage' || ev.type === 'finished') && ev.usage) used.textContent = fmtNum(tokens(ev.usage));
+    if (ev.type === 'session' && ev.details && ev.details.model && !model.textContent) model.textContent = ev.details.model;
     view.add(seq, ev);
     if (ev.time) latency.push([seq, Date.now() - Date.parse(ev.time)]);
   }, signal);

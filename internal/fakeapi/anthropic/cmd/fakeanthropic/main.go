@@ -25,17 +25,13 @@ import (
 
 func main() {
 	var (
-		addr      = flag.String("addr", "127.0.0.1:0", "loopback address to listen on")
-		scenario  = flag.String("scenario", "text", "default scenario: "+strings.Join(anthropic.ScenarioNames(), ", "))
-		queue     = flag.String("queue", "", "comma-separated scenario names served first, one per request")
-		text      = flag.String("text", anthropic.DefaultText, "default reply text")
-		delay     = flag.Duration("delay", anthropic.DefaultSlowDelay, "pause before each delta of the slow scenario")
-		toolCmd   = flag.String("tool-command", anthropic.DefaultToolCommand, "Bash command of the tool scenario")
-		resetsAt  = flag.Int64("resets-at", 0, "usage_limit reset time, unix seconds (0 = now+2h)")
-		noMarkers = flag.Bool("no-markers", false, "ignore FAKE_* markers in prompts")
-		logPath   = flag.String("log", "", "append one JSON line per request to this file")
-		logBodies = flag.Bool("log-bodies", false, "include request bodies in the -log lines")
-		urlFile   = flag.String("url-file", "", "write the base URL to this file once listening")
+		addr     = flag.String("addr", "127.0.0.1:0", "loopback address to listen on")
+		scenario = flag.String("scenario", "text", "default scenario: "+strings.Join(anthropic.ScenarioNames(), ", "))
+		text     = flag.String("text", anthropic.DefaultText, "default reply text")
+		delay    = flag.Duration("delay", anthropic.DefaultSlowDelay, "pause before each delta of the slow scenario")
+		toolCmd  = flag.String("tool-command", anthropic.DefaultToolCommand, "Bash command of the tool scenario")
+		resetsAt = flag.Int64("resets-at", 0, "usage_limit reset time, unix seconds (0 = now+2h)")
+		common   = fakeapi.Flags()
 	)
 	flag.Parse()
 
@@ -44,7 +40,7 @@ func main() {
 		Text:        *text,
 		SlowDelay:   *delay,
 		ToolCommand: *toolCmd,
-		NoMarkers:   *noMarkers,
+		NoMarkers:   *common.NoMarkers,
 	}
 	if *resetsAt > 0 {
 		opts.ResetsAt = time.Unix(*resetsAt, 0)
@@ -56,7 +52,7 @@ func main() {
 	opts.Default = &def
 
 	var logMu sync.Mutex
-	logF, err := fakeapi.OpenLog(*logPath)
+	logF, err := fakeapi.OpenLog(*common.Log)
 	if err != nil {
 		fatalf("%v", err)
 	}
@@ -77,7 +73,7 @@ func main() {
 			line["last_user"] = r.LastUserText
 			line["messages"] = r.Messages
 		}
-		if *logBodies && len(r.Body) > 0 {
+		if *common.LogBodies && len(r.Body) > 0 {
 			line["body"] = fakeapi.LoggedBody(r.Body)
 		}
 		fmt.Fprintf(os.Stderr, "fakeanthropic: #%d %s %s?%s scenario=%s nmsg=%d last_user=%.80q\n",
@@ -95,7 +91,7 @@ func main() {
 	if err != nil {
 		fatalf("%v", err)
 	}
-	for _, name := range fakeapi.SplitNames(*queue) {
+	for _, name := range fakeapi.SplitNames(*common.Queue) {
 		sc, ok := anthropic.ScenarioByName(name, &opts)
 		if !ok {
 			srv.Close()
@@ -103,7 +99,7 @@ func main() {
 		}
 		srv.Enqueue(sc)
 	}
-	if err := fakeapi.Announce(srv.URL(), *urlFile); err != nil {
+	if err := fakeapi.Announce(srv.URL(), *common.URLFile); err != nil {
 		srv.Close()
 		fatalf("%v", err)
 	}

@@ -16,9 +16,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/outposthq/outpost/internal/fakeapi"
 	"github.com/outposthq/outpost/internal/fakeapi/gemini"
 )
 
@@ -34,16 +33,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fakegemini:", err)
 		os.Exit(1)
 	}
-	fmt.Println(s.URL())
-	if *urlFile != "" {
-		if err := os.WriteFile(*urlFile, []byte(s.URL()+"\n"), 0o600); err != nil {
-			fmt.Fprintln(os.Stderr, "fakegemini:", err)
-			os.Exit(1)
-		}
+	if err := fakeapi.Announce(s.URL(), *urlFile); err != nil {
+		s.Close()
+		fmt.Fprintln(os.Stderr, "fakegemini:", err)
+		os.Exit(1)
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	<-sig
+	<-fakeapi.StopSignals()
 	s.Close()
 	if *logPath == "" {
 		return

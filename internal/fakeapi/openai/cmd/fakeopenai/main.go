@@ -57,16 +57,12 @@ func names() string {
 
 func main() {
 	var (
-		scenario  = flag.String("scenario", "text", "default scenario: "+names())
-		queue     = flag.String("queue", "", "comma-separated scenario names served first, one per request")
-		text      = flag.String("text", openai.DefaultText, "default reply text")
-		command   = flag.String("tool-command", openai.DefaultCommand, "shell command of the tool scenario")
-		delay     = flag.Duration("delay", 200*time.Millisecond, "pause before each delta of the slow scenario")
-		chunks    = flag.Int("chunks", 30, "number of deltas of the slow scenario")
-		noMarkers = flag.Bool("no-markers", false, "ignore FAKE_* markers in prompts")
-		logPath   = flag.String("log", "", "append one JSON line per request to this file")
-		logBodies = flag.Bool("log-bodies", false, "include request bodies in the -log lines")
-		urlFile   = flag.String("url-file", "", "write the base URL to this file once listening")
+		scenario = flag.String("scenario", "text", "default scenario: "+names())
+		text     = flag.String("text", openai.DefaultText, "default reply text")
+		command  = flag.String("tool-command", openai.DefaultCommand, "shell command of the tool scenario")
+		delay    = flag.Duration("delay", 200*time.Millisecond, "pause before each delta of the slow scenario")
+		chunks   = flag.Int("chunks", 30, "number of deltas of the slow scenario")
+		common   = fakeapi.Flags()
 	)
 	flag.Parse()
 
@@ -75,14 +71,14 @@ func main() {
 		fatalf("unknown scenario %q (known: %s)", *scenario, names())
 	}
 	var queued []openai.Scenario
-	for _, name := range fakeapi.SplitNames(*queue) {
+	for _, name := range fakeapi.SplitNames(*common.Queue) {
 		sc, ok := scenarios[name]
 		if !ok {
 			fatalf("unknown queued scenario %q (known: %s)", name, names())
 		}
 		queued = append(queued, sc)
 	}
-	logF, err := fakeapi.OpenLog(*logPath)
+	logF, err := fakeapi.OpenLog(*common.Log)
 	if err != nil {
 		fatalf("%v", err)
 	}
@@ -98,7 +94,7 @@ func main() {
 			if r.LastItemIsToolOutput() {
 				return openai.Scenario{} // the built-in follow-up
 			}
-			if !*noMarkers {
+			if !*common.NoMarkers {
 				if _, ok := openai.ScenarioForText(r.LastUserText); ok {
 					return openai.Scenario{}
 				}
@@ -112,7 +108,7 @@ func main() {
 		fatalf("%v", err)
 	}
 	srv.Enqueue(queued...)
-	if err := fakeapi.Announce(srv.URL(), *urlFile); err != nil {
+	if err := fakeapi.Announce(srv.URL(), *common.URLFile); err != nil {
 		srv.Close()
 		fatalf("%v", err)
 	}
@@ -123,10 +119,10 @@ func main() {
 	for {
 		select {
 		case <-tick.C:
-			written = writeLog(logF, srv, written, *logBodies)
+			written = writeLog(logF, srv, written, *common.LogBodies)
 		case <-sig:
 			srv.Close()
-			writeLog(logF, srv, written, *logBodies)
+			writeLog(logF, srv, written, *common.LogBodies)
 			return
 		}
 	}

@@ -1,4 +1,8 @@
-package acp_test
+// Package acptest is a scripted ACP agent (the Go SDK's agent side) for
+// tests: a test binary that calls MaybeRun in its TestMain becomes the
+// agent when started with AgentVariable=1, and Preset is it as an ACP
+// preset (harness/acp's engine tests, package acp's `outpost acp` tests).
+package acptest
 
 import (
 	"context"
@@ -10,17 +14,38 @@ import (
 	"sync"
 
 	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/harness/acp"
 )
 
-// agentVariable makes the test binary a scripted ACP agent (the SDK's
-// agent side) instead of running the tests: the engine tests start it in
-// the local sandbox as the preset's program.
-const agentVariable = "OUTPOST_ACP_TEST_AGENT"
+// AgentVariable makes the test binary a scripted ACP agent (the SDK's
+// agent side) instead of running the tests: the tests start it in the
+// local sandbox as the preset's program.
+const AgentVariable = "OUTPOST_ACP_TEST_AGENT"
 
-// maybeRunAgent runs the scripted agent over standard input and output
-// when the test binary was started as one, and exits when its input ends.
-func maybeRunAgent() {
-	if os.Getenv(agentVariable) != "1" {
+// Preset is the scripted agent as an ACP preset running program (the
+// test binary, or a name the turn's Command replaces): its sessions are
+// the files of ~/.acpt, captured and restored like any preset's; with
+// resume it offers session/resume, else session/load.
+func Preset(program string, resume bool) *harness.Harness {
+	base := &harness.Harness{
+		Name:      "acpt",
+		Request:   func(harness.Input) (harness.Command, error) { return harness.Command{Path: program}, nil },
+		Events:    func([]byte) []harness.Event { return nil },
+		Storage:   &harness.Storage{Roots: []string{".acpt"}, Match: func(rel, native string) bool { return rel == native+".txt" }},
+		Variables: map[string]string{AgentVariable: "1"},
+	}
+	if resume {
+		base.Variables["OUTPOST_ACP_TEST_RESUME"] = "1"
+	}
+	return acp.Preset(base, acp.Config{Name: "acpt-acp", Program: program})
+}
+
+// MaybeRun runs the scripted agent over standard input and output when
+// the test binary was started as one, and exits when its input ends.
+func MaybeRun() {
+	if os.Getenv(AgentVariable) != "1" {
 		return
 	}
 	a := &scripted{dir: filepath.Join(os.Getenv("HOME"), ".acpt"), resume: os.Getenv("OUTPOST_ACP_TEST_RESUME") == "1"}
