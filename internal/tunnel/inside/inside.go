@@ -28,13 +28,24 @@ const (
 // Config is yamux's configuration on both sides: no logging (the host's
 // side must not write to the caller's stderr; the sandbox's has nothing
 // to say that its exit does not), keep-alives on so that a stream that
-// stopped moving is noticed.
+// stopped moving is noticed, and PingTimeout for a ping's answer.
 func Config() *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.LogOutput = io.Discard
 	c.KeepAliveInterval = 15 * time.Second
+	c.ConnectionWriteTimeout = PingTimeout
 	return c
 }
+
+// PingTimeout is how long a keep-alive ping (and a frame's wait to be
+// sent) may take before the tunnel ends: a minute, as the serving
+// connection's writes (shim.MuxConfig). yamux's default, 10 s, is the
+// round trip a loaded machine can exceed: a ping and its answer cross
+// the provider's exec stream (kubernetes: the API server, the kubelet,
+// the serving exec's shim) behind the data of every connection, and a
+// late answer ended a healthy tunnel (its end in the sandbox saw its
+// stdin close and exited 0; a connection through it was reset).
+const PingTimeout = time.Minute
 
 // Stdio is one side's standard streams as the connection yamux runs
 // over. Close (CloseFunc, when set) closes the writing side only: the
