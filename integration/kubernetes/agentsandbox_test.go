@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/providers/kubernetes"
@@ -30,6 +33,27 @@ func TestAgentSandboxConformance(t *testing.T) {
 	})
 }
 
+// TestAgentSandboxEscape runs the escape suite on claimed pods (the
+// conformance test's template and pool): every row the provider claims
+// is blocked. The test cluster's bridge CNI does not enforce
+// NetworkPolicy, so the rows that reach the host's address directly are
+// not claimed here (TestNetworkPolicy checks the lease's policy; a
+// cluster whose CNI enforces it, as Calico's or Cilium's does, blocks
+// them). Not parallel: the suite sets HOME.
+func TestAgentSandboxEscape(t *testing.T) {
+	c := kubetest.Require(t)
+	claim := c.AgentSandbox(t, "outpost-conformance", 1)
+	cni := "the test cluster's bridge CNI does not enforce NetworkPolicy (TestNetworkPolicy checks the lease's)"
+	rep := sandboxtest.RunEscapeTests(t, sandboxtest.EscapeHarness{
+		NewProvider: func(t *testing.T) driver.Provider { return c.Provider(t, claim) },
+		HostIP:      c.Gateway,
+		Unclaimed:   map[string]string{"direct-address": cni, "curl-noproxy": cni, "node-fetch": cni},
+	})
+	if rep.Unenforced {
+		t.Error("claimed leases reported unenforced")
+	}
+}
+
 // TestAgentSandboxTurns: a lease is served from the warm pool (its pod
 // is the pool's ready one), echo turns resume and fork on claimed pods,
 // every claim is deleted on release; a missing template is a
@@ -41,12 +65,25 @@ func TestAgentSandboxTurns(t *testing.T) {
 	if len(warm) != 1 {
 		t.Fatalf("warm pods %v, want 1", warm)
 	}
-	ds, err := p.Open(t.Context(), driver.Options{Workdir: t.TempDir()})
+	ds, err := p.Open(t.Context(), driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pod := ds.(*kubernetes.Sandbox).Pod(); !slices.Contains(warm, pod) {
+	pod := ds.(*kubernetes.Sandbox).Pod()
+	if !slices.Contains(warm, pod) {
 		t.Errorf("the claim got pod %s, not the warm pool's %v", pod, warm)
+	}
+	// Its NetworkPolicy selects the claimed pod (by the claim's UID).
+	np, err := c.Admin.NetworkingV1().NetworkPolicies(c.Namespace).Get(t.Context(), ds.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the claim's NetworkPolicy: %v", err)
+	}
+	claimed, err := c.Admin.CoreV1().Pods(c.Namespace).Get(t.Context(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || sel.Empty() || !sel.Matches(labels.Set(claimed.Labels)) {
+		t.Errorf("the NetworkPolicy's selector %v does not select pod %s, labels %v (%v)", np.Spec.PodSelector, pod, claimed.Labels, err)
 	}
 	if err := ds.Close(context.Background()); err != nil {
 		t.Fatal(err)
