@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/engine"
@@ -77,21 +80,7 @@ func BenchmarkKubernetesFirstByte(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				env := l.Environment()
-				pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(pr.Stdout(), buf); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				go io.Copy(io.Discard, pr.Stderr())
-				io.Copy(io.Discard, pr.Stdout())
-				if st, err := pr.Wait(); err != nil || !st.Success() {
-					b.Fatalf("agent: %+v %v", st, err)
-				}
-				pr.Close()
+				firstByte(b, l)
 				if err := l.Close(ctx); err != nil {
 					b.Fatal(err)
 				}
@@ -103,48 +92,133 @@ func BenchmarkKubernetesFirstByte(b *testing.B) {
 		// pool refills between iterations, not counted.
 		b.Run("pool"+pc.suffix, func(b *testing.B) {
 			// A provider of its own: the pool's Close closes it (-count).
-			p := c.Provider(b, mode)
-			ready := make(chan sandbox.PoolStats, 1024)
-			pool := sandbox.NewPool(&sandbox.PoolOptions{
-				Size:     1,
-				Open:     func(string, map[string]string) (driver.Provider, error) { return p, nil },
-				OnChange: func(s sandbox.PoolStats) { ready <- s },
-			})
-			defer pool.Close(ctx)
-			key := sandbox.PoolKey{Provider: "kubernetes", Workdir: wd}
-			if err := pool.Warm(key); err != nil {
-				b.Fatal(err)
-			}
-			for b.Loop() {
-				b.StopTimer()
-				for s := range ready {
-					if s.Ready == 1 && s.Leased == 0 {
-						break
-					}
-				}
-				b.StartTimer()
-				l, err := pool.Get(ctx, key)
-				if err != nil {
-					b.Fatal(err)
-				}
-				env := l.Environment()
-				pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(pr.Stdout(), buf); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				go io.Copy(io.Discard, pr.Stderr())
-				io.Copy(io.Discard, pr.Stdout())
-				pr.Wait()
-				pr.Close()
-				pool.Release(key, l)
-				b.StartTimer()
-			}
+			benchPool(b, c.Provider(b, mode), wd)
 		})
 	}
+	// via=agent-sandbox: a claim served from the template's warm pool,
+	// and one with no pod warm (benchClaims).
+	b.Run("agent-sandbox-warm", func(b *testing.B) { benchClaims(b, c, "bench-warm", 1) })
+	b.Run("agent-sandbox-cold", func(b *testing.B) { benchClaims(b, c, "bench-cold", 0) })
+	// and claims made ahead by a sandbox.Pool, as the pool case's pods
+	b.Run("agent-sandbox-pool", func(b *testing.B) {
+		benchPool(b, c.Provider(b, c.AgentSandbox(b, "bench-pool", 1, func(o *kubernetes.Options) { o.Image = "" })), wd)
+	})
+}
+
+// benchPool is BenchmarkKubernetesFirstByte's pool case: a lease of p
+// taken from a warm sandbox.Pool of one (as `outpost serve` keeps them),
+// so its start is paid ahead of the turn; the pool refills between
+// iterations, not counted. The pool's Close closes p.
+func benchPool(b *testing.B, p driver.Provider, wd string) {
+	ctx := context.Background()
+	ready := make(chan sandbox.PoolStats, 1024)
+	pool := sandbox.NewPool(&sandbox.PoolOptions{
+		Size:     1,
+		Open:     func(string, map[string]string) (driver.Provider, error) { return p, nil },
+		OnChange: func(s sandbox.PoolStats) { ready <- s },
+	})
+	defer pool.Close(ctx)
+	key := sandbox.PoolKey{Provider: "kubernetes", Workdir: wd}
+	if err := pool.Warm(key); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		for s := range ready {
+			if s.Ready == 1 && s.Leased == 0 {
+				break
+			}
+		}
+		b.StartTimer()
+		l, err := pool.Get(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		firstByte(b, l)
+		pool.Release(key, l)
+		b.StartTimer()
+	}
+}
+
+// benchClaims is BenchmarkKubernetesFirstByte's via=agent-sandbox case:
+// a lease is a SandboxClaim against a template of the outpost image (as
+// the other cases' pods), until the echo agent's first byte. replicas 1:
+// its pod is the SandboxWarmPool's (the refill between iterations not
+// counted; cold/op counts the claims that got a pod made after them);
+// replicas 0: the controller makes the Sandbox and its pod from the
+// template. Releases (the claim deleted) are not counted.
+func benchClaims(b *testing.B, c *kubetest.Cluster, name string, replicas int32) {
+	ctx := context.Background()
+	p := c.Provider(b, c.AgentSandbox(b, name, replicas, func(o *kubernetes.Options) { o.Image = "" }))
+	wd := b.TempDir()
+	cold := 0
+	for b.Loop() {
+		b.StopTimer()
+		if replicas > 0 {
+			waitWarm(b, c, name)
+		}
+		start := time.Now()
+		b.StartTimer()
+		l, err := sandbox.Acquire(ctx, p, driver.Options{Workdir: wd})
+		if err != nil {
+			b.Fatal(err)
+		}
+		firstByte(b, l)
+		pod, err := c.Admin.CoreV1().Pods(c.Namespace).Get(ctx, l.Sandbox().(*kubernetes.Sandbox).Pod(), metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if pod.CreationTimestamp.After(start.Add(-time.Second)) { // its resolution: seconds
+			cold++
+		}
+		if err := l.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(cold)/float64(b.N), "cold/op")
+}
+
+// waitWarm waits until template has a ready warm pod no claim owns.
+func waitWarm(b *testing.B, c *kubetest.Cluster, template string) {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, pod := range c.Pods(b, kubetest.LabelTemplate+"="+template+",!"+kubernetes.LabelClaimUID) {
+			if pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && podReady(&pod) {
+				return
+			}
+		}
+	}
+	b.Fatal("no warm pod within 2 minutes")
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// firstByte starts the echo agent in l and reads its first byte; the
+// timer is stopped after it, and the agent's end waited for.
+func firstByte(b *testing.B, l *sandbox.Lease) {
+	ctx := context.Background()
+	env := l.Environment()
+	pr, err := l.Start(ctx, driver.ExecRequest{Path: layout.BinaryPath, Args: []string{echo.Subcommand, "--", "hello"}, Env: map[string]string{"HOME": env.Fixed["HOME"], "PATH": env.Defaults["PATH"]}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(pr.Stdout(), make([]byte, 1)); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	go io.Copy(io.Discard, pr.Stderr())
+	io.Copy(io.Discard, pr.Stdout())
+	if st, err := pr.Wait(); err != nil || !st.Success() {
+		b.Fatalf("agent: %+v %v", st, err)
+	}
+	pr.Close()
 }
 
 func itoa(i int) string {

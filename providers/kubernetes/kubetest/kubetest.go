@@ -324,18 +324,25 @@ func (c *Cluster) Kubectl(t testing.TB, stdin []byte, args ...string) string {
 	return string(out)
 }
 
+// LabelTemplate is the label of AgentSandbox's pods: their template's
+// name.
+const LabelTemplate = "outpost-test/template"
+
 // AgentSandbox makes, as the cluster admin, a SandboxTemplate named name
 // of the provider's pods (Provider.SandboxTemplate of the busybox image)
-// and a SandboxWarmPool of it with replicas pods, waits until they are
+// (its pods labelled LabelTemplate) and a SandboxWarmPool of it with replicas pods, waits until they are
 // ready, and returns the options of via=agent-sandbox claiming from it
-// (for Provider: the test user's rights, the Role's only).
-func (c *Cluster) AgentSandbox(t testing.TB, name string, replicas int32) func(*kubernetes.Options) {
+// (for Provider: the test user's rights, the Role's only). mutate
+// adjusts the options of the provider that makes the template (after the
+// busybox image is set).
+func (c *Cluster) AgentSandbox(t testing.TB, name string, replicas int32, mutate ...func(*kubernetes.Options)) func(*kubernetes.Options) {
 	t.Helper()
 	busybox := func(o *kubernetes.Options) { o.Image = Busybox }
-	tmpl, err := c.Provider(t, busybox).SandboxTemplate(t.Context(), name)
+	tmpl, err := c.Provider(t, append([]func(*kubernetes.Options){busybox}, mutate...)...).SandboxTemplate(t.Context(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tmpl.Spec.PodTemplate.ObjectMeta.Labels[LabelTemplate] = name
 	pool := &extv1.SandboxWarmPool{
 		TypeMeta:   metav1.TypeMeta{APIVersion: extv1.GroupVersion.String(), Kind: extv1.SandboxWarmPoolKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
