@@ -259,6 +259,7 @@ GATEWAY=$GATEWAY
 POD_CIDR=$SUBNET
 NODE=$NODE
 KUBECTL=$BIN/kubectl
+AGENT_SANDBOX_READYZ=http://127.0.0.1:18081/readyz
 ENV
 
 # ---- what the host looked like, for kube-down.sh

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +88,36 @@ func ready(env map[string]string) bool {
 	return exec.CommandContext(ctx, env["KUBECTL"], "--kubeconfig", env["KUBECONFIG"], "get", "--raw=/readyz").Run() == nil
 }
 
+// agentSandboxReady reports whether the cluster's agent-sandbox controller
+// answers (AGENT_SANDBOX_READYZ of cluster.env; a cluster started by a
+// kube-up.sh before agent-sandbox was added has none).
+func agentSandboxReady(env map[string]string) bool {
+	u := env["AGENT_SANDBOX_READYZ"]
+	if u == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	res.Body.Close()
+	return res.StatusCode == http.StatusOK
+}
+
+// kubeUp runs scripts/kube-up.sh (idempotent: a cluster already up is
+// completed, not restarted).
+func kubeUp() error {
+	cmd := exec.Command(filepath.Join(root, "scripts/kube-up.sh"))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return cmd.Run()
+}
+
 // Main runs the tests and exits. The cluster is not looked for here:
 // the first Require (or Get) finds it or, as root, starts it, so that a
 // run of tests that need none (go test -run '^Example') costs no cluster.
@@ -113,16 +144,22 @@ var (
 // then sets up this process's namespace; on failure it sets why. Once.
 func start() {
 	env, err := readEnv()
-	if err != nil || !ready(env) {
-		if os.Getuid() != 0 {
+	up := err == nil && ready(env)
+	if !up || !agentSandboxReady(env) {
+		switch {
+		case os.Getuid() != 0 && !up:
 			why = "no cluster answers and starting one needs root"
 			return
+		case os.Getuid() != 0:
+			why = "the cluster has no agent-sandbox controller: run scripts/kube-up.sh (as root; it completes a running cluster)"
+			return
+		case up:
+			fmt.Fprintln(os.Stderr, "kubetest: installing agent-sandbox in the running cluster with scripts/kube-up.sh")
+		default:
+			fmt.Fprintln(os.Stderr, "kubetest: starting the cluster with scripts/kube-up.sh")
+			started = true // stopped by Main even when it came up only partly
 		}
-		fmt.Fprintln(os.Stderr, "kubetest: starting the cluster with scripts/kube-up.sh")
-		cmd := exec.Command(filepath.Join(root, "scripts/kube-up.sh"))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		started = true // stopped by Main even when it came up only partly
-		if err := cmd.Run(); err != nil {
+		if err := kubeUp(); err != nil {
 			why = "scripts/kube-up.sh failed: " + err.Error()
 			return
 		}
