@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	removeWorkspacesHome()
 	pgtest.Stop()
 	testenv.RemoveBuilds()
-	sshtest.Cleanup()
+	sshtest.CleanupAfter(code)
 	if left := sshtest.Leftovers(); left != "" {
 		fmt.Fprintln(os.Stderr, "FAIL: the tests left sshd containers behind:\n"+left)
 		if code == 0 {
