@@ -46,6 +46,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -134,6 +135,7 @@ type Grant struct {
 	opts   GrantOptions
 	ups    []*url.URL
 	allow  []allowEntry
+	ca     *authority      // the grant's certificate authority, when it has rules
 	ctx    context.Context // ends with Revoke or the gateway's Close
 	cancel context.CancelFunc
 }
@@ -199,6 +201,10 @@ type Options struct {
 	// the addresses it resolved to that are not loopback, link-local,
 	// private, carrier-grade NAT, unspecified or the host's own.
 	Resolver Resolver
+	// EgressRoots verify the certificates of the hosts whose TLS the
+	// gateway terminates (those with method or path rules); default the
+	// system's roots. Tests set a test CA's.
+	EgressRoots *x509.CertPool
 }
 
 // Gateway is the proxy. It is safe for concurrent use.
@@ -218,6 +224,13 @@ type Gateway struct {
 	buffers       *bufferPool
 	own           *http.Transport // the model transport when New made it
 	egressT       *http.Transport
+	// inner serves the requests of terminated tunnels (intercept.go),
+	// started on the first one.
+	inner       *http.Server
+	innerOnce   sync.Once
+	tunnels     *tunnels
+	terminated  *httputil.ReverseProxy
+	terminatedT *http.Transport
 
 	mu     sync.Mutex
 	grants map[[sha256.Size]byte]*Grant
@@ -273,6 +286,7 @@ func New(o Options) *Gateway {
 	g.buffers = &bufferPool{}
 	g.model = g.modelProxy()
 	g.egress = g.egressProxy()
+	g.inner = g.innerServer()
 	return g
 }
 
@@ -294,7 +308,7 @@ func (g *Gateway) Grant(o GrantOptions) (*Grant, error) {
 	}
 	allow, err := parseAllow(o.Allow)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	b := make([]byte, 32+8)
 	if _, err := rand.Read(b); err != nil {
@@ -304,6 +318,11 @@ func (g *Gateway) Grant(o GrantOptions) (*Grant, error) {
 		g: g, opts: o, ups: ups, allow: allow,
 		token: "outpost-" + base64.RawURLEncoding.EncodeToString(b[:32]),
 		id:    "grant-" + hex.EncodeToString(b[32:]),
+	}
+	if slices.ContainsFunc(allow, allowEntry.restricted) {
+		if gr.ca, err = newAuthority(gr.id, allow); err != nil {
+			return nil, fmt.Errorf("gateway: the grant's certificate authority: %w", err)
+		}
 	}
 	gr.key = sha256.Sum256([]byte(gr.token))
 	g.mu.Lock()
@@ -366,7 +385,10 @@ func (g *Gateway) Close() error {
 	live.Delete(g)
 	g.cancel()
 	err := g.srv.Close()
+	_ = g.inner.Close()
+	_ = g.tunnels.Close()
 	g.egressT.CloseIdleConnections()
+	g.terminatedT.CloseIdleConnections()
 	if g.own != nil {
 		g.own.CloseIdleConnections()
 	}
