@@ -16,9 +16,9 @@ import (
 //   - Each PATH starts with "/" and matches a request path that begins
 //     with its segments (whole segments: "/org/repo.git" matches
 //     "/org/repo.git" and "/org/repo.git/info/refs", not
-//     "/org/repo.gitx"); a segment may be a pattern of path.Match ("*",
-//     "repo-?", "[a-c]*"), matching one segment. Without a path, any. The
-//     query is not matched.
+//     "/org/repo.gitx"); a segment may be a pattern of path.Match with
+//     "*" and "[...]" ("*", "repo-*.git", "[a-c]*"), matching one
+//     segment. Without a path, any. The query is not matched.
 //
 // A request to the host must pass one of the entries naming it: the
 // method is one of the entry's and the path under one of its paths. An
@@ -77,6 +77,9 @@ func parseMethods(s string) ([]string, error) {
 
 // parsePathRule parses "/org/*/info/refs".
 func parsePathRule(s string) (pathRule, error) {
+	if !strings.HasPrefix(s, "/") {
+		return nil, fmt.Errorf("%q is not a path starting with / (the methods, if any, come once, before the paths)", s)
+	}
 	if strings.ContainsAny(s, "?#\\%") {
 		return nil, fmt.Errorf("path %q: a path has no query, fragment, backslash or %%-escape (write it decoded)", s)
 	}
