@@ -164,3 +164,33 @@ func ruleCheck(rules []allowEntry, method, decoded, escaped string) string {
 	}
 	return fmt.Sprintf("%s %s is not allowed by the egress rules for this host: %s", method, escaped, strings.Join(texts, ", "))
 }
+
+// Covers says whether the allowlist entry o lets through all that entry c
+// does (outpost serve's client policy: a client's entry must narrow an
+// operator's): c's host is o's, or o is "*.domain" and c's is a
+// subdomain of it (or "*." of one); the same port; and o has no rules or
+// exactly c's. An entry that does not parse covers nothing and is
+// covered by nothing.
+func Covers(o, c string) bool {
+	oe, err1 := parseRuleEntry(o)
+	ce, err2 := parseRuleEntry(c)
+	if err1 != nil || err2 != nil || oe.port != ce.port {
+		return false
+	}
+	switch {
+	case oe.ip.IsValid() || ce.ip.IsValid():
+		if oe.ip != ce.ip {
+			return false
+		}
+	case oe.wildcard:
+		if ce.name != oe.name && !strings.HasSuffix(ce.name, "."+oe.name) || ce.name == oe.name && !ce.wildcard {
+			return false
+		}
+	case ce.wildcard || ce.name != oe.name:
+		return false
+	}
+	if !oe.restricted() {
+		return true
+	}
+	return slices.Equal(oe.methods, ce.methods) && slices.EqualFunc(oe.paths, ce.paths, func(a, b pathRule) bool { return slices.Equal(a, b) })
+}

@@ -253,3 +253,33 @@ func TestTerminatedHostile(t *testing.T) {
 		t.Errorf("a refused request reached the upstream: %q", <-rf.hits)
 	}
 }
+
+// TestCovers: an operator's entry covers a client's on the same host (or
+// a subdomain of its "*."), the same port, and its own rules only.
+func TestCovers(t *testing.T) {
+	for _, tc := range []struct {
+		o, c string
+		want bool
+	}{
+		{"a.com", "a.com", true},
+		{"a.com", "A.com.", true},
+		{"a.com", "a.com GET /x", true},
+		{"a.com", "a.com:443", false},
+		{"a.com", "*.a.com", false},
+		{"*.a.com", "x.a.com", true},
+		{"*.a.com", "*.x.a.com POST", true},
+		{"*.a.com", "*.a.com", true},
+		{"*.a.com", "a.com", false},
+		{"*.a.com", "evil.com GET /x.a.com", false},
+		{"a.com GET /x", "a.com GET /x", true},
+		{"a.com GET /x", "a.com GET /x/y", false},
+		{"a.com GET /x", "a.com", false},
+		{"10.0.0.7", "10.0.0.7 GET", true},
+		{"10.0.0.7", "10.0.0.8", false},
+		{"a.com", "a.com get", false},
+	} {
+		if got := Covers(tc.o, tc.c); got != tc.want {
+			t.Errorf("Covers(%q, %q) = %v, want %v", tc.o, tc.c, got, tc.want)
+		}
+	}
+}
