@@ -28,7 +28,10 @@
 // The same gateway is the egress proxy of a grant (HTTP CONNECT and
 // absolute-URI plain-HTTP requests, with the token as the password of
 // Proxy-Authorization Basic, as Grant.ProxyURL gives), reaching only the
-// hosts of the grant's allowlist. Names are resolved on the host, and only
+// hosts of the grant's allowlist, and for a host whose entries have
+// method or path rules only the requests they allow (its TLS terminated
+// with the grant's own certificate authority, intercept.go). Names are
+// resolved on the host, and only
 // once a name is on the list; a name is dialled at the addresses it
 // resolved to, never at a loopback, link-local, private or the host's own
 // one (an IP literal on the list is dialled as named); the gateway never
@@ -115,6 +118,16 @@ type GrantOptions struct {
 	// (without one: 443 for CONNECT, 80 for plain HTTP). Names match
 	// case-insensitively, a trailing dot ignored; IP literals match only
 	// the same literal. Empty: the proxy refuses everything with 403.
+	//
+	// An entry may carry method and path rules after its host, separated
+	// by spaces: "HOST [METHODS] [PATH...]" (rule.go), such as
+	// "github.com GET,POST /org/repo.git/info/refs /org/repo.git/git-upload-pack".
+	// A request to a host whose entries all have rules must pass one of
+	// them, else 403 naming them. For such a host the gateway terminates
+	// the CONNECT's TLS with a leaf of the grant's own certificate
+	// authority (Grant.CACert, which the sandbox must trust) and forwards
+	// each request over TLS of its own, verified against the system roots
+	// (Options.EgressRoots); other hosts keep a plain tunnel.
 	Allow []string
 	// Meter, when set, sees every model call.
 	Meter Meter
