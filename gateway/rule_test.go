@@ -170,6 +170,42 @@ func TestTerminatedTunnel(t *testing.T) {
 	if strings.Contains(string(rf.gr.CABundle()), "PRIVATE KEY") || len(rf.gr.CABundle()) <= len(rf.gr.CACert()) {
 		t.Error("the bundle is not the CA and the system roots")
 	}
+	rf.gr.Revoke() // ends the kept-alive tunnel; a new CONNECT gets 407
+	if resp, err := c.Get(base + "/repo.git/info/refs"); err == nil {
+		resp.Body.Close()
+		t.Errorf("after Revoke: %d", resp.StatusCode)
+	}
+}
+
+// TestRulesPlainHTTPAndIP: an absolute-URI plain-HTTP request is checked
+// against the rules without TLS; a host named by its IP literal is
+// terminated with an IP leaf that the name-constrained CA signs.
+func TestRulesPlainHTTPAndIP(t *testing.T) {
+	plain := newUpstream(t, nil)
+	rf := newRuleFixture(t, nil, "HOST GET /", plain.Listener.Addr().String()+" GET /ok")
+	_, port, _ := net.SplitHostPort(rf.up.Listener.Addr().String())
+	ip := rf.grant(GrantOptions{Allow: []string{"127.0.0.1:" + port + " GET /ip"}})
+	auth := basic("outpost", rf.gr.Token())
+	for path, code := range map[string]int{"/ok/x": 200, "/other": 403} {
+		g := raw(t, rf.addr, "GET http://"+plain.Listener.Addr().String()+path+" HTTP/1.1\r\nHost: "+plain.Listener.Addr().String()+"\r\nProxy-Authorization: "+auth+"\r\nConnection: close\r\n\r\n")
+		if g.code != code {
+			t.Errorf("plain HTTP %s: %d %q, want %d", path, g.code, g.body, code)
+		}
+	}
+	if plain.n.Load() != 1 {
+		t.Errorf("the plain upstream saw %d requests, want 1", plain.n.Load())
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ip.CACert())
+	proxy, _ := url.Parse(ip.ProxyURL(rf.addr))
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := c.Get("https://127.0.0.1:" + port + "/ip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := read(t, resp); g.code != 200 || !strings.HasPrefix(g.body, "upstream /ip") {
+		t.Errorf("by IP: %d %q", g.code, g.body)
+	}
 }
 
 // TestTerminatedOnlyWithRules: a host with an entry without rules keeps a
