@@ -198,7 +198,8 @@ var systemBundle = sync.OnceValue(func() []byte {
 	return nil
 })
 
-// isTarget says whether a TLS server name is t's (an IP target has none).
+// isServerName says whether a TLS server name is t's (an IP target's
+// client sends none).
 func (t target) isServerName(sni string) bool {
 	if sni == "" {
 		return true

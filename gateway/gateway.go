@@ -31,11 +31,10 @@
 // hosts of the grant's allowlist, and for a host whose entries have
 // method or path rules only the requests they allow (its TLS terminated
 // with the grant's own certificate authority, intercept.go). Names are
-// resolved on the host, and only
-// once a name is on the list; a name is dialled at the addresses it
-// resolved to, never at a loopback, link-local, private or the host's own
-// one (an IP literal on the list is dialled as named); the gateway never
-// dials itself.
+// resolved on the host, and only once a name is on the list; a name is
+// dialled at the addresses it resolved to, never at a loopback,
+// link-local, private or the host's own one (an IP literal on the list is
+// dialled as named); the gateway never dials itself.
 //
 // The gateway listens on the host's loopback (Listen), for sandboxes that
 // share it (local), and serves any other listener (Serve), such as a
