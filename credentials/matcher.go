@@ -1,9 +1,6 @@
 package credentials
 
-import (
-	"math/bits"
-	"strings"
-)
+import "strings"
 
 // matcher finds every occurrence (overlapping ones included) of a fixed
 // set of patterns in one pass over the text, so the cost of redaction
@@ -11,41 +8,26 @@ import (
 // each secret brings a dozen encoded forms (encodedForms), and searching
 // for each one by one made redaction twenty times slower.
 //
-// A position is looked at only when its first two bytes may begin some
-// pattern (a bit in lead, of a hash of the two bytes); then the patterns
-// sharing its first four bytes are compared. Patterns shorter than four
-// bytes (none in practice: MinSecretLen is 4) are searched one by one.
-//
-// lead has 64 bits a pattern (1,024 at least, 65,536 at most: one per
-// 2-byte lead), so a position passes it by chance at most once in 64 per
-// pattern's lead: a turn's redactor of a few secrets keeps 128 bytes of
-// it, not 8 KiB (each running turn holds its own, docs/benchmarks.md
-// "Scale").
+// A position is looked at only when its first two bytes begin some
+// pattern (a bit in lead); then the patterns sharing its first four bytes
+// are compared. Patterns shorter than four bytes (none in practice:
+// MinSecretLen is 4) are searched one by one.
 type matcher struct {
 	pats  []string
-	lead  []uint64           // bits by leadBit
-	shift uint32             // leadBit's: 32 - log2(len(lead)*64)
+	lead  []uint64           // one bit per 2-byte lead: 1<<16 bits
 	by4   map[uint32][]int32 // indices into pats by their first four bytes
 	short []string
 }
 
-// leadBit is the bit of lead for a 2-byte lead k (Fibonacci hashing).
-func (m *matcher) leadBit(k uint32) uint32 { return (k * 0x9E3779B1) >> m.shift }
-
 func newMatcher(pats []string) *matcher {
-	n := uint32(1 << 10) // lead's bits
-	for n < 1<<16 && int(n) < 64*len(pats) {
-		n <<= 1
-	}
-	m := &matcher{pats: pats, lead: make([]uint64, n/64), shift: uint32(33 - bits.Len32(n)), by4: map[uint32][]int32{}}
+	m := &matcher{pats: pats, lead: make([]uint64, 1<<16/64), by4: map[uint32][]int32{}}
 	for i, p := range pats {
 		if len(p) < 4 {
 			m.short = append(m.short, p)
 			continue
 		}
 		k := uint32(p[0])<<8 | uint32(p[1])
-		b := m.leadBit(k)
-		m.lead[b>>6] |= 1 << (b & 63)
+		m.lead[k>>6] |= 1 << (k & 63)
 		key := k<<16 | uint32(p[2])<<8 | uint32(p[3])
 		m.by4[key] = append(m.by4[key], int32(i))
 	}
@@ -70,7 +52,7 @@ func matchFrom[T string | []byte](m *matcher, text T, sp []span, first bool) []s
 	}
 	for i := 0; i+4 <= len(text); i++ {
 		k := uint32(text[i])<<8 | uint32(text[i+1])
-		if b := m.leadBit(k); m.lead[b>>6]&(1<<(b&63)) == 0 {
+		if m.lead[k>>6]&(1<<(k&63)) == 0 {
 			continue
 		}
 		key := k<<16 | uint32(text[i+2])<<8 | uint32(text[i+3])
