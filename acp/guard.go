@@ -72,7 +72,6 @@ type guard struct {
 	cond    *sync.Cond
 	failed  error           // reading the input failed (not its end)
 	pending map[string]bool // ids of requests passed on and not answered
-	expired bool
 }
 
 func newGuard(max int, log *slog.Logger) *guard {
@@ -97,17 +96,19 @@ func (g *guard) pendingCount() int {
 // waitIdle waits until every request passed on was answered, at most d;
 // it reports whether they were.
 func (g *guard) waitIdle(d time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// The flag is this wait's own, set under g.mu: a timer that fires
+	// before the wait begins (d of zero, a loaded machine) still ends it.
+	expired := false
 	t := time.AfterFunc(max(d, 0), func() {
 		g.mu.Lock()
-		g.expired = true
+		expired = true
 		g.cond.Broadcast()
 		g.mu.Unlock()
 	})
 	defer t.Stop()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.expired = false
-	for len(g.pending) > 0 && !g.expired {
+	for len(g.pending) > 0 && !expired {
 		g.cond.Wait()
 	}
 	return len(g.pending) == 0

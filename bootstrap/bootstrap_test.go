@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -622,6 +623,44 @@ func TestInstallMounted(t *testing.T) {
 	host2 := filepath.Join(host, strings.TrimPrefix(res.Path, bootstrap.MountPath+"/"))
 	if got := run(t, newTarget(t, false), host2); got != "fakecli 9.9.9" {
 		t.Errorf("output = %q", got)
+	}
+}
+
+// failingMount is a mounting target whose mirror of a tree failed (a
+// remote host's connection lost while copying it).
+type failingMount struct {
+	mountTarget
+	err error
+}
+
+func (m failingMount) HostPath(p string) (string, bool) {
+	if p == m.trees {
+		return bootstrap.MountPath, true
+	}
+	return "", false
+}
+
+func (m failingMount) HostPathError(context.Context) error { return m.err }
+
+// TestInstallMountFailedSaysWhy: when the sandbox cannot show a cached
+// tree, the install fails with the sandbox's reason (here a lost
+// connection, which keeps its code and cause), not only "the mount does
+// not show it": a loaded CI run's lost SSH connection read as a missing
+// executable.
+func TestInstallMountFailedSaysWhy(t *testing.T) {
+	srv := newServer(t)
+	pkg := npmPackage(t, "fakecli", "9.9.9")
+	url := srv.add("/fakecli.tgz", pkg)
+	inst := &bootstrap.Installer{Pins: pinFor("fakecli", url, digestOf(pkg), ""), CacheDir: t.TempDir()}
+	host, _, err := inst.SharedCache()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := &outpost.Error{Code: outpost.Sandbox, Op: "mount", Err: errors.New("connection to the sandbox's host lost")}
+	tg := failingMount{mountTarget{target: newTarget(t, true), trees: host}, lost}
+	_, err = inst.Install(context.Background(), tg, "fakecli", nil)
+	if outpost.CodeOf(err) != outpost.Sandbox || !strings.Contains(fmt.Sprint(err), "connection to the sandbox's host lost") {
+		t.Fatalf("install through a failed mirror: %v; want code sandbox with the cause", err)
 	}
 }
 

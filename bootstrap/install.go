@@ -24,6 +24,12 @@ type hostPather interface {
 	HostPath(p string) (string, bool)
 }
 
+// hostPathExplainer is a target that can say why HostPath answered false
+// (sandbox.Lease: a remote host's mirror that failed).
+type hostPathExplainer interface {
+	HostPathError(ctx context.Context) error
+}
+
 // SharedCache returns the host directory of the cache's unpacked CLIs
 // (created if need be) and where an isolated sandbox should mount it,
 // read-only: with that mount, Install copies nothing into the sandbox.
@@ -112,6 +118,11 @@ func (i *Installer) install(ctx context.Context, t Target, name string, pin *Pin
 		// The provider's mount is its promise that the path is there.
 		dir, ok := hp.HostPath(f.dir)
 		if !ok {
+			if x, ok := t.(hostPathExplainer); ok {
+				if err := x.HostPathError(ctx); err != nil {
+					return fmt.Errorf("showing %s in the sandbox: %w", f.dir, err)
+				}
+			}
 			return fmt.Errorf("%w: %s is in the cache, but the sandbox's mount of the cache does not show it", ErrMissing, f.dir)
 		}
 		res.Path, res.Mounted = path.Join(dir, "bin", pin.Program), true

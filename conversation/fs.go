@@ -65,7 +65,10 @@ const convExt = ".conv"
 //
 // Checkpoints' git objects (Objects) are kept beside the conversations in
 // a bare git repository, <dir>/checkpoints.git, which every reader of
-// conversations ignores and git itself reads.
+// conversations ignores and git itself reads. The index of the
+// conversations' order and native ids is kept in <dir>/.index
+// (fsindexfile.go): a cache, checked against the directory, rebuilt when
+// it is missing, stale or damaged.
 type FS struct {
 	dir string
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,14 +32,22 @@ type fsIndex struct {
 	// tick of the file system's clock would not move it).
 	sorted          []fsEntry
 	dirMod, scanned time.Time
+	// saved is what the index file holds as far as this value knows
+	// (fsindexfile.go), and dirty says that m changed since it wrote or
+	// read it.
+	saved         indexFileState
+	dirty, loaded bool
 }
 
 // racyWindow is how long after the directory's last change a scan must
 // begin for its time to vouch for the scan.
 const racyWindow = time.Second
 
+// dirScans counts the scans of a store's directory, for the tests.
+var dirScans atomic.Int64
+
 type fsEntry struct {
-	mod           time.Time
+	mod           int64 // Unix nanoseconds
 	size          int64
 	key           PageKey
 	owner, native string
@@ -61,7 +70,12 @@ func (s *FS) index(ctx context.Context, op string) ([]fsEntry, error) {
 	}
 	s.idx.mu.Lock()
 	defer s.idx.mu.Unlock()
-	if s.idx.m != nil && di.ModTime().Equal(s.idx.dirMod) && s.idx.scanned.Sub(s.idx.dirMod) >= racyWindow {
+	if !s.idx.loaded {
+		s.idx.loaded = true
+		s.loadIndex(di)
+	}
+	now := indexFileState{dirID: fileIdentity(di), dirMod: s.idx.dirMod, scanned: s.idx.scanned}
+	if now.vouches(di.ModTime()) {
 		return s.idx.sorted, nil
 	}
 	ents, err := s.scan(ctx, op)
@@ -70,12 +84,17 @@ func (s *FS) index(ctx context.Context, op string) ([]fsEntry, error) {
 	}
 	slices.SortFunc(ents, func(a, b fsEntry) int { return b.key.Compare(a.key) })
 	s.idx.sorted, s.idx.dirMod, s.idx.scanned = ents, di.ModTime(), start
+	now.dirMod, now.scanned = di.ModTime(), start
+	if s.idx.dirty || (now.vouches(now.dirMod) && !s.idx.saved.vouches(now.dirMod)) {
+		s.saveIndex(now, ents)
+	}
 	return ents, nil
 }
 
 // scan reads the directory and the files that changed since the index
 // last saw them; s.idx.mu is held.
 func (s *FS) scan(ctx context.Context, op string) ([]fsEntry, error) {
+	dirScans.Add(1)
 	ents, err := readDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -83,8 +102,11 @@ func (s *FS) scan(ctx context.Context, op string) ([]fsEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("conversation: %s: %w", op, err)
 	}
-	if s.idx.m == nil {
-		s.idx.m = map[string]fsEntry{}
+	if s.idx.m == nil { // the entries of the index file, if any
+		s.idx.m = make(map[string]fsEntry, len(s.idx.sorted))
+		for _, e := range s.idx.sorted {
+			s.idx.m[e.key.ID] = e
+		}
 	}
 	seen := make(map[string]bool, len(ents))
 	out := make([]fsEntry, 0, len(ents))
@@ -102,20 +124,24 @@ func (s *FS) scan(ctx context.Context, op string) ([]fsEntry, error) {
 		}
 		seen[id] = true
 		c, ok := s.idx.m[id]
-		if !ok || !c.mod.Equal(fi.ModTime()) || c.size != fi.Size() {
+		if !ok || c.mod != fi.ModTime().UnixNano() || c.size != fi.Size() {
 			m, _, err := readFile(s.file(id), id, false)
 			if err != nil {
-				delete(s.idx.m, id)
+				if ok {
+					delete(s.idx.m, id)
+					s.idx.dirty = true
+				}
 				continue // damaged or deleted meanwhile
 			}
-			c = fsEntry{mod: fi.ModTime(), size: fi.Size(), key: KeyOf(m), owner: m.Owner, native: m.Native}
-			s.idx.m[id] = c
+			c = fsEntry{mod: fi.ModTime().UnixNano(), size: fi.Size(), key: KeyOf(m), owner: m.Owner, native: m.Native}
+			s.idx.m[id], s.idx.dirty = c, true
 		}
 		out = append(out, c)
 	}
 	for id := range s.idx.m {
 		if !seen[id] {
 			delete(s.idx.m, id)
+			s.idx.dirty = true
 		}
 	}
 	return out, nil

@@ -5,6 +5,7 @@ package conversation
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 )
 
@@ -17,3 +18,7 @@ func lockFile(path string, wait bool) (*lockedFile, error) {
 }
 
 func (l *lockedFile) unlock(remove bool) error { return nil }
+
+// fileIdentity is unknown here: an FS index file is then checked against
+// the directory's time and each file's, as on Unix.
+func fileIdentity(fs.FileInfo) [2]uint64 { return [2]uint64{} }

@@ -64,3 +64,12 @@ func (l *lockedFile) unlock(remove bool) error {
 	}
 	return errors.Join(err, l.f.Close())
 }
+
+// fileIdentity is the device and inode of fi: what tells a directory from
+// a copy of it (the FS index file, fsindexfile.go).
+func fileIdentity(fi fs.FileInfo) [2]uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return [2]uint64{uint64(st.Dev), st.Ino} //nolint:unconvert // Dev is int32 on some systems
+	}
+	return [2]uint64{}
+}

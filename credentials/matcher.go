@@ -8,26 +8,54 @@ import "strings"
 // each secret brings a dozen encoded forms (encodedForms), and searching
 // for each one by one made redaction twenty times slower.
 //
-// A position is looked at only when its first two bytes begin some
+// A position is looked at only when its first two bytes may begin some
 // pattern (a bit in lead); then the patterns sharing its first four bytes
 // are compared. Patterns shorter than four bytes (none in practice:
 // MinSecretLen is 4) are searched one by one.
+//
+// lead has one bit per 2-byte lead (65,536: 8 KiB) or, for at most
+// smallMatcher patterns, one bit per hash of it to 12 bits (4,096: 512
+// bytes), which a position passes by chance less than once in 64: a
+// turn's redactor of a few secrets (each running turn holds its own,
+// docs/benchmarks.md "Scale") keeps the small one; a larger set keeps the
+// exact one, as a smaller filter for it made redaction of clean text
+// 1.4× slower (BenchmarkRedactorString).
 type matcher struct {
 	pats  []string
-	lead  []uint64           // one bit per 2-byte lead: 1<<16 bits
+	lead  []uint64           // bits by leadBit
+	small bool               // lead is the small one
 	by4   map[uint32][]int32 // indices into pats by their first four bytes
 	short []string
 }
 
+// smallMatcher is the most patterns a matcher with the small lead keeps
+// (eight secrets: a secret brings eight forms).
+const smallMatcher = 64
+
+// leadBit is the bit of lead for a 2-byte lead k: k itself, or in the
+// small lead a hash of it (Fibonacci hashing to 12 bits).
+func (m *matcher) leadBit(k uint32) uint32 {
+	if m.small {
+		return (k * 0x9E3779B1) >> 20
+	}
+	return k
+}
+
 func newMatcher(pats []string) *matcher {
-	m := &matcher{pats: pats, lead: make([]uint64, 1<<16/64), by4: map[uint32][]int32{}}
+	m := &matcher{pats: pats, small: len(pats) <= smallMatcher, by4: map[uint32][]int32{}}
+	if m.small {
+		m.lead = make([]uint64, 1<<12/64)
+	} else {
+		m.lead = make([]uint64, 1<<16/64)
+	}
 	for i, p := range pats {
 		if len(p) < 4 {
 			m.short = append(m.short, p)
 			continue
 		}
 		k := uint32(p[0])<<8 | uint32(p[1])
-		m.lead[k>>6] |= 1 << (k & 63)
+		b := m.leadBit(k)
+		m.lead[b>>6] |= 1 << (b & 63)
 		key := k<<16 | uint32(p[2])<<8 | uint32(p[3])
 		m.by4[key] = append(m.by4[key], int32(i))
 	}
@@ -52,7 +80,7 @@ func matchFrom[T string | []byte](m *matcher, text T, sp []span, first bool) []s
 	}
 	for i := 0; i+4 <= len(text); i++ {
 		k := uint32(text[i])<<8 | uint32(text[i+1])
-		if m.lead[k>>6]&(1<<(k&63)) == 0 {
+		if b := m.leadBit(k); m.lead[b>>6]&(1<<(b&63)) == 0 {
 			continue
 		}
 		key := k<<16 | uint32(text[i+2])<<8 | uint32(text[i+3])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,7 @@ type keyless struct {
 
 	grant  *gateway.Grant
 	addr   string // where the sandbox reaches the gateway
+	home   string // the lease's home, where the grant's CA goes
 	shared bool   // an inner turn's: its outer turn ends it
 }
 
@@ -246,6 +248,7 @@ func (e *turnRun) grantOptions() gateway.GrantOptions {
 // can reach neither falls back to env, with a notice.
 func (e *turnRun) openGateway(ctx context.Context, lease *sandbox.Lease, outer *keyless) error {
 	k := &e.kl
+	k.home = lease.Home()
 	if outer != nil {
 		// A steered resume or a repair: the outer turn's grant, if any
 		// (its notice was given once, by the outer turn).
@@ -354,8 +357,35 @@ func (e *turnRun) rekey() error {
 		}
 		e.config.Variables["NO_PROXY"] = "127.0.0.1,localhost"
 		e.config.Variables["no_proxy"] = "127.0.0.1,localhost"
+		e.trustGrantCA()
 	}
 	return e.checkKeyed()
+}
+
+// Where the grant's certificate authority goes in the lease's home.
+const (
+	egressCAFile     = ".outpost/egress-ca.pem"
+	egressBundleFile = ".outpost/egress-ca-bundle.pem"
+)
+
+// trustGrantCA puts the grant's certificate authority (an allowlist with
+// method or path rules: the gateway terminates TLS for those hosts) in
+// the lease's home, alone and as a bundle with the host's roots, and the
+// variables that make the sandbox's clients trust it among the
+// configuration's (gateway.TrustVariables).
+func (e *turnRun) trustGrantCA() {
+	k := &e.kl
+	ca := k.grant.CACert()
+	if ca == nil {
+		return
+	}
+	files := slices.DeleteFunc(slices.Clone(e.config.Files), func(f harness.File) bool {
+		return f.Path == egressCAFile || f.Path == egressBundleFile
+	})
+	e.config.Files = append(files,
+		harness.File{Path: egressCAFile, Content: ca, Mode: 0o644},
+		harness.File{Path: egressBundleFile, Content: k.grant.CABundle(), Mode: 0o644})
+	maps.Copy(e.config.Variables, gateway.TrustVariables(path.Join(k.home, egressCAFile), path.Join(k.home, egressBundleFile)))
 }
 
 // checkKeyed refuses plans that would put a route's real secret in the

@@ -414,10 +414,50 @@ func TestKeylessModes(t *testing.T) {
 					r.env["http_proxy"] != proxy || r.env["NO_PROXY"] != "127.0.0.1,localhost" {
 					t.Errorf("proxy variables %q %q %q", proxy, r.env["http_proxy"], r.env["NO_PROXY"])
 				}
+				if r.env["SSL_CERT_FILE"] != "" {
+					t.Errorf("a CA without rules: SSL_CERT_FILE %q", r.env["SSL_CERT_FILE"])
+				}
 			} else if r.env["HTTPS_PROXY"] != "" {
 				t.Errorf("HTTPS_PROXY %q without an allowlist", r.env["HTTPS_PROXY"])
 			}
 		})
+	}
+}
+
+// TestKeylessEgressRules: an allowlist entry with method or path rules
+// puts the grant's CA in the lease's home, alone and as a bundle, and the
+// variables that make Node, Python, curl, git and Go trust it in the
+// agent's environment; the CA's key is not there.
+func TestKeylessEgressRules(t *testing.T) {
+	up := newUpstream(t)
+	seen := &keyEnv{}
+	p := &tunneling{Provider: memProvider(seen)}
+	lease, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lease.Close(context.Background()) })
+	r := runOnLease(t, lease, keyHarness(up.URL), seen, []string{keyVar + "=" + realKey}, func(o *engine.RunOptions) {
+		o.EgressAllow = []string{"github.com GET,POST /org/repo.git/info/refs /org/repo.git/git-upload-pack"}
+	})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	ca, bundle := memsandbox.Home+"/.outpost/egress-ca.pem", memsandbox.Home+"/.outpost/egress-ca-bundle.pem"
+	want := gateway.TrustVariables(ca, bundle)
+	for k, v := range want {
+		if r.env[k] != v {
+			t.Errorf("%s=%q, want %q", k, r.env[k], v)
+		}
+	}
+	fs := lease.Sandbox().(*tunnelSandbox).Sandbox.(*memsandbox.Sandbox).FS()
+	caPEM, err1 := fs.ReadFile(ca)
+	bundlePEM, err2 := fs.ReadFile(bundle)
+	if err1 != nil || err2 != nil || !strings.HasPrefix(string(caPEM), "-----BEGIN CERTIFICATE-----") || !strings.HasPrefix(string(bundlePEM), string(caPEM)) {
+		t.Fatalf("the CA files: %v %v %q", err1, err2, caPEM)
+	}
+	if strings.Contains(string(caPEM)+string(bundlePEM), "PRIVATE KEY") {
+		t.Error("a private key in the sandbox")
 	}
 }
 
@@ -459,6 +499,7 @@ func TestKeylessRefusals(t *testing.T) {
 		"egress":          func(o *engine.RunOptions) { o.Egress = "closed" },
 		"allow":           func(o *engine.RunOptions) { o.EgressAllow = []string{"http://x.example"} },
 		"allow with open": func(o *engine.RunOptions) { o.Egress, o.EgressAllow = engine.EgressOpen, []string{"x.example"} },
+		"allow rule":      func(o *engine.RunOptions) { o.EgressAllow = []string{"x.example get /a"} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			seen := &keyEnv{}

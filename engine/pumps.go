@@ -136,8 +136,8 @@ func maxLine(n int) int {
 // EOF or on a read error.
 func readLines(r io.Reader, max int, f func(line []byte, dropped int)) {
 	max = maxLine(max)
-	br := bufpool.Reader(r)
-	defer bufpool.PutReader(br)
+	br := bufpool.LineReader(r)
+	defer bufpool.PutLineReader(br)
 	var buf []byte
 	dropping := 0
 	for {

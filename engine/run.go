@@ -170,7 +170,12 @@ type RunOptions struct {
 	Egress string
 	// EgressAllow are the hosts ("docs.example.com", "*.example.org",
 	// each with an optional ":port") the agent reaches through the
-	// gateway's proxy (HTTPS_PROXY) in egress mode gateway.
+	// gateway's proxy (HTTPS_PROXY) in egress mode gateway. An entry may
+	// allow only some methods and paths ("github.com GET,POST
+	// /org/repo.git/info/refs /org/repo.git/git-upload-pack",
+	// gateway.GrantOptions.Allow): the gateway then terminates TLS for
+	// that host, and the turn's grant's CA goes into the lease's home with
+	// the variables that make the sandbox trust it.
 	EgressAllow []string
 	// Gateway is the credential gateway the turn's grant is made on; nil:
 	// the turn makes one of its own and closes it when it ends. A server

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -14,7 +13,14 @@ type allowEntry struct {
 	wildcard bool       // "*.name": any subdomain of name, not name itself
 	ip       netip.Addr // an IP literal
 	port     int        // 0: the scheme's default
+	// methods and paths are the entry's rules (rule.go): nil, any.
+	methods []string
+	paths   []pathRule
+	text    string // the entry as written, for a refusal's message
 }
+
+// restricted says whether the entry has method or path rules.
+func (e allowEntry) restricted() bool { return e.methods != nil || e.paths != nil }
 
 // CheckAllow checks an egress allowlist as GrantOptions.Allow takes it
 // (the CLI's --egress-allow): a bad entry is an error naming it.
@@ -27,15 +33,16 @@ func CheckAllow(list []string) error {
 func parseAllow(list []string) ([]allowEntry, error) {
 	out := make([]allowEntry, 0, len(list))
 	for _, s := range list {
-		e, ok := parseAllowEntry(s)
-		if !ok {
-			return nil, fmt.Errorf("allow entry %q is not host, *.domain, an IPv4 address or [IPv6], with an optional :port", s)
+		e, err := parseRuleEntry(s)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, e)
 	}
 	return out, nil
 }
 
+// parseAllowEntry parses the host field of an entry.
 func parseAllowEntry(s string) (allowEntry, bool) {
 	var e allowEntry
 	host, port, ok := splitHostPort(strings.TrimSpace(s))
@@ -152,26 +159,41 @@ func (t target) addr() string {
 // allowed says whether t is on the list; def is the port an entry
 // without one stands for.
 func allowed(list []allowEntry, t target, def int) bool {
+	ok, _ := match(list, t, def)
+	return ok
+}
+
+// match says whether t is on the list and, when every entry naming it
+// has method or path rules, returns those entries: a request to t must
+// then pass one of them. An entry without rules lets every request to t
+// through (rules is nil).
+func match(list []allowEntry, t target, def int) (ok bool, rules []allowEntry) {
 	for _, e := range list {
-		port := e.port
-		if port == 0 {
-			port = def
-		}
-		if port != t.port {
+		if !e.names(t, def) {
 			continue
 		}
-		switch {
-		case e.ip.IsValid() || t.ip.IsValid():
-			if e.ip.IsValid() && t.ip.IsValid() && e.ip == t.ip {
-				return true
-			}
-		case e.wildcard:
-			if strings.HasSuffix(t.name, "."+e.name) {
-				return true
-			}
-		case e.name == t.name:
-			return true
+		if !e.restricted() {
+			return true, nil
 		}
+		rules = append(rules, e)
 	}
-	return false
+	return len(rules) > 0, rules
+}
+
+// names says whether the entry's host and port are t's.
+func (e allowEntry) names(t target, def int) bool {
+	port := e.port
+	if port == 0 {
+		port = def
+	}
+	if port != t.port {
+		return false
+	}
+	switch {
+	case e.ip.IsValid() || t.ip.IsValid():
+		return e.ip.IsValid() && t.ip.IsValid() && e.ip == t.ip
+	case e.wildcard:
+		return strings.HasSuffix(t.name, "."+e.name)
+	}
+	return e.name == t.name
 }

@@ -36,38 +36,42 @@ func (g *Gateway) proxyGrant(r *http.Request) *Grant {
 }
 
 // egressCheck authenticates an egress request and checks its target
-// against the grant's allowlist, writing the refusal when it fails.
-func (g *Gateway) egressCheck(w http.ResponseWriter, r *http.Request, hostport string, def int) (*Grant, target, bool) {
-	gr := g.proxyGrant(r)
+// against the grant's allowlist, writing the refusal when it fails. rules
+// are the entries with method or path rules a request to the target
+// must pass (nil: any request).
+func (g *Gateway) egressCheck(w http.ResponseWriter, r *http.Request, hostport string, def int) (gr *Grant, t target, rules []allowEntry, ok bool) {
+	gr = g.proxyGrant(r)
 	if gr == nil {
 		refuse(w, http.StatusProxyAuthRequired, "proxy authentication required")
-		return nil, target{}, false
+		return nil, t, nil, false
 	}
 	if !admit(w, r) {
-		return gr, target{}, false
+		return gr, t, nil, false
 	}
-	t, ok := parseTarget(hostport, def)
-	if !ok {
+	if t, ok = parseTarget(hostport, def); !ok {
 		refuse(w, http.StatusBadRequest, "malformed proxy target")
-		return gr, t, false
+		return gr, t, nil, false
 	}
-	if !allowed(gr.allow, t, def) {
+	if ok, rules = match(gr.allow, t, def); !ok {
 		refuse(w, http.StatusForbidden, "host not on the egress allowlist")
-		return gr, t, false
+		return gr, t, nil, false
 	}
 	if g.isSelf(t.addr()) || isLocalAddr(r, t.addr()) {
 		refuse(w, http.StatusForbidden, "refusing to proxy to the gateway itself")
-		return gr, t, false
+		return gr, t, nil, false
 	}
-	return gr, t, true
+	return gr, t, rules, true
 }
 
 // connect serves CONNECT host:port: a tunnel to an allowed target that
 // ends when either side is done, or the grant or the gateway ends.
 func (g *Gateway) connect(w http.ResponseWriter, r *http.Request) (*Grant, string) {
-	gr, t, ok := g.egressCheck(w, r, r.Host, 443)
+	gr, t, rules, ok := g.egressCheck(w, r, r.Host, 443)
 	if !ok {
 		return gr, "connect"
+	}
+	if rules != nil {
+		return gr, g.intercept(w, gr, t, rules)
 	}
 	what := "connect " + t.addr()
 	ctx, cancel := context.WithTimeout(gr.ctx, g.opts.DialTimeout)
@@ -140,9 +144,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request) (*Grant, strin
 		refuse(w, http.StatusBadRequest, "only http:// URLs are proxied; use CONNECT for https")
 		return nil, "forward"
 	}
-	gr, t, ok := g.egressCheck(w, r, r.URL.Host, 80)
+	gr, t, rules, ok := g.egressCheck(w, r, r.URL.Host, 80)
 	if !ok {
 		return gr, "forward"
+	}
+	if rules != nil {
+		if msg := ruleCheck(rules, r.Method, r.URL.Path, r.URL.EscapedPath()); msg != "" {
+			refuse(w, http.StatusForbidden, msg)
+			return gr, "forward " + t.addr()
+		}
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

@@ -28,11 +28,13 @@
 // The same gateway is the egress proxy of a grant (HTTP CONNECT and
 // absolute-URI plain-HTTP requests, with the token as the password of
 // Proxy-Authorization Basic, as Grant.ProxyURL gives), reaching only the
-// hosts of the grant's allowlist. Names are resolved on the host, and only
-// once a name is on the list; a name is dialled at the addresses it
-// resolved to, never at a loopback, link-local, private or the host's own
-// one (an IP literal on the list is dialled as named); the gateway never
-// dials itself.
+// hosts of the grant's allowlist, and for a host whose entries have
+// method or path rules only the requests they allow (its TLS terminated
+// with the grant's own certificate authority, intercept.go). Names are
+// resolved on the host, and only once a name is on the list; a name is
+// dialled at the addresses it resolved to, never at a loopback,
+// link-local, private or the host's own one (an IP literal on the list is
+// dialled as named); the gateway never dials itself.
 //
 // The gateway listens on the host's loopback (Listen), for sandboxes that
 // share it (local), and serves any other listener (Serve), such as a
@@ -46,6 +48,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -114,6 +117,16 @@ type GrantOptions struct {
 	// (without one: 443 for CONNECT, 80 for plain HTTP). Names match
 	// case-insensitively, a trailing dot ignored; IP literals match only
 	// the same literal. Empty: the proxy refuses everything with 403.
+	//
+	// An entry may carry method and path rules after its host, separated
+	// by spaces: "HOST [METHODS] [PATH...]" (rule.go), such as
+	// "github.com GET,POST /org/repo.git/info/refs /org/repo.git/git-upload-pack".
+	// A request to a host whose entries all have rules must pass one of
+	// them, else 403 naming them. For such a host the gateway terminates
+	// the CONNECT's TLS with a leaf of the grant's own certificate
+	// authority (Grant.CACert, which the sandbox must trust) and forwards
+	// each request over TLS of its own, verified against the system roots
+	// (Options.EgressRoots); other hosts keep a plain tunnel.
 	Allow []string
 	// Meter, when set, sees every model call.
 	Meter Meter
@@ -134,6 +147,7 @@ type Grant struct {
 	opts   GrantOptions
 	ups    []*url.URL
 	allow  []allowEntry
+	ca     *authority      // the grant's certificate authority, when it has rules
 	ctx    context.Context // ends with Revoke or the gateway's Close
 	cancel context.CancelFunc
 }
@@ -199,6 +213,10 @@ type Options struct {
 	// the addresses it resolved to that are not loopback, link-local,
 	// private, carrier-grade NAT, unspecified or the host's own.
 	Resolver Resolver
+	// EgressRoots verify the certificates of the hosts whose TLS the
+	// gateway terminates (those with method or path rules); default the
+	// system's roots. Tests set a test CA's.
+	EgressRoots *x509.CertPool
 }
 
 // Gateway is the proxy. It is safe for concurrent use.
@@ -218,6 +236,13 @@ type Gateway struct {
 	buffers       *bufferPool
 	own           *http.Transport // the model transport when New made it
 	egressT       *http.Transport
+	// inner serves the requests of terminated tunnels (intercept.go),
+	// started on the first one.
+	inner       *http.Server
+	innerOnce   sync.Once
+	tunnels     *tunnels
+	terminated  *httputil.ReverseProxy
+	terminatedT *http.Transport
 
 	mu     sync.Mutex
 	grants map[[sha256.Size]byte]*Grant
@@ -273,6 +298,7 @@ func New(o Options) *Gateway {
 	g.buffers = &bufferPool{}
 	g.model = g.modelProxy()
 	g.egress = g.egressProxy()
+	g.inner = g.innerServer()
 	return g
 }
 
@@ -294,7 +320,7 @@ func (g *Gateway) Grant(o GrantOptions) (*Grant, error) {
 	}
 	allow, err := parseAllow(o.Allow)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	b := make([]byte, 32+8)
 	if _, err := rand.Read(b); err != nil {
@@ -304,6 +330,11 @@ func (g *Gateway) Grant(o GrantOptions) (*Grant, error) {
 		g: g, opts: o, ups: ups, allow: allow,
 		token: "outpost-" + base64.RawURLEncoding.EncodeToString(b[:32]),
 		id:    "grant-" + hex.EncodeToString(b[32:]),
+	}
+	if slices.ContainsFunc(allow, allowEntry.restricted) {
+		if gr.ca, err = newAuthority(gr.id, allow); err != nil {
+			return nil, fmt.Errorf("gateway: the grant's certificate authority: %w", err)
+		}
 	}
 	gr.key = sha256.Sum256([]byte(gr.token))
 	g.mu.Lock()
@@ -366,7 +397,10 @@ func (g *Gateway) Close() error {
 	live.Delete(g)
 	g.cancel()
 	err := g.srv.Close()
+	_ = g.inner.Close()
+	_ = g.tunnels.Close()
 	g.egressT.CloseIdleConnections()
+	g.terminatedT.CloseIdleConnections()
 	if g.own != nil {
 		g.own.CloseIdleConnections()
 	}

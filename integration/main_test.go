@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	hacptest "github.com/outposthq/outpost/harness/acp/acptest"
 	"github.com/outposthq/outpost/harness/echo"
 	"github.com/outposthq/outpost/internal/pgtest"
 	"github.com/outposthq/outpost/internal/testenv"
@@ -19,12 +20,15 @@ import (
 // they run first, alone.
 func TestMain(m *testing.M) {
 	echo.MaybeRun()
+	// The scripted ACP agent of the TypeScript client's permission test
+	// (TestServeTypeScriptClient: OUTPOST_ACP_AGENT).
+	hacptest.MaybeRun()
 	testenv.DefaultParallel(4)
 	code := m.Run()
 	removeWorkspacesHome()
 	pgtest.Stop()
 	testenv.RemoveBuilds()
-	sshtest.Cleanup()
+	sshtest.CleanupAfter(code)
 	if left := sshtest.Leftovers(); left != "" {
 		fmt.Fprintln(os.Stderr, "FAIL: the tests left sshd containers behind:\n"+left)
 		if code == 0 {

@@ -411,7 +411,8 @@ func TestServeSIGKILL(t *testing.T) {
 }
 
 // TestServeTypeScriptClient runs the TypeScript client's tests (node
-// --test) against servers of the built binary.
+// --test) against servers of the built binary; this test binary is also
+// the scripted ACP agent their permission test runs (OUTPOST_ACP_AGENT).
 func TestServeTypeScriptClient(t *testing.T) {
 	t.Parallel()
 	node, err := exec.LookPath("node")
@@ -427,9 +428,19 @@ func TestServeTypeScriptClient(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("npm run build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(node, "--test", "--test-reporter=spec", "dist/test/")
+	// The test files by name: node --test given the directory also runs
+	// its helpers (test/setup.ts) as test files.
+	files, err := filepath.Glob(filepath.Join(dir, "dist", "test", "*.test.js"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no built test files in %s/dist/test: %v", dir, err)
+	}
+	cmd := exec.Command(node, append([]string{"--test", "--test-reporter=spec"}, files...)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OUTPOST_BIN="+outpostBinary(t), "OUTPOST_HOME="+t.TempDir())
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(os.Environ(), "OUTPOST_BIN="+outpostBinary(t), "OUTPOST_HOME="+t.TempDir(), "OUTPOST_ACP_AGENT="+self)
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
 	if err != nil {

@@ -1,6 +1,10 @@
 package sandbox
 
-import "github.com/outposthq/outpost/sandbox/driver"
+import (
+	"context"
+
+	"github.com/outposthq/outpost/sandbox/driver"
+)
 
 // HostPath returns where the host path p is visible inside the sandbox
 // without copying: p itself in a sandbox that shares the host's
@@ -14,4 +18,15 @@ func (l *Lease) HostPath(p string) (string, bool) {
 		return hp.HostPath(p)
 	}
 	return "", false
+}
+
+// HostPathError is why the last HostPath answered false when the
+// provider knows (driver.HostPathExplainer: a mirror to a remote host
+// that failed), coded as the lease's errors are (a dropped connection is
+// a vanished sandbox); nil otherwise.
+func (l *Lease) HostPathError(ctx context.Context) error {
+	if x, ok := l.sb.(driver.HostPathExplainer); ok {
+		return l.wrap(ctx, "mount", x.HostPathError())
+	}
+	return nil
 }

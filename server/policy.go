@@ -14,6 +14,7 @@ import (
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/credentials"
 	"github.com/outposthq/outpost/engine"
+	"github.com/outposthq/outpost/gateway"
 	"github.com/outposthq/outpost/harness/presets"
 )
 
@@ -299,24 +300,6 @@ var endpointVariables = sync.OnceValue(func() endpointNames {
 })
 
 // covers says whether the operator's allowlist entry o covers a
-// client's entry c: the same host, or a subdomain of a "*." entry, and
-// the same port.
-func covers(o, c string) bool {
-	oh, op := splitEntry(o)
-	ch, cp := splitEntry(c)
-	if op != cp {
-		return false
-	}
-	if d, ok := strings.CutPrefix(oh, "*."); ok {
-		return strings.HasSuffix(strings.TrimPrefix(ch, "*."), "."+d) || ch == oh
-	}
-	return oh == ch
-}
-
-func splitEntry(e string) (host, port string) {
-	e = strings.ToLower(strings.TrimSuffix(strings.TrimSpace(e), "."))
-	if i := strings.LastIndexByte(e, ':'); i >= 0 {
-		return strings.TrimSuffix(e[:i], "."), e[i+1:]
-	}
-	return e, ""
-}
+// client's entry c (gateway.Covers): the same host, or a subdomain of a
+// "*." entry, the same port, and the operator's rules, if any.
+func covers(o, c string) bool { return gateway.Covers(o, c) }

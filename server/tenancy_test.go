@@ -253,6 +253,7 @@ func TestPolicy(t *testing.T) {
 		{"prompt": "hi", "egress_allow": []string{"127.0.0.1:8080"}},
 		{"prompt": "hi", "egress_allow": []string{"*.example.org"}},
 		{"prompt": "hi", "egress_allow": []string{"api.example.org"}},
+		{"prompt": "hi", "egress_allow": []string{"evil.example GET /x.example.com"}}, // a rule's path is not its host
 		{"prompt": "hi", "egress": "open"},
 	}
 	for _, req := range refused {
@@ -267,7 +268,7 @@ func TestPolicy(t *testing.T) {
 	}
 	narrower := []map[string]any{
 		{"prompt": "hi", "secrets": "gateway"},
-		{"prompt": "hi", "egress": "gateway", "egress_allow": []string{"docs.example.com", "*.api.example.com", "api.example.org:8443"}},
+		{"prompt": "hi", "egress": "gateway", "egress_allow": []string{"docs.example.com", "*.api.example.com", "api.example.org:8443", "docs.example.com GET /x"}},
 		{"prompt": "hi", "env": map[string]string{"MY_SETTING": "1"}},
 	}
 	for _, req := range narrower {

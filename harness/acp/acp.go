@@ -54,10 +54,19 @@ type Config struct {
 	// CLI's --approval-mode yolo); otherwise the agent asks, and the
 	// option answers.
 	AllowArgs []string
+	// AskArgs are added when it does not (permissions deny, ask or a list
+	// of kinds): the agent's own mode that asks before it acts, for an
+	// agent that otherwise asks nothing (codex-acp:
+	// approval_policy="untrusted").
+	AskArgs []string
+	// Options are the agent's own options beside permissions and steer:
+	// each turns a value into arguments, or refuses it (codex-acp's
+	// sandbox).
+	Options map[string]func(value string) ([]string, error)
 	// Env is added to the command's environment (not secret).
 	Env map[string]string
 	// Reserved are flags refused in pass-through arguments, beside Args,
-	// ModelArgs and AllowArgs.
+	// ModelArgs, AllowArgs and AskArgs.
 	Reserved []string
 	// Bootstrap names the pin that installs the adapter when it is a
 	// program of its own (claude-code-acp, codex-acp); empty: the base
@@ -152,15 +161,16 @@ type settings struct {
 	ask               bool            // the caller answers (permissions=ask)
 	kinds             map[string]bool // allowed tool kinds, when neither
 	interrupt         bool            // steer=interrupt
+	args              []string        // Config.Options' arguments
 }
 
-func parseSettings(name string, opts map[string]string) (settings, error) {
+func parseSettings(c Config, opts map[string]string) (settings, error) {
 	s := settings{allowAll: true}
 	for _, k := range slices.Sorted(maps.Keys(opts)) {
 		v := opts[k]
 		switch k {
 		case OptionPermissions:
-			p, err := parsePermissions(name, v)
+			p, err := parsePermissions(c.Name, v)
 			if err != nil {
 				return s, err
 			}
@@ -171,10 +181,19 @@ func parseSettings(name string, opts map[string]string) (settings, error) {
 			case "interrupt":
 				s.interrupt = true
 			default:
-				return s, fmt.Errorf("%s: option %s: unknown value %q (known: queue, interrupt)", name, k, v)
+				return s, fmt.Errorf("%s: option %s: unknown value %q (known: queue, interrupt)", c.Name, k, v)
 			}
 		default:
-			return s, fmt.Errorf("%s: unknown option %q (known: %s, %s)", name, k, OptionPermissions, OptionSteer)
+			opt, ok := c.Options[k]
+			if !ok {
+				known := append([]string{OptionPermissions, OptionSteer}, slices.Sorted(maps.Keys(c.Options))...)
+				return s, fmt.Errorf("%s: unknown option %q (known: %s)", c.Name, k, strings.Join(known, ", "))
+			}
+			args, err := opt(v)
+			if err != nil {
+				return s, fmt.Errorf("%s: option %s: %w", c.Name, k, err)
+			}
+			s.args = append(s.args, args...)
 		}
 	}
 	return s, nil
@@ -238,9 +257,12 @@ func (c Config) command(in harness.Input, s settings) (harness.Command, error) {
 	}
 	if s.allowAll {
 		args = append(args, c.AllowArgs...)
+	} else {
+		args = append(args, c.AskArgs...)
 	}
+	args = append(args, s.args...)
 	flags := kit.Flags{}
-	for _, list := range [][]string{c.Args, c.ModelArgs, c.AllowArgs, c.Reserved} {
+	for _, list := range [][]string{c.Args, c.ModelArgs, c.AllowArgs, c.AskArgs, c.Reserved} {
 		for _, a := range list {
 			if strings.HasPrefix(a, "-") {
 				flags[a] = ""

@@ -55,7 +55,7 @@ type toolInfo struct {
 }
 
 func newClient(c Config, in harness.Input) (*client, error) {
-	s, err := parseSettings(c.Name, in.Options)
+	s, err := parseSettings(c, in.Options)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package acp
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -162,6 +163,24 @@ func TestOptions(t *testing.T) {
 	}
 	if _, err := newClient(Config{Name: "x", Program: "p"}, harness.Input{Prompt: "hi", Model: "m"}); err == nil {
 		t.Error("a model given to an agent that takes none")
+	}
+	// The agent's own options and its asking mode.
+	c := Config{Name: "x", Program: "p", AskArgs: []string{"--ask"}, Options: map[string]func(string) ([]string, error){
+		"mode": func(v string) ([]string, error) {
+			if v != "a" {
+				return nil, errors.New("not a")
+			}
+			return []string{"--mode", v}, nil
+		}}}
+	l, err := newClient(c, harness.Input{Prompt: "hi", Options: map[string]string{"mode": "a", OptionPermissions: "deny"}})
+	if err != nil || strings.Join(l.Command().Args, " ") != "--ask --mode a" {
+		t.Errorf("agent options: %v %v", err, l)
+	}
+	if _, err := newClient(c, harness.Input{Prompt: "hi", Options: map[string]string{"mode": "b"}}); err == nil || !strings.Contains(err.Error(), "option mode: not a") {
+		t.Errorf("a bad value of the agent's option: %v", err)
+	}
+	if _, err := newClient(c, harness.Input{Prompt: "hi", Options: map[string]string{"nope": "1"}}); err == nil || !strings.Contains(err.Error(), "known: permissions, steer, mode") {
+		t.Errorf("an unknown option: %v", err)
 	}
 }
 

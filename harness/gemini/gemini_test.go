@@ -226,6 +226,19 @@ func TestStorage(t *testing.T) {
 	if got := s.Place("w/chats/session-x-c0a661e0.jsonl", parent, "/home/u/Repo"); got != "repo/chats/session-x-c0a661e0.jsonl" {
 		t.Errorf("Place = %q", got)
 	}
+	// A restored chat file's minute goes one back, so that the file the
+	// CLI starts for the loaded session this minute is not the restored
+	// one (a resume in the session's first minute found no session).
+	for rel, want := range map[string]string{
+		"w/chats/session-2026-12-07T04-20-c0a661e0.jsonl": "repo/chats/session-2026-12-07T04-19-c0a661e0.jsonl",
+		"w/chats/session-2027-01-01T00-00-c0a661e0.jsonl": "repo/chats/session-2026-12-31T23-59-c0a661e0.jsonl",
+		"w/chats/session-2026-13-07T04-20-c0a661e0.jsonl": "repo/chats/session-2026-13-07T04-20-c0a661e0.jsonl",
+		"w/logs.json": "repo/logs.json",
+	} {
+		if got := s.Place(rel, parent, "/home/u/Repo"); got != want {
+			t.Errorf("Place(%q) = %q, want %q", rel, got, want)
+		}
+	}
 }
 
 // TestFork runs the fork step with sh on a recorded chat log: the child's

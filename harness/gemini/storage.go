@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/harness/kit"
@@ -40,13 +41,41 @@ func Match(rel, native string) bool {
 	return m != nil && strings.EqualFold(m[1], native[:8])
 }
 
-// Place moves a chat file under the project of workdir.
+// Place moves a chat file under the project of workdir, its name's minute
+// one earlier. The CLI names the file it starts for a session it loads
+// (ACP's session/load) session-<this minute>-<first 8 of id>.jsonl and
+// appends its header to it: a restored file of the same name, when the
+// turn resumed in the minute the session began, got a second header
+// and read as no session at all ("No previous sessions found for this
+// project", measured on 0.61.0). A resume is never earlier than the
+// session's files, so a minute back never meets the new name; the shift
+// is the same for all of a session's files, so they stay apart.
 func Place(rel, native, workdir string) string {
 	_, rest, ok := strings.Cut(rel, "/")
 	if !ok {
 		return rel
 	}
+	if dir, name, ok := strings.Cut(rest, "/"); ok && dir == "chats" {
+		rest = dir + "/" + minuteBack(name)
+	}
 	return Slug(workdir) + "/" + rest
+}
+
+// stampLayout is the minute in a chat file's name.
+const stampLayout = "2006-01-02T15-04"
+
+// minuteBack moves the minute in session-<minute>-<id>.jsonl one back; a
+// name without one is kept.
+func minuteBack(name string) string {
+	stamp, ok := strings.CutPrefix(name, "session-")
+	if !ok || len(stamp) < len(stampLayout)+1 || stamp[len(stampLayout)] != '-' {
+		return name
+	}
+	t, err := time.Parse(stampLayout, stamp[:len(stampLayout)])
+	if err != nil {
+		return name
+	}
+	return "session-" + t.Add(-time.Minute).Format(stampLayout) + stamp[len(stampLayout):]
 }
 
 // Slug is the CLI's project slug for a directory that no other project
@@ -83,7 +112,9 @@ const forkScript = `set -e
 cd "${HOME}/.gemini/tmp"
 src=$(ls -S */chats/session-*-"${1%%-*}".json* 2>/dev/null | head -n 1)
 [ -n "$src" ] || { echo "gemini: no chat file of session $1" >&2; exit 3; }
-dst="$(dirname "$src")/session-$(date -u +%Y-%m-%dT%H-%M)-${2%%-*}.jsonl"
+# A minute back: the CLI names the file it starts for the child this
+# minute, and would append its header to ours (see Place).
+dst="$(dirname "$src")/session-$(date -u -d @$(($(date +%s) - 60)) +%Y-%m-%dT%H-%M)-${2%%-*}.jsonl"
 sed "s/$1/$2/g" "$src" > "$dst.tmp"
 mv "$dst.tmp" "$dst"
 echo "$2"`

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,13 +21,144 @@ import (
 	"github.com/outposthq/outpost/harness"
 	hacp "github.com/outposthq/outpost/harness/acp"
 	"github.com/outposthq/outpost/harness/claude"
+	"github.com/outposthq/outpost/harness/codex"
+	"github.com/outposthq/outpost/harness/copilot"
 	"github.com/outposthq/outpost/internal/fakeapi/anthropic"
+	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
+
+// acpDocker is one ACP preset's docker container, shared by its turns
+// (a conversation continues on the same container), with the store and
+// the variables the turns get (key: the API key, kept out of the logs).
+type acpDocker struct {
+	t       *testing.T
+	h       *harness.Harness
+	lease   *sandbox.Lease
+	store   *conversation.FS
+	key     string
+	environ []string
+	options map[string]string // every turn's, beside its own
+}
+
+// newACPDocker acquires the container of an image (made from the pinned
+// CLI's executable) on the host's network, where the fakes listen.
+func newACPDocker(t *testing.T, cli string, h *harness.Harness, image func(t *testing.T, bin string) string) *acpDocker {
+	t.Helper()
+	bin := testenv.RequireCLI(t, cli)
+	dockertest.Require(t, dockertest.Debian)
+	p := dockertest.Provider(t, image(t, bin), func(o *docker.Options) { o.Network = "host" })
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	return &acpDocker{t: t, h: h, lease: l, store: conversation.NewFS(t.TempDir())}
+}
+
+// debianImage is the test image with no agent CLI: bootstrap installs
+// the pinned one.
+func debianImage(*testing.T, string) string { return dockertest.Debian }
+
+// run runs a turn in the container; mod sets its steering or its
+// permission answers.
+func (d *acpDocker) run(ctx context.Context, turn engine.Turn, mod func(*engine.RunOptions)) *outcome {
+	d.t.Helper()
+	var mu sync.Mutex
+	out := &outcome{}
+	turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: d.h}
+	turn.Timeout = 10 * time.Minute // the shared machine runs at load 20 to 40
+	turn.Options = maps.Clone(turn.Options)
+	if turn.Options == nil {
+		turn.Options = map[string]string{}
+	}
+	maps.Copy(turn.Options, d.options)
+	o := &engine.RunOptions{Lease: d.lease, Store: d.store, Grace: 10 * time.Second, Secrets: engine.SecretsEnv, Logger: testenv.FailureLog(d.t, d.key),
+		Environ: d.environ, OnEvent: func(ev harness.Event) { mu.Lock(); out.events = append(out.events, ev); mu.Unlock() }}
+	if mod != nil {
+		mod(o)
+	}
+	out.res, out.err = engine.Run(ctx, turn, o)
+	mu.Lock()
+	defer mu.Unlock()
+	return out
+}
+
+// hangs is a fake's choice: a model call whose last user text has HANGME
+// and no FAKE_ marker hangs (a steering message has one: an agent that
+// sends it in the same user message as the interrupted prompt is
+// answered), and says so on hung.
+func hangs(hung chan<- struct{}, lastUser string) bool {
+	if strings.Contains(lastUser, "HANGME") && !strings.Contains(lastUser, "FAKE_") {
+		hung <- struct{}{}
+		return true
+	}
+	return false
+}
+
+// steered runs "wait HANGME" with steer=interrupt and sends message as a
+// steering message once the model call hangs; the turn must succeed,
+// steered once, in docker.
+func (d *acpDocker) steered(hung <-chan struct{}, message string) *outcome {
+	d.t.Helper()
+	steer := make(chan string, 1)
+	go func() { <-hung; steer <- message }()
+	o := d.run(context.Background(), engine.Turn{Prompt: "wait HANGME", Options: map[string]string{hacp.OptionSteer: "interrupt"}},
+		func(o *engine.RunOptions) { o.Steer = steer })
+	if o.err != nil || o.res.Steered != 1 || o.res.Sandbox != "docker" {
+		d.t.Errorf("steered turn: %v %+v; events %s", o.err, o.res, eventSummary(o.events))
+	}
+	return o
+}
+
+// cancelled runs "wait HANGME" and cancels it once the model call hangs:
+// the turn is cancelled.
+func (d *acpDocker) cancelled(hung <-chan struct{}) {
+	d.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-hung; cancel() }()
+	if o := d.run(ctx, engine.Turn{Prompt: "wait HANGME"}, nil); outpost.CodeOf(o.err) != outpost.Cancelled {
+		d.t.Errorf("cancelled turn: %v; events %s", o.err, eventSummary(o.events))
+	}
+}
+
+// refused runs turn with permissions=ask, refusing each request (its
+// reject option): the agent must ask once, for an execute call, which
+// ends failed, and the command must not have made file in the workspace.
+// How the turn ends is the agent's: the caller checks it.
+func (d *acpDocker) refused(turn engine.Turn, file string) *outcome {
+	d.t.Helper()
+	var asked []harness.Permission
+	turn.Options = map[string]string{hacp.OptionPermissions: "ask"}
+	o := d.run(context.Background(), turn, func(o *engine.RunOptions) {
+		o.Permission = func(_ context.Context, p harness.Permission) (string, error) {
+			asked = append(asked, p)
+			for _, opt := range p.Options {
+				if strings.HasPrefix(opt.Kind, "reject") {
+					return opt.ID, nil
+				}
+			}
+			return "", nil
+		}
+	})
+	failed := false
+	for _, ev := range o.ofType(harness.EventToolResult) {
+		failed = failed || ev.Tool.Error
+	}
+	if len(asked) != 1 || asked[0].Tool.Name != "execute" || !failed {
+		d.t.Errorf("refused permission: %v, asked %+v; events %s", o.err, asked, eventSummary(o.events))
+	}
+	r, err := d.lease.Exec(d.t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "test ! -e " + file}, Dir: d.lease.Workdir()}, 0)
+	if err != nil || r.Status.Code != 0 {
+		d.t.Errorf("the refused command ran: %+v %v", r.Status, err)
+	}
+	return o
+}
 
 // TestClaudeACPDocker: claude-code-acp 0.16.2 (claude-acp) in one docker
 // container shared by its turns, against the fake Messages API: a
@@ -36,83 +169,23 @@ import (
 // keeps the command from running and ends the call failed.
 func TestClaudeACPDocker(t *testing.T) {
 	t.Parallel()
-	bin := testenv.RequireCLI(t, "claude-acp")
-	dockertest.Require(t, dockertest.Debian)
+	d := newACPDocker(t, "claude-acp", claude.ACP(), func(t *testing.T, bin string) string {
+		return claudeACPImage(t, filepath.Dir(filepath.Dir(filepath.Dir(bin))))
+	})
 	hung := make(chan struct{}, 4)
 	fake := anthropic.New(t, anthropic.Options{Choose: func(r *anthropic.Request) (anthropic.Scenario, bool) {
 		// Claude Code sends the prompt after an interrupted one in the
-		// same user message: only a request without the steering text
-		// hangs.
-		if strings.Contains(r.LastUserText, "HANGME") && !strings.Contains(r.LastUserText, "FAKE_ECHO") {
-			hung <- struct{}{}
-			return anthropic.Hang(), true
-		}
-		return anthropic.Scenario{}, false
+		// same user message.
+		return anthropic.Hang(), hangs(hung, r.LastUserText)
 	}})
-	image := claudeACPImage(t, filepath.Dir(filepath.Dir(filepath.Dir(bin))))
-	p := dockertest.Provider(t, image, func(o *docker.Options) { o.Network = "host" })
-	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
+	d.key = "sk-ant-fake-" + randomHex(t, 12)
+	d.environ = []string{"ANTHROPIC_BASE_URL=" + fake.URL(), "ANTHROPIC_API_KEY=" + d.key}
+	if o := d.steered(hung, "instead FAKE_ECHO"); o.res != nil && !strings.Contains(o.res.Text, "instead FAKE_ECHO") {
+		t.Errorf("steered turn's answer %q", o.res.Text)
 	}
-	t.Cleanup(func() { l.Close(context.Background()) })
-	store := conversation.NewFS(t.TempDir())
-	key := "sk-ant-fake-" + randomHex(t, 12)
-	run := func(ctx context.Context, turn engine.Turn, mod func(*engine.RunOptions)) (*engine.Result, error, []harness.Event) {
-		var mu sync.Mutex
-		var evs []harness.Event
-		turn.Agent = harness.Agent{Kind: harness.KindCLI, Harness: claude.ACP()}
-		turn.Timeout = 10 * time.Minute // the shared machine runs at load 20 to 40
-		o := &engine.RunOptions{Lease: l, Store: store, Grace: 10 * time.Second, Secrets: engine.SecretsEnv, Logger: testenv.FailureLog(t, key),
-			Environ: []string{"ANTHROPIC_BASE_URL=" + fake.URL(), "ANTHROPIC_API_KEY=" + key},
-			OnEvent: func(ev harness.Event) { mu.Lock(); evs = append(evs, ev); mu.Unlock() }}
-		if mod != nil {
-			mod(o)
-		}
-		res, err := engine.Run(ctx, turn, o)
-		mu.Lock()
-		defer mu.Unlock()
-		return res, err, evs
-	}
-
-	steer := make(chan string, 1)
-	go func() { <-hung; steer <- "instead FAKE_ECHO" }()
-	res, err, evs := run(context.Background(), engine.Turn{Prompt: "wait HANGME", Options: map[string]string{hacp.OptionSteer: "interrupt"}},
-		func(o *engine.RunOptions) { o.Steer = steer })
-	if err != nil || !strings.Contains(res.Text, "instead FAKE_ECHO") || res.Steered != 1 || res.Sandbox != "docker" {
-		t.Errorf("steered turn: %v %+v; events %s", err, res, eventSummary(evs))
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { <-hung; cancel() }()
-	_, err, evs = run(ctx, engine.Turn{Prompt: "wait HANGME"}, nil)
-	if outpost.CodeOf(err) != outpost.Cancelled {
-		t.Errorf("cancelled turn: %v; events %s", err, eventSummary(evs))
-	}
-
-	var asked []harness.Permission
-	res, err, evs = run(context.Background(), engine.Turn{Prompt: "FAKE_TOOL:touch made-by-tool", Options: map[string]string{hacp.OptionPermissions: "ask"}},
-		func(o *engine.RunOptions) {
-			o.Permission = func(_ context.Context, p harness.Permission) (string, error) {
-				asked = append(asked, p)
-				for _, opt := range p.Options {
-					if strings.HasPrefix(opt.Kind, "reject") {
-						return opt.ID, nil
-					}
-				}
-				return "", nil
-			}
-		})
-	var failed bool
-	for _, ev := range evs {
-		failed = failed || ev.Type == harness.EventToolResult && ev.Tool.Error
-	}
-	if err != nil || len(asked) != 1 || asked[0].Tool.Name != "execute" || !failed {
-		t.Errorf("refused permission: %v, asked %+v; events %s", err, asked, eventSummary(evs))
-	}
-	if r, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "test ! -e made-by-tool"}, Dir: l.Workdir()}, 0); err != nil || r.Status.Code != 0 {
-		t.Errorf("the refused command ran: %+v %v", r.Status, err)
+	d.cancelled(hung)
+	if o := d.refused(engine.Turn{Prompt: "FAKE_TOOL:touch made-by-tool"}, "made-by-tool"); o.err != nil {
+		t.Errorf("refused permission: %v", o.err)
 	}
 }
 
@@ -142,4 +215,95 @@ func claudeACPImage(t *testing.T, install string) string {
 		t.Fatalf("docker build %s: %v\n%s", name, err, out)
 	}
 	return name
+}
+
+// oaiACPFake is the fake OpenAI API of codex-acp's and copilot-acp's
+// docker runs: "wait HANGME" hangs (hangs), FAKE_TOUCH calls the shell
+// tool with `touch made-by-tool`, the rest is the fake's default.
+func oaiACPFake(t *testing.T, hung chan<- struct{}) *openai.Server {
+	return openai.Start(t, openai.Config{Choose: func(r *openai.Request) openai.Scenario {
+		switch {
+		case hangs(hung, r.LastUserText):
+			return openai.Hang()
+		case strings.Contains(r.LastUserText, "FAKE_TOUCH") && !r.LastItemIsToolOutput():
+			return openai.ToolCall("touch made-by-tool")
+		}
+		return openai.Scenario{}
+	}})
+}
+
+// sawHistory reports whether the fake's request for the prompt with
+// marker also carried the user text earlier (the conversation resumed).
+func sawHistory(fake *openai.Server, marker, earlier string) bool {
+	for _, r := range fake.Requests() {
+		if strings.Contains(r.LastUserText, marker) && slices.ContainsFunc(r.UserTexts, func(s string) bool { return strings.Contains(s, earlier) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCodexACPDocker: codex-acp 0.16.0 (codex-acp), installed by
+// bootstrap into one container of the Debian test image shared by its
+// turns, against the fake Responses API: a steering message sent while
+// the model call hangs runs a shell call and the answer on the same live
+// session; the conversation continues in a second turn (session/resume)
+// with the history; a cancelled turn ends cancelled.
+func TestCodexACPDocker(t *testing.T) {
+	t.Parallel()
+	d := newACPDocker(t, "codex-acp", codex.ACP(), debianImage)
+	hung := make(chan struct{}, 4)
+	fake := oaiACPFake(t, hung)
+	d.key = "sk-oai-fake-" + randomHex(t, 12)
+	d.environ = []string{"OPENAI_BASE_URL=" + fake.URL(), "OPENAI_API_KEY=" + d.key, "OPENAI_MODEL=" + oaiModel}
+	// Codex's bubblewrap cannot run in the container (measured: the
+	// command panics "bubblewrap is unavailable"): the container is the
+	// sandbox.
+	d.options = map[string]string{codex.OptionSandbox: "danger-full-access"}
+	first := d.steered(hung, "instead FAKE_TOOL")
+	checkACPTool(t, first, "hi")
+	if first.res.Usage.Complete || first.res.Usage.InputTokens != 0 {
+		t.Errorf("codex-acp reports no usage, the turn's is %+v", first.res.Usage)
+	}
+	// Refused ("No, and tell Codex what to do differently", its only
+	// reject option), Codex aborts the turn: the prompt ends cancelled.
+	again := d.refused(engine.Turn{Prompt: "now FAKE_TOUCH", Resume: first.res.Conversation}, "made-by-tool")
+	if again.res == nil || again.res.Session != first.res.Session || !sawHistory(fake, "FAKE_TOUCH", "instead FAKE_TOOL") ||
+		again.err == nil || len(again.kind("interrupted")) != 1 {
+		t.Errorf("resumed turn %v %+v; events %s", again.err, again.res, eventSummary(again.events))
+	}
+	d.cancelled(hung)
+}
+
+// TestCopilotACPDocker: `copilot --acp` 1.0.102 (copilot-acp) in BYOK
+// offline mode, installed by bootstrap into one container of the Debian
+// test image shared by its turns, against the fake Chat Completions API:
+// a steering message sent while the model call hangs runs a shell call
+// and the answer on the same live session, with the usage of the
+// prompt's response; the conversation continues in a second turn
+// (session/load) with the history, where with permissions=ask the
+// CLI's request for a shell call reaches the caller, whose refusal keeps
+// the command from running; a cancelled turn ends cancelled.
+func TestCopilotACPDocker(t *testing.T) {
+	t.Parallel()
+	d := newACPDocker(t, "copilot", copilot.ACP(), debianImage)
+	hung := make(chan struct{}, 4)
+	fake := oaiACPFake(t, hung)
+	d.key = "sk-oai-fake-" + randomHex(t, 12)
+	d.environ = []string{"COPILOT_OFFLINE=true", "COPILOT_PROVIDER_BASE_URL=" + fake.URL(), "COPILOT_PROVIDER_API_KEY=" + d.key, "COPILOT_MODEL=" + oaiModel}
+	first := d.steered(hung, "instead FAKE_TOOL")
+	checkACPTool(t, first, "hi")
+	// Two model calls; the hung one, cancelled, counts nothing.
+	u := openai.DefaultUsage
+	want := harness.Usage{InputTokens: 2 * int64(u.InputTokens-u.CachedTokens), OutputTokens: 2 * int64(u.OutputTokens), CacheReadTokens: 2 * int64(u.CachedTokens), Complete: true}
+	if !strings.HasPrefix(first.res.Text, "Tool output was:") || first.res.Usage != want {
+		t.Errorf("result %+v, usage want %+v", first.res, want)
+	}
+	// Refused, the CLI ends the prompt end_turn with "Info: Operation
+	// cancelled by user" as message text, and calls no model.
+	again := d.refused(engine.Turn{Prompt: "now FAKE_TOUCH", Resume: first.res.Conversation}, "made-by-tool")
+	if again.err != nil || again.res.Session != first.res.Session || !sawHistory(fake, "FAKE_TOUCH", "instead FAKE_TOOL") {
+		t.Errorf("resumed turn %v %+v", again.err, again.res)
+	}
+	d.cancelled(hung)
 }

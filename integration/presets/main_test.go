@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 	echo.MaybeRun()
 	code := m.Run()
 	testenv.RemoveBuilds()
-	sshtest.Cleanup()
+	sshtest.CleanupAfter(code)
 	if left := sshtest.Leftovers(); left != "" {
 		fmt.Fprintln(os.Stderr, "FAIL: the tests left sshd containers behind:\n"+left)
 		if code == 0 {

@@ -16,11 +16,18 @@ import (
 // Size is the size of the buffered readers and writers lent.
 const Size = 64 << 10
 
+// LineSize is the size of the buffered readers LineReader lends: small,
+// as a stream that waits most of its life (an agent's output: each
+// running turn holds two) holds it while it waits; a longer line is
+// read in pieces (ErrBufferFull) by its reader.
+const LineSize = 4 << 10
+
 // copySize is the size of a copy buffer, io.Copy's own.
 const copySize = 32 << 10
 
 var (
 	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, Size) }}
+	lines   = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, LineSize) }}
 	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, Size) }}
 	copies  = sync.Pool{New: func() any { b := make([]byte, copySize); return &b }}
 )
@@ -36,6 +43,19 @@ func Reader(r io.Reader) *bufio.Reader {
 func PutReader(br *bufio.Reader) {
 	br.Reset(nil)
 	readers.Put(br)
+}
+
+// LineReader lends a buffered reader of LineSize bytes reading r.
+func LineReader(r io.Reader) *bufio.Reader {
+	br := lines.Get().(*bufio.Reader)
+	br.Reset(r)
+	return br
+}
+
+// PutLineReader gives br back (LineReader's only).
+func PutLineReader(br *bufio.Reader) {
+	br.Reset(nil)
+	lines.Put(br)
 }
 
 // Writer lends a buffered writer of Size bytes writing to w.

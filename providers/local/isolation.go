@@ -39,7 +39,7 @@ func (p *Provider) isolation() (Isolation, error) {
 	p.isoOnce.Do(func() {
 		iso := Isolation{Mode: p.mode}
 		if iso.Mode == "" {
-			iso.Mode = isolate.None
+			iso.Mode = isolate.Auto
 		}
 		switch {
 		case iso.Mode == isolate.None:

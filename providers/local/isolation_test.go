@@ -239,28 +239,37 @@ func TestIsolatedHidesOutpostDir(t *testing.T) {
 }
 
 // TestIsolationWithoutBwrap: namespaces asked for with no bwrap is a
-// configuration error naming it; auto falls back with a degraded notice.
+// configuration error naming it; auto, the default (of the registry's
+// provider and of New's), falls back with a degraded notice that says,
+// loudly, that the lease is not isolated.
 func TestIsolationWithoutBwrap(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	_, err := sandbox.Open("local", map[string]string{"isolation": "namespaces"})
 	if outpost.CodeOf(err) != outpost.Configuration || !strings.Contains(err.Error(), "bwrap") {
 		t.Errorf("isolation=namespaces without bwrap: %v, want a configuration error naming bwrap", err)
 	}
-	p := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}, Isolation: "auto"})
+	opened, err := sandbox.Open("local", map[string]string{"root": t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if iso, _ := opened.(*local.Provider).Isolation(); iso.Mode != "auto" {
+		t.Errorf("the registry's default isolation is %q, want auto", iso.Mode)
+	}
+	p := local.New(&local.Options{BaseDir: t.TempDir(), Environ: []string{"PATH=/usr/bin:/bin"}})
 	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir(), Egress: driver.EgressGateway})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close(context.Background())
-	if err := l.Degraded(); err == nil || !strings.Contains(err.Error(), "bwrap") {
-		t.Errorf("auto without bwrap: Degraded() = %v, want why", err)
+	if err := l.Degraded(); err == nil || !strings.Contains(err.Error(), "bwrap") || !strings.Contains(err.Error(), "NOT ISOLATED") {
+		t.Errorf("auto without bwrap: Degraded() = %v, want NOT ISOLATED and why", err)
 	}
 	if l.Capabilities().Egress {
 		t.Error("auto without bwrap reports egress enforced")
 	}
 	iso, _ := p.Isolation()
-	if iso.Active || iso.Reason == "" {
-		t.Errorf("Isolation() = %+v", iso)
+	if iso.Mode != "auto" || iso.Active || iso.Reason == "" {
+		t.Errorf("Isolation() = %+v, want auto, inactive, with a reason", iso)
 	}
 }
 

@@ -56,7 +56,7 @@ var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "US
 // (docs/sandboxes/local.md shows them, generated from here).
 var Settings = settings.Set{Provider: "local", Keys: []settings.Key{
 	settings.Root.With("$TMPDIR/outpost-<uid>/local", "holds the leases' homes (Options.BaseDir)"),
-	{Name: "isolation", Kind: settings.Enum, Values: []string{isolate.Auto, isolate.Namespaces, isolate.None}, Default: isolate.None,
+	{Name: "isolation", Kind: settings.Enum, Values: []string{isolate.Auto, isolate.Namespaces, isolate.None}, Default: isolate.Auto,
 		Doc: "namespaces: every process in bubblewrap's namespaces (see Isolation below); none: processes on the host as the user; auto: namespaces where bwrap works, else none with a degraded notice"},
 	{Name: "ro", Kind: settings.String, Doc: "more host paths an isolated lease sees read-only (comma-separated, absolute, existing)"},
 	{Name: "rw", Kind: settings.String, Doc: "more host paths an isolated lease sees writable (comma-separated, absolute, existing)"},
@@ -220,7 +220,7 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 			return tunnelSandbox{sb}, nil
 		}
 	case iso.Reason != "" && iso.Mode == isolate.Auto && runtime.GOOS == "linux":
-		return degradedSandbox{sb, fmt.Errorf("isolation=auto runs this lease without namespaces: %s", iso.Reason)}, nil
+		return degradedSandbox{sb, fmt.Errorf("NOT ISOLATED: isolation=auto runs this lease on the host without namespaces (it reads what the user can read; egress unenforced): %s", iso.Reason)}, nil
 	}
 	return sb, nil
 }

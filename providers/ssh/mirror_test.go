@@ -43,7 +43,7 @@ func TestMirror(t *testing.T) {
 	}
 	exe, ok := s.HostPath(filepath.Join(tree, "bin", "x"))
 	if !ok || exe != root+"/"+name+"/bin/x" {
-		t.Fatalf("HostPath(tree/bin/x) = %q, %v (%v)", exe, ok, s.MirrorError())
+		t.Fatalf("HostPath(tree/bin/x) = %q, %v (%v)", exe, ok, s.HostPathError())
 	}
 	pr, err := s.Start(t.Context(), driver.ExecRequest{Path: exe, Env: env(s)})
 	if err != nil {

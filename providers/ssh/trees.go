@@ -84,8 +84,9 @@ func (s *Sandbox) HostPath(p string) (string, bool) {
 	return "", false
 }
 
-// MirrorError is why the last HostPath could not show a directory.
-func (s *Sandbox) MirrorError() error {
+// HostPathError is why the last HostPath could not show a directory (a
+// mirror that failed). It implements driver.HostPathExplainer.
+func (s *Sandbox) HostPathError() error {
 	s.mirrorMu.Lock()
 	defer s.mirrorMu.Unlock()
 	return s.mirrorErr

@@ -1,8 +1,8 @@
 // Package driver is the contract a sandbox provider implements: Provider,
 // Sandbox, Process and the optional interfaces the portable layer looks
-// for: Vanisher, PathLooker, Lister, HostPather, Snapshotter (whose
-// snapshot type is in the leaf snapshot), Warmer on a sandbox,
-// Collector on a provider.
+// for: Vanisher, PathLooker, Lister, HostPather (and HostPathExplainer),
+// Snapshotter (whose snapshot type is in the leaf snapshot), Warmer on a
+// sandbox, Collector on a provider.
 //
 // Providers (providers/local, providers/docker, sandbox/memsandbox) import
 // this package, harness and the root package only. Callers never hold a

@@ -425,6 +425,14 @@ type HostPather interface {
 	HostPath(p string) (string, bool)
 }
 
+// HostPathExplainer is implemented by sandboxes whose HostPath can fail
+// for a reason other than "not in a mount" (a remote host's mirror of a
+// directory that could not be made): HostPathError says why the last
+// HostPath answered false, or nil.
+type HostPathExplainer interface {
+	HostPathError() error
+}
+
 // Shareable reports whether the requested mount m can be honored in a
 // sandbox whose own directories are own: an absolute source, a clean
 // absolute target other than "/", neither inside nor holding any of own.

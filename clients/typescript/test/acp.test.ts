@@ -1,37 +1,25 @@
 // Tests of `outpost acp` with the official TypeScript SDK's client
 // (@agentclientprotocol/sdk): an editor's session over stdio (initialize,
 // session/new, prompts and their updates, session/cancel), then the same
-// session loaded by a second `outpost acp` process, its history replayed.
-// The binary is OUTPOST_BIN (integration's TestServeTypeScriptClient).
-import { test, after } from "node:test";
+// session loaded by a second `outpost acp` process, its history replayed;
+// and an agent's permission requests answered by the editor. The binary
+// is OUTPOST_BIN (integration's TestServeTypeScriptClient).
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
+import { testRoot } from "./setup.js";
 
-const bin = process.env.OUTPOST_BIN;
-if (!bin) throw new Error("OUTPOST_BIN must name the outpost binary");
-
-const root = mkdtempSync(join(tmpdir(), "outpost-acp-ts-"));
-const work = join(root, "work");
-mkdirSync(work, { recursive: true });
-const env: Record<string, string> = {
-  PATH: process.env.PATH ?? "/usr/bin:/bin",
-  OUTPOST_HOME: join(root, "home"),
-  XDG_DATA_HOME: join(root, "data"),
-  XDG_CONFIG_HOME: join(root, "config"),
-};
+const { bin, root, work, env } = testRoot("outpost-acp-ts-");
 const store = join(root, "store");
 
-after(() => rmSync(root, { recursive: true, force: true }));
-
-// start runs `outpost acp` and returns its process and the SDK's stream
-// over its standard input and output.
-function start(): { proc: ChildProcess; stream: acp.Stream; exited: Promise<number | null> } {
-  const proc = spawn(bin!, ["--store", store, "acp", "--agent", "echo", "--sandbox", "local"], {
+// start runs `outpost acp` with agent and returns its process and the
+// SDK's stream over its standard input and output.
+function start(agent = "echo"): { proc: ChildProcess; stream: acp.Stream; exited: Promise<number | null> } {
+  const proc = spawn(bin, ["--store", store, "acp", "--agent", agent, "--sandbox", "local"], {
     env,
     cwd: work,
     stdio: ["pipe", "pipe", "inherit"],
@@ -41,8 +29,12 @@ function start(): { proc: ChildProcess; stream: acp.Stream; exited: Promise<numb
   return { proc, stream, exited };
 }
 
-// The client records every session/update; waiters are woken on each.
+// The client records every session/update (waiters are woken on each)
+// and every permission request, which it answers with the agent's first
+// option of the kind answer names (none: cancelled).
 const updates: acp.SessionNotification[] = [];
+const asked: acp.RequestPermissionRequest[] = [];
+let answer: acp.PermissionOptionKind | undefined;
 let wake: (() => void) | undefined;
 const app = acp
   .client({ name: "outpost-ts-test" })
@@ -50,7 +42,11 @@ const app = acp
     updates.push(params);
     wake?.();
   })
-  .onRequest(acp.methods.client.session.requestPermission, () => ({ outcome: { outcome: "cancelled" as const } }));
+  .onRequest(acp.methods.client.session.requestPermission, ({ params }): acp.RequestPermissionResponse => {
+    asked.push(params);
+    const o = params.options.find((o) => o.kind === answer);
+    return { outcome: o ? { outcome: "selected", optionId: o.optionId } : { outcome: "cancelled" } };
+  });
 
 async function until(ok: (u: acp.SessionUpdate) => boolean) {
   while (!updates.some((n) => ok(n.update))) {
@@ -115,4 +111,39 @@ test("outpost acp with the official TypeScript ACP SDK: prompt, cancel, load in 
   });
   second.proc.stdin!.end();
   assert.equal(await second.exited, 0);
+});
+
+// The scripted ACP agent (harness/acp/acptest, in the integration test
+// binary OUTPOST_ACP_AGENT) as a preset file: on "run TOOL" it starts a
+// shell call and asks permission (allow_once "yes", reject_once "no"),
+// then says what came of it.
+test("outpost acp with the official TypeScript ACP SDK: the editor refuses one permission and allows another", async () => {
+  const program = process.env.OUTPOST_ACP_AGENT;
+  if (!program) throw new Error("OUTPOST_ACP_AGENT must name the scripted ACP agent (integration's test binary)");
+  const preset = join(root, "acpt.json");
+  writeFileSync(preset, JSON.stringify({ name: "acpt", kind: "cli", protocol: "acp", program, env: { OUTPOST_ACP_TEST_AGENT: "1" } }));
+  const p = start(preset);
+  await app.connectWith(p.stream, async (ctx) => {
+    await ctx.request(acp.methods.agent.initialize, initialize);
+    const s = await ctx.request(acp.methods.agent.session.new, { cwd: work, mcpServers: [] });
+    for (const [kind, said] of [
+      ["reject_once", "the tool was refused"],
+      ["allow_once", "the tool said tool-ran"],
+    ] as const) {
+      answer = kind;
+      asked.length = 0;
+      updates.length = 0;
+      const r = await ctx.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text: "run TOOL" }] });
+      assert.equal(r.stopReason, "end_turn", kind);
+      assert.equal(asked.length, 1, kind);
+      assert.equal(asked[0].sessionId, s.sessionId);
+      assert.equal(asked[0].toolCall.kind, "execute");
+      assert.match(agentText(), new RegExp(said), kind);
+      const failed = updates.some((n) => n.update.sessionUpdate === "tool_call_update" && n.update.status === "failed");
+      assert.equal(failed, kind === "reject_once", `${kind}: the tool call failed: ${failed}`);
+    }
+  });
+  answer = undefined;
+  p.proc.stdin!.end();
+  assert.equal(await p.exited, 0);
 });

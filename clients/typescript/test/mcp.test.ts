@@ -2,38 +2,23 @@
 // client (@modelcontextprotocol/sdk): `outpost mcp` over stdio, and
 // /mcp of `outpost serve` over streamable HTTP with a bearer token. The
 // binary is OUTPOST_BIN (integration's TestServeTypeScriptClient).
-import { test, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
+import { testRoot } from "./setup.js";
 
-const bin = process.env.OUTPOST_BIN;
-if (!bin) throw new Error("OUTPOST_BIN must name the outpost binary");
-
-const root = mkdtempSync(join(tmpdir(), "outpost-mcp-ts-"));
-const work = join(root, "work");
-mkdirSync(work, { recursive: true });
-const env: Record<string, string> = {
-  PATH: process.env.PATH ?? "/usr/bin:/bin",
-  OUTPOST_HOME: join(root, "home"),
-  XDG_DATA_HOME: join(root, "data"),
-  XDG_CONFIG_HOME: join(root, "config"),
-};
 const servers: ChildProcess[] = [];
-
-after(async () => {
+const { bin, root, work, env } = testRoot("outpost-mcp-ts-", async () => {
   for (const s of servers) {
     const exited = new Promise((r) => s.once("exit", r));
     s.kill("SIGTERM");
     await exited;
   }
-  rmSync(root, { recursive: true, force: true });
 });
 
 async function connect(transport: Transport): Promise<Client> {
@@ -104,7 +89,7 @@ async function exercise(client: Client, cancelled?: () => Promise<void>) {
 }
 
 test("stdio: outpost mcp", async () => {
-  const client = await connect(new StdioClientTransport({ command: bin!, args: ["mcp", "--workdir", work, "--log-format", "text"], env, stderr: "ignore" }));
+  const client = await connect(new StdioClientTransport({ command: bin, args: ["mcp", "--workdir", work, "--log-format", "text"], env, stderr: "ignore" }));
   try {
     await exercise(client);
   } finally {
@@ -114,8 +99,8 @@ test("stdio: outpost mcp", async () => {
 
 test("streamable HTTP: /mcp of outpost serve, with a bearer token", async () => {
   const tokens = join(root, "tokens");
-  const token = execFileSync(bin!, ["serve", "token", "add", "mcp-ts", "--tokens", tokens], { encoding: "utf8", env }).trim();
-  const child = spawn(bin!, ["serve", "--workdir", work, "--log-format", "text", "--listen", "127.0.0.1:0", "--tokens", tokens], { env, stdio: ["ignore", "pipe", "ignore"] });
+  const token = execFileSync(bin, ["serve", "token", "add", "mcp-ts", "--tokens", tokens], { encoding: "utf8", env }).trim();
+  const child = spawn(bin, ["serve", "--workdir", work, "--log-format", "text", "--listen", "127.0.0.1:0", "--tokens", tokens], { env, stdio: ["ignore", "pipe", "ignore"] });
   servers.push(child);
   const where = await new Promise<string>((resolve, reject) => {
     let out = "";

@@ -207,6 +207,9 @@ func TestKeylessFlags(t *testing.T) {
 		// An IP literal, IPv6 in brackets (docs/security.md).
 		{[]string{"--egress", "gateway", "--egress-allow", "[::1]:8080,[::1],10.0.0.7:80"}, 0, "none", "unenforced"},
 		{[]string{"--egress-allow", "[::1"}, 3, "", ""},
+		// A rule with spaces is one entry: its methods' comma does not split it.
+		{[]string{"--egress-allow", "git.example GET,POST /org/repo.git/info/refs /org/repo.git/git-upload-pack", "--egress-allow", "a.example,b.example"}, 0, "none", "unenforced"},
+		{[]string{"--egress-allow", "git.example get /x"}, 3, "", ""},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			// On the host (isolation=none): egress gateway is unenforced

@@ -126,7 +126,7 @@ func (a *app) doctor(ctx context.Context, f doctorFlags) error {
 		}
 	}
 
-	checks := []DoctorCheck{a.checkStore(ctx), checkServe(ctx, f.dockerTO), checkDocker(ctx, settings["host"], f.sandbox == "docker", f.dockerTO), checkBubblewrap()}
+	checks := []DoctorCheck{a.checkStore(ctx), checkServe(ctx, f.dockerTO), checkDocker(ctx, settings["host"], f.sandbox == "docker", f.dockerTO), checkBubblewrap(localIsolation(f.sandbox, settings))}
 	for _, ag := range agents {
 		matters := slices.Contains(f.agents, ag.Name)
 		checks = append(checks, checkKey(ag, f, hostFiles, matters), checkCLI(ag))
@@ -190,6 +190,15 @@ func (a *app) printDoctor(checks []DoctorCheck, sandbox string, agents []string,
 		fmt.Fprint(a.stdout, " (--agent NAME makes the checks of an agent you run matter)")
 	}
 	fmt.Fprintln(a.stdout)
+}
+
+// localIsolation is the local sandbox's isolation setting in settings
+// when the checked sandbox is local ("": the default).
+func localIsolation(sandbox string, settings map[string]string) string {
+	if sandbox != "local" {
+		return ""
+	}
+	return settings["isolation"]
 }
 
 func agentNames(agents []server.Agent) []string {
@@ -324,23 +333,37 @@ func checkDocker(ctx context.Context, host string, matters bool, timeout time.Du
 }
 
 // checkBubblewrap says whether bwrap is on the PATH and works here (the
-// probe the local provider runs: isolate.Probe): local leases run in
-// namespaces with it (isolation=namespaces or auto), and Codex's own
-// sandbox for the commands its model runs uses it on the local sandbox.
-func checkBubblewrap() DoctorCheck {
+// probe the local provider runs: isolate.Probe), and so how local leases
+// run with mode, the local sandbox's isolation setting ("": the default,
+// auto): in namespaces, or on the host. auto falling back to the host is
+// a warning in capitals: the agent then reads what the user can read.
+// Codex's own sandbox for the commands its model runs also uses bwrap on
+// the local sandbox.
+func checkBubblewrap(mode string) DoctorCheck {
 	c := DoctorCheck{Type: "check", Check: "bubblewrap"}
+	if mode == "" {
+		mode = isolate.Auto
+	}
 	p, err := isolate.Probe("")
 	switch {
+	case mode == isolate.None:
+		c.Status, c.Message = DoctorInfo, "isolation=none: local leases run on the host as your user (egress unenforced), as asked"
+		if err == nil {
+			c.Message += "; bwrap at " + p + " would isolate them (isolation=auto, the default)"
+		}
+		return c
 	case err == nil:
-		c.Status, c.Message = DoctorOK, "bwrap at "+p+" works here: local leases can run isolated in namespaces (--set isolation=auto or namespaces)"
+		c.Status, c.Message = DoctorOK, "bwrap at "+p+" works here: local leases run isolated in namespaces (isolation="+mode+"), egress gateway enforced"
 		return c
 	case p != "":
-		c.Status, c.Code, c.Message = DoctorWarn, string(outpost.Configuration), "bwrap at "+p+" cannot isolate here: local leases run on the host, egress unenforced (isolation=auto falls back to none): "+err.Error()
-		c.Fix = "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; in a container, run it with the rights to create them), or keep isolation=none"
+		c.Status, c.Code = DoctorWarn, string(outpost.Configuration)
+		c.Message = "LOCAL TURNS ARE NOT ISOLATED: bwrap at " + p + " cannot make namespaces here, so isolation=auto runs local leases on the host (they read what your user can read; egress unenforced): " + err.Error()
+		c.Fix = "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; in a container, run it with the rights to create them), or say --set isolation=none to run on the host knowingly"
 		return c
 	}
-	c.Status, c.Code, c.Message = DoctorWarn, string(outpost.Configuration), "bwrap is not on the PATH: local leases cannot run isolated (isolation=auto runs them on the host, egress unenforced), and Codex's own sandbox for its commands needs it on the local sandbox"
-	c.Fix = "install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
+	c.Status, c.Code = DoctorWarn, string(outpost.Configuration)
+	c.Message = "LOCAL TURNS ARE NOT ISOLATED: bwrap is not on the PATH, so local leases cannot run isolated and isolation=auto runs them on the host (they read what your user can read; egress unenforced); Codex's own sandbox for its commands needs it too on the local sandbox"
+	c.Fix = "install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), or say --set isolation=none to run on the host knowingly"
 	return c
 }
 

@@ -129,8 +129,27 @@ $XDG_CONFIG_HOME/outpost/agents/NAME.json.`,
 func keylessFlags(fl *pflag.FlagSet, secrets, egress *string, allow *[]string) {
 	fl.StringVar(secrets, "secrets", "", "how the agent's API keys reach it: gateway (a token for the credential gateway; the default where the preset can) or env")
 	fl.StringVar(egress, "egress", "", "the sandbox's network: gateway (only the gateway and --egress-allow; the default where the provider enforces it) or open")
-	fl.StringSliceVar(allow, "egress-allow", nil, "hosts the agent reaches through the gateway's proxy in egress mode gateway: host, *.domain, each with :port; comma-separated, repeatable")
+	fl.Var((*allowFlag)(allow), "egress-allow", "hosts the agent reaches through the gateway's proxy in egress mode gateway: host, *.domain, each with :port; comma-separated, repeatable; 'HOST [METHODS] [PATH...]' (with spaces: one entry) allows only those methods and paths")
 }
+
+// allowFlag is --egress-allow's value: a value without spaces is a
+// comma-separated list of hosts; one with spaces is one entry with
+// method or path rules ("github.com GET,POST /org/repo.git/info/refs"),
+// whose methods are comma-separated.
+type allowFlag []string
+
+func (a *allowFlag) Set(v string) error {
+	if strings.ContainsAny(strings.TrimSpace(v), " \t") {
+		*a = append(*a, v)
+		return nil
+	}
+	*a = append(*a, strings.Split(v, ",")...)
+	return nil
+}
+
+func (a *allowFlag) String() string { return strings.Join(*a, ",") }
+
+func (a *allowFlag) Type() string { return "entries" }
 
 func parsePairs(list []string, what string, fromEnv func(string) (string, bool)) (map[string]string, error) {
 	if len(list) == 0 {

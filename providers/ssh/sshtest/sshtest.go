@@ -91,6 +91,20 @@ type Server struct {
 	c testcontainers.Container
 }
 
+// logTail is the last n lines of the container's log.
+func (s *Server) logTail(n int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := s.c.Logs(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	defer r.Close()
+	b, _ := io.ReadAll(io.LimitReader(r, 8<<20))
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 // Addr is user@host:port.
 func (s *Server) Addr() string {
 	return User + "@" + net.JoinHostPort(s.Host, strconv.Itoa(s.Port))
@@ -324,6 +338,23 @@ func Leftovers() string {
 // Cleanup terminates the shared servers and removes the built binary:
 // TestMain functions that do not use Main call it after m.Run.
 func Cleanup() {
+	cleanup(0)
+}
+
+// CleanupAfter is Cleanup at the end of a run that exited with code:
+// after a failure it first prints the end of each shared sshd's log
+// (sshd -e: why it dropped a connection, if it did) to standard error,
+// which a CI run's lost connection otherwise leaves unexplained.
+func CleanupAfter(code int) { cleanup(code) }
+
+func cleanup(code int) {
+	if code != 0 {
+		for image, sh := range shared {
+			if sh.s != nil && sh.s.c != nil {
+				fmt.Fprintf(os.Stderr, "== the shared sshd of %s: the end of its log\n%s\n", image, sh.s.logTail(60))
+			}
+		}
+	}
 	for _, sh := range shared {
 		if sh.s != nil {
 			sh.s.Terminate()
