@@ -38,7 +38,12 @@ var (
 const (
 	DefaultPort         = 22
 	DefaultRoot         = "~/.outpost"
-	DefaultStartTimeout = 10 * time.Second
+	// DefaultStartTimeout bounds connecting, the handshake and the
+	// authentication: 30 s, as sshd forks and re-executes itself for
+	// every connection, which a loaded host makes slow (at load 46 on two
+	// cores, three handshakes here took over 10 s, the old default; the
+	// server's own LoginGraceTime is 120 s).
+	DefaultStartTimeout = 30 * time.Second
 	DefaultKeepAlive    = 15 * time.Second
 	// keepAliveMisses is how many keepalives may go unanswered before the
 	// connection is declared dead.
