@@ -36,8 +36,8 @@ var (
 
 // Defaults of Options.
 const (
-	DefaultPort         = 22
-	DefaultRoot         = "~/.outpost"
+	DefaultPort = 22
+	DefaultRoot = "~/.outpost"
 	// DefaultStartTimeout bounds connecting, the handshake and the
 	// authentication: 30 s, as sshd forks and re-executes itself for
 	// every connection, which a loaded host makes slow (at load 46 on two
