@@ -193,10 +193,17 @@ func (g *Gateway) egressProxy() *httputil.ReverseProxy {
 		DisableCompression: true,
 	}
 	g.egressT = tr
+	return g.proxyTo("http", tr, refuseDial)
+}
+
+// proxyTo is the reverse proxy of checked requests (the target in their
+// context, targetKey) to scheme://target over tr; refuseFor answers a
+// failed request.
+func (g *Gateway) proxyTo(scheme string, tr *http.Transport, refuseFor func(http.ResponseWriter, error)) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t, _ := pr.In.Context().Value(targetKey{}).(target)
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", t.addr()
+			pr.Out.URL.Scheme, pr.Out.URL.Host = scheme, t.addr()
 			pr.Out.Host = pr.In.Host
 		},
 		Transport:     tr,
@@ -205,7 +212,7 @@ func (g *Gateway) egressProxy() *httputil.ReverseProxy {
 		ErrorLog:      g.srv.ErrorLog,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			g.log.Debug("gateway: egress failed", "target", r.URL.Host, "error", err.Error())
-			refuseDial(w, err)
+			refuseFor(w, err)
 		},
 	}
 }

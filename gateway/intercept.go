@@ -199,26 +199,14 @@ func (g *Gateway) terminatedProxy() *httputil.ReverseProxy {
 		TLSNextProto:       map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
 	g.terminatedT = tr
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			t, _ := pr.In.Context().Value(targetKey{}).(target)
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "https", t.addr()
-			pr.Out.Host = pr.In.Host
-		},
-		Transport:     tr,
-		FlushInterval: -1,
-		BufferPool:    g.buffers,
-		ErrorLog:      g.srv.ErrorLog,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			g.log.Debug("gateway: egress failed", "target", r.URL.Host, "error", err.Error())
-			var cv *tls.CertificateVerificationError
-			if errors.As(err, &cv) {
-				refuse(w, http.StatusBadGateway, "the target's certificate does not verify against the system roots")
-				return
-			}
-			refuseDial(w, err)
-		},
-	}
+	return g.proxyTo("https", tr, func(w http.ResponseWriter, err error) {
+		var cv *tls.CertificateVerificationError
+		if errors.As(err, &cv) {
+			refuse(w, http.StatusBadGateway, "the target's certificate does not verify against the system roots")
+			return
+		}
+		refuseDial(w, err)
+	})
 }
 
 // dialTLS dials a terminated tunnel's target (dialTarget) and makes a
