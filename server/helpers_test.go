@@ -20,6 +20,7 @@ import (
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
+	liberrors "github.com/pb33f/libopenapi-validator/errors"
 	"github.com/pb33f/libopenapi-validator/schema_validation"
 	"github.com/pb33f/libopenapi/datamodel/high/base"
 
@@ -287,6 +288,10 @@ type checker struct {
 	schema  func(name string) *base.Schema
 	mu      sync.Mutex
 	covered map[string]bool
+	// vmu serializes validation: libopenapi renders a schema by writing
+	// to the document's shared model, so two validations at once race
+	// (the race detector found it when eight turns were followed at once).
+	vmu sync.Mutex
 }
 
 var pathParam = regexp.MustCompile(`\{[^}]+\}`)
@@ -313,7 +318,10 @@ func newChecker(t *testing.T) *checker {
 	sv := schema_validation.NewSchemaValidator()
 	c := &checker{t: t, v: v, covered: map[string]bool{}}
 	c.item = func(raw string) {
-		if ok, errs := sv.ValidateSchemaString(stream, raw); !ok {
+		c.vmu.Lock()
+		ok, errs := sv.ValidateSchemaString(stream, raw)
+		c.vmu.Unlock()
+		if !ok {
 			t.Errorf("stream item does not match StreamItem: %s\n%s", describe(errs), raw)
 		}
 	}
@@ -325,11 +333,18 @@ func newChecker(t *testing.T) *checker {
 // components.
 func (c *checker) validate(name, raw string) {
 	c.t.Helper()
+	c.vmu.Lock()
 	sc := c.schema(name)
+	var ok bool
+	var errs []*liberrors.ValidationError
+	if sc != nil {
+		ok, errs = schema_validation.NewSchemaValidator().ValidateSchemaString(sc, raw)
+	}
+	c.vmu.Unlock()
 	if sc == nil {
 		c.t.Fatalf("the document has no schema %s", name)
 	}
-	if ok, errs := schema_validation.NewSchemaValidator().ValidateSchemaString(sc, raw); !ok {
+	if !ok {
 		c.t.Errorf("%s does not match %s: %s", raw, name, describe(errs))
 	}
 }
@@ -389,7 +404,10 @@ func (v *validating) RoundTrip(req *http.Request) (*http.Response, error) {
 	// Requests the server refuses on purpose (malformed, unknown fields,
 	// oversized) are not valid by design; their responses still are.
 	if resp.StatusCode < 400 {
-		if ok, errs := v.c.v.ValidateHttpRequest(vreq); !ok {
+		v.c.vmu.Lock()
+		ok, errs := v.c.v.ValidateHttpRequest(vreq)
+		v.c.vmu.Unlock()
+		if !ok {
 			v.c.t.Errorf("%s %s: request does not match the OpenAPI document: %s", req.Method, req.URL.Path, verrs(errs))
 		}
 	}
@@ -405,7 +423,10 @@ func (v *validating) RoundTrip(req *http.Request) (*http.Response, error) {
 	vresp := *resp
 	vresp.Body = io.NopCloser(bytes.NewReader(rb))
 	vreq.Body = io.NopCloser(bytes.NewReader(body))
-	if ok, errs := v.c.v.ValidateHttpResponse(vreq, &vresp); !ok {
+	v.c.vmu.Lock()
+	ok, errs := v.c.v.ValidateHttpResponse(vreq, &vresp)
+	v.c.vmu.Unlock()
+	if !ok {
 		v.c.t.Errorf("%s %s → %d: response does not match the OpenAPI document: %s\n%s", req.Method, req.URL.Path, resp.StatusCode, verrs(errs), rb)
 	}
 	return resp, nil
