@@ -194,7 +194,7 @@ if [[ $# -eq 0 ]]; then
 	pkgs=("${long[@]}" "${pkgs[@]}")
 	presets_log=$(mktemp "${TMPDIR:-/tmp}/outpost-presets.XXXXXX")
 	# shellcheck disable=SC2086
-	go test -race -count=1 -vet=off -timeout 20m -parallel 4 "${cpuexec[@]}" ${GOTESTFLAGS:-} ./integration/presets >"$presets_log" 2>&1 &
+	go test -race -count=1 -vet=off -timeout 30m -parallel 4 "${cpuexec[@]}" ${GOTESTFLAGS:-} ./integration/presets >"$presets_log" 2>&1 &
 	side+=("$!:$presets_log:go test ./integration/presets")
 	# integration/kubernetes mostly waits on the cluster's pods (104 CPU-s
 	# of its own over 810 s when it took a slot of the main run, its tests

@@ -23,7 +23,6 @@ import (
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
-	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -208,10 +207,7 @@ func TestGemini(t *testing.T) {
 		t.Fatalf("result %+v", first.res)
 	}
 	t.Run("ResumeOnDocker", func(t *testing.T) {
-		dock := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) {
-			o.Network = "host"
-			o.Binary = testenv.OutpostBinary(t)
-		})
+		dock := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) { o.Network = "host" })
 		tr := e.on(t, dock, e.environ, engine.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation})
 		if tr.err != nil {
 			t.Fatalf("resumed turn: %v", tr.err)
@@ -224,7 +220,7 @@ func TestGemini(t *testing.T) {
 		}
 	})
 	t.Run("ForkOnSSH", func(t *testing.T) {
-		ssh := sshtest.Provider(t, sshd, func(o *sshp.Options) { o.Binary = testenv.OutpostBinary(t) })
+		ssh := sshtest.Provider(t, sshd)
 		relay := "http://" + sshd.Relay(t, strings.TrimPrefix(e.fake.URL(), "http://"))
 		environ := []string{"GEMINI_API_KEY=" + geminiKey, "GOOGLE_GEMINI_BASE_URL=" + relay}
 		tr := e.on(t, ssh, environ, engine.Turn{Prompt: "fork FAKE_TOOL", Fork: first.res.Conversation})

@@ -25,7 +25,6 @@ import (
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
-	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -82,9 +81,10 @@ func (e *oaiEnv) provider(kind string) driver.Provider {
 		dockertest.Require(e.t, dockertest.Debian)
 		return dockertest.Provider(e.t, nodeImage(e.t), func(o *docker.Options) { o.Network = "host" })
 	case "ssh":
-		// The shared sshd of the env's image (Debian: glibc), outpost's
-		// own binary copied there; the fake is reached through a relay.
-		return sshtest.Provider(e.t, sshtest.SharedImage(e.t, e.sshImage), func(o *sshp.Options) { o.Binary = testenv.OutpostBinary(e.t) })
+		// The shared sshd of the env's image (Debian: glibc), the
+		// in-sandbox binary copied there; the fake is reached through a
+		// relay.
+		return sshtest.Provider(e.t, sshtest.SharedImage(e.t, e.sshImage))
 	}
 	e.t.Fatalf("unknown provider %q", kind)
 	return nil

@@ -33,8 +33,13 @@ def outpost_bin(tmp_path_factory) -> str:
         return os.environ["OUTPOST_BIN"]
     if shutil.which("go") is None:
         missing("go", "install Go, or set OUTPOST_BIN to an outpost binary")
-    out = str(tmp_path_factory.mktemp("bin") / "outpost")
+    bindir = tmp_path_factory.mktemp("bin")
+    out = str(bindir / "outpost")
     subprocess.run(["go", "build", "-o", out, "./cmd/outpost"], cwd=REPO, check=True)
+    # outpost-sandbox beside outpost, as a release installs them: the echo
+    # agent then starts as the small in-sandbox binary, not the whole CLI.
+    env = dict(os.environ, CGO_ENABLED="0")
+    subprocess.run(["go", "build", "-o", str(bindir / "outpost-sandbox"), "./cmd/outpost-sandbox"], cwd=REPO, check=True, env=env)
     return out
 
 
