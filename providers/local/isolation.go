@@ -318,12 +318,16 @@ func (l *sockListener) Close() error {
 }
 
 // shim is the in-sandbox binary that forwards the tunnels, once per
-// provider: the running executable when it is outpost's CLI or
-// in-sandbox binary (both have the forward mode; static or not, as the
-// lease sees the host's libraries; its size costs nothing, it is bound
-// in), else the one selfbin locates or builds (a library caller, a test).
-// A CLI built from a checkout with a fresh HOME used to build one with a
-// cold Go cache.
+// provider: outpost-sandbox beside the running executable, as a release
+// installs it (selfbin.HostAgent); else the running executable when it is
+// outpost's CLI or in-sandbox binary (both have the forward mode; static
+// or not, as the lease sees the host's libraries); else the one selfbin
+// locates or builds (a library caller, a test). A CLI built from a
+// checkout with a fresh HOME used to build one with a cold Go cache. The
+// small binary comes first because every process of an isolated lease
+// starts one: a start of the 48 MB CLI costs about 80 ms of CPU (its
+// packages' initializers and page faults), one of outpost-sandbox about
+// 10 ms.
 func (p *Provider) shim(ctx context.Context) (string, error) {
 	p.shimMu.Lock()
 	defer p.shimMu.Unlock()
@@ -333,6 +337,9 @@ func (p *Provider) shim(ctx context.Context) (string, error) {
 		}
 	}
 	b, err := selfShim()
+	if h, ok := selfbin.HostAgent(); ok {
+		b, err = h, nil
+	}
 	if err != nil {
 		b, err = selfbin.LocateOrBuild(ctx, "")
 	}
