@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -139,7 +140,10 @@ func BenchmarkACPFirstUpdate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bin, home := outpostBinary(b), b.TempDir()
+	// The anchor is the binary `outpost acp` runs as the echo agent:
+	// outpost-sandbox beside outpost (selfbin.HostAgent), as a release
+	// installs them.
+	bin, home := filepath.Join(filepath.Dir(outpostBinary(b)), "outpost-sandbox"), b.TempDir()
 	var viaACP, direct, ratio []float64
 	for b.Loop() {
 		a := acpFirstUpdate(b, p, s.SessionId)

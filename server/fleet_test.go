@@ -110,6 +110,15 @@ func TestFleetLostReplica(t *testing.T) {
 		if items[1].data["type"] != "result" || e["code"] != "sandbox" || e["details"].(map[string]any)["replica_lost"] != "ghost" {
 			t.Errorf("turn %s of the lost replica ended with %s", id, items[1].raw)
 		}
+		// A client that saw more of the turn live from the lost replica
+		// than it wrote gets the result after what it saw, not nothing.
+		seen := b.events(id, 3, nil)
+		if len(seen) != 1 || seen[0].seq <= 3 || seen[0].data["type"] != "result" {
+			t.Fatalf("turn %s through B after Last-Event-ID 3 (beyond the stored 2): %v", id, raws(seen))
+		}
+		if again := b.events(id, seen[0].seq, nil); len(again) != 0 {
+			t.Errorf("turn %s through B after its result: %v", id, raws(again))
+		}
 		code, body, _ := b.do("GET", "/v1/turns/"+id, nil)
 		if code != 200 || !strings.Contains(string(body), `"replica_lost":"ghost"`) || !strings.Contains(string(body), `"state":"finished"`) {
 			t.Errorf("GET %s through B: %d %s", id, code, body)
