@@ -408,6 +408,14 @@ func (c *conn) newSession() (*ssh.Session, error) {
 	return s, nil
 }
 
+// keepAliveFailed is the cause of a connection whose keepalive could not
+// be sent: its transport had already ended, the server's or the
+// network's doing (the write usually loses the race with the reader
+// that saw the end, and fails on a closed connection).
+func keepAliveFailed(err error) string {
+	return "the server or the network ended it (keepalive: " + err.Error() + ")"
+}
+
 // keepAlive sends keepalive requests every interval and closes the
 // connection after keepAliveMisses unanswered in a row.
 func keepAlive(c *conn, interval time.Duration) {
@@ -425,7 +433,7 @@ func keepAlive(c *conn, interval time.Duration) {
 		select {
 		case err := <-res:
 			if err != nil {
-				c.closeFor("keepalive: " + err.Error())
+				c.closeFor(keepAliveFailed(err))
 				return
 			}
 			misses = 0

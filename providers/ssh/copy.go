@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -92,6 +93,24 @@ func (s *Sandbox) CopyOut(ctx context.Context, p string) (io.ReadCloser, error) 
 	if err := checkPath(p); err != nil {
 		return nil, err
 	}
+	rc, err := s.copyOut(ctx, p)
+	var em *ssh.ExitMissingError
+	if errors.As(err, &em) && !s.c.dead() && ctx.Err() == nil {
+		// The session ended with no status and nothing read, on a
+		// connection still alive (a host short of processes, once in
+		// CI): reading is safe to try once more.
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		rc, err = s.copyOut(ctx, p)
+	}
+	return rc, err
+}
+
+// copyOut is one try of CopyOut.
+func (s *Sandbox) copyOut(ctx context.Context, p string) (io.ReadCloser, error) {
 	sess, err := s.c.newSession()
 	if err != nil {
 		return nil, err

@@ -100,7 +100,7 @@ func (c *conn) checkAlive() {
 		return
 	}
 	if err := c.sendKeepAlive(); err != nil {
-		c.closeFor("keepalive: " + err.Error())
+		c.closeFor(keepAliveFailed(err))
 		c.markDead()
 	}
 }

@@ -295,11 +295,15 @@ func (s *Sandbox) Vanished(ctx context.Context) bool {
 	if s.c.dead() {
 		return true
 	}
-	res, err := run(ctx, s.c, "test -d "+shq(s.dir), nil)
+	// Gone only when the shell says so: a session that failed to start
+	// its shell, or ended without a status (a host short of processes
+	// under load, once in CI), does not tell the directory is gone, and
+	// taking it for gone turned a slow copy into a vanished sandbox.
+	res, err := run(ctx, s.c, "if [ -d "+shq(s.dir)+" ]; then echo present; else echo absent; fi", nil)
 	if err != nil {
 		return errors.Is(err, driver.ErrDisconnected)
 	}
-	return res.code != 0
+	return res.code == 0 && strings.TrimSpace(string(res.stdout)) == "absent"
 }
 
 // Disconnected reports whether the lease's connection dropped.
