@@ -79,11 +79,34 @@ func Probe(bwrap string) (string, error) {
 	return p, pr.err
 }
 
+// run probes bwrap with the namespaces and the kind of mounts Args makes:
+// the system's directories, not the whole root (binding / recursively
+// met a mount another program was removing, the test cluster's network
+// namespaces under /tmp, and failed the probe for the whole process). A
+// failure is tried once more, a moment later, before it is believed.
 func run(bwrap string) error {
+	args := []string{"--unshare-all", "--die-with-parent", "--new-session"}
+	for _, d := range System {
+		args = append(args, "--ro-bind-try", d, d)
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--", "/bin/true")
+	var err error
+	for try := range 2 {
+		if try > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err = runOnce(bwrap, args); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func runOnce(bwrap string, args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--new-session", "--", "/bin/true")
+	cmd := exec.CommandContext(ctx, bwrap, args...)
 	cmd.Stderr = &stderr
 	cmd.Env = []string{}
 	if err := cmd.Run(); err != nil {
