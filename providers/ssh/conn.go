@@ -197,6 +197,28 @@ type conn struct {
 	// carried: outpost's keepalive closed it, or the peer or the
 	// network ended it.
 	cause atomic.Pointer[string]
+	// heard is the connection's socket, which tells when the server last
+	// sent anything (keepAlive).
+	heard *heardConn
+}
+
+// heardConn is a connection that records when it last read anything.
+type heardConn struct {
+	net.Conn
+	last atomic.Int64 // unix nanoseconds
+}
+
+func (h *heardConn) Read(b []byte) (int, error) {
+	n, err := h.Conn.Read(b)
+	if n > 0 {
+		h.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// heardSince reports whether the server sent anything after t.
+func (c *conn) heardSince(t time.Time) bool {
+	return c.heard != nil && c.heard.last.Load() > t.UnixNano()
 }
 
 // closeFor closes the connection, remembering why (the first cause
@@ -417,34 +439,45 @@ func keepAliveFailed(err error) string {
 }
 
 // keepAlive sends keepalive requests every interval and closes the
-// connection after keepAliveMisses unanswered in a row.
+// connection after keepAliveMisses intervals in a row in which the server
+// sent nothing at all: no reply (to this keepalive or a late one to an
+// earlier), no data, no window. A host that is slow to answer, under
+// load, is alive as long as anything comes from it; a frozen one (or a
+// network that drops everything) is not.
 func keepAlive(c *conn, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	misses := 0
+	pending := false // a keepalive sent and not yet answered
+	replied := make(chan error, 1)
+	last := time.Now()
 	for {
 		select {
 		case <-c.done:
 			return
-		case <-t.C:
-		}
-		res := make(chan error, 1)
-		go func() { res <- c.sendKeepAlive() }()
-		select {
-		case err := <-res:
+		case err := <-replied:
+			pending = false
 			if err != nil {
 				c.closeFor(keepAliveFailed(err))
 				return
 			}
 			misses = 0
-		case <-time.After(interval):
-			misses++
-			if misses >= keepAliveMisses {
-				c.closeFor(fmt.Sprintf("outpost closed it: no reply to %d keepalives in a row, %s apart", keepAliveMisses, interval))
-				return
+		case <-t.C:
+			heard := c.heardSince(last)
+			last = time.Now()
+			switch {
+			case heard:
+				misses = 0
+			case pending:
+				if misses++; misses >= keepAliveMisses {
+					c.closeFor(fmt.Sprintf("outpost closed it: nothing from the server for %d keepalive intervals of %s in a row, a keepalive unanswered", keepAliveMisses, interval))
+					return
+				}
 			}
-		case <-c.done:
-			return
+			if !pending {
+				pending = true
+				go func() { replied <- c.sendKeepAlive() }()
+			}
 		}
 	}
 }
@@ -470,13 +503,14 @@ func (p *Provider) dial(ctx context.Context) (*conn, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
-	nc, err := (&net.Dialer{}).DialContext(dctx, "tcp", p.tgt.addr)
+	raw, err := (&net.Dialer{}).DialContext(dctx, "tcp", p.tgt.addr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("ssh: %w: %s: %w (within %s)", driver.ErrUnreachable, p.tgt.addr, err, p.opts.StartTimeout)
 	}
+	nc := &heardConn{Conn: raw}
 	// The handshake and authentication are bounded too.
 	stop := context.AfterFunc(dctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	_ = nc.SetDeadline(time.Now().Add(p.opts.StartTimeout))
@@ -500,7 +534,7 @@ func (p *Provider) dial(ctx context.Context) (*conn, error) {
 		return nil, fmt.Errorf("ssh: %w: %s: %w", driver.ErrUnreachable, p.tgt.addr, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	c := &conn{client: ssh.NewClient(cc, chans, reqs), done: make(chan struct{})}
+	c := &conn{client: ssh.NewClient(cc, chans, reqs), done: make(chan struct{}), heard: nc}
 	go c.wait()
 	if p.opts.KeepAlive > 0 {
 		go c.keepAlive(p.opts.KeepAlive)

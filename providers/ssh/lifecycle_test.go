@@ -255,7 +255,7 @@ func TestKeepAliveClosesFrozenHost(t *testing.T) {
 	srv.MustExec(t, "pkill", "-STOP", "-f", "^sshd: agent")
 	_, err = pr.Wait()
 	srv.MustExec(t, "pkill", "-KILL", "-f", "^sshd: agent")
-	if !errors.Is(err, driver.ErrDisconnected) || !strings.Contains(fmt.Sprint(err), "outpost closed it: no reply to 3 keepalives in a row, 200ms apart") {
+	if !errors.Is(err, driver.ErrDisconnected) || !strings.Contains(fmt.Sprint(err), "outpost closed it: nothing from the server for 3 keepalive intervals of 200ms in a row") {
 		t.Errorf("Wait on a frozen host: %v; want ErrDisconnected, saying the keepalives went unanswered", err)
 	}
 	if err := sb.Close(t.Context()); err != nil {

@@ -100,8 +100,9 @@ type Options struct {
 	// StartTimeout bounds connecting, the SSH handshake and
 	// authentication. Default DefaultStartTimeout.
 	StartTimeout time.Duration
-	// KeepAlive is the interval of keepalive requests; after 3 unanswered
-	// the connection is closed and its leases fail with driver.ErrDisconnected.
+	// KeepAlive is the interval of keepalive requests; after 3 intervals
+	// in a row with one unanswered and nothing else from the server, the
+	// connection is closed and its leases fail with driver.ErrDisconnected.
 	// Default DefaultKeepAlive; negative: none.
 	KeepAlive time.Duration
 	// Binary is a static outpost binary for the remote host's
@@ -127,7 +128,7 @@ var Settings = settings.Set{Provider: "ssh", Keys: []settings.Key{
 	settings.Workspace.Only(string(Copy), string(Remote)).With(string(Copy), "`remote` works in `workdir` on the host, nothing copied"),
 	{Name: "workdir", Kind: settings.Path, Doc: "the remote working directory (with `workspace=remote`)"},
 	settings.StartTimeout.With(DefaultStartTimeout.String(), "connecting, the SSH handshake and authentication"),
-	{Name: "keepalive", Kind: settings.Duration, None: true, Default: DefaultKeepAlive.String(), Doc: "interval of keepalive requests; three unanswered close the connection"},
+	{Name: "keepalive", Kind: settings.Duration, None: true, Default: DefaultKeepAlive.String(), Doc: "interval of keepalive requests; three intervals in a row with a keepalive unanswered and nothing else from the server close the connection"},
 	settings.Binary.With("", "for the remote host's architecture; copied once per host, by digest"),
 }}
 
