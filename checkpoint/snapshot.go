@@ -94,7 +94,8 @@ type entry struct {
 	mode filemode.FileMode
 	st   stat
 	hash plumbing.Hash
-	size int64 // stored size
+	size int64    // stored size
+	node *memNode // its content, from a tar stream (SnapshotTar)
 }
 
 // Snapshot records the workspace dir (on this machine) in objs and returns
@@ -107,12 +108,9 @@ func Snapshot(ctx context.Context, objs Objects, dir string, o *Options) (Tree, 
 		o = &Options{}
 	}
 	started := time.Now()
-	w := &walker{o: o, root: dir, skip: map[string]bool{}}
+	w := newWalker(o, dirSource{root: dir})
 	for _, s := range o.Skip {
 		w.skip[filepath.Clean(s)] = true
-	}
-	for _, p := range o.Include {
-		w.include = append(w.include, gitignore.ParsePattern(p, nil))
 	}
 	if err := w.walk(ctx, "", nil); err != nil {
 		return Tree{}, err
@@ -121,14 +119,28 @@ func Snapshot(ctx context.Context, objs Objects, dir string, o *Options) (Tree, 
 	if err := hashEntries(ctx, objs, dir, w.entries, idx, o); err != nil {
 		return Tree{}, err
 	}
-	t := Tree{Files: len(w.entries)}
-	for _, e := range w.entries {
+	t, err := store(ctx, objs, w.entries, o)
+	if err != nil {
+		return Tree{}, err
+	}
+	t.Written, t.WrittenBytes = t.Written+idx.written.n, t.WrittenBytes+idx.written.bytes
+	if o.Index != "" {
+		saveIndex(o.Index, dir, started, t.Hash, w.entries)
+	}
+	return t, nil
+}
+
+// store writes the trees of entries whose blobs are stored, and counts
+// them.
+func store(ctx context.Context, objs Objects, es []entry, o *Options) (Tree, error) {
+	t := Tree{Files: len(es)}
+	for _, e := range es {
 		t.Bytes += e.size
 	}
 	if t.Bytes > o.maxBytes() {
 		return Tree{}, fmt.Errorf("%w: the workspace holds %d bytes, over the checkpoint limit of %d", ErrTooLarge, t.Bytes, o.maxBytes())
 	}
-	h, trees, err := buildTrees(w.entries)
+	h, trees, err := buildTrees(es)
 	if err != nil {
 		return Tree{}, err
 	}
@@ -136,22 +148,78 @@ func Snapshot(ctx context.Context, objs Objects, dir string, o *Options) (Tree, 
 	if err != nil {
 		return Tree{}, err
 	}
-	t.Hash = h
-	t.Written, t.WrittenBytes = written.n+idx.written.n, written.bytes+idx.written.bytes
-	if o.Index != "" {
-		saveIndex(o.Index, dir, started, h, w.entries)
-	}
+	t.Hash, t.Written, t.WrittenBytes = h, written.n, written.bytes
 	return t, nil
 }
+
+// source is a workspace the walker lists: a directory on this machine, or
+// a tar stream read into memory (SnapshotTar).
+type source interface {
+	// list returns the directory rel's entries ("" the root), sorted by
+	// name, and what releases them.
+	list(rel string) ([]srcEntry, func(), error)
+	// gitignore is the directory rel's .gitignore, if it has one.
+	gitignore(rel string) ([]byte, bool)
+	// stat is a non-directory entry's stat; false when it vanished.
+	stat(e srcEntry) (stat, bool)
+}
+
+// srcEntry is one entry of a source's directory.
+type srcEntry struct {
+	name string
+	dir  bool
+	at   *os.File // dirSource: the open directory holding it
+	node *memNode // tarSource: the entry
+}
+
+// dirSource is a directory on this machine.
+type dirSource struct{ root string }
+
+func (d dirSource) list(rel string) ([]srcEntry, func(), error) {
+	f, err := os.Open(filepath.Join(d.root, filepath.FromSlash(rel)))
+	if err != nil {
+		return nil, nil, err
+	}
+	des, err := f.ReadDir(-1)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	out := make([]srcEntry, len(des))
+	for i, de := range des {
+		out[i] = srcEntry{name: de.Name(), dir: de.IsDir(), at: f}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, func() { f.Close() }, nil
+}
+
+func (d dirSource) gitignore(rel string) ([]byte, bool) {
+	b, err := os.ReadFile(filepath.Join(d.root, filepath.FromSlash(rel), ".gitignore"))
+	return b, err == nil
+}
+
+func (d dirSource) stat(e srcEntry) (stat, bool) { return statAt(e.at, e.name) }
 
 // walker lists a workspace's files in lexical order, leaving out what a
 // checkpoint does not keep.
 type walker struct {
 	o       *Options
-	root    string
-	skip    map[string]bool
+	src     source
+	root    string          // a dirSource's root, for Skip
+	skip    map[string]bool // absolute directories left out (a dirSource's)
 	include []gitignore.Pattern
 	entries []entry
+}
+
+func newWalker(o *Options, src source) *walker {
+	w := &walker{o: o, src: src, skip: map[string]bool{}}
+	if d, ok := src.(dirSource); ok {
+		w.root = d.root
+	}
+	for _, p := range o.Include {
+		w.include = append(w.include, gitignore.ParsePattern(p, nil))
+	}
+	return w
 }
 
 // walk lists the directory rel (relative, "" for the root) with the
@@ -160,35 +228,27 @@ func (w *walker) walk(ctx context.Context, rel string, ps []gitignore.Pattern) e
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	abs := filepath.Join(w.root, filepath.FromSlash(rel))
-	d, err := os.Open(abs)
-	var des []os.DirEntry
-	if err == nil {
-		des, err = d.ReadDir(-1)
-		defer d.Close()
-	}
+	des, done, err := w.src.list(rel)
 	if err != nil {
 		if rel != "" && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission)) {
 			return nil // vanished or unreadable below the root
 		}
 		return fmt.Errorf("checkpoint: read %s: %w", displayPath(rel), err)
 	}
-	sort.Slice(des, func(i, j int) bool { return des[i].Name() < des[j].Name() })
-	ps = w.patterns(abs, rel, ps)
+	defer done()
+	ps = w.patterns(rel, ps)
 	m := gitignore.NewMatcher(ps)
 	for _, de := range des {
-		name := de.Name()
-		crel := path.Join(rel, name)
-		if name == ".git" || crel == ".outpost" {
+		crel := path.Join(rel, de.name)
+		if de.name == ".git" || crel == ".outpost" {
 			continue
 		}
-		isDir := de.IsDir()
 		parts := strings.Split(crel, "/")
-		if m.Match(parts, isDir) && !w.included(parts, isDir) {
+		if m.Match(parts, de.dir) && !w.included(parts, de.dir) {
 			continue
 		}
-		if isDir {
-			if w.skip[filepath.Join(w.root, filepath.FromSlash(crel))] {
+		if de.dir {
+			if w.root != "" && w.skip[filepath.Join(w.root, filepath.FromSlash(crel))] {
 				continue
 			}
 			if err := w.walk(ctx, crel, ps); err != nil {
@@ -196,17 +256,16 @@ func (w *walker) walk(ctx context.Context, rel string, ps []gitignore.Pattern) e
 			}
 			continue
 		}
-		if err := w.add(crel, d, name); err != nil {
+		if err := w.add(crel, de); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// add records one non-directory entry of the open directory dir (its
-// stat read relative to it: no path walk); special files are left out.
-func (w *walker) add(rel string, dir *os.File, name string) error {
-	st, ok := statAt(dir, name)
+// add records one non-directory entry; special files are left out.
+func (w *walker) add(rel string, de srcEntry) error {
+	st, ok := w.src.stat(de)
 	if !ok {
 		return nil // vanished
 	}
@@ -228,14 +287,14 @@ func (w *walker) add(rel string, dir *os.File, name string) error {
 	if len(w.entries) >= w.o.maxFiles() {
 		return fmt.Errorf("%w: the workspace holds more than %d files, the checkpoint limit", ErrTooLarge, w.o.maxFiles())
 	}
-	w.entries = append(w.entries, entry{rel: rel, mode: mode, st: st})
+	w.entries = append(w.entries, entry{rel: rel, mode: mode, st: st, node: de.node})
 	return nil
 }
 
 // patterns adds the directory's .gitignore to the patterns in force.
-func (w *walker) patterns(abs, rel string, ps []gitignore.Pattern) []gitignore.Pattern {
-	b, err := os.ReadFile(filepath.Join(abs, ".gitignore"))
-	if err != nil {
+func (w *walker) patterns(rel string, ps []gitignore.Pattern) []gitignore.Pattern {
+	b, ok := w.src.gitignore(rel)
+	if !ok {
 		return ps
 	}
 	var domain []string
@@ -354,7 +413,9 @@ func readBlob(ctx context.Context, dir string, e *entry, o *Options, b *batch) e
 	p := filepath.Join(dir, filepath.FromSlash(e.rel))
 	var data []byte
 	var err error
-	if e.mode == filemode.Symlink {
+	if e.node != nil {
+		data = e.node.data
+	} else if e.mode == filemode.Symlink {
 		var target string
 		target, err = os.Readlink(p)
 		data = []byte(target)

@@ -493,3 +493,21 @@ func Next(tr *tar.Reader) (*tar.Header, error) {
 	}
 	return nil, fmt.Errorf("%w: %w", ErrUnsafe, ErrGlobalHeaders)
 }
+
+// Reader reads a tar stream entry by entry as Extract reads it: Next
+// skips global headers (Next, the function) and checks every header
+// (Check), so a caller meets only safe entries, or the error of the first
+// unsafe one.
+type Reader struct{ *tar.Reader }
+
+// NewReader reads r's entries, checked.
+func NewReader(r io.Reader) Reader { return Reader{tar.NewReader(r)} }
+
+// Next is the next entry, checked; io.EOF at the end.
+func (r Reader) Next() (*tar.Header, error) {
+	h, err := Next(r.Reader)
+	if err == nil {
+		err = Check(h)
+	}
+	return h, err
+}
