@@ -11,10 +11,11 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // ErrSpill is SnapshotTar's answer for a stream it does not record from
-// memory: more file content than its budget, or an entry it leaves to a
+// memory: more file content than its Budget allows, or an entry it leaves to a
 // directory's rules (a hard link, a name given twice, a path through a
 // link, a directory or file its owner cannot read). The caller records
 // the workspace from a directory instead (the stream extracted).
@@ -35,14 +36,16 @@ type TarReader interface {
 // extracted into a directory, with the same rules (.gitignore, Include,
 // .git and the top-level .outpost left out, the limits, Mask), without
 // writing the files anywhere: the stream's file content is held in
-// memory, up to budget bytes (ErrSpill beyond). Options.Skip and Index do
+// memory, as far as b allows (ErrSpill beyond). Options.Skip and Index do
 // not apply (they name directories of this machine). A refused entry or
 // a broken stream is an error, as its extraction is.
-func SnapshotTar(ctx context.Context, objs Objects, tr TarReader, o *Options, budget int64) (Tree, error) {
+func SnapshotTar(ctx context.Context, objs Objects, tr TarReader, o *Options, b *Budget) (Tree, error) {
 	if o == nil {
 		o = &Options{}
 	}
-	top, err := readTar(ctx, tr, budget)
+	held := &hold{b: b}
+	defer held.release()
+	top, err := readTar(ctx, tr, held)
 	if err != nil {
 		return Tree{}, err
 	}
@@ -69,6 +72,54 @@ func SnapshotTar(ctx context.Context, objs Objects, tr TarReader, o *Options, bu
 	return t, nil
 }
 
+// Budget bounds the file content that SnapshotTar holds in memory: in all,
+// across the calls sharing it (a server's concurrent turns), and in one
+// call. Its methods are safe for concurrent use.
+type Budget struct {
+	mu      sync.Mutex
+	left    int64
+	perCall int64
+}
+
+// NewBudget is a budget of total bytes at once, at most perCall of them
+// in one SnapshotTar.
+func NewBudget(total, perCall int64) *Budget {
+	return &Budget{left: total, perCall: perCall}
+}
+
+// hold is what one SnapshotTar took of its budget.
+type hold struct {
+	b    *Budget
+	took int64
+}
+
+// take takes n more bytes, or nothing and false when the call or the
+// budget would go over.
+func (h *hold) take(n int64) bool {
+	if h.b == nil || h.took+n > h.b.perCall {
+		return false
+	}
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	if n > h.b.left {
+		return false
+	}
+	h.b.left -= n
+	h.took += n
+	return true
+}
+
+// release gives back what the call took.
+func (h *hold) release() {
+	if h.b == nil || h.took == 0 {
+		return
+	}
+	h.b.mu.Lock()
+	h.b.left += h.took
+	h.b.mu.Unlock()
+	h.took = 0
+}
+
 // memNode is an entry of a tar stream read into memory.
 type memNode struct {
 	dir      bool
@@ -80,9 +131,8 @@ type memNode struct {
 
 // readTar reads a tar stream into a tree of memNodes under an unnamed
 // root, or ErrSpill.
-func readTar(ctx context.Context, tr TarReader, budget int64) (*memNode, error) {
+func readTar(ctx context.Context, tr TarReader, held *hold) (*memNode, error) {
 	root := &memNode{dir: true, perm: 0o700, children: map[string]*memNode{}}
-	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -129,7 +179,7 @@ func readTar(ctx context.Context, tr TarReader, budget int64) (*memNode, error) 
 		if old != nil || perm&0o400 == 0 {
 			return nil, ErrSpill
 		}
-		if total += h.Size; h.Size < 0 || total > budget {
+		if h.Size < 0 || !held.take(h.Size) {
 			return nil, ErrSpill
 		}
 		buf := bytes.NewBuffer(make([]byte, 0, h.Size))

@@ -331,7 +331,7 @@ func (e *turnRun) snapshotLease(ctx context.Context, lease *sandbox.Lease) (chec
 	}
 	o := e.snapshotOptions("")
 	o.Index = ""
-	t, err := checkpoint.SnapshotTar(ctx, e.ws.objs, tarsafe.NewReader(rc), o, snapshotBudget)
+	t, err := checkpoint.SnapshotTar(ctx, e.ws.objs, tarsafe.NewReader(rc), o, snapshotMemory)
 	rc.Close()
 	if !errors.Is(err, checkpoint.ErrSpill) {
 		return t, err
@@ -358,10 +358,11 @@ func (e *turnRun) snapshotLease(ctx context.Context, lease *sandbox.Lease) (chec
 	return checkpoint.Snapshot(ctx, e.ws.objs, filepath.Join(tmp, des[0].Name()), o)
 }
 
-// snapshotBudget bounds the file content of a sandbox's workspace a
-// checkpoint holds in memory (checkpoint.SnapshotTar); a larger one goes
-// through a temporary directory.
-const snapshotBudget = 16 << 20
+// snapshotMemory bounds the file content of sandboxes' workspaces that
+// checkpoints hold in memory (checkpoint.SnapshotTar): 64 MiB at once in
+// the process (a server's concurrent turns), 16 MiB for one; beyond, a
+// workspace goes through a temporary directory.
+var snapshotMemory = checkpoint.NewBudget(64<<20, 16<<20)
 
 // storeDown turns checkpoints off for the rest of the turn when the
 // object store failed to take objects (a database that is down), with a
