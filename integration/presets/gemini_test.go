@@ -220,7 +220,7 @@ func TestGemini(t *testing.T) {
 		}
 	})
 	t.Run("ForkOnSSH", func(t *testing.T) {
-		ssh := sshtest.Provider(t, sshd)
+		ssh := sshtest.Provider(t, sshd, sshtest.Patient)
 		relay := "http://" + sshd.Relay(t, strings.TrimPrefix(e.fake.URL(), "http://"))
 		environ := []string{"GEMINI_API_KEY=" + geminiKey, "GOOGLE_GEMINI_BASE_URL=" + relay}
 		tr := e.on(t, ssh, environ, engine.Turn{Prompt: "fork FAKE_TOOL", Fork: first.res.Conversation})

@@ -84,7 +84,7 @@ func (e *oaiEnv) provider(kind string) driver.Provider {
 		// The shared sshd of the env's image (Debian: glibc), the
 		// in-sandbox binary copied there; the fake is reached through a
 		// relay.
-		return sshtest.Provider(e.t, sshtest.SharedImage(e.t, e.sshImage))
+		return sshtest.Provider(e.t, sshtest.SharedImage(e.t, e.sshImage), sshtest.Patient)
 	}
 	e.t.Fatalf("unknown provider %q", kind)
 	return nil

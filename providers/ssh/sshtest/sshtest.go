@@ -382,6 +382,16 @@ func Provider(tb testing.TB, s *Server, mod ...func(*sshp.Options)) *sshp.Provid
 	return testenv.Provider(tb, s.Options(tb), mod, sshp.New)
 }
 
+// Patient gives a provider a keepalive of a minute: its connection is
+// closed only after about three minutes without a byte from the host.
+// For tests of what runs over SSH (the real CLIs of integration/presets),
+// not of the keepalive: at the suite's peak load (average 25–30 on two
+// cores) the shared host sent nothing for over 45 s while a real CLI
+// turn ran, three times in five fresh-clone runs, and the default 15 s
+// keepalive closed a connection that came back. The keepalive itself is
+// tested in providers/ssh (TestKeepAliveClosesFrozenHost).
+func Patient(o *sshp.Options) { o.KeepAlive = time.Minute }
+
 // Binary returns the in-sandbox binary (testenv.SandboxBinary), built
 // once per test process.
 func Binary(tb testing.TB) string {
