@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -250,8 +251,30 @@ func makeNamespace(ctx context.Context, admin k8s.Interface, env map[string]stri
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: env["OUTPOST_KUBE_USER"]}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 	}
-	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{})
-	return err
+	if _, err = admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return bound(ctx, admin, env["OUTPOST_KUBE_USER"], ns)
+}
+
+// bound waits until the API server's authorizer lets user create Leases
+// in ns: a binding just created takes a moment to reach its cache, and a
+// test's first lease in its new namespace was once refused ("cannot
+// create resource leases", two tests of one fresh-clone run).
+func bound(ctx context.Context, admin k8s.Interface, user, ns string) error {
+	sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: user,
+		ResourceAttributes: &authv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}}}
+	for {
+		r, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err == nil && r.Status.Allowed {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the Role bound to %s in %s is not in force: %w (last review: %v)", user, ns, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 var namespaces atomic.Int64 // the test namespaces Parallel made
