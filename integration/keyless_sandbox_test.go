@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/engine"
+	"github.com/outposthq/outpost/internal/isolate"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 	"github.com/outposthq/outpost/providers/local"
+	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox/driver"
 )
@@ -86,26 +88,30 @@ func TestKeylessDocker(t *testing.T) {
 
 // TestKeylessSSH: claude, codex and copilot on the real sshd, bootstrapped there.
 // The turn's base URL is the gateway's address at the end of the ssh
-// connection's remote forward: no relay is needed for the model calls
-// (the fake listens on the host's loopback only). Egress is open by
-// default and unenforced when gateway egress is asked for.
+// connection's tunnel: no relay is needed for the model calls (the fake
+// listens on the host's loopback only). In namespaces (the default where
+// the host's bubblewrap works, as on the test host) egress is the
+// gateway by default and enforced: the tunnel is a forwarded Unix socket
+// bound into the lease's network namespace. With isolation=none egress is
+// open by default and unenforced when gateway egress is asked for.
 func TestKeylessSSH(t *testing.T) {
 	t.Parallel()
 	srv := sshtest.Shared(t)
 	for _, tt := range []struct {
-		cli    int // index in keylessCLIs
-		egress string
-		want   string
+		cli       int // index in keylessCLIs
+		isolation string
+		egress    string
+		want      string
 	}{
-		{0, "", engine.EgressOpen},
-		{1, engine.EgressGateway, engine.EgressUnenforced},
-		{2, "", engine.EgressOpen},
+		{0, isolate.Auto, "", engine.EgressGateway},
+		{1, isolate.None, engine.EgressGateway, engine.EgressUnenforced},
+		{2, isolate.None, "", engine.EgressOpen},
 	} {
 		c := keylessCLIs[tt.cli]
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.path(t)
-			p := sshProvider(t, srv)
+			p := sshProvider(t, srv, func(o *sshp.Options) { o.Isolation = tt.isolation })
 			key, probe := testenv.KeylessProbe(t)
 			environ, fake := c.start(t, probe, key)
 			environ = append(inSandbox(environ), "PATH=/usr/local/bin:/usr/bin:/bin")

@@ -11,6 +11,7 @@ import (
 	"github.com/outposthq/outpost/bootstrap"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/engine"
+	"github.com/outposthq/outpost/internal/isolate"
 	"github.com/outposthq/outpost/internal/testenv"
 	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
@@ -129,6 +130,9 @@ func BenchmarkSSHLease(b *testing.B) {
 //     session file into a filesystem store, the workspace copied back,
 //     the lease removed.
 //   - outpost-new-connection: the same with a new provider each turn.
+//   - outpost-isolation-none: outpost's turn with isolation=none: the
+//     agent runs as the host's user, not in bubblewrap's namespaces
+//     (outpost is isolation=auto, namespaces on the test host).
 func BenchmarkSSHEchoTurn(b *testing.B) {
 	needSSHClient(b)
 	srv := sshtest.Shared(b)
@@ -161,6 +165,12 @@ func BenchmarkSSHEchoTurn(b *testing.B) {
 			b.StopTimer()
 			p.Close()
 			b.StartTimer()
+		}
+	})
+	plain := sshProvider(b, srv, func(o *sshp.Options) { o.Isolation = isolate.None })
+	b.Run("outpost-isolation-none", func(b *testing.B) {
+		for b.Loop() {
+			turn(b, plain)
 		}
 	})
 }

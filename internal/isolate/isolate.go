@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -129,12 +131,13 @@ type Forward struct {
 // Spec is what an isolated process sees. Paths are the host's and appear
 // at the same place inside.
 type Spec struct {
-	Home    string   // the lease's home: writable
-	Workdir string   // the workspace: writable
-	Hide    []string // directories under Workdir replaced by an empty tmpfs (.outpost)
-	RO, RW  []string // extra paths, read-only and writable
-	Shown   []string // more read-only paths (the program's tree, PATH's directories)
-	Exists  func(string) bool
+	Home    string            // the lease's home: writable
+	Workdir string            // the workspace: writable
+	Hide    []string          // directories under Workdir replaced by an empty tmpfs (.outpost)
+	RO, RW  []string          // extra paths, read-only and writable
+	Shown   []string          // more read-only paths (the program's tree, PATH's directories: Show)
+	Hidden  []string          // never shown by Show (the user's home, the leases' directory, the root)
+	Exists  func(string) bool `json:"-"`
 	// Net keeps the host's network; otherwise the process has loopback
 	// only and Forwards run through Shim.
 	Net      bool
@@ -235,4 +238,94 @@ func CheckPaths(paths []string, hidden ...string) error {
 		}
 	}
 	return nil
+}
+
+// Show adds to s.Shown what a program needs to run, read-only: the
+// directories of pathEnv (its PATH) and the program's tree (the npm
+// prefix of a program under node_modules, the parent of a bin directory,
+// else the program itself), for path and the file its symlinks lead to.
+// Nothing that holds one of s.Hidden is shown, nor what is visible anyway.
+func (s *Spec) Show(path, pathEnv string) {
+	for _, d := range filepath.SplitList(pathEnv) {
+		s.show(filepath.Clean(d))
+	}
+	progs := []string{path}
+	if real, err := filepath.EvalSymlinks(path); err == nil && real != path {
+		progs = append(progs, real)
+	}
+	for _, p := range progs {
+		d := filepath.Dir(p)
+		if pkg, _, ok := strings.Cut(p, "/node_modules/"); ok && filepath.IsAbs(pkg) && !s.holdsHidden(pkg) {
+			s.show(pkg) // an npm prefix: the program beside its packages
+		} else if filepath.Base(d) == "bin" && !s.holdsHidden(filepath.Dir(d)) {
+			s.show(filepath.Dir(d)) // a tree: bin/prog beside its lib/
+		} else if !s.Visible(d) {
+			s.show(p)
+		}
+	}
+}
+
+func (s *Spec) show(d string) {
+	if d == "" || !filepath.IsAbs(d) || s.Visible(d) || s.holdsHidden(d) {
+		return
+	}
+	for _, v := range s.Shown {
+		if under(d, v) {
+			return
+		}
+	}
+	s.Shown = append(s.Shown, d)
+}
+
+// Visible reports whether d is shown anyway: the system's directories,
+// the workspace, the home, the extra paths (and not in a hidden part of
+// the workspace).
+func (s *Spec) Visible(d string) bool {
+	for _, list := range [][]string{System, {s.Workdir, s.Home}, s.RO, s.RW} {
+		for _, v := range list {
+			if v != "" && under(d, v) && !slices.ContainsFunc(s.Hide, func(h string) bool { return under(d, h) }) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// holdsHidden reports whether showing d would show one of s.Hidden.
+func (s *Spec) holdsHidden(d string) bool {
+	for _, h := range s.Hidden {
+		if h != "" && under(h, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// InnerSession returns the host pid of the session bubblewrap made for
+// the process whose outer bwrap is pid (--new-session): bwrap's one child,
+// the PID namespace's init, leads it, and the program and its children
+// are in its group. 0 when it is not (or no longer) there, or off Linux.
+func InnerSession(pid int) int {
+	p := strconv.Itoa(pid)
+	b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 1 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
+}
+
+// IsBwrap reports whether the process pid runs bubblewrap (its command's
+// name), as a program under the exec shim does on an isolated host.
+func IsBwrap(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	argv0, _, _ := bytes.Cut(b, []byte{0})
+	return filepath.Base(string(argv0)) == "bwrap"
 }

@@ -46,6 +46,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/outposthq/outpost/internal/isolate"
 	"github.com/outposthq/outpost/internal/lookpath"
 	"io"
 	"io/fs"
@@ -116,6 +117,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return signalMain(args[1:], stderr)
 	case "lookpath":
 		return lookpathMain(args[1:], stdout, stderr)
+	case ProbeMode:
+		return probeMain(args[1:], stdout, stderr)
 	case "snapshot":
 		return snapshotMain(args[1:], stdout, stderr)
 	case "sum":
@@ -191,6 +194,7 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 	withStdin := fl.Bool("stdin", false, "give the program the shim's stdin")
 	envStdin := fl.Bool("env-stdin", false, "read the program's environment from the first line of stdin")
 	specStdin := fl.Bool("spec-stdin", false, "read the whole launch request from stdin (a spare shim)")
+	isolated := fl.String("isolate", "", "run the program in bubblewrap (base64 JSON of Isolation)")
 	if err := fl.Parse(args); err != nil || (fl.NArg() == 0) != *specStdin {
 		fmt.Fprintln(stderr, "usage: outpost sandbox-shim exec --token=T --run=DIR --dir=DIR [--stdin] -- PROGRAM [ARG...]")
 		fmt.Fprintln(stderr, "       outpost sandbox-shim exec --spec-stdin --token=T --run=DIR")
@@ -233,6 +237,13 @@ func execMain(args []string, stdout, stderr io.Writer) int {
 		}
 		l = launch{dir: *dir, stdin: *withStdin, program: fl.Arg(0), args: fl.Args()[1:], env: env}
 	}
+	if *isolated != "" {
+		iso, err := DecodeIsolation(*isolated)
+		if err != nil {
+			return fail(resultError, ExitCannot, "--isolate: %v", err)
+		}
+		l.iso = &iso
+	}
 	return l.run(*token, *runDir, sigs, stdout, stderr, fail)
 }
 
@@ -243,6 +254,7 @@ type launch struct {
 	program string
 	args    []string
 	env     []string
+	iso     *Isolation // run the program in bubblewrap
 }
 
 func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io.Writer, fail func(string, int, string, ...any) int) int {
@@ -263,6 +275,14 @@ func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io
 	}
 	cmd := exec.Command(path, l.args...)
 	cmd.Args[0] = l.program
+	if l.iso != nil {
+		// bubblewrap passes a death of its program by signal n on as the
+		// exit status 128+n: so it is reported, as on local's isolated
+		// leases.
+		if cmd, err = l.iso.command(path, l.args, l.dir, lookupEnv(l.env, "PATH")); err != nil {
+			return fail(resultError, ExitCannot, "%v", err)
+		}
+	}
 	cmd.Env = l.env
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if l.stdin {
@@ -285,7 +305,7 @@ func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io
 		for {
 			select {
 			case s := <-sigs:
-				_ = syscall.Kill(-pgid, s.(syscall.Signal))
+				_ = syscall.Kill(-target(pgid, l.iso != nil), s.(syscall.Signal))
 			case <-done:
 				return
 			}
@@ -360,6 +380,9 @@ func signalMain(args []string, stderr io.Writer) int {
 		return 0 // the shim has exited (and killed its group)
 	}
 	child := childOf(*pid)
+	if sig == syscall.SIGTERM && child != 0 && isolate.IsBwrap(child) {
+		child = target(child, true)
+	}
 	if child == 0 {
 		// The program has not started yet, or has ended and the shim is
 		// finishing: the shim handles the signal itself.

@@ -90,10 +90,9 @@ func splitPaths(s string) []string {
 // isolated is what a lease's processes see (isolate.Spec) and the tunnels
 // they reach the host through.
 type isolated struct {
-	bwrap  string
-	spec   isolate.Spec // without Shown and Forwards, filled in per process
-	hidden []string     // never shown through PATH or a program's tree
-	shim   func(ctx context.Context) (string, error)
+	bwrap string
+	spec  isolate.Spec // without Shown and Forwards, filled in per process
+	shim  func(ctx context.Context) (string, error)
 
 	mu       sync.Mutex
 	forwards map[*sockListener]isolate.Forward
@@ -124,7 +123,8 @@ func (p *Provider) newIsolated(iso Isolation, home, wd string, opts driver.Optio
 			spec.RO = append(spec.RO, src)
 		}
 	}
-	return &isolated{bwrap: iso.Bwrap, spec: spec, hidden: []string{userHome, p.base, "/"}, shim: p.shim, forwards: map[*sockListener]isolate.Forward{}}
+	spec.Hidden = []string{userHome, p.base, "/"}
+	return &isolated{bwrap: iso.Bwrap, spec: spec, shim: p.shim, forwards: map[*sockListener]isolate.Forward{}}
 }
 
 // args are bwrap's arguments for one process: the program's tree and the
@@ -133,34 +133,7 @@ func (p *Provider) newIsolated(iso Isolation, home, wd string, opts driver.Optio
 // cached build another outpost's build replaced).
 func (i *isolated) args(ctx context.Context, path string, args []string, dir, pathEnv string) ([]string, error) {
 	spec := i.spec
-	show := func(d string) {
-		if d == "" || !filepath.IsAbs(d) || i.visible(d) || i.holdsHidden(d) {
-			return
-		}
-		for _, s := range spec.Shown {
-			if isolate.Under(d, s) {
-				return
-			}
-		}
-		spec.Shown = append(spec.Shown, d)
-	}
-	for _, d := range filepath.SplitList(pathEnv) {
-		show(filepath.Clean(d))
-	}
-	progs := []string{path}
-	if real, err := filepath.EvalSymlinks(path); err == nil && real != path {
-		progs = append(progs, real)
-	}
-	for _, p := range progs {
-		d := filepath.Dir(p)
-		if pkg, _, ok := strings.Cut(p, "/node_modules/"); ok && filepath.IsAbs(pkg) && !i.holdsHidden(pkg) {
-			show(pkg) // an npm prefix: the program beside its packages
-		} else if filepath.Base(d) == "bin" && !i.holdsHidden(filepath.Dir(d)) {
-			show(filepath.Dir(d)) // a tree: bin/prog beside its lib/
-		} else if !i.visible(d) {
-			show(p)
-		}
-	}
+	spec.Show(path, pathEnv)
 	i.mu.Lock()
 	for _, f := range i.forwards {
 		spec.Forwards = append(spec.Forwards, f)
@@ -175,28 +148,6 @@ func (i *isolated) args(ctx context.Context, path string, args []string, dir, pa
 		spec.Shim = shim
 	}
 	return spec.Args(path, args, dir), nil
-}
-
-// visible reports whether d is shown anyway (the system's directories,
-// the workspace, the home, the extra paths).
-func (i *isolated) visible(d string) bool {
-	for _, v := range slices.Concat(isolate.System, []string{i.spec.Workdir, i.spec.Home}, i.spec.RO, i.spec.RW) {
-		if isolate.Under(d, v) && !slices.ContainsFunc(i.spec.Hide, func(h string) bool { return isolate.Under(d, h) }) {
-			return true
-		}
-	}
-	return false
-}
-
-// holdsHidden reports whether showing d would show what isolation hides
-// (the user's home, the leases' directory, the root).
-func (i *isolated) holdsHidden(d string) bool {
-	for _, h := range i.hidden {
-		if h != "" && isolate.Under(h, d) {
-			return true
-		}
-	}
-	return false
 }
 
 // tunnelPort is the first loopback port of a lease's tunnels inside its

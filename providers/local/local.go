@@ -489,7 +489,7 @@ func (p *process) Signal(s driver.Signal) error {
 		// SIGTERM to bwrap would end it, and its namespace with a
 		// SIGKILL (--die-with-parent): the program's group gets it, as
 		// on the host. Not yet started: bwrap's group.
-		if g := innerSession(p.group.PGID); g > 0 {
+		if g := isolate.InnerSession(p.group.PGID); g > 0 {
 			target = -g
 		}
 	}

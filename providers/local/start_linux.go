@@ -1,11 +1,8 @@
 package local
 
 import (
-	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 )
@@ -34,32 +31,4 @@ func start(cmd *exec.Cmd) error {
 	done := make(chan error, 1)
 	forker() <- func() { done <- cmd.Start() }
 	return <-done
-}
-
-// innerSession returns the host pid of the session bubblewrap made for
-// the process whose outer bwrap is pid (--new-session): bwrap's one child,
-// the PID namespace's init, leads it, and the program and its children
-// are in its group. 0 when it is not (or no longer) there.
-func innerSession(pid int) int {
-	if c := children(pid); len(c) == 1 {
-		return c[0]
-	}
-	return 0
-}
-
-// children are the pids of pid's children (Linux's
-// /proc/PID/task/PID/children).
-func children(pid int) []int {
-	p := strconv.Itoa(pid)
-	b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
-		}
-	}
-	return out
 }

@@ -14,6 +14,3 @@ func start(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd.Start()
 }
-
-// innerSession: no bubblewrap here.
-func innerSession(int) int { return 0 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -38,7 +39,11 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	}
 	token := shim.Token()
 	t := &session{s: s, sess: sess, stdin: stdin, path: req.Path, env: shim.EnvLine(req.Env), keep: req.Stdin}
-	t.cmd = "exec " + command(shim.RemoteExecArgs(s.c.remote.binary, token, s.runDir, dir, req.Stdin, req.Path, req.Args)...)
+	argv := shim.RemoteExecArgs(s.c.remote.binary, token, s.runDir, dir, req.Stdin, req.Path, req.Args)
+	if s.iso != nil {
+		argv = slices.Insert(argv, 3, s.iso.arg())
+	}
+	t.cmd = "exec " + command(argv...)
 	x := shim.Exec{Name: "ssh", ID: s.id, Binary: s.c.remote.binary, RunDir: s.runDir, Token: token, Path: req.Path, Gone: driver.ErrDisconnected}
 	if req.Stdin {
 		x.Stdin = stdin

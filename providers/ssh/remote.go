@@ -26,6 +26,9 @@ type remote struct {
 	env    map[string]string // the allowlisted login environment
 	binary string            // outpost's static binary on the host
 	binDir string            // its directory (leads PATH)
+	home   string            // the login user's home
+	bwrap  string            // bubblewrap's path, when it isolates here (isolation.go)
+	noIso  string            // why not, when the setting is not none
 }
 
 // shq quotes s for a POSIX shell.
@@ -122,6 +125,7 @@ printf 'arch=%s\n' "$(uname -m)"
 printf 'os=%s\n' "$(uname -s)"
 printf 'boot=%s\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
 printf 'tar=%s\n' "$(command -v tar)"
+printf 'home=%s\n' "$HOME"
 for d in "$R"/bin/*/outpost; do [ -x "$d" ] && printf 'bin=%s\n' "$d"; done
 `)
 	for _, v := range Allowlist {
@@ -167,6 +171,8 @@ func (p *Provider) prepare(ctx context.Context, c *conn) error {
 			}
 		case k == "bin":
 			bins = append(bins, v)
+		case k == "home":
+			r.home = v
 		case strings.HasPrefix(k, "env."):
 			r.env[strings.TrimPrefix(k, "env.")] = v
 		}
@@ -196,6 +202,9 @@ func (p *Provider) prepare(ctx context.Context, c *conn) error {
 		if err := upload(ctx, c, bin, r, sum); err != nil {
 			return err
 		}
+	}
+	if err := p.probeIsolation(ctx, c, &r); err != nil {
+		return err
 	}
 	c.remote = r
 	return nil

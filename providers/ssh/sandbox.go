@@ -57,6 +57,7 @@ type Sandbox struct {
 	mirrorMu  sync.Mutex
 	mirrorErr error // why the last HostPath could not show a directory
 
+	iso     *isolated // nil: processes run as the host's user (isolation.go)
 	closing atomic.Bool
 	tunnels tunnels // remote port forwards (tunnel.go), ended by Close
 	wsMu    sync.Mutex
@@ -100,6 +101,9 @@ func (p *Provider) Open(ctx context.Context, opts driver.Options) (driver.Sandbo
 	s.layout(c.remote, opts)
 	if err := s.make(ctx, opts.Labels); err != nil {
 		return nil, err
+	}
+	if c.remote.bwrap != "" {
+		s.iso = s.newIsolated(c.remote, opts.Egress)
 	}
 	return s, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/internal/isolate"
 	"github.com/outposthq/outpost/sandbox/driver"
 	"github.com/outposthq/outpost/sandbox/driver/settings"
 )
@@ -112,6 +113,14 @@ type Options struct {
 	// Environ is the local environment ($HOME, $USER, $SSH_AUTH_SOCK are
 	// read from it). Default: os.Environ().
 	Environ []string
+	// Isolation runs every process of a lease in bubblewrap's namespaces
+	// on the host (isolate.Namespaces), never (isolate.None), or where
+	// the host's bwrap works, else without with a degraded notice
+	// (isolate.Auto, the default). See isolation.go.
+	Isolation string
+	// Bwrap is bubblewrap's path on the host; "" finds bwrap on the
+	// login PATH.
+	Bwrap string
 }
 
 // Settings declares the keys sandbox.Open("ssh", settings) accepts
@@ -130,6 +139,9 @@ var Settings = settings.Set{Provider: "ssh", Keys: []settings.Key{
 	settings.StartTimeout.With(DefaultStartTimeout.String(), "connecting, the SSH handshake and authentication"),
 	{Name: "keepalive", Kind: settings.Duration, None: true, Default: DefaultKeepAlive.String(), Doc: "interval of keepalive requests; three intervals in a row with a keepalive unanswered and nothing else from the server close the connection"},
 	settings.Binary.With("", "for the remote host's architecture; copied once per host, by digest"),
+	{Name: "isolation", Kind: settings.Enum, Values: []string{isolate.Auto, isolate.Namespaces, isolate.None}, Default: isolate.Auto,
+		Doc: "namespaces: every process in bubblewrap's namespaces on the host (as the local provider's); none: processes as the host's user; auto: namespaces where the host's bwrap works, else none with a degraded notice"},
+	{Name: "bwrap", Kind: settings.String, Doc: "bubblewrap's path on the host (default: `bwrap` on the login PATH)"},
 }}
 
 func init() { driver.Register("ssh", driver.NewFactory(ParseSettings, New)) }
@@ -144,6 +156,7 @@ func options(v settings.Values) (*Options, error) {
 		Agent: v.Bool("agent"), KnownHosts: v.String("known_hosts"), Config: v.String("config"), Root: v.String("root"),
 		Workspace: WorkspaceMode(v.String("workspace")), Workdir: v.String("workdir"),
 		StartTimeout: v.Duration("start_timeout"), KeepAlive: v.Duration("keepalive"), Binary: v.String("binary"),
+		Isolation: v.String("isolation"), Bwrap: v.String("bwrap"),
 	}, nil
 }
 
@@ -186,6 +199,9 @@ func New(opts *Options) (*Provider, error) {
 	if o.KeepAlive == 0 {
 		o.KeepAlive = DefaultKeepAlive
 	}
+	if o.Isolation == "" {
+		o.Isolation = isolate.Auto
+	}
 	cfgErr := func(format string, a ...any) error {
 		return outpost.Errorf(outpost.Configuration, "sandbox", "ssh: "+format, a...)
 	}
@@ -200,6 +216,14 @@ func New(opts *Options) (*Provider, error) {
 		}
 	default:
 		return nil, cfgErr("unknown workspace mode %q (copy, remote)", o.Workspace)
+	}
+	switch o.Isolation {
+	case isolate.Auto, isolate.Namespaces, isolate.None:
+	default:
+		return nil, cfgErr("unknown isolation %q (auto, namespaces, none)", o.Isolation)
+	}
+	if o.Bwrap != "" && (!filepath.IsAbs(o.Bwrap) || strings.ContainsAny(o.Bwrap, "\x00\n")) {
+		return nil, cfgErr("bwrap %q must be an absolute path on the host", o.Bwrap)
 	}
 	if !strings.HasPrefix(o.Root, "~/") && !filepath.IsAbs(o.Root) || strings.ContainsAny(o.Root, "\x00\n") {
 		return nil, cfgErr("root %q must be absolute or start with ~/", o.Root)
@@ -224,11 +248,17 @@ var Allowlist = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "US
 
 // Capabilities: the sandbox is on another machine (isolated from the
 // caller's), host files may be copied into its private home, stdin is
-// live, and leases keep their state between turns.
+// live, and leases keep their state between turns. In namespaces on the
+// host (isolation.go) egress is enforced; without, a remote host's
+// network is its own: EgressGateway runs as EgressOpen there, reported
+// unenforced. With isolation=auto, telling which connects to the host.
 func (p *Provider) Capabilities() driver.Capabilities {
-	// Egress stays false: a remote host's network is its own; EgressGateway
-	// runs as EgressOpen there, reported unenforced.
-	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Isolation: driver.IsolationNone}
+	active, _ := p.isolationState()
+	mode := driver.IsolationNone
+	if active {
+		mode = driver.IsolationNamespaces
+	}
+	return driver.Capabilities{HostFiles: true, Isolated: true, Stdin: true, Persistent: true, FixedEnv: driver.HomeVars(), Egress: active, Isolation: mode}
 }
 
 // Options returns the provider's options, defaults applied.

@@ -31,6 +31,9 @@ func (s *Sandbox) Tunnel(ctx context.Context) (string, net.Listener, error) {
 	if c.dead() {
 		return "", nil, fmt.Errorf("ssh: tunnel: %w", driver.ErrDisconnected)
 	}
+	if s.iso != nil && !s.iso.spec.Net {
+		return s.sockTunnel(ctx, c)
+	}
 	type result struct {
 		ln  net.Listener
 		err error

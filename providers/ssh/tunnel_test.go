@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/outposthq/outpost/internal/isolate"
 	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
 	"github.com/outposthq/outpost/sandbox/driver"
@@ -38,11 +39,11 @@ func openTunnel(t *testing.T, p *sshp.Provider) string {
 // connection, no process on the host.
 func TestTunnel(t *testing.T) {
 	srv := sshtest.Shared(t)
-	newProvider := func(t *testing.T) driver.Provider { return sshtest.Provider(t, srv) }
+	newProvider := func(t *testing.T) driver.Provider { return sshtest.Provider(t, srv, isolation(isolate.None)) }
 	sandboxtest.RunTunnelTests(t, sandboxtest.Harness{NewProvider: newProvider})
-	p := sshtest.Provider(t, srv)
+	p := sshtest.Provider(t, srv, isolation(isolate.None))
 	if p.Capabilities().Egress {
-		t.Error("Capabilities.Egress is true: a remote host's network is not enforced")
+		t.Error("Capabilities.Egress is true: a remote host's network is not enforced without namespaces")
 	}
 	openTunnel(t, p)
 	if ps := execTunnels(t, srv); ps != "" {

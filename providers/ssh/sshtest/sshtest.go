@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 	"golang.org/x/crypto/ssh"
@@ -169,6 +170,15 @@ func StartImage(ctx context.Context, image string) (*Server, error) {
 		},
 		Labels:     map[string]string{Label: strconv.Itoa(os.Getpid())},
 		WaitingFor: wait.ForLog("Server listening on").WithStartupTimeout(60 * time.Second),
+		// bubblewrap in the container (the provider's isolation) makes
+		// user, PID and network namespaces and mounts /proc: Docker's
+		// seccomp profile refuses the first, its masked /proc the last.
+		HostConfigModifier: func(hc *container.HostConfig) {
+			// (The API's form of --security-opt systempaths=unconfined is
+			// empty lists of masked and read-only paths.)
+			hc.SecurityOpt = append(hc.SecurityOpt, "seccomp=unconfined", "apparmor=unconfined")
+			hc.MaskedPaths, hc.ReadonlyPaths = []string{}, []string{}
+		},
 	}
 	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{ContainerRequest: req, Started: true})
 	s.c = c
