@@ -1,5 +1,6 @@
 // Package isolate builds the bubblewrap (bwrap) command line that runs a
-// process of a sandbox on the host (local; ssh hosts later) in namespaces
+// process of a sandbox on the host (local, and an ssh host through the
+// exec shim's --isolate) in namespaces
 // of its own: a filesystem of the system's directories read-only, the
 // lease's home and the workspace writable, a private /tmp, /proc and /dev,
 // and nothing else of the host's; a private PID namespace; the host's
