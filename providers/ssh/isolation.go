@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/outposthq/outpost/internal/isolate"
 	"github.com/outposthq/outpost/internal/shim"
@@ -65,10 +66,22 @@ func (p *Provider) isolationState() (active bool, why string) {
 	case isolate.Namespaces:
 		return true, ""
 	}
+	// A host that could not be reached is not dialled again for each
+	// question within the start timeout (a turn asks more than once
+	// before its lease fails with the connection's error).
+	p.isoMu.Lock()
+	failed, why := p.isoFailed, p.isoWhy
+	p.isoMu.Unlock()
+	if !failed.IsZero() && time.Since(failed) < p.opts.StartTimeout {
+		return false, why
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.StartTimeout)
 	defer cancel()
 	c, err := p.connect(ctx)
 	if err != nil {
+		p.isoMu.Lock()
+		p.isoFailed, p.isoWhy = time.Now(), err.Error()
+		p.isoMu.Unlock()
 		return false, err.Error()
 	}
 	return c.remote.bwrap != "", c.remote.noIso

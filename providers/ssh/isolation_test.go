@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +207,30 @@ func TestIsolationUnavailable(t *testing.T) {
 	}
 	if _, err := sshp.New(&sshp.Options{Host: "h", Isolation: "maybe", Config: "none"}); outpost.CodeOf(err) != outpost.Configuration {
 		t.Errorf("isolation=maybe: %v", err)
+	}
+}
+
+// TestIsolationUnreachableHost: with isolation=auto, asking a provider
+// whose host cannot be reached what it isolates answers "none" (its
+// leases then fail with the connection's error), and says why.
+func TestIsolationUnreachableHost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	p, err := sshp.New(&sshp.Options{Host: addr, Config: "none", KnownHosts: filepath.Join(t.TempDir(), "known_hosts"), Identity: filepath.Join(t.TempDir(), "none"), StartTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for range 2 {
+		if c := p.Capabilities(); c.Isolation != driver.IsolationNone || c.Egress {
+			t.Errorf("Capabilities() = %+v", c)
+		}
+	}
+	if note := p.IsolationNote(); !strings.Contains(note, "NOT ISOLATED") {
+		t.Errorf("IsolationNote() = %q", note)
 	}
 }

@@ -174,6 +174,10 @@ type Provider struct {
 
 	treeMu sync.Mutex
 	trees  map[string]*sync.Mutex // by tree name: one mirror at a time
+
+	isoMu     sync.Mutex
+	isoFailed time.Time // when isolationState last failed to connect
+	isoWhy    string
 }
 
 // New returns an ssh provider. It checks the options and resolves the
