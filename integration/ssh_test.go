@@ -15,6 +15,7 @@ import (
 
 	"github.com/outposthq/outpost"
 	"github.com/outposthq/outpost/bootstrap"
+	"github.com/outposthq/outpost/cmd/outpost/cli"
 	"github.com/outposthq/outpost/conversation"
 	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/harness"
@@ -307,3 +308,35 @@ func TestSSHHostGoneMidTurn(t *testing.T) {
 }
 
 var _ = strconv.Itoa
+
+// TestSSHDoctorIsolation: `outpost doctor --sandbox ssh` says how the
+// host's leases run: in bubblewrap's namespaces on the test host (it has
+// bubblewrap), as the host's user with isolation=none, and, in capitals
+// with a fix, why isolation=auto runs without them where bwrap is not.
+func TestSSHDoctorIsolation(t *testing.T) {
+	t.Parallel()
+	srv := sshtest.Shared(t)
+	set := sshSettings(t, srv)
+	for _, c := range []struct {
+		extra  []string
+		status string
+		want   string
+	}{
+		{nil, "ok", "namespaces on the host"},
+		{[]string{"--set", "isolation=none"}, "info", "isolation=none"},
+		{[]string{"--set", "bwrap=/nonexistent/bwrap"}, "warn", "NOT ISOLATED"},
+	} {
+		args := append(append([]string{"doctor", "--sandbox", "ssh", "--json"}, set...), c.extra...)
+		_, out, errOut := runOutpost(t, t.TempDir(), t.TempDir(), args...)
+		var got *cli.DoctorCheck
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var ch cli.DoctorCheck
+			if json.Unmarshal([]byte(line), &ch) == nil && ch.Check == "isolation" {
+				got = &ch
+			}
+		}
+		if got == nil || got.Status != c.status || !strings.Contains(got.Message, c.want) {
+			t.Errorf("doctor %v: isolation check %+v\n%s%s", c.extra, got, out, errOut)
+		}
+	}
+}

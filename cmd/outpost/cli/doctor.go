@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/outposthq/outpost/internal/isolate"
+	"github.com/outposthq/outpost/sandbox/driver"
 	"net"
 	"net/http"
 	"os"
@@ -43,7 +44,7 @@ const (
 // --json output before the result line.
 type DoctorCheck struct {
 	Type  string `json:"type"`  // "check"
-	Check string `json:"check"` // store, serve, docker, bubblewrap, key, cli
+	Check string `json:"check"` // store, serve, docker, bubblewrap, isolation (ssh), key, cli
 	Agent string `json:"agent,omitempty"`
 	// Status is DoctorOK, DoctorInfo, DoctorWarn or DoctorFail.
 	Status  string `json:"status"`
@@ -117,7 +118,9 @@ func (a *app) doctor(ctx context.Context, f doctorFlags) error {
 	if err != nil {
 		return err
 	}
-	hostFiles := provider.Capabilities().HostFiles
+	caps := provider.Capabilities()
+	hostFiles := caps.HostFiles
+	remoteIso, hasRemoteIso := checkRemoteIsolation(f.sandbox, provider, caps)
 	provider.Close()
 	agents := server.Agents(&server.AgentsOptions{Dir: declarative.Dir(nil)})
 	for _, n := range f.agents {
@@ -127,6 +130,9 @@ func (a *app) doctor(ctx context.Context, f doctorFlags) error {
 	}
 
 	checks := []DoctorCheck{a.checkStore(ctx), checkServe(ctx, f.dockerTO), checkDocker(ctx, settings["host"], f.sandbox == "docker", f.dockerTO), checkBubblewrap(localIsolation(f.sandbox, settings))}
+	if hasRemoteIso {
+		checks = append(checks, remoteIso)
+	}
 	for _, ag := range agents {
 		matters := slices.Contains(f.agents, ag.Name)
 		checks = append(checks, checkKey(ag, f, hostFiles, matters), checkCLI(ag))
@@ -365,6 +371,31 @@ func checkBubblewrap(mode string) DoctorCheck {
 	c.Message = "LOCAL TURNS ARE NOT ISOLATED: bwrap is not on the PATH, so local leases cannot run isolated and isolation=auto runs them on the host (they read what your user can read; egress unenforced); Codex's own sandbox for its commands needs it too on the local sandbox"
 	c.Fix = "install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), or say --set isolation=none to run on the host knowingly"
 	return c
+}
+
+// checkRemoteIsolation says how the leases of a provider other than
+// local that may isolate them (driver.IsolationNoter: ssh, bubblewrap on
+// the host) run: in namespaces, as asked without, or, in capitals, why
+// isolation=auto runs them without. false for the other providers (local
+// has checkBubblewrap; docker and kubernetes isolate by container).
+func checkRemoteIsolation(sandbox string, p driver.Provider, caps driver.Capabilities) (DoctorCheck, bool) {
+	n, ok := p.(driver.IsolationNoter)
+	if !ok || sandbox == "local" {
+		return DoctorCheck{}, false
+	}
+	c := DoctorCheck{Type: "check", Check: "isolation"}
+	note := n.IsolationNote()
+	switch {
+	case caps.Isolation == driver.IsolationNamespaces:
+		c.Status, c.Message = DoctorOK, sandbox+" leases run in bubblewrap's namespaces on the host, egress gateway enforced"
+	case note != "":
+		c.Status, c.Code = DoctorWarn, string(outpost.Configuration)
+		c.Message = "NOT ISOLATED: " + strings.TrimPrefix(note, "NOT ISOLATED: ")
+		c.Fix = "install bubblewrap on the host and allow unprivileged user namespaces there, or say --set isolation=none to run as the host's user knowingly"
+	default:
+		c.Status, c.Message = DoctorInfo, sandbox+" leases run as the host's user (isolation=none, as asked; egress unenforced)"
+	}
+	return c, true
 }
 
 // checkKey runs the preflight (engine.Preflight) of one preset: which
