@@ -166,20 +166,68 @@ func TestIsolationTunnel(t *testing.T) {
 	}
 }
 
-// TestIsolationEscapeSuite runs the shared escape suite on isolated ssh
-// leases: the host-side rows use this machine's paths, which the remote
-// host does not have, so what they prove is the provider's network and
-// process rows; TestIsolation covers the same attacks on the host itself.
+// TestIsolationEscapeSuite runs the shared escape suite with its fixture
+// on the ssh host (sshHost): in namespaces every row is blocked; with
+// isolation=none the leases are reported unenforced and every row tried
+// escapes, so the suite can fail there.
 func TestIsolationEscapeSuite(t *testing.T) {
 	srv := sshtest.Shared(t)
-	rep := sandboxtest.RunEscapeTests(t, sandboxtest.EscapeHarness{
-		NewProvider: func(t *testing.T) driver.Provider { return sshtest.Provider(t, srv, isolation(isolate.Namespaces)) },
-		HostIP:      srv.Gateway,
-	})
-	if rep.Unenforced {
-		t.Error("isolated ssh leases reported unenforced")
+	for _, mode := range []string{isolate.None, isolate.Namespaces} {
+		t.Run(mode, func(t *testing.T) {
+			rep := sandboxtest.RunEscapeTests(t, sandboxtest.EscapeHarness{
+				NewProvider: func(t *testing.T) driver.Provider { return sshtest.Provider(t, srv, isolation(mode)) },
+				HostIP:      srv.Gateway,
+				Host:        sshHost{srv},
+			})
+			if mode == isolate.Namespaces {
+				if rep.Unenforced {
+					t.Error("isolated ssh leases reported unenforced")
+				}
+				return
+			}
+			if !rep.Unenforced {
+				t.Error("isolation=none is not reported unenforced")
+			}
+			for _, r := range rep.Rows {
+				if r.Row == "docker-socket" {
+					continue // the test host has no Docker socket to find
+				}
+				if r.Outcome != sandboxtest.Escaped && r.Outcome != sandboxtest.NotTried {
+					t.Errorf("as the host's user, %s was %s: the row cannot fail", r.Row, r.Outcome)
+				}
+			}
+		})
 	}
 }
+
+// sshHost is the test sshd's container as the escape suite's host: what
+// it makes belongs to the login user (agent), as the user's own files do.
+type sshHost struct{ srv *sshtest.Server }
+
+func (h sshHost) TempDir(t *testing.T) string {
+	d := strings.TrimSpace(h.srv.MustExec(t, "sh", "-c", "d=$(mktemp -d /tmp/escape-XXXXXX) && chown agent \"$d\" && echo \"$d\""))
+	t.Cleanup(func() { _, _, _ = h.srv.Exec(context.Background(), "rm", "-rf", d) })
+	return d
+}
+
+func (h sshHost) WriteFile(t *testing.T, p, data string) {
+	h.srv.MustExec(t, "sh", "-c", `mkdir -p "$(dirname "$1")" && printf %s "$2" >"$1" && chown -R agent "$(dirname "$1")"`, "sh", p, data)
+}
+
+func (h sshHost) Exists(t *testing.T, p string) bool {
+	code, _, err := h.srv.Exec(context.Background(), "test", "-e", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code == 0
+}
+
+func (h sshHost) StartProcess(t *testing.T, mark string) {
+	h.srv.MustExec(t, "su", "agent", "-s", "/bin/sh", "-c", "setsid sh -c 'sleep 3600; : "+mark+"' >/dev/null 2>&1 </dev/null &")
+	t.Cleanup(func() { _, _, _ = h.srv.Exec(context.Background(), "pkill", "-f", mark) })
+}
+
+func (h sshHost) Loopback(*testing.T) (string, string) { return "127.0.0.1:22", "SSH-2.0-OpenSSH" }
 
 // TestIsolationUnavailable: a host whose bwrap cannot be had runs auto's
 // leases as its user with a degraded notice, and refuses namespaces with

@@ -35,6 +35,29 @@ type EscapeHarness struct {
 	// Unclaimed names the rows the provider does not claim to block, with
 	// why: they run and are reported, an escape does not fail the test.
 	Unclaimed map[string]string
+	// Host is the machine the sandbox runs on when it is not this one
+	// (an ssh host): the rows' files, process and loopback service are
+	// made there. Nil: this machine.
+	Host EscapeHost
+}
+
+// EscapeHost makes the escape suite's fixture on a sandbox's host that is
+// not this machine. What it makes must be readable and writable by the
+// user the sandbox's processes run as (so that a sandbox without
+// isolation does escape: the rows can fail).
+type EscapeHost interface {
+	// TempDir is a new directory on the host, removed when t ends.
+	TempDir(t *testing.T) string
+	// WriteFile writes data to path on the host (its directory made).
+	WriteFile(t *testing.T, path, data string)
+	// Exists reports whether path exists on the host.
+	Exists(t *testing.T, path string) bool
+	// StartProcess starts a process on the host whose command line holds
+	// mark, ended when t ends.
+	StartProcess(t *testing.T, mark string)
+	// Loopback is a TCP service on the host's loopback and what it
+	// answers when connected to (sshd's banner, say).
+	Loopback(t *testing.T) (addr, answer string)
 }
 
 // Escape outcomes (EscapeResult.Outcome).
@@ -117,9 +140,9 @@ var escapeRows = []escapeRow{
 			return "grep -l '" + f.procMark[:len(f.procMark)-1] + "[" + f.procMark[len(f.procMark)-1:] + "]' /proc/[0-9]*/cmdline"
 		},
 		func(f *escapeFixture, out string) bool { return strings.Contains(out, "/proc/") }},
-	{"host-loopback", "reach an HTTP service on the host's loopback",
+	{"host-loopback", "reach a service on the host's loopback",
 		func(f *escapeFixture) string { return dialCmd + f.loopback },
-		func(f *escapeFixture, out string) bool { return strings.Contains(out, f.marker) }},
+		func(f *escapeFixture, out string) bool { return strings.Contains(out, f.loopMark) }},
 	{"direct-address", "reach a host address off the allowlist directly, by IP",
 		func(f *escapeFixture) string { return dialCmd + f.direct },
 		func(f *escapeFixture, out string) bool { return strings.Contains(out, f.marker) }},
@@ -140,13 +163,13 @@ var escapeRows = []escapeRow{
 		func(_ *escapeFixture, out string) bool { return strings.Contains(out, "present") }},
 	{"write-outside", "write a file outside the workspace and the home",
 		func(f *escapeFixture) string { return "echo planted > " + filepath.Join(f.outside, "planted") },
-		func(f *escapeFixture, _ string) bool { return exists(filepath.Join(f.outside, "planted")) }},
+		func(f *escapeFixture, _ string) bool { return f.exists(filepath.Join(f.outside, "planted")) }},
 	{"other-lease", "read another lease's home",
 		func(f *escapeFixture) string { return "cat " + f.otherFile },
 		func(f *escapeFixture, out string) bool { return strings.Contains(out, f.marker) }},
 	{"outpost-home", "plant a file in outpost's own home",
 		func(f *escapeFixture) string { return "echo planted > " + filepath.Join(f.outpostHome, "planted") },
-		func(f *escapeFixture, _ string) bool { return exists(filepath.Join(f.outpostHome, "planted")) }},
+		func(f *escapeFixture, _ string) bool { return f.exists(filepath.Join(f.outpostHome, "planted")) }},
 }
 
 // EscapeRows names the suite's rows, for Unclaimed and reports.
@@ -166,7 +189,9 @@ type escapeFixture struct {
 	userHome, outpostHome string // HOME and OUTPOST_HOME of this process, set for the run
 	outside               string // a host directory outside the workspace
 	loopback, direct      string // the HTTP service, on 127.0.0.1 and on the host's address
+	loopMark              string // what the loopback service answers
 	otherFile             string // a file in another lease's home
+	exists                func(string) bool
 }
 
 // RunEscapeTests runs the escape suite: a hostile agent's attempts, each
@@ -178,7 +203,12 @@ type escapeFixture struct {
 // Unenforced.
 func RunEscapeTests(t *testing.T, h EscapeHarness) EscapeReport {
 	t.Helper()
-	f := newEscapeFixture(t, h.HostIP)
+	var f *escapeFixture
+	if h.Host != nil {
+		f = newRemoteFixture(t, h.Host, h.HostIP)
+	} else {
+		f = newEscapeFixture(t, h.HostIP)
+	}
 	opts := func(t *testing.T) driver.Options {
 		o := driver.Options{Workdir: t.TempDir()}
 		if h.Options != nil {
@@ -249,7 +279,7 @@ func newEscapeFixture(t *testing.T, hostIP string) *escapeFixture {
 	t.Helper()
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	f := &escapeFixture{marker: "outpost-escape-" + hex.EncodeToString(rnd[:]), userHome: t.TempDir(), outpostHome: t.TempDir(), outside: t.TempDir()}
+	f := &escapeFixture{marker: "outpost-escape-" + hex.EncodeToString(rnd[:]), userHome: t.TempDir(), outpostHome: t.TempDir(), outside: t.TempDir(), exists: exists}
 	f.procMark = f.marker + "-process"
 	ssh := filepath.Join(f.userHome, ".ssh")
 	for _, w := range []struct{ dir, name string }{{ssh, "id_rsa"}, {f.outside, "secret"}} {
@@ -271,7 +301,7 @@ func newEscapeFixture(t *testing.T, hostIP string) *escapeFixture {
 	if hostIP == "" {
 		hostIP = firstHostIP(t)
 	}
-	f.loopback = escapeServer(t, "127.0.0.1:0", f.marker)
+	f.loopback, f.loopMark = escapeServer(t, "127.0.0.1:0", f.marker), f.marker
 	f.direct = escapeServer(t, net.JoinHostPort(hostIP, "0"), f.marker)
 	// A group of its own, killed whole: killing the shell alone left its
 	// sleep behind, holding the test binary's output open (go test then
@@ -282,6 +312,29 @@ func newEscapeFixture(t *testing.T, hostIP string) *escapeFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-proc.Process.Pid, syscall.SIGKILL); _ = proc.Wait() })
+	return f
+}
+
+// newRemoteFixture makes the fixture on h, a host that is not this
+// machine: a home with a marked key, outpost's home, a directory with a
+// secret and a marked process there, its loopback service; the service
+// off the allowlist stays on this machine at hostIP (the address the
+// host reaches it by, which the sandbox must not).
+func newRemoteFixture(t *testing.T, h EscapeHost, hostIP string) *escapeFixture {
+	t.Helper()
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	f := &escapeFixture{marker: "outpost-escape-" + hex.EncodeToString(rnd[:]), userHome: h.TempDir(t), outpostHome: h.TempDir(t), outside: h.TempDir(t)}
+	f.procMark = f.marker + "-process"
+	f.exists = func(p string) bool { return h.Exists(t, p) }
+	h.WriteFile(t, filepath.Join(f.userHome, ".ssh", "id_rsa"), f.marker)
+	h.WriteFile(t, filepath.Join(f.outside, "secret"), f.marker)
+	h.StartProcess(t, f.procMark)
+	f.loopback, f.loopMark = h.Loopback(t)
+	if hostIP == "" {
+		hostIP = firstHostIP(t)
+	}
+	f.direct = escapeServer(t, net.JoinHostPort(hostIP, "0"), f.marker)
 	return f
 }
 
