@@ -158,33 +158,17 @@ func (s *Sandbox) sockTunnel(ctx context.Context, c *conn) (string, net.Listener
 	if len(sock) > maxSocketPath {
 		return "", nil, fmt.Errorf("ssh: tunnel: the socket path %s on the host is too long for a Unix socket (set a shorter root)", sock)
 	}
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		ln, err := c.client.ListenUnix(sock)
-		ch <- result{ln, err}
-	}()
-	var r result
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.ln != nil {
-				r.ln.Close()
-			}
-		}()
-		return "", nil, ctx.Err()
-	}
-	if r.err != nil {
-		return "", nil, fmt.Errorf("ssh: tunnel: the server refused Unix-socket forwarding (sshd's AllowStreamLocalForwarding?), which an isolated lease with egress gateway needs: %w", r.err)
+	ln, err := listen(ctx, func() (net.Listener, error) { return c.client.ListenUnix(sock) })
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", nil, err
+		}
+		return "", nil, fmt.Errorf("ssh: tunnel: the server refused Unix-socket forwarding (sshd's AllowStreamLocalForwarding?), which an isolated lease with egress gateway needs: %w", err)
 	}
 	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: tunnelPort + n}
-	f := &sockForward{forward: &forward{Listener: r.ln, s: s, c: c}, addr: addr, iso: i}
+	f := &sockForward{forward: &forward{Listener: ln, s: s, c: c}, addr: addr, iso: i}
 	if !s.tunnels.add(f.forward) {
-		r.ln.Close()
+		ln.Close()
 		return "", nil, fmt.Errorf("ssh: tunnel: %w", driver.ErrClosed)
 	}
 	i.mu.Lock()

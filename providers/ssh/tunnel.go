@@ -34,39 +34,49 @@ func (s *Sandbox) Tunnel(ctx context.Context) (string, net.Listener, error) {
 	if s.iso != nil && !s.iso.spec.Net {
 		return s.sockTunnel(ctx, c)
 	}
+	ln, err := listen(ctx, func() (net.Listener, error) { return c.client.Listen("tcp", "127.0.0.1:0") })
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", nil, err
+		}
+		addr, l, err2 := tunnel.Open(ctx, s, c.remote.binary, s.closing.Load)
+		if err2 != nil {
+			return "", nil, fmt.Errorf("ssh: the server refused remote port forwarding (%v), and the exec tunnel failed: %w", err, err2)
+		}
+		return addr, l, nil
+	}
+	f := &forward{Listener: ln, s: s, c: c}
+	if !s.tunnels.add(f) { // Close has begun meanwhile
+		ln.Close()
+		return "", nil, fmt.Errorf("ssh: tunnel: %w", driver.ErrClosed)
+	}
+	return ln.Addr().String(), f, nil
+}
+
+// listen runs a forwarding request (open, which waits for the server's
+// answer) until ctx ends: then it returns ctx's error, and a listener the
+// server grants later is closed.
+func listen(ctx context.Context, open func() (net.Listener, error)) (net.Listener, error) {
 	type result struct {
 		ln  net.Listener
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		ln, err := c.client.Listen("tcp", "127.0.0.1:0")
+		ln, err := open()
 		ch <- result{ln, err}
 	}()
-	var r result
 	select {
-	case r = <-ch:
+	case r := <-ch:
+		return r.ln, r.err
 	case <-ctx.Done():
 		go func() {
 			if r := <-ch; r.ln != nil {
 				r.ln.Close()
 			}
 		}()
-		return "", nil, ctx.Err()
+		return nil, ctx.Err()
 	}
-	if r.err != nil {
-		addr, l, err := tunnel.Open(ctx, s, c.remote.binary, s.closing.Load)
-		if err != nil {
-			return "", nil, fmt.Errorf("ssh: the server refused remote port forwarding (%v), and the exec tunnel failed: %w", r.err, err)
-		}
-		return addr, l, nil
-	}
-	f := &forward{Listener: r.ln, s: s, c: c}
-	if !s.tunnels.add(f) { // Close has begun meanwhile
-		r.ln.Close()
-		return "", nil, fmt.Errorf("ssh: tunnel: %w", driver.ErrClosed)
-	}
-	return r.ln.Addr().String(), f, nil
 }
 
 // forward is a remote port forward of the lease's connection.
