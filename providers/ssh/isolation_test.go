@@ -155,9 +155,23 @@ func TestIsolationTunnel(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "through the tunnel") {
 		t.Errorf("through the tunnel: %d %q", code, out)
 	}
-	// The network is cut: the host's own addresses are out of reach.
-	if out, _ := try(t, l, "outpost sandbox-shim dial "+srv.Gateway+":22 </dev/null; ls /sys/class/net"); strings.Contains(out, "SSH-2.0") || strings.Contains(out, "eth0") {
+	// The network is cut: a server on this machine's bridge address,
+	// which the host reaches (a lease with the host's network would),
+	// is out of reach; so is the host's own loopback.
+	direct, err := net.Listen("tcp", net.JoinHostPort(srv.Gateway, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "reached directly") })}
+	go func() { _ = ds.Serve(direct) }()
+	t.Cleanup(func() { _ = ds.Close() })
+	get := "printf 'GET / HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n' | outpost sandbox-shim dial "
+	if out, _ := try(t, l, get+direct.Addr().String()+"; outpost sandbox-shim dial 127.0.0.1:22 </dev/null"); strings.Contains(out, "reached directly") || strings.Contains(out, "SSH-2.0") {
 		t.Errorf("the network of an isolated lease with egress gateway: %q", out)
+	}
+	open := lease(t, sshtest.Provider(t, srv, isolation(isolate.None)), driver.Options{})
+	if out, _ := try(t, open, get+direct.Addr().String()); !strings.Contains(out, "reached directly") {
+		t.Errorf("a lease with the host's network does not reach %s: %q (the check above proves nothing)", direct.Addr(), out)
 	}
 	// Closing the tunnel refuses its address in later processes.
 	_ = ln.Close()
