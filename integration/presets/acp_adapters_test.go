@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,11 +26,11 @@ import (
 
 // checkACPTool checks a turn's first tool call (ACP kind execute) and its
 // result, and that the turn finished.
-func checkACPTool(t *testing.T, o *outcome, output string) {
+func checkACPTool(t *testing.T, o *outcome, output ...string) {
 	t.Helper()
 	calls, results := o.ofType(harness.EventToolCall), o.ofType(harness.EventToolResult)
 	if o.err != nil || len(calls) != 1 || calls[0].Tool.Name != "execute" || len(results) != 1 ||
-		results[0].Tool.ID != calls[0].Tool.ID || results[0].Tool.Error || !strings.Contains(results[0].Tool.Output, output) {
+		results[0].Tool.ID != calls[0].Tool.ID || results[0].Tool.Error || !slices.ContainsFunc(output, func(s string) bool { return strings.Contains(results[0].Tool.Output, s) }) {
 		t.Fatalf("tool turn: %v; events %s", o.err, eventSummary(o.events))
 	}
 }
@@ -70,7 +71,11 @@ func TestCodexACP(t *testing.T) {
 	native := filepath.Join(filepath.Dir(filepath.Dir(bin)), "@zed-industries", "codex-acp-linux-x64", "bin")
 	e := newOAIEnv(t, codex.ACP(), native, openai.Config{})
 	first := e.run("local", engine.Turn{Prompt: "FAKE_TOOL list the files"})
-	checkACPTool(t, first, "hi")
+	// Under load codex's own end-of-command event can carry only the
+	// last chunk of the output ("bye", the model having had both: a CI
+	// run saw stdout "bye\n" for `echo hi; echo bye >&2`), so either line
+	// proves the command's output was reported.
+	checkACPTool(t, first, "hi", "bye")
 	if !strings.HasPrefix(first.res.Text, "Tool output was:") {
 		t.Errorf("result %+v", first.res)
 	}
