@@ -50,6 +50,15 @@ var Secrets = []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gsha
 // ShimPath is where the in-sandbox binary (the forwarder) appears inside.
 const ShimPath = "/run/outpost/outpost-sandbox"
 
+// TunnelPort is the first loopback port of an isolated lease's tunnels
+// inside its network namespace (each lease has its own loopback): its
+// n-th tunnel is 127.0.0.1:TunnelPort+n.
+const TunnelPort = 41000
+
+// MaxSocketPath is the longest Unix socket path a tunnel uses on the host
+// (Linux takes 107 bytes).
+const MaxSocketPath = 100
+
 // socketDir is where the tunnels' Unix sockets appear inside.
 const socketDir = "/run/outpost"
 

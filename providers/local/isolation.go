@@ -150,10 +150,6 @@ func (i *isolated) args(ctx context.Context, path string, args []string, dir, pa
 	return spec.Args(path, args, dir), nil
 }
 
-// tunnelPort is the first loopback port of a lease's tunnels inside its
-// network namespace (each lease has its own loopback).
-const tunnelPort = 41000
-
 // tunnel opens a Unix socket in the lease's directory, forwarded from a
 // loopback address inside every process started from now on.
 func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
@@ -173,7 +169,7 @@ func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
 	i.next++
 	name := fmt.Sprintf("gateway-%d.sock", n)
 	sock := filepath.Join(s.dir, name)
-	if len(sock) > maxSocketPath {
+	if len(sock) > isolate.MaxSocketPath {
 		dir, err := i.shortDir()
 		if err != nil {
 			return "", nil, fmt.Errorf("tunnel: the socket path %s is too long for a Unix socket, and a shorter directory: %w", sock, err)
@@ -184,15 +180,11 @@ func (s *Sandbox) tunnel(ctx context.Context) (string, net.Listener, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("tunnel: %w", err)
 	}
-	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: tunnelPort + n}
+	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: isolate.TunnelPort + n}
 	l := &sockListener{Listener: ul, addr: addr, iso: i}
 	i.forwards[l] = isolate.Forward{Addr: addr.String(), Socket: sock}
 	return addr.String(), l, nil
 }
-
-// maxSocketPath is the longest Unix socket path used (Linux takes 107
-// bytes).
-const maxSocketPath = 100
 
 // shortDir is a directory of the lease's own for its sockets when the
 // lease's directory is too deep for one (a long root or TMPDIR): made
@@ -204,7 +196,7 @@ func (i *isolated) shortDir() (string, error) {
 	}
 	var errs []error
 	for _, parent := range []string{os.TempDir(), "/tmp"} {
-		if len(filepath.Join(parent, "outpost-sock-0123456789", "gateway-00.sock")) > maxSocketPath {
+		if len(filepath.Join(parent, "outpost-sock-0123456789", "gateway-00.sock")) > isolate.MaxSocketPath {
 			errs = append(errs, fmt.Errorf("%s is too deep", parent))
 			continue
 		}

@@ -136,14 +136,6 @@ func (i *isolated) arg() string {
 	return shim.IsolateArg(shim.Isolation{Bwrap: i.bwrap, Spec: spec})
 }
 
-// tunnelPort is the first loopback port of a lease's tunnels inside its
-// network namespace (each lease has its own loopback).
-const tunnelPort = 41000
-
-// maxSocketPath is the longest Unix socket path used (Linux takes 107
-// bytes).
-const maxSocketPath = 100
-
 // sockTunnel opens a tunnel of an isolated lease with a cut network: a
 // Unix socket in the lease's run directory on the host, forwarded over
 // the connection, reached from 127.0.0.1:<port> inside every process
@@ -155,7 +147,7 @@ func (s *Sandbox) sockTunnel(ctx context.Context, c *conn) (string, net.Listener
 	i.next++
 	i.mu.Unlock()
 	sock := path.Join(s.runDir, fmt.Sprintf("gateway-%d.sock", n))
-	if len(sock) > maxSocketPath {
+	if len(sock) > isolate.MaxSocketPath {
 		return "", nil, fmt.Errorf("ssh: tunnel: the socket path %s on the host is too long for a Unix socket (set a shorter root)", sock)
 	}
 	ln, err := listen(ctx, func() (net.Listener, error) { return c.client.ListenUnix(sock) })
@@ -165,7 +157,7 @@ func (s *Sandbox) sockTunnel(ctx context.Context, c *conn) (string, net.Listener
 		}
 		return "", nil, fmt.Errorf("ssh: tunnel: the server refused Unix-socket forwarding (sshd's AllowStreamLocalForwarding?), which an isolated lease with egress gateway needs: %w", err)
 	}
-	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: tunnelPort + n}
+	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: isolate.TunnelPort + n}
 	f := &sockForward{forward: &forward{Listener: ln, s: s, c: c}, addr: addr, iso: i}
 	if !s.tunnels.add(f.forward) {
 		ln.Close()
