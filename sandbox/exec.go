@@ -21,6 +21,9 @@ const (
 	// DrainLimit bounds the wait for a process's output once it exited and
 	// what was left of its group was killed: only a descendant that left
 	// the group can hold the streams open longer, and they are then closed.
+	// It counts only the time the consumers wait for output that does not
+	// come: a consumer still busy with what the process wrote (a slow
+	// caller of an 8 MiB answer) is never cut, so nothing written is lost.
 	DrainLimit = 10 * time.Second
 	// DefaultExecLimit is what Exec keeps of each stream by default.
 	DefaultExecLimit = 1 << 20
@@ -44,12 +47,13 @@ type JobOptions struct {
 
 // Job is a process started by Launch whose output is being consumed.
 type Job struct {
-	l     *Lease
-	ctx   context.Context
-	p     driver.Process
-	grace time.Duration
-	pumps sync.WaitGroup
-	stop  sync.Once
+	l       *Lease
+	ctx     context.Context
+	p       driver.Process
+	grace   time.Duration
+	pumps   sync.WaitGroup
+	streams [2]*watched // stdout, stderr
+	stop    sync.Once
 }
 
 // Launch starts req in the sandbox and consumes its output streams with
@@ -68,7 +72,7 @@ func (l *Lease) Launch(ctx context.Context, req driver.ExecRequest, opts *JobOpt
 		return nil, err
 	}
 	j := &Job{l: l, ctx: ctx, p: p, grace: o.Grace}
-	for _, c := range []struct {
+	for i, c := range []struct {
 		r io.Reader
 		f func(io.Reader)
 	}{{p.Stdout(), o.Stdout}, {p.Stderr(), o.Stderr}} {
@@ -76,8 +80,10 @@ func (l *Lease) Launch(ctx context.Context, req driver.ExecRequest, opts *JobOpt
 		if f == nil {
 			f = func(r io.Reader) { io.Copy(io.Discard, r) }
 		}
+		w := &watched{r: c.r}
+		j.streams[i] = w
 		j.pumps.Add(1)
-		go func() { defer j.pumps.Done(); f(c.r) }()
+		go func() { defer j.pumps.Done(); defer w.finish(); f(w) }()
 	}
 	return j, nil
 }
@@ -106,27 +112,73 @@ func (j *Job) Kill() { _ = j.p.Signal(driver.Kill) }
 
 // Wait waits for the process to exit, then kills what is left of its
 // group, so descendants let go of its output, and waits for the output
-// consumers to finish, at most DrainLimit: after that the streams are
-// closed under them. The exit status is a value; the error is the
-// sandbox failing (coded like every Lease error).
+// consumers to finish. Once every consumer still running has waited
+// drainLimit for output that did not come (a descendant that left the
+// group holds the streams open), the streams are closed under them. The
+// exit status is a value; the error is the sandbox failing (coded like
+// every Lease error).
 func (j *Job) Wait() (harness.ExitStatus, error) {
 	st, err := j.p.Wait()
 	_ = j.p.Signal(driver.Kill)
 	drained := make(chan struct{})
 	go func() { j.pumps.Wait(); close(drained) }()
-	t := time.NewTimer(DrainLimit)
-	defer t.Stop()
-	select {
-	case <-drained:
-	case <-t.C:
-		j.p.Close()
-		<-drained
+	tick := time.NewTicker(drainLimit / 10)
+	defer tick.Stop()
+	for {
+		select {
+		case <-drained:
+		case now := <-tick.C:
+			if !j.streams[0].idle(now) || !j.streams[1].idle(now) {
+				continue
+			}
+			j.p.Close()
+			<-drained
+		}
+		break
 	}
 	j.p.Close()
 	if err != nil {
 		err = j.l.wrap(context.WithoutCancel(j.ctx), "wait", err)
 	}
 	return st, err
+}
+
+// drainLimit is DrainLimit; tests shorten it.
+var drainLimit = DrainLimit
+
+// watched is an output stream whose consumer's waiting is timed, so Wait
+// can tell a stream held open by a descendant (its consumer waits in Read
+// for drainLimit) from one whose consumer is busy with what it read.
+type watched struct {
+	r    io.Reader
+	mu   sync.Mutex
+	in   time.Time // when the Read in progress began; zero outside Read
+	done bool      // the consumer returned
+}
+
+func (w *watched) Read(p []byte) (int, error) {
+	w.mu.Lock()
+	w.in = time.Now()
+	w.mu.Unlock()
+	n, err := w.r.Read(p)
+	w.mu.Lock()
+	w.in = time.Time{}
+	w.mu.Unlock()
+	return n, err
+}
+
+func (w *watched) finish() {
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
+}
+
+// idle: the consumer returned, or it has waited in one Read for
+// drainLimit by now.
+func (w *watched) idle(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done || (!w.in.IsZero() && now.Sub(w.in) >= drainLimit)
 }
 
 // ExecResult is the outcome of Exec.

@@ -125,7 +125,12 @@ func gc(ctx context.Context, eng *engine, opts GCOptions) (GCReport, error) {
 				col.Removed = true
 			case errdefs.IsConflict(err):
 				// Removal already in progress (another sweep, the owner's
-				// own Close): it will be gone.
+				// own Close): the report says removed once it is gone.
+				if err := awaitRemoval(ctx, eng, c.ID); err != nil {
+					col.Error = err.Error()
+					errs = append(errs, fmt.Errorf("docker: removing %s (lease %s): %w", shortID(c.ID), col.Lease, err))
+					break
+				}
 				col.Removed = true
 			default:
 				col.Error = err.Error()
@@ -154,6 +159,26 @@ func gc(ctx context.Context, eng *engine, opts GCOptions) (GCReport, error) {
 	}
 	sort.Slice(rep.Containers, func(i, j int) bool { return rep.Containers[i].Created.Before(rep.Containers[j].Created) })
 	return rep, errors.Join(errs...)
+}
+
+// removalWait bounds awaitRemoval.
+const removalWait = 60 * time.Second
+
+// awaitRemoval waits until a container whose removal another client began
+// is gone, at most removalWait.
+func awaitRemoval(ctx context.Context, eng *engine, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, removalWait)
+	defer cancel()
+	wait, errc := eng.cli.ContainerWait(ctx, id, container.WaitConditionRemoved)
+	select {
+	case <-wait:
+		return nil
+	case err := <-errc:
+		if errdefs.IsNotFound(err) {
+			return nil // gone before the wait began
+		}
+		return fmt.Errorf("waiting for a removal another client began: %w", err)
+	}
 }
 
 // sweepInterval bounds how often a provider sweeps orphans on Open.

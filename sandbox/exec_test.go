@@ -1,0 +1,91 @@
+package sandbox_test
+
+import (
+	"context"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outposthq/outpost/providers/local"
+	"github.com/outposthq/outpost/sandbox"
+	"github.com/outposthq/outpost/sandbox/driver"
+	"github.com/outposthq/outpost/sandbox/memsandbox"
+)
+
+// TestWaitKeepsABusyConsumersOutput: a process exited while its
+// consumer was still busy with what it read (a slow caller of a big
+// answer). Wait waits for the consumer however long it takes, and the
+// output the process wrote last is read, not cut (the drain limit counts
+// only a consumer's waiting for output that does not come).
+func TestWaitKeepsABusyConsumersOutput(t *testing.T) {
+	const limit = 50 * time.Millisecond
+	defer sandbox.SetDrainLimit(limit)()
+	read := make(chan struct{})
+	p := memsandbox.New(&memsandbox.Options{Programs: map[string]memsandbox.Program{
+		"answer": func(ctx context.Context, p *memsandbox.Proc) int {
+			io.WriteString(p.Stdout, "first\n")
+			<-read // the consumer has the first line: the rest waits in the stream
+			io.WriteString(p.Stdout, "last\n")
+			return 0
+		},
+	}})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	var got strings.Builder
+	j, err := l.Launch(t.Context(), driver.ExecRequest{Path: "answer", Env: l.Environment().Fixed}, &sandbox.JobOptions{Stdout: func(r io.Reader) {
+		first := make([]byte, len("first\n"))
+		io.ReadFull(r, first)
+		got.Write(first)
+		close(read)
+		time.Sleep(5 * limit) // busy past the limit, the process gone: not a reason to cut
+		rest, _ := io.ReadAll(r)
+		got.Write(rest)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := j.Wait(); err != nil || st.Code != 0 {
+		t.Fatalf("Wait: %+v, %v", st, err)
+	}
+	if got.String() != "first\nlast\n" {
+		t.Errorf("the consumer read %q, want both lines: the output written before the exit was cut", got.String())
+	}
+}
+
+// TestWaitClosesStreamsADescendantHolds: a descendant that left the
+// process's group keeps its output open; once the consumers waited the
+// drain limit for output that does not come, Wait closes the streams and
+// returns with what was written.
+func TestWaitClosesStreamsADescendantHolds(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid on this machine")
+	}
+	defer sandbox.SetDrainLimit(200 * time.Millisecond)()
+	p := local.New(&local.Options{BaseDir: t.TempDir(), Isolation: "none"})
+	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	var out []byte
+	j, err := l.Launch(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "setsid sleep 3600 & echo $!"}, Env: l.Environment().Fixed},
+		&sandbox.JobOptions{Stdout: func(r io.Reader) { out, _ = io.ReadAll(r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := j.Wait(); err != nil || st.Code != 0 {
+		t.Fatalf("Wait: %+v, %v", st, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("stdout %q, want the descendant's pid", out)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+}
