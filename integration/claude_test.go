@@ -982,3 +982,48 @@ func BenchmarkClaudeTurn(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkClaudeTurnIsolation: the real-CLI half of issue #42's target
+// (≤ 1.02×). One `say hi` claude turn on the local sandbox in bubblewrap's
+// namespaces (egress gateway: the model is reached through the keyless
+// gateway's tunnel) against the same turn with isolation=none, in pairs
+// whose order alternates; the metric is the median of the pairs' ratios,
+// which moves least with a loaded machine's noise (a CLI turn varies by
+// hundreds of milliseconds, the isolation costs about fifteen).
+func BenchmarkClaudeTurnIsolation(b *testing.B) {
+	bin := testenv.RequireCLI(b, "claude")
+	if i, err := local.New(&local.Options{Isolation: "namespaces"}).Isolation(); err != nil || !i.Active {
+		b.Skipf("bubblewrap isolation is not available here: %v", err)
+	}
+	srv := anthropic.New(b, anthropic.Options{})
+	path := filepath.Dir(bin) + ":/usr/local/bin:/usr/bin:/bin"
+	turn := func(iso string) func() time.Duration {
+		p := local.New(&local.Options{BaseDir: b.TempDir(), Isolation: iso, Environ: []string{"PATH=" + path}})
+		o := &engine.RunOptions{Provider: p, Store: conversation.NewFS(b.TempDir()), Environ: []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=sk-fake"}}
+		wd := b.TempDir()
+		return func() time.Duration {
+			start := time.Now()
+			res, err := engine.Run(context.Background(), engine.Turn{Agent: harness.Agent{Kind: harness.KindCLI, Harness: claude.Harness()}, Prompt: "say hi", Workdir: wd}, o)
+			if err != nil || res.Text != anthropic.DefaultText {
+				b.Fatalf("turn (isolation=%s): %v %+v", iso, err, res)
+			}
+			return time.Since(start)
+		}
+	}
+	ns, none := turn("namespaces"), turn("none")
+	var nsMS, noneMS, ratio []float64
+	i := 0
+	for b.Loop() {
+		var a, d time.Duration
+		if i%2 == 0 {
+			a, d = ns(), none()
+		} else {
+			d, a = none(), ns()
+		}
+		i++
+		nsMS, noneMS, ratio = append(nsMS, ms(a)), append(noneMS, ms(d)), append(ratio, float64(a)/float64(d))
+	}
+	b.ReportMetric(median(nsMS), "namespaces-ms")
+	b.ReportMetric(median(noneMS), "none-ms")
+	b.ReportMetric(median(ratio), "namespaces/none")
+}
