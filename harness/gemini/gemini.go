@@ -190,9 +190,15 @@ func Credentials(vars harness.Vars) (harness.Plan, error) {
 // Configuration merges the CLI's settings into ~/.gemini/settings.json:
 // API-key authentication (needed with GOOGLE_GEMINI_BASE_URL: the CLI
 // 0.61.0 otherwise resolves a "gateway" auth type that headless mode
-// refuses, exit 41), MaxAttempts, and no update check, usage statistics
+// refuses, exit 41), MaxAttempts, no update check, usage statistics
 // or telemetry (each of which kept the process alive about a minute after
-// its answer, measured offline). It passes ConfigVariables through; a base
+// its answer, measured offline), and no session cleanup: the CLI's
+// (general.sessionRetention, on by default in 0.61.0) deletes at start-up
+// every chat file of a session one of whose files holds no message yet,
+// as the file a resume starts does, so a conversation's third turn on a
+// fresh sandbox found its history deleted ("No previous sessions found
+// for this project"); it also deletes sessions older than 30 days, which
+// a conversation resumed later still needs. Outpost's store keeps them. It passes ConfigVariables through; a base
 // URL that is not http(s) is an error.
 func Configuration(vars harness.Vars) (harness.Configuration, error) {
 	passed, err := kit.PassVariables("gemini", vars, ConfigVariables, BaseURLVariable)
@@ -209,7 +215,7 @@ func Configuration(vars harness.Vars) (harness.Configuration, error) {
 		auth = `"security":{"auth":{"selectedType":"gemini-api-key"}},`
 	}
 	settings := `{` + auth + `"general":{"maxAttempts":` + strconv.Itoa(MaxAttempts) +
-		`,"enableAutoUpdate":false,"enableAutoUpdateNotification":false},` +
+		`,"enableAutoUpdate":false,"enableAutoUpdateNotification":false,"sessionRetention":{"enabled":false}},` +
 		`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`
 	c.Files = []harness.File{{Path: SettingsFile, Content: []byte(settings), Merge: harness.MergeJSON}}
 	return c, nil

@@ -18,6 +18,8 @@ import (
 	fakegemini "github.com/outposthq/outpost/internal/fakeapi/gemini"
 	"github.com/outposthq/outpost/internal/fakeapi/openai"
 	"github.com/outposthq/outpost/internal/testenv"
+	"github.com/outposthq/outpost/providers/docker"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
 )
 
 // TestGeminiACP: Gemini CLI in its ACP mode (gemini-acp) against the fake
@@ -27,7 +29,7 @@ import (
 // history reaches the model, the turn's text ends with its own answer)
 // with permissions=read, so that the shell call it makes is refused (one
 // turn for what were two subtests, ResumeOnAFreshSandbox and
-// RefusedPermission).
+// RefusedPermission); then once more in a docker container.
 func TestGeminiACP(t *testing.T) {
 	t.Parallel()
 	e := newGeminiEnv(t, "")
@@ -93,6 +95,27 @@ func TestGeminiACP(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(dir, "made-by-tool")); err == nil || denied != 1 {
 			t.Errorf("the refused tool ran (or %d refusals): %s", denied, eventSummary(tr.events))
+		}
+	})
+
+	t.Run("ResumeOnDocker", func(t *testing.T) {
+		// The conversation's third turn goes on in a container where
+		// bootstrap installs the pinned CLI (SHA-512): session/load there
+		// finds the session files the capture carried, and the model gets
+		// the whole history with the new prompt. (A third turn on a fresh
+		// sandbox found its history deleted by the CLI's session cleanup
+		// before the preset turned it off: docs/presets/gemini.md.)
+		dockertest.Require(t, dockertest.Debian)
+		dock := dockertest.Provider(t, nodeImage(t), func(o *docker.Options) { o.Network = "host" })
+		tr := e.on(t, dock, e.environ, engine.Turn{Prompt: "again FAKE_ECHO", Resume: first.res.Conversation, Agent: agent()})
+		if tr.err != nil {
+			t.Fatalf("resumed turn: %v", tr.err)
+		}
+		if tr.res.Sandbox != "docker" || tr.res.Session != first.res.Session || !strings.Contains(tr.res.Text, "ECHO ncontents=") {
+			t.Errorf("resumed turn %+v", tr.res)
+		}
+		if reqs := e.fake.Turns(); len(reqs) != 1 || reqs[0].NumContents < 5 {
+			t.Errorf("the history did not reach the model in the container: %+v", reqs)
 		}
 	})
 }
