@@ -163,7 +163,7 @@ func TestOpenCodeACP(t *testing.T) {
 // API on the local provider: a shell call and text, with the usage Qwen
 // Code puts in each model call's _meta.usage (the fake's counts per
 // call, cache reads split out); then the conversation resumed
-// (session/resume) on a fresh sandbox.
+// (session/resume) on a fresh sandbox, and once more in docker.
 func TestQwenACP(t *testing.T) {
 	t.Parallel()
 	bin := testenv.RequireCLI(t, "qwen")
@@ -180,6 +180,13 @@ func TestQwenACP(t *testing.T) {
 	e.mustSucceed(again)
 	if again.res.Session != first.res.Session || !strings.Contains(again.res.Text, "ECHO") {
 		t.Errorf("resume: %+v", again.res)
+	}
+	// The third turn in a docker container, the CLI installed there by
+	// bootstrap: the session travels again.
+	third := e.run("docker", engine.Turn{Prompt: "FAKE_ECHO a third time", Resume: first.res.Conversation})
+	e.mustSucceed(third)
+	if third.res.Session != first.res.Session || third.res.Sandbox != "docker" || !strings.Contains(third.res.Text, "ECHO") {
+		t.Errorf("resume on docker: %+v", third.res)
 	}
 }
 
