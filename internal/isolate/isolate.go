@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -198,9 +199,9 @@ func (s Spec) Args(path string, args []string, dir string) []string {
 		a = append(a, "--bind", p, p)
 	}
 	a = append(a, "--chdir", dir)
-	if len(s.Forwards) > 0 && !s.Net {
+	if s.Forwarding() {
 		a = append(a, "--ro-bind", s.Shim, ShimPath)
-		fw := append([]string{}, s.ForwardMode...)
+		fw := append(append([]string{}, s.ForwardMode...), StatusArg)
 		for i, f := range s.Forwards {
 			in := fmt.Sprintf("%s/gateway-%d.sock", socketDir, i)
 			a = append(a, "--bind", f.Socket, in)
@@ -213,6 +214,84 @@ func (s Spec) Args(path string, args []string, dir string) []string {
 	}
 	a = append(a, "--", path)
 	return append(a, args...)
+}
+
+// Forwarding reports whether Args runs the program under the forwarder
+// (tunnels out of a cut network), which is then the program's parent
+// inside the namespaces and reports its death by signal on StatusFD: the
+// caller gives bwrap a Reporter's write end as that descriptor.
+func (s Spec) Forwarding() bool { return len(s.Forwards) > 0 && !s.Net }
+
+// StatusFD is the descriptor bwrap passes on to the forwarder for its
+// report (exec.Cmd.ExtraFiles[0]), and StatusArg the forwarder's argument
+// that names it.
+const (
+	StatusFD  = 3
+	StatusArg = "--status-fd=3"
+)
+
+// Reporter carries the forwarder's report of how the program ended out
+// of bubblewrap, which reports a death by signal n as exit 128+n: a
+// program that exits 137 and one killed by SIGKILL look alike from
+// outside the namespaces.
+type Reporter struct{ r, w *os.File }
+
+// NewReporter makes the pipe; Child is its write end for the command's
+// ExtraFiles, closed by Started once the command started.
+func NewReporter() (*Reporter, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	return &Reporter{r: r, w: w}, nil
+}
+
+// Child is the write end, to be the child's StatusFD.
+func (p *Reporter) Child() *os.File { return p.w }
+
+// Started closes the parent's copy of the write end.
+func (p *Reporter) Started() { p.w.Close() }
+
+// Close releases the pipe.
+func (p *Reporter) Close() {
+	p.w.Close()
+	p.r.Close()
+}
+
+// Signal reads the report once bwrap exited with code: the signal that
+// ended the program when the forwarder reported one and code is 128 plus
+// it; otherwise ok is false and code stands. It never blocks (a report is
+// written before the forwarder exits, so before bwrap does) and closes
+// the pipe.
+func (p *Reporter) Signal(code int) (sig syscall.Signal, ok bool) {
+	defer p.Close()
+	if code <= 128 {
+		return 0, false
+	}
+	fd := int(p.r.Fd())
+	if syscall.SetNonblock(fd, true) != nil {
+		return 0, false
+	}
+	buf := make([]byte, 32)
+	n, err := syscall.Read(fd, buf)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return ParseReport(string(buf[:n]), code)
+}
+
+// ParseReport reads a forwarder's report ("signal N\n"): N when it
+// matches bwrap's exit code 128+N.
+func ParseReport(report string, code int) (syscall.Signal, bool) {
+	v, ok := strings.CutPrefix(strings.TrimSpace(report), "signal ")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > 64 || 128+n != code {
+		return 0, false
+	}
+	return syscall.Signal(n), true
 }
 
 // under reports whether p is dir or below it.

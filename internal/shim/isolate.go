@@ -48,8 +48,9 @@ func DecodeIsolation(s string) (Isolation, error) {
 	return iso, nil
 }
 
-// command is bwrap's command that runs path with args in dir as iso says.
-func (iso *Isolation) command(path string, args []string, dir, pathEnv string) (*exec.Cmd, error) {
+// command is bwrap's command that runs path with args in dir as iso says,
+// with the reporter of the forwarder when it runs the program (tunnels).
+func (iso *Isolation) command(path string, args []string, dir, pathEnv string) (*exec.Cmd, *isolate.Reporter, error) {
 	spec := iso.Spec
 	spec.Exists = func(p string) bool { _, err := os.Lstat(p); return err == nil }
 	spec.Shown = append([]string(nil), spec.Shown...)
@@ -66,14 +67,22 @@ func (iso *Isolation) command(path string, args []string, dir, pathEnv string) (
 	if dir == "" {
 		dir = spec.Workdir
 	}
-	if len(spec.Forwards) > 0 && !spec.Net {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("the forwarder of an isolated process: %w", err)
-		}
-		spec.Shim, spec.ForwardMode = self, inside.ForwardArgs()
+	cmd := exec.Command(iso.Bwrap, spec.Args(path, args, dir)...)
+	if !spec.Forwarding() {
+		return cmd, nil, nil
 	}
-	return exec.Command(iso.Bwrap, spec.Args(path, args, dir)...), nil
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("the forwarder of an isolated process: %w", err)
+	}
+	spec.Shim, spec.ForwardMode = self, inside.ForwardArgs()
+	rep, err := isolate.NewReporter()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd = exec.Command(iso.Bwrap, spec.Args(path, args, dir)...)
+	cmd.ExtraFiles = []*os.File{rep.Child()}
+	return cmd, rep, nil
 }
 
 // target is the process group a signal for the program started as pgid

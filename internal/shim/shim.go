@@ -275,12 +275,16 @@ func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io
 	}
 	cmd := exec.Command(path, l.args...)
 	cmd.Args[0] = l.program
+	var rep *isolate.Reporter
 	if l.iso != nil {
 		// bubblewrap passes a death of its program by signal n on as the
-		// exit status 128+n: so it is reported, as on local's isolated
-		// leases.
-		if cmd, err = l.iso.command(path, l.args, l.dir, lookupEnv(l.env, "PATH")); err != nil {
+		// exit status 128+n; the forwarder, where it runs the program,
+		// reports the signal (rep), as on local's isolated leases.
+		if cmd, rep, err = l.iso.command(path, l.args, l.dir, lookupEnv(l.env, "PATH")); err != nil {
 			return fail(resultError, ExitCannot, "%v", err)
+		}
+		if rep != nil {
+			defer rep.Close()
 		}
 	}
 	cmd.Env = l.env
@@ -292,7 +296,11 @@ func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io
 	if code, ok := announce(sigs, stdout, fail); !ok {
 		return code
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	if rep != nil {
+		rep.Started()
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "outpost: cannot start %s: %v\n", l.program, err)
 		if errors.Is(err, fs.ErrNotExist) {
 			return ExitNotFound
@@ -318,11 +326,15 @@ func (l launch) run(token, runDir string, sigs chan os.Signal, stdout, stderr io
 	// process outlives it unless it left its group).
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
+	sig, signaled := ws.Signal(), ws.Signaled()
+	if rep != nil && !signaled {
+		sig, signaled = rep.Signal(ws.ExitStatus())
+	}
+	if signaled {
 		if token != "" && runDir != "" {
-			_ = os.WriteFile(StatusFile(runDir, token), []byte("signal "+strconv.Itoa(int(ws.Signal()))+"\n"), 0o600)
+			_ = os.WriteFile(StatusFile(runDir, token), []byte("signal "+strconv.Itoa(int(sig))+"\n"), 0o600)
 		}
-		return 128 + int(ws.Signal())
+		return 128 + int(sig)
 	}
 	return ws.ExitStatus()
 }

@@ -131,7 +131,7 @@ func (p *Provider) newIsolated(iso Isolation, home, wd string, opts driver.Optio
 // directories of its PATH shown read-only, the tunnels open now forwarded
 // (by the forwarder, located anew when the one found before is gone: a
 // cached build another outpost's build replaced).
-func (i *isolated) args(ctx context.Context, path string, args []string, dir, pathEnv string) ([]string, error) {
+func (i *isolated) args(ctx context.Context, path string, args []string, dir, pathEnv string) (argv []string, forwarding bool, err error) {
 	spec := i.spec
 	spec.Show(path, pathEnv)
 	i.mu.Lock()
@@ -143,11 +143,11 @@ func (i *isolated) args(ctx context.Context, path string, args []string, dir, pa
 	if len(spec.Forwards) > 0 {
 		shim, err := i.shim(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("the forwarder of an isolated lease: %w", err)
+			return nil, false, fmt.Errorf("the forwarder of an isolated lease: %w", err)
 		}
 		spec.Shim = shim
 	}
-	return spec.Args(path, args, dir), nil
+	return spec.Args(path, args, dir), spec.Forwarding(), nil
 }
 
 // tunnel opens a Unix socket in the lease's directory, forwarded from a

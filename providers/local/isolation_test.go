@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/selfbin"
 	"github.com/outposthq/outpost/internal/testenv"
 	"github.com/outposthq/outpost/providers/local"
@@ -175,6 +176,37 @@ func TestIsolatedGateway(t *testing.T) {
 	out, code := hostile(t, l, script)
 	if code != 0 || !strings.Contains(out, "gateway /v1/messages") {
 		t.Errorf("reaching the gateway at %s: %q (exit %d)", addr, out, code)
+	}
+}
+
+// TestIsolatedSignalStatus: a program of an isolated lease with a tunnel
+// runs under the forwarder, which reports a death by signal out of
+// bubblewrap (that says 128+n): SIGKILL reads as killed, an exit of 137
+// as 137, a stray "signal" line the program writes changes nothing.
+func TestIsolatedSignalStatus(t *testing.T) {
+	l := isolatedLease(t, driver.EgressGateway, nil)
+	_, ln, err := l.Tunnel(t.Context())
+	if err != nil {
+		t.Fatalf("Tunnel: %v", err)
+	}
+	defer ln.Close()
+	for _, tc := range []struct {
+		script string
+		want   harness.ExitStatus
+	}{
+		{"kill -KILL $$", harness.ExitStatus{Code: -1, Signal: "killed"}},
+		{"kill -TERM $$", harness.ExitStatus{Code: -1, Signal: "terminated"}},
+		{"exit 137", harness.ExitStatus{Code: 137}},
+		{"echo 'signal 9' >&3; exit 137", harness.ExitStatus{Code: 137}}, // the report's descriptor is not the program's
+		{"exit 3", harness.ExitStatus{Code: 3}},
+	} {
+		res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", tc.script}, Env: env(l)}, 1<<10)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.script, err)
+		}
+		if res.Status != tc.want {
+			t.Errorf("%s: status %+v, want %+v (stderr %q)", tc.script, res.Status, tc.want, res.Stderr)
+		}
 	}
 }
 

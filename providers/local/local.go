@@ -364,13 +364,22 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 		dir = s.Workdir()
 	}
 	cmd := exec.Command(path, req.Args...)
+	var rep *isolate.Reporter
 	if s.iso != nil {
 		// bwrap with the planned environment only: it passes it on as is.
-		a, err := s.iso.args(ctx, path, req.Args, dir, req.Env["PATH"])
+		a, forwarding, err := s.iso.args(ctx, path, req.Args, dir, req.Env["PATH"])
 		if err != nil {
 			return nil, err
 		}
 		cmd = exec.Command(s.iso.bwrap, a...)
+		if forwarding {
+			// The forwarder, the program's parent inside, tells a death
+			// by signal from an exit of 128+n.
+			if rep, err = isolate.NewReporter(); err != nil {
+				return nil, err
+			}
+			cmd.ExtraFiles = []*os.File{rep.Child()}
+		}
 	}
 	cmd.Dir = dir
 	cmd.Env = make([]string, 0, len(req.Env))
@@ -388,7 +397,7 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	p := &process{cmd: cmd, stdout: outR, stderr: errR}
+	p := &process{cmd: cmd, stdout: outR, stderr: errR, rep: rep}
 	var inR *os.File
 	if req.Stdin {
 		var inW *os.File
@@ -408,7 +417,13 @@ func (s *Sandbox) Start(ctx context.Context, req driver.ExecRequest) (driver.Pro
 	if inR != nil {
 		inR.Close()
 	}
+	if rep != nil {
+		rep.Started()
+	}
 	if err != nil {
+		if rep != nil {
+			rep.Close()
+		}
 		outR.Close()
 		errR.Close()
 		if p.stdin != nil {
@@ -447,6 +462,7 @@ type process struct {
 	group          owner.Group // its own process group
 	stdin          *os.File
 	stdout, stderr *os.File
+	rep            *isolate.Reporter // the forwarder's report, when it runs the program
 }
 
 func (p *process) Stdin() io.WriteCloser {
@@ -473,6 +489,11 @@ func (p *process) Wait() (harness.ExitStatus, error) {
 			st.Signal = ws.Signal().String()
 		} else {
 			st.Code = ps.ExitCode()
+		}
+		if p.rep != nil {
+			if sig, ok := p.rep.Signal(st.Code); ok {
+				st = harness.ExitStatus{Code: -1, Signal: sig.String()}
+			}
 		}
 		return st, nil
 	}
@@ -506,6 +527,9 @@ func (p *process) Close() error {
 		errs = append(errs, ignoreClosed(p.stdin.Close()))
 	}
 	errs = append(errs, ignoreClosed(p.stdout.Close()), ignoreClosed(p.stderr.Close()))
+	if p.rep != nil {
+		p.rep.Close() // read by Wait, or never
+	}
 	return errors.Join(errs...)
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost"
+	"github.com/outposthq/outpost/harness"
 	"github.com/outposthq/outpost/internal/isolate"
 	sshp "github.com/outposthq/outpost/providers/ssh"
 	"github.com/outposthq/outpost/providers/ssh/sshtest"
@@ -172,6 +173,17 @@ func TestIsolationTunnel(t *testing.T) {
 	open := lease(t, sshtest.Provider(t, srv, isolation(isolate.None)), driver.Options{})
 	if out, _ := try(t, open, get+direct.Addr().String()); !strings.Contains(out, "reached directly") {
 		t.Errorf("a lease with the host's network does not reach %s: %q (the check above proves nothing)", direct.Addr(), out)
+	}
+	// With a tunnel the forwarder is the program's parent inside and
+	// reports a death by signal, which bwrap alone turns into 128+n.
+	for script, want := range map[string]harness.ExitStatus{
+		"kill -KILL $$": {Code: -1, Signal: "killed"},
+		"exit 137":      {Code: 137},
+	} {
+		res, err := l.Exec(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", script}, Env: env(l.Sandbox())}, 1<<10)
+		if err != nil || res.Status != want {
+			t.Errorf("%s: status %+v, %v; want %+v", script, res.Status, err, want)
+		}
 	}
 	// Closing the tunnel refuses its address in later processes.
 	_ = ln.Close()
