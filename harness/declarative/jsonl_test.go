@@ -89,6 +89,19 @@ func TestJSONLinesStandIn(t *testing.T) {
 	if !h.Quota("echo: usage limit reached for this key") || h.Quota("rate limited (429), retrying in 10ms") {
 		t.Error("quota classification")
 	}
+	// A long text is matched on its start and its end (8 KiB each): a
+	// message there is found, one buried in the middle of 1 MiB is not
+	// looked for.
+	pad := strings.Repeat("x", 1<<20)
+	for text, want := range map[string]bool{
+		"echo: usage limit reached for this key " + pad: true,
+		pad + " echo: usage limit reached for this key": true,
+		pad + " usage limit reached " + pad:             false,
+	} {
+		if got := h.Quota(text); got != want {
+			t.Errorf("Quota of a %d-byte text with the message at %d = %v, want %v", len(text), strings.Index(text, "usage"), got, want)
+		}
+	}
 	if !h.Storage.Match(first+".jsonl", first) || h.Storage.Match(first+".jsonl", "other") || h.Storage.Match("x.jsonl", "*") {
 		t.Error("storage match")
 	}
