@@ -144,7 +144,7 @@ type Forward struct {
 type Spec struct {
 	Home    string            // the lease's home: writable
 	Workdir string            // the workspace: writable
-	Hide    []string          // directories under Workdir replaced by an empty tmpfs (.outpost)
+	Hide    []string          // directories under Workdir replaced by an empty tmpfs where they exist when a process starts (.outpost)
 	RO, RW  []string          // extra paths, read-only and writable
 	Shown   []string          // more read-only paths (the program's tree, PATH's directories: Show)
 	Hidden  []string          // never shown by Show (the user's home, the leases' directory, the root)
@@ -192,7 +192,11 @@ func (s Spec) Args(path string, args []string, dir string) []string {
 	}
 	a = append(a, "--bind", s.Workdir, s.Workdir)
 	for _, h := range s.Hide {
-		a = append(a, "--tmpfs", h)
+		// One that is not there stays absent: bwrap would make it (in
+		// the workspace, which the copy-back then refuses).
+		if s.Exists == nil || s.Exists(h) {
+			a = append(a, "--tmpfs", h)
+		}
 	}
 	a = append(a, "--bind", s.Home, s.Home)
 	for _, p := range s.RW {

@@ -55,15 +55,6 @@ func (iso *Isolation) command(path string, args []string, dir, pathEnv string) (
 	spec.Exists = func(p string) bool { _, err := os.Lstat(p); return err == nil }
 	spec.Shown = append([]string(nil), spec.Shown...)
 	spec.Show(path, pathEnv)
-	// A hidden directory that is not there stays absent (bwrap would
-	// make it in the workspace).
-	hide := spec.Hide[:0:0]
-	for _, h := range spec.Hide {
-		if spec.Exists(h) {
-			hide = append(hide, h)
-		}
-	}
-	spec.Hide = hide
 	if dir == "" {
 		dir = spec.Workdir
 	}

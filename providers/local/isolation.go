@@ -109,9 +109,10 @@ func (p *Provider) newIsolated(iso Isolation, home, wd string, opts driver.Optio
 	spec := isolate.Spec{Home: home, Workdir: wd, RO: slices.Clone(p.ro), RW: p.rw, Exists: exists,
 		Net: egress != driver.EgressGateway, ForwardMode: inside.ForwardArgs()}
 	// What of outpost's own is under the workspace stays out of sight:
-	// .outpost (its .env) and the provider's directory of leases.
+	// .outpost (its .env) and the provider's directory of leases, from
+	// any process started while they exist (Spec.Args).
 	for _, d := range []string{filepath.Join(wd, ".outpost"), p.base} {
-		if d != wd && isolate.Under(d, wd) && exists(d) {
+		if d != wd && isolate.Under(d, wd) {
 			spec.Hide = append(spec.Hide, d)
 		}
 	}

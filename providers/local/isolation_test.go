@@ -268,6 +268,26 @@ func TestIsolatedHidesOutpostDir(t *testing.T) {
 	if out, _ := hostile(t, l, "cat .outpost/.env"); strings.Contains(out, "sk-ant-in-dotenv") {
 		t.Errorf(".outpost/.env read: %q", out)
 	}
+	// One made while the lease is open (outpost writing its .env beside
+	// a running agent) is hidden from the processes started after; while
+	// none is there, none appears (bwrap would make the directory).
+	wd2 := t.TempDir()
+	l2, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: wd2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close(context.Background())
+	if out, code := hostile(t, l2, "ls -a"); code != 0 || strings.Contains(out, ".outpost") {
+		t.Errorf("a workspace without .outpost shows one: %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(wd2, ".outpost")); err == nil {
+		t.Error("a process of the lease made .outpost in the workspace")
+	}
+	os.MkdirAll(filepath.Join(wd2, ".outpost"), 0o700)
+	os.WriteFile(filepath.Join(wd2, ".outpost", ".env"), []byte("ANTHROPIC_API_KEY=sk-ant-made-later"), 0o600)
+	if out, _ := hostile(t, l2, "cat .outpost/.env"); strings.Contains(out, "sk-ant-made-later") {
+		t.Errorf("an .outpost/.env made during the lease was read: %q", out)
+	}
 }
 
 // TestIsolationWithoutBwrap: namespaces asked for with no bwrap is a
