@@ -166,6 +166,26 @@ func TestClassifyText(t *testing.T) {
 	}
 }
 
+// TestNoteClipsLongTexts: a preset's hooks get at most
+// harness.MaxClassifiedText of one failure text (its start and end), so
+// a message at the end of a 4 MiB stderr line is still found and the
+// patterns never scan the whole line.
+func TestNoteClipsLongTexts(t *testing.T) {
+	longest := 0
+	h := &harness.Harness{Quota: func(s string) bool {
+		longest = max(longest, len(s))
+		return strings.Contains(s, "usage limit reached")
+	}}
+	s := &stream{e: &turnRun{h: h, o: &RunOptions{}, red: credentials.NewRedactor()}}
+	pad := strings.Repeat("x", 4<<20)
+	if c := s.note(pad + " usage limit reached"); !c.quota {
+		t.Error("a quota message at the end of a long line was not found")
+	}
+	if longest > harness.MaxClassifiedText+1 || len(s.seen.quotaText) > harness.MaxClassifiedText+1 {
+		t.Errorf("the hook got %d bytes and the turn kept %d, want at most %d", longest, len(s.seen.quotaText), harness.MaxClassifiedText+1)
+	}
+}
+
 // TestTerminalText: the stream records what the patterns said of the last
 // failure event and of the last non-blank line of standard error, and the
 // terminal one of them decides between an outage and a misconfiguration.

@@ -136,6 +136,7 @@ func (s *stream) record(ev harness.Event) {
 // note matches a failure's text (an event's or a stderr line) against the
 // preset's patterns, and returns what they said. The caller holds s.mu.
 func (s *stream) note(text string) textClass {
+	text = harness.ClipText(text)
 	c := classifyText(s.e.h, text)
 	if s.seen.quotaText == "" && c.quota {
 		s.seen.quotaText = text

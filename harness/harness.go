@@ -77,7 +77,9 @@ type Harness struct {
 	Configuration func(vars Vars) (Configuration, error)
 
 	// Quota recognizes a terminal usage or rate-limit message in a failure
-	// event's text or a stderr line. When the process then fails (exits
+	// event's text or a stderr line (the engine gives Quota, QuotaDetails,
+	// Unavailable and Misconfigured at most ClipText of it). When the
+	// process then fails (exits
 	// non-zero or is killed; a failure event on exit 0 is not enough), the
 	// turn fails with code quota instead of process. Transient retry notices
 	// must not match.
@@ -627,4 +629,20 @@ func RelativePath(p string) bool {
 		}
 	}
 	return true
+}
+
+// MaxClassifiedText is how much of one failure text the engine gives a
+// preset's classifiers (Quota, QuotaDetails, Unavailable, Misconfigured):
+// its first and last halves, when it is longer (ClipText).
+const MaxClassifiedText = 16 << 10
+
+// ClipText keeps a text longer than MaxClassifiedText to its first and
+// last halves, each on a line of its own. A failure message is short and
+// sits at a text's start or end; without the bound, a hostile agent's
+// 1 MiB stderr line cost some presets' patterns over 200 ms of CPU.
+func ClipText(t string) string {
+	if len(t) <= MaxClassifiedText {
+		return t
+	}
+	return t[:MaxClassifiedText/2] + "\n" + t[len(t)-MaxClassifiedText/2:]
 }

@@ -474,25 +474,9 @@ func (p *preset) classifier(res []*regexp.Regexp) func(string) bool {
 		return nil
 	}
 	return func(t string) bool {
-		t = clip(t)
+		t = harness.ClipText(t) // the engine's bound, for other callers of the hook
 		return anyMatch(res, t) && !p.retried(t)
 	}
-}
-
-// maxClassified is how much of a text the classifiers match: its first
-// and last halves, when it is longer. A failure message is short and sits
-// at a text's start or end; a hostile agent's 1 MiB line would otherwise
-// cost every pattern a scan of all of it (Go's regexp is linear, but
-// about 10 ns a byte a pattern).
-const maxClassified = 16 << 10
-
-// clip keeps a long text's first and last maxClassified/2 bytes, on a
-// line of their own each.
-func clip(t string) string {
-	if len(t) <= maxClassified {
-		return t
-	}
-	return t[:maxClassified/2] + "\n" + t[len(t)-maxClassified/2:]
 }
 
 // durations sets inactivity and retry_bound.
