@@ -441,10 +441,6 @@ func robust(t *testing.T, h *harness.Harness, cases []Case) {
 	}
 }
 
-// maxClassified bounds the texts given to Quota, Unavailable and
-// QuotaDetails.
-const maxClassified = 1 << 20
-
 // sample keeps every nth input.
 func sample(in [][]byte, n int) [][]byte {
 	var out [][]byte
@@ -492,12 +488,9 @@ func checkInput(t testing.TB, h *harness.Harness, in []byte, classify bool) {
 	if !classify {
 		return
 	}
-	// The classifiers see failure texts and stderr lines, which the
-	// engine bounds at 1 MiB.
-	if len(in) > maxClassified {
-		in = in[:maxClassified]
-	}
-	text := string(in)
+	// The classifiers see failure texts and stderr lines as the engine
+	// gives them: clipped to harness.MaxClassifiedText.
+	text := harness.ClipText(string(in))
 	for name, f := range map[string]func(string) bool{"Quota": h.Quota, "Unavailable": h.Unavailable} {
 		if f == nil {
 			continue
