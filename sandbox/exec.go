@@ -24,7 +24,14 @@ const (
 	// It counts only the time the consumers wait for output that does not
 	// come: a consumer still busy with what the process wrote (a slow
 	// caller of an 8 MiB answer) is never cut, so nothing written is lost.
+	// A descendant that keeps writing a little at a time is cut
+	// DrainCeiling after the exit, once the consumers wait on it again.
 	DrainLimit = 10 * time.Second
+	// DrainCeiling bounds the drain of streams a descendant keeps
+	// writing to: after it, a consumer waiting in a read for a tenth of
+	// DrainLimit (so the process's own output is read: a read of what is
+	// buffered returns at once) is waiting on the descendant.
+	DrainCeiling = 6 * DrainLimit
 	// DefaultExecLimit is what Exec keeps of each stream by default.
 	DefaultExecLimit = 1 << 20
 	// ReleaseTimeout bounds a provider's release of a sandbox (Close), and
@@ -114,11 +121,14 @@ func (j *Job) Kill() { _ = j.p.Signal(driver.Kill) }
 // group, so descendants let go of its output, and waits for the output
 // consumers to finish. Once every consumer still running has waited
 // drainLimit for output that did not come (a descendant that left the
-// group holds the streams open), the streams are closed under them. The
+// group holds the streams open), or DrainCeiling after the exit has waited
+// a tenth of that (a descendant writes now and then), the streams are
+// closed under them. The
 // exit status is a value; the error is the sandbox failing (coded like
 // every Lease error).
 func (j *Job) Wait() (harness.ExitStatus, error) {
 	st, err := j.p.Wait()
+	exited := time.Now()
 	_ = j.p.Signal(driver.Kill)
 	drained := make(chan struct{})
 	go func() { j.pumps.Wait(); close(drained) }()
@@ -128,7 +138,11 @@ func (j *Job) Wait() (harness.ExitStatus, error) {
 		select {
 		case <-drained:
 		case now := <-tick.C:
-			if !j.streams[0].idle(now) || !j.streams[1].idle(now) {
+			wait := drainLimit
+			if now.Sub(exited) >= drainLimit*(DrainCeiling/DrainLimit) { // DrainCeiling, scaled as tests scale drainLimit
+				wait = drainLimit / 10
+			}
+			if !j.streams[0].idle(now, wait) || !j.streams[1].idle(now, wait) {
 				continue
 			}
 			j.p.Close()
@@ -173,12 +187,12 @@ func (w *watched) finish() {
 	w.mu.Unlock()
 }
 
-// idle: the consumer returned, or it has waited in one Read for
-// drainLimit by now.
-func (w *watched) idle(now time.Time) bool {
+// idle: the consumer returned, or it has waited in one Read for wait by
+// now.
+func (w *watched) idle(now time.Time, wait time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.done || (!w.in.IsZero() && now.Sub(w.in) >= drainLimit)
+	return w.done || (!w.in.IsZero() && now.Sub(w.in) >= wait)
 }
 
 // ExecResult is the outcome of Exec.
