@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os/exec"
 	"strconv"
@@ -64,6 +65,29 @@ func TestWaitKeepsABusyConsumersOutput(t *testing.T) {
 // drain limit for output that does not come, Wait closes the streams and
 // returns with what was written.
 func TestWaitClosesStreamsADescendantHolds(t *testing.T) {
+	out := runWithDescendant(t, "setsid sleep 3600 & echo pid=$!; sleep 0.1")
+	if out != fmt.Sprintf("pid=%s\n", strings.TrimPrefix(strings.TrimSpace(out), "pid=")) {
+		t.Errorf("stdout %q, want the descendant's pid alone", out)
+	}
+}
+
+// TestWaitCutsATricklingDescendant: a descendant that left the group and
+// writes a line now and then keeps the consumer from ever waiting the
+// drain limit in one read; the drain ceiling ends the wait all the same,
+// with the process's own output read.
+func TestWaitCutsATricklingDescendant(t *testing.T) {
+	out := runWithDescendant(t, "setsid sh -c 'while :; do echo t; sleep 0.05; done' & echo pid=$!; sleep 0.3") // ceiling 1.2 s
+	if n := strings.Count(out, "t\n"); n < 10 {
+		t.Errorf("%d lines of the descendant read, want the drain to have lasted past the limit (stdout %q)", n, out)
+	}
+}
+
+// runWithDescendant runs script (which starts a descendant out of its
+// group and prints "pid=PID") on a local lease with a drain limit of
+// 200 ms, checks that Wait returns with exit 0, kills the descendant and
+// returns the output.
+func runWithDescendant(t *testing.T, script string) string {
+	t.Helper()
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("no setsid on this machine")
 	}
@@ -75,53 +99,21 @@ func TestWaitClosesStreamsADescendantHolds(t *testing.T) {
 	}
 	defer l.Close(context.Background())
 	var out []byte
-	j, err := l.Launch(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "setsid sleep 3600 & echo $!; sleep 0.1"}, Env: l.Environment().Fixed},
+	j, err := l.Launch(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", script}, Env: l.Environment().Fixed},
 		&sandbox.JobOptions{Stdout: func(r io.Reader) { out, _ = io.ReadAll(r) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := j.Wait(); err != nil || st.Code != 0 {
-		t.Fatalf("Wait: %+v, %v", st, err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatalf("stdout %q, want the descendant's pid", out)
-	}
-	syscall.Kill(pid, syscall.SIGKILL)
-}
-
-// TestWaitCutsATricklingDescendant: a descendant that left the group and
-// writes a line now and then keeps the consumer from ever waiting the
-// drain limit in one read; the drain ceiling ends the wait all the same,
-// with the process's own output read.
-func TestWaitCutsATricklingDescendant(t *testing.T) {
-	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skip("no setsid on this machine")
-	}
-	defer sandbox.SetDrainLimit(200 * time.Millisecond)() // ceiling 1.2 s
-	p := local.New(&local.Options{BaseDir: t.TempDir(), Isolation: "none"})
-	l, err := sandbox.Acquire(t.Context(), p, driver.Options{Workdir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close(context.Background())
-	var out []byte
-	j, err := l.Launch(t.Context(), driver.ExecRequest{Path: "/bin/sh", Args: []string{"-c", "setsid sh -c 'while :; do echo t; sleep 0.05; done' & echo pid=$!; sleep 0.3"}, Env: l.Environment().Fixed},
-		&sandbox.JobOptions{Stdout: func(r io.Reader) { out, _ = io.ReadAll(r) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err := j.Wait(); err != nil || st.Code != 0 {
-		t.Fatalf("Wait: %+v, %v", st, err)
-	}
+	st, werr := j.Wait()
 	_, rest, _ := strings.Cut(string(out), "pid=")
 	first, _, _ := strings.Cut(rest, "\n")
-	pid, err := strconv.Atoi(first)
-	if err != nil {
-		t.Fatalf("stdout %q, want the descendant's pid", out)
+	if pid, err := strconv.Atoi(first); err == nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+	} else {
+		t.Errorf("stdout %q, want the descendant's pid", out)
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	if n := strings.Count(string(out), "t\n"); n < 10 {
-		t.Errorf("%d lines of the descendant read, want the drain to have lasted past the limit (stdout %q)", n, out)
+	if werr != nil || st.Code != 0 {
+		t.Fatalf("Wait: %+v, %v", st, werr)
 	}
+	return string(out)
 }

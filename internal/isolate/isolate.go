@@ -229,10 +229,9 @@ func (s Spec) Forwarding() bool { return len(s.Forwards) > 0 && !s.Net }
 // StatusFD is the descriptor bwrap passes on to the forwarder for its
 // report (exec.Cmd.ExtraFiles[0]), and StatusArg the forwarder's argument
 // that names it.
-const (
-	StatusFD  = 3
-	StatusArg = "--status-fd=3"
-)
+const StatusFD = 3
+
+var StatusArg = "--status-fd=" + strconv.Itoa(StatusFD)
 
 // Reporter carries the forwarder's report of how the program ended out
 // of bubblewrap, which reports a death by signal n as exit 128+n: a
@@ -287,12 +286,22 @@ func (p *Reporter) Signal(code int) (sig syscall.Signal, ok bool) {
 // ParseReport reads a forwarder's report ("signal N\n"): N when it
 // matches bwrap's exit code 128+N.
 func ParseReport(report string, code int) (syscall.Signal, bool) {
+	sig, ok := ParseSignal(report)
+	if !ok || 128+int(sig) != code {
+		return 0, false
+	}
+	return sig, true
+}
+
+// ParseSignal reads "signal N" (a forwarder's report, the exec shim's
+// status file): the signal N, 1 to 64.
+func ParseSignal(report string) (syscall.Signal, bool) {
 	v, ok := strings.CutPrefix(strings.TrimSpace(report), "signal ")
 	if !ok {
 		return 0, false
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 || n > 64 || 128+n != code {
+	if err != nil || n <= 0 || n > 64 {
 		return 0, false
 	}
 	return syscall.Signal(n), true

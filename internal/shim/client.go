@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outposthq/outpost/harness"
+	"github.com/outposthq/outpost/internal/isolate"
 )
 
 // The provider's side of the exec shim: one process handle (Process) for
@@ -312,17 +312,7 @@ func (p *Process) decode(code int) harness.ExitStatus {
 
 // ParseStatus reads a status file of the exec shim: the signal its
 // program died of.
-func ParseStatus(b []byte) (syscall.Signal, bool) {
-	rest, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "signal ")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(rest)
-	if err != nil || n <= 0 || n > 64 {
-		return 0, false
-	}
-	return syscall.Signal(n), true
-}
+func ParseStatus(b []byte) (syscall.Signal, bool) { return isolate.ParseSignal(string(b)) }
 
 // Kill sends SIGTERM (or SIGKILL when kill is set) to the program's
 // process group through the shim's signal mode. A process that has ended
