@@ -224,14 +224,7 @@ func (p *Process) Await(ctx context.Context) error {
 	select {
 	case <-p.ready:
 	case <-ctx.Done():
-		go func() {
-			<-p.ready
-			if p.pid > 0 {
-				_ = p.Kill(true)
-			}
-			p.Close()
-			_, _ = p.Wait()
-		}()
+		go p.killCutShort()
 		return ctx.Err()
 	}
 	if p.startErr != nil {
@@ -241,6 +234,40 @@ func (p *Process) Await(ctx context.Context) error {
 	}
 	return nil
 }
+
+// killCutShort kills the program of a start cut short once the shim says
+// it runs, then releases and reaps it. A kill that fails (an exec of the
+// signal mode lost under load) is tried again, KillAttempts times in all,
+// unless the program ends meanwhile: one lost signal must not leave it
+// running.
+func (p *Process) killCutShort() {
+	<-p.ready
+	if p.pid > 0 {
+		ended := make(chan struct{})
+		go func() {
+			_, _ = p.Wait()
+			close(ended)
+		}()
+		pause := killPause
+	kill:
+		for i := 0; i < KillAttempts && p.Kill(true) != nil; i++ {
+			select {
+			case <-ended:
+				break kill
+			case <-time.After(pause):
+				pause *= 2
+			}
+		}
+	}
+	p.Close()
+	_, _ = p.Wait()
+}
+
+// KillAttempts bounds the kills of a start cut short (killCutShort); the
+// pauses between them double from killPause.
+const KillAttempts = 5
+
+var killPause = 500 * time.Millisecond
 
 // NoShim reports, once Await has returned, whether the shim never
 // answered (its stream ended without a handshake, or with something

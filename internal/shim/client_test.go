@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -70,6 +71,46 @@ func TestAwaitCancelled(t *testing.T) {
 		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(st), ") Z ") {
 			t.Errorf("process %d of the group still runs: %s", pid, st)
 		}
+	}
+}
+
+// lossyChild is a Child transport whose first lost runs (the signal
+// mode's execs) fail, as an exec lost under load does.
+type lossyChild struct {
+	*shimtest.Child
+	lost, runs atomic.Int32
+}
+
+func (c *lossyChild) Run(ctx context.Context, args []string) (int, []byte, error) {
+	if c.runs.Add(1) <= c.lost.Load() {
+		return 0, nil, errors.New("the exec was lost")
+	}
+	return c.Child.Run(ctx, args)
+}
+
+// TestAwaitCancelledKillRetried: when the kill of a start cut short
+// fails, it is tried again until the program has ended.
+func TestAwaitCancelledKillRetried(t *testing.T) {
+	x, cmd := shimChild(t, t.TempDir(), `sleep 3600 & wait`)
+	hold := make(chan struct{})
+	c := &lossyChild{Child: &shimtest.Child{Cmd: cmd, Hold: hold}}
+	c.lost.Store(2)
+	p := shim.NewProcess(x, c)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := p.Await(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Await: %v, want %v", err, context.Canceled)
+	}
+	close(hold)
+	st, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (harness.ExitStatus{Code: -1, Signal: syscall.SIGKILL.String()}); st != want {
+		t.Errorf("Wait: %+v, want %+v", st, want)
+	}
+	if n := c.runs.Load(); n != 3 {
+		t.Errorf("%d kills, want 3 (two lost)", n)
 	}
 }
 

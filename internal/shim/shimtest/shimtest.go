@@ -167,10 +167,12 @@ func runCancel(t *testing.T, h Harness) {
 				t.Fatalf("attempt %d: Start: %v, not the context's error", i, err)
 			}
 		}
-		// Every attempt that failed is killed; none survives.
+		// Every attempt that failed is killed; none survives. The kills
+		// run in the background, each after its handshake, and one lost
+		// is tried again: wait for as long as a kill may take, twice.
 		check := `grep -qs "$0$1" /proc/[0-9]*/cmdline && exit 1; exit 0`
 		half := len(marker) / 2
-		for deadline := time.Now().Add(30 * time.Second); ; {
+		for deadline := time.Now().Add(2 * shim.SignalTimeout); ; {
 			p := startArgs(t, h, []string{"-c", check, marker[:half], marker[half:]})
 			_, _ = io.Copy(io.Discard, p.Stdout())
 			st, err := p.Wait()
