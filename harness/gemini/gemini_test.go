@@ -343,3 +343,13 @@ func TestDecodeRoutedTurn(t *testing.T) {
 		t.Errorf("usage (-want +got):\n%s", diff)
 	}
 }
+
+// TestNoRelaunch: both presets keep the CLI to one node process a turn
+// (docs/presets/gemini.md: a relaunch doubled its start).
+func TestNoRelaunch(t *testing.T) {
+	for _, h := range []*harness.Harness{gemini.Harness(), gemini.ACP()} {
+		if got := h.Variables["GEMINI_CLI_NO_RELAUNCH"]; got != "true" {
+			t.Errorf("%s: GEMINI_CLI_NO_RELAUNCH=%q, want true", h.Name, got)
+		}
+	}
+}
