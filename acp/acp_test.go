@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -190,4 +191,99 @@ func cancelSlow(t *testing.T, k *conn, sid sdk.SessionId) {
 		t.Fatalf("cancelled prompt: %+v, %v", a.r, a.err)
 	}
 	k.c.Take()
+}
+
+// TestSessionKeepsItsSandbox: a session's prompts run on one sandbox,
+// which a failed turn, the session's close, the idle limit and the end
+// of the connection release; with SandboxIdle negative every prompt has
+// its own. The local provider's leases are the directories of its root.
+func TestSessionKeepsItsSandbox(t *testing.T) {
+	store := conversation.NewFS(t.TempDir())
+	leases := func(root string) []string {
+		t.Helper()
+		es, err := os.ReadDir(root)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range es {
+			if e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	open := func(t *testing.T, idle time.Duration) (*conn, sdk.SessionId, string) {
+		root := t.TempDir()
+		k := serveOptions(t, acp.Options{Store: store, SandboxIdle: idle, Defaults: acp.Settings{Settings: map[string]string{"root": root}}}, acptest.New())
+		k.initialize(t)
+		s, err := k.NewSession(context.Background(), sdk.NewSessionRequest{Cwd: t.TempDir(), McpServers: []sdk.McpServer{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k, s.SessionId, root
+	}
+	prompt := func(t *testing.T, k *conn, sid sdk.SessionId, text string) {
+		t.Helper()
+		if _, err := k.prompt(sid, text); err != nil {
+			t.Fatalf("prompt %q: %v", text, err)
+		}
+		k.c.Take()
+	}
+	gone := func(t *testing.T, root, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); len(leases(root)) > 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: sandboxes %v still there", what, leases(root))
+			}
+		}
+	}
+
+	t.Run("kept", func(t *testing.T) {
+		k, sid, root := open(t, time.Hour)
+		prompt(t, k, sid, "one")
+		first := leases(root)
+		if len(first) != 1 {
+			t.Fatalf("after a prompt, sandboxes %v: want the session's one", first)
+		}
+		prompt(t, k, sid, "two")
+		if got := leases(root); !slices.Equal(got, first) {
+			t.Fatalf("second prompt's sandboxes %v, want %v kept", got, first)
+		}
+		// A failed turn leaves none kept; the next prompt gets a new one.
+		if _, err := k.prompt(sid, "#crash"); err == nil {
+			t.Fatal("#crash: no error")
+		}
+		k.c.Take()
+		gone(t, root, "after a failed turn")
+		prompt(t, k, sid, "three")
+		if got := leases(root); len(got) != 1 || slices.Equal(got, first) {
+			t.Fatalf("after the failure, sandboxes %v: want a new one", got)
+		}
+		if _, err := k.CloseSession(context.Background(), sdk.CloseSessionRequest{SessionId: sid}); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, root, "after session/close")
+	})
+	t.Run("end of input", func(t *testing.T) {
+		k, sid, root := open(t, time.Hour)
+		prompt(t, k, sid, "one")
+		k.close(t)
+		if got := leases(root); len(got) > 0 {
+			t.Fatalf("Serve returned with sandboxes %v kept", got)
+		}
+	})
+	t.Run("idle", func(t *testing.T) {
+		k, sid, root := open(t, 50*time.Millisecond)
+		prompt(t, k, sid, "one")
+		gone(t, root, "after the idle limit")
+		prompt(t, k, sid, "two") // on a new sandbox
+	})
+	t.Run("none", func(t *testing.T) {
+		k, sid, root := open(t, -1)
+		prompt(t, k, sid, "one")
+		if got := leases(root); len(got) > 0 {
+			t.Fatalf("SandboxIdle -1 kept %v", got)
+		}
+	})
 }

@@ -66,6 +66,9 @@ type Options struct {
 	// Grace is how long running turns may go on once the input ended
 	// before they are cancelled (default DefaultGrace; negative: none).
 	Grace time.Duration
+	// SandboxIdle is how long a session keeps its sandbox between
+	// prompts (default DefaultSandboxIdle; negative: a sandbox a prompt).
+	SandboxIdle time.Duration
 }
 
 // DefaultGrace is Options.Grace's default, as `outpost mcp`'s.
@@ -106,6 +109,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.Grace == 0 {
 		o.Grace = DefaultGrace
+	}
+	if o.SandboxIdle == 0 {
+		o.SandboxIdle = DefaultSandboxIdle
 	}
 	if o.Defaults.Agent == "" {
 		o.Defaults.Agent = "echo"
@@ -160,6 +166,7 @@ func (a *Agent) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	}
 	a.cancelAll()
 	a.turns.Wait()
+	a.releaseAll()
 	return g.err()
 }
 
@@ -311,16 +318,20 @@ func (a *Agent) open(id, cwd string, meta map[string]any, agent string) (*sessio
 	if _, err := engine.Preflight(h, &engine.PreflightOptions{Environ: a.o.Environ, Workdir: cwd, Env: a.o.Env, HostFiles: hostFiles}); err != nil {
 		return nil, err
 	}
-	return &session{id: id, cwd: cwd, cfg: cfg, h: h}, nil
+	return &session{id: id, cwd: cwd, cfg: cfg, h: h, kept: kept{idle: a.o.SandboxIdle}}, nil
 }
 
 func (a *Agent) add(s *session) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if old := a.sessions[s.id]; old != nil {
+	old := a.sessions[s.id]
+	if old != nil {
 		old.stop()
 	}
 	a.sessions[s.id] = s
+	a.mu.Unlock()
+	if old != nil {
+		old.kept.close() // its running turn, if any, releases its own
+	}
 }
 
 func (a *Agent) session(id sdk.SessionId) (*session, error) {
@@ -355,6 +366,7 @@ func (a *Agent) CloseSession(_ context.Context, p sdk.CloseSessionRequest) (sdk.
 	a.mu.Lock()
 	delete(a.sessions, s.id)
 	a.mu.Unlock()
+	s.kept.close()
 	return sdk.CloseSessionResponse{}, nil
 }
 
@@ -364,6 +376,21 @@ func (a *Agent) cancelAll() {
 	for _, s := range a.sessions {
 		s.stop()
 	}
+}
+
+// releaseAll releases the sessions' kept sandboxes, at once.
+func (a *Agent) releaseAll() {
+	a.mu.Lock()
+	var wg sync.WaitGroup
+	for _, s := range a.sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.kept.close()
+		}()
+	}
+	a.mu.Unlock()
+	wg.Wait()
 }
 
 // ListSessions is not offered (not advertised).

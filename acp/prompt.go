@@ -79,19 +79,40 @@ func (a *Agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 	return resp, nil
 }
 
-// run runs the turn on a sandbox of its own.
+// run runs the turn on the session's kept sandbox, or else on a new one,
+// which the session keeps for its next prompt when the turn succeeded
+// (kept).
 func (a *Agent) run(ctx context.Context, s *session, t engine.Turn, u *updater) (*engine.Result, error) {
-	p, err := sandbox.Open(s.cfg.Sandbox, s.cfg.Settings)
-	if err != nil {
-		return nil, err
+	p, lease := s.kept.take()
+	if lease == nil {
+		var err error
+		if p, err = sandbox.Open(s.cfg.Sandbox, s.cfg.Settings); err != nil {
+			return nil, err
+		}
 	}
-	defer p.Close()
 	c := s.cfg
-	return engine.Run(ctx, t, &engine.RunOptions{
+	var left *sandbox.Lease
+	o := &engine.RunOptions{
 		Provider: p, Store: a.o.Store, Spool: a.o.Spool, OnEvent: u.event, Environ: a.o.Environ,
 		Secrets: c.Secrets, Egress: c.Egress, EgressAllow: c.EgressAllow, MaxTokens: c.MaxTokens, Budget: c.Budget,
 		Checkpoint: c.Checkpoint, Logger: a.log, Permission: a.ask(s.id, u),
-	})
+		Keep: func(l *sandbox.Lease) { left = l },
+	}
+	if lease != nil {
+		o.Provider, o.Lease, o.Keep = nil, lease, nil
+	}
+	res, err := engine.Run(ctx, t, o)
+	switch {
+	case lease != nil && err == nil:
+		s.kept.put(p, lease)
+	case lease != nil:
+		release(p, lease) // a turn that failed leaves no sandbox kept
+	case left != nil:
+		s.kept.put(p, left)
+	default:
+		_ = p.Close()
+	}
+	return res, err
 }
 
 // stopReason is how a turn that ended with err answers its prompt: the

@@ -139,6 +139,8 @@ type session struct {
 	continues bool
 	// cancel ends the running turn; nil when none runs.
 	cancel context.CancelFunc
+
+	kept kept // the sandbox kept between prompts
 }
 
 // meta is what a session response's _meta.outpost says of the session.

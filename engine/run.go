@@ -114,6 +114,11 @@ type RunOptions struct {
 	Lease *sandbox.Lease
 	// Provider allocates a sandbox for this turn only, when Lease is nil.
 	Provider driver.Provider
+	// Keep, with Provider, takes the sandbox the turn allocated once the
+	// turn succeeded, instead of its release: the caller holds it from
+	// then on (later turns run on it as Lease, and the caller closes it).
+	// A turn that failed releases its sandbox, and Keep is not called.
+	Keep func(*sandbox.Lease)
 	// Store keeps conversations. Nil: no capture; resume and fork fail.
 	Store conversation.Store
 	// Spool keeps a turn's conversation that Store could not take within
@@ -421,15 +426,25 @@ func (e *turnRun) finish(ctx context.Context, lease *sandbox.Lease, out *Result,
 			putErr = e.put(pctx)
 		}()
 	}
-	if e.ownLease {
+	release := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTurnTimeout)
 		releaseErr = lease.Close(rctx)
 		cancel()
+	}
+	keep := e.ownLease && e.o.Keep != nil && err == nil
+	if e.ownLease && !keep {
+		release()
 	}
 	wg.Wait()
 	e.clock.step("store+release")
 	if e.put != nil {
 		err = e.afterCapture(out, err, putErr)
+	}
+	switch {
+	case keep && err == nil:
+		e.o.Keep(lease)
+	case keep:
+		release() // the store failed the turn
 	}
 	if err == nil && releaseErr != nil {
 		err = releaseErr

@@ -3,11 +3,13 @@ package integration
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/outposthq/outpost/acp/acptest"
+	"github.com/outposthq/outpost/providers/docker/dockertest"
 )
 
 // These tests run `outpost acp` (the built binary) as an editor starts it,
@@ -121,6 +124,42 @@ func TestACPProcess(t *testing.T) {
 	p2.prompt(t, s.SessionId, "and again")
 	if got := acptest.Text(p2.c.Take(), false); !strings.Contains(got, "(turn 2)") {
 		t.Errorf("answer after load %q", got)
+	}
+}
+
+// TestACPProcessKeepsDockerSandbox: a session's prompts on docker run in
+// one container, which the end of the connection removes.
+func TestACPProcessKeepsDockerSandbox(t *testing.T) {
+	t.Parallel()
+	dockertest.Require(t)
+	store, home, work := t.TempDir(), t.TempDir(), t.TempDir()
+	ctx := context.Background()
+	p := startACP(t, store, home, "--agent", "echo", "--sandbox", "docker")
+	if _, err := p.Initialize(ctx, sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.NewSession(ctx, sdk.NewSessionRequest{Cwd: work, McpServers: []sdk.McpServer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := p.cmd.Process.Pid
+	var first []string
+	for i, text := range []string{"one", "two", "three"} {
+		p.prompt(t, s.SessionId, text)
+		if got := acptest.Text(p.c.Take(), false); !strings.Contains(got, fmt.Sprintf("(turn %d)", i+1)) {
+			t.Fatalf("prompt %d: answer %q", i+1, got)
+		}
+		got := containersOf(t, pid)
+		if i == 0 {
+			first = got
+		}
+		if len(got) != 1 || !slices.Equal(got, first) {
+			t.Fatalf("after prompt %d the session's containers are %v, want one, the first prompt's %v", i+1, got, first)
+		}
+	}
+	p.stop(t)
+	if got := containersOf(t, pid); len(got) > 0 {
+		t.Fatalf("outpost acp exited leaving containers %v", got)
 	}
 }
 

@@ -18,7 +18,7 @@ type acpFlags struct {
 	agent, sandbox, model, image, secrets, egress, checkpoint string
 	set, options, env, egressAllow                            []string
 	budget, maxTokens                                         int64
-	timeout, grace                                            time.Duration
+	timeout, grace, sandboxIdle                               time.Duration
 	verbose                                                   bool
 }
 
@@ -35,7 +35,9 @@ session is an outpost conversation (its id is the session's), each prompt a
 turn of --agent in --sandbox on it; the turn's events stream back as
 session/update notifications, session/cancel cancels the turn, and
 session/load resumes a stored conversation in any later outpost acp,
-replaying its history. The flags are every session's settings; a session
+replaying its history. A session keeps its sandbox from one prompt to the
+next (a container on docker, with what the agent installed in it) until a
+turn fails, the session closes, or --sandbox-idle passes without a prompt. The flags are every session's settings; a session
 overrides them in its request's _meta.outpost (docs/acp.md). Logs go to
 standard error. At the end of input every request read is answered:
 running turns may finish for --grace, then they are cancelled, and outpost
@@ -59,6 +61,7 @@ exits once they are stored.`,
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop a turn after this long")
 	fl.StringVar(&f.checkpoint, "checkpoint", "on", "record the workspace as a git commit after every turn (on) or not (off)")
 	fl.DurationVar(&f.grace, "grace", acp.DefaultGrace, "at the end of input, how long running turns may finish before they are cancelled")
+	fl.DurationVar(&f.sandboxIdle, "sandbox-idle", acp.DefaultSandboxIdle, "how long a session keeps its sandbox between prompts (0: a new sandbox every prompt)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log each turn's steps on standard error")
 	keylessFlags(fl, &f.secrets, &f.egress, &f.egressAllow)
 	return c
@@ -70,8 +73,8 @@ func (a *app) acp(ctx context.Context, f acpFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.budget < 0 || f.maxTokens < 0 || f.timeout < 0 {
-		return usageError{errors.New("--max-tokens, --budget and --timeout take positive values")}
+	if f.budget < 0 || f.maxTokens < 0 || f.timeout < 0 || f.sandboxIdle < 0 {
+		return usageError{errors.New("--max-tokens, --budget, --timeout and --sandbox-idle take positive values")}
 	}
 	store, err := a.store()
 	if err != nil {
@@ -87,9 +90,19 @@ func (a *app) acp(ctx context.Context, f acpFlags) error {
 		d.Timeout = f.timeout.String()
 	}
 	ag, err := acp.New(acp.Options{Defaults: d, Store: store, Spool: a.spool, Env: turn.Env, Agents: lookupAgent, Version: version(), Grace: f.grace,
-		Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))})
+		SandboxIdle: idleOption(f.sandboxIdle),
+		Logger:      slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))})
 	if err != nil {
 		return err
 	}
 	return ag.Serve(ctx, a.stdin, a.stdout)
+}
+
+// idleOption is --sandbox-idle as acp.Options.SandboxIdle: 0 keeps no
+// sandbox between prompts.
+func idleOption(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
