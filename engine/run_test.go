@@ -14,6 +14,7 @@ import (
 	"github.com/outposthq/outpost/engine"
 	"github.com/outposthq/outpost/internal/testenv"
 
+	"github.com/outposthq/outpost/sandbox"
 	"github.com/outposthq/outpost/sandbox/driver"
 
 	"github.com/outposthq/outpost"
@@ -579,5 +580,39 @@ func TestChosenID(t *testing.T) {
 		&engine.RunOptions{Provider: f.provider, Store: f.store})
 	if outpost.CodeOf(err) != outpost.Cancelled {
 		t.Errorf("a cancelled turn with an ID: %v, want cancelled", err)
+	}
+}
+
+// TestKeep: a turn that succeeded hands its sandbox to Keep instead of
+// releasing it, and a resumed turn runs on it as Lease; a turn that
+// failed releases its own, and Keep is not called.
+func TestKeep(t *testing.T) {
+	f := newFixture(t)
+	var kept *sandbox.Lease
+	keep := func(o *engine.RunOptions) { o.Keep = func(l *sandbox.Lease) { kept = l } }
+	first := f.ok(engine.Turn{Prompt: "hello"}, keep)
+	if kept == nil {
+		t.Fatal("Keep was not called after a turn that succeeded")
+	}
+	if kept.Vanished(context.Background()) {
+		t.Fatal("the kept sandbox was released")
+	}
+	second := f.ok(engine.Turn{Prompt: "again", Resume: first.Conversation}, func(o *engine.RunOptions) { o.Provider, o.Lease = nil, kept })
+	if second.Conversation != first.Conversation || !strings.Contains(second.Text, "(turn 2)") {
+		t.Fatalf("the turn on the kept sandbox: %+v", second)
+	}
+	if n := f.provider.opens.Load(); n != 1 {
+		t.Fatalf("%d sandboxes opened, want the first turn's alone", n)
+	}
+	if err := kept.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	kept = nil
+	if _, err := f.run(engine.Turn{Prompt: "#crash"}, keep); err == nil {
+		t.Fatal("#crash: no error")
+	}
+	if kept != nil {
+		t.Fatal("Keep was called after a turn that failed")
 	}
 }

@@ -233,3 +233,58 @@ func directFirstText(b *testing.B, bin, home string) time.Duration {
 	cmd.Wait()
 	return d
 }
+
+// BenchmarkACPPromptSandbox: a prompt through `outpost acp` (the echo
+// agent, from the prompt to its answer) in a session that keeps its
+// sandbox (the default) against one that opens a sandbox every prompt
+// (--sandbox-idle 0), on local and docker, in alternating pairs; the
+// metric is the median of the per-pair ratios kept/fresh.
+//
+//	go test ./integration -run '^$' -bench BenchmarkACPPromptSandbox -benchtime 10x
+func BenchmarkACPPromptSandbox(b *testing.B) {
+	for _, sb := range []string{"local", "docker"} {
+		b.Run(sb, func(b *testing.B) {
+			if sb == "docker" {
+				dockertest.Require(b)
+			}
+			ctx := context.Background()
+			open := func(args ...string) (*acpProcess, sdk.SessionId) {
+				p := startACP(b, b.TempDir(), b.TempDir(), append([]string{"--sandbox", sb}, args...)...)
+				if _, err := p.Initialize(ctx, sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber}); err != nil {
+					b.Fatal(err)
+				}
+				s, err := p.NewSession(ctx, sdk.NewSessionRequest{Cwd: b.TempDir(), McpServers: []sdk.McpServer{}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.prompt(b, s.SessionId, "warm up") // the first prompt opens a sandbox either way
+				p.c.Take()
+				return p, s.SessionId
+			}
+			kept, ks := open()
+			fresh, fs := open("--sandbox-idle", "0")
+			once := func(p *acpProcess, sid sdk.SessionId) float64 {
+				start := time.Now()
+				p.prompt(b, sid, "hi")
+				d := time.Since(start)
+				p.c.Take()
+				return ms(d)
+			}
+			var k, f, ratio []float64
+			i := 0
+			for b.Loop() {
+				var a, c float64
+				if i%2 == 0 {
+					a, c = once(kept, ks), once(fresh, fs)
+				} else {
+					c, a = once(fresh, fs), once(kept, ks)
+				}
+				i++
+				k, f, ratio = append(k, a), append(f, c), append(ratio, a/c)
+			}
+			b.ReportMetric(median(k), "kept-ms")
+			b.ReportMetric(median(f), "fresh-ms")
+			b.ReportMetric(median(ratio), "ratio")
+		})
+	}
+}
