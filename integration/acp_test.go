@@ -87,6 +87,20 @@ func (p *acpProcess) prompt(t testing.TB, sid sdk.SessionId, text string) sdk.Pr
 	return r
 }
 
+// session initializes the connection and opens a session in cwd.
+func (p *acpProcess) session(tb testing.TB, cwd string) sdk.SessionId {
+	tb.Helper()
+	ctx := context.Background()
+	if _, err := p.Initialize(ctx, sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber}); err != nil {
+		tb.Fatal(err)
+	}
+	s, err := p.NewSession(ctx, sdk.NewSessionRequest{Cwd: cwd, McpServers: []sdk.McpServer{}})
+	if err != nil {
+		tb.Fatalf("session/new: %v\n%s", err, p.stderr.String())
+	}
+	return s.SessionId
+}
+
 // TestACPProcess: an editor's session with `outpost acp`, then the same
 // session loaded by a second `outpost acp` process on the same store, its
 // history replayed before it continues.
@@ -95,14 +109,8 @@ func TestACPProcess(t *testing.T) {
 	store, home, work := t.TempDir(), t.TempDir(), t.TempDir()
 	ctx := context.Background()
 	p := startACP(t, store, home, "--agent", "echo", "--sandbox", "local")
-	if _, err := p.Initialize(ctx, sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := p.NewSession(ctx, sdk.NewSessionRequest{Cwd: work, McpServers: []sdk.McpServer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := p.prompt(t, s.SessionId, "hello from the editor"); r.StopReason != sdk.StopReasonEndTurn {
+	sid := p.session(t, work)
+	if r := p.prompt(t, sid, "hello from the editor"); r.StopReason != sdk.StopReasonEndTurn {
 		t.Fatalf("stop reason %s", r.StopReason)
 	}
 	if got := acptest.Text(p.c.Take(), false); !strings.Contains(got, "echo: hello from the editor (turn 1)") {
@@ -114,14 +122,14 @@ func TestACPProcess(t *testing.T) {
 	if _, err := p2.Initialize(ctx, sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p2.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: s.SessionId, Cwd: work, McpServers: []sdk.McpServer{}}); err != nil {
+	if _, err := p2.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: sid, Cwd: work, McpServers: []sdk.McpServer{}}); err != nil {
 		t.Fatalf("load: %v\n%s", err, p2.stderr.String())
 	}
 	replayed := p2.c.Take()
 	if got := acptest.Text(replayed, true); got != "hello from the editor\n" {
 		t.Errorf("replayed user text %q", got)
 	}
-	p2.prompt(t, s.SessionId, "and again")
+	p2.prompt(t, sid, "and again")
 	if got := acptest.Text(p2.c.Take(), false); !strings.Contains(got, "(turn 2)") {
 		t.Errorf("answer after load %q", got)
 	}
@@ -133,19 +141,12 @@ func TestACPProcessKeepsDockerSandbox(t *testing.T) {
 	t.Parallel()
 	dockertest.Require(t)
 	store, home, work := t.TempDir(), t.TempDir(), t.TempDir()
-	ctx := context.Background()
 	p := startACP(t, store, home, "--agent", "echo", "--sandbox", "docker")
-	if _, err := p.Initialize(ctx, sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := p.NewSession(ctx, sdk.NewSessionRequest{Cwd: work, McpServers: []sdk.McpServer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sid := p.session(t, work)
 	pid := p.cmd.Process.Pid
 	var first []string
 	for i, text := range []string{"one", "two", "three"} {
-		p.prompt(t, s.SessionId, text)
+		p.prompt(t, sid, text)
 		if got := acptest.Text(p.c.Take(), false); !strings.Contains(got, fmt.Sprintf("(turn %d)", i+1)) {
 			t.Fatalf("prompt %d: answer %q", i+1, got)
 		}
@@ -171,21 +172,14 @@ func TestACPProcessKeepsDockerSandbox(t *testing.T) {
 // noise moves least. docs/benchmarks.md records it.
 func BenchmarkACPFirstUpdate(b *testing.B) {
 	p := startACP(b, b.TempDir(), b.TempDir())
-	ctx := context.Background()
-	if _, err := p.Initialize(ctx, sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber}); err != nil {
-		b.Fatal(err)
-	}
-	s, err := p.NewSession(ctx, sdk.NewSessionRequest{Cwd: b.TempDir(), McpServers: []sdk.McpServer{}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	sid := p.session(b, b.TempDir())
 	// The anchor is the binary `outpost acp` runs as the echo agent:
 	// outpost-sandbox beside outpost (selfbin.HostAgent), as a release
 	// installs them.
 	bin, home := filepath.Join(filepath.Dir(outpostBinary(b)), "outpost-sandbox"), b.TempDir()
 	var viaACP, direct, ratio []float64
 	for b.Loop() {
-		a := acpFirstUpdate(b, p, s.SessionId)
+		a := acpFirstUpdate(b, p, sid)
 		d := directFirstText(b, bin, home)
 		viaACP, direct, ratio = append(viaACP, ms(a)), append(direct, ms(d)), append(ratio, float64(a)/float64(d))
 	}
@@ -247,19 +241,12 @@ func BenchmarkACPPromptSandbox(b *testing.B) {
 			if sb == "docker" {
 				dockertest.Require(b)
 			}
-			ctx := context.Background()
 			open := func(args ...string) (*acpProcess, sdk.SessionId) {
 				p := startACP(b, b.TempDir(), b.TempDir(), append([]string{"--sandbox", sb}, args...)...)
-				if _, err := p.Initialize(ctx, sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber}); err != nil {
-					b.Fatal(err)
-				}
-				s, err := p.NewSession(ctx, sdk.NewSessionRequest{Cwd: b.TempDir(), McpServers: []sdk.McpServer{}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.prompt(b, s.SessionId, "warm up") // the first prompt opens a sandbox either way
+				sid := p.session(b, b.TempDir())
+				p.prompt(b, sid, "warm up") // the first prompt opens a sandbox either way
 				p.c.Take()
-				return p, s.SessionId
+				return p, sid
 			}
 			kept, ks := open()
 			fresh, fs := open("--sandbox-idle", "0")
