@@ -223,12 +223,19 @@ func TestSessionKeepsItsSandbox(t *testing.T) {
 		}
 		return k, s.SessionId, root
 	}
-	prompt := func(t *testing.T, k *conn, sid sdk.SessionId, text string) {
+	// prompt runs a prompt and returns its response's sandbox_kept.
+	prompt := func(t *testing.T, k *conn, sid sdk.SessionId, text string) bool {
 		t.Helper()
-		if _, err := k.prompt(sid, text); err != nil {
+		r, err := k.prompt(sid, text)
+		if err != nil {
 			t.Fatalf("prompt %q: %v", text, err)
 		}
 		k.c.Take()
+		kept, ok := r.Meta[acp.MetaKey].(map[string]any)["sandbox_kept"].(bool)
+		if !ok {
+			t.Fatalf("prompt %q: no sandbox_kept in _meta: %+v", text, r.Meta)
+		}
+		return kept
 	}
 	gone := func(t *testing.T, root, what string) {
 		t.Helper()
@@ -241,12 +248,16 @@ func TestSessionKeepsItsSandbox(t *testing.T) {
 
 	t.Run("kept", func(t *testing.T) {
 		k, sid, root := open(t, time.Hour)
-		prompt(t, k, sid, "one")
+		if prompt(t, k, sid, "one") {
+			t.Error("the first prompt says it ran on a kept sandbox")
+		}
 		first := leases(root)
 		if len(first) != 1 {
 			t.Fatalf("after a prompt, sandboxes %v: want the session's one", first)
 		}
-		prompt(t, k, sid, "two")
+		if !prompt(t, k, sid, "two") {
+			t.Error("the second prompt says it ran on a new sandbox")
+		}
 		if got := leases(root); !slices.Equal(got, first) {
 			t.Fatalf("second prompt's sandboxes %v, want %v kept", got, first)
 		}
@@ -256,7 +267,9 @@ func TestSessionKeepsItsSandbox(t *testing.T) {
 		}
 		k.c.Take()
 		gone(t, root, "after a failed turn")
-		prompt(t, k, sid, "three")
+		if prompt(t, k, sid, "three") {
+			t.Error("the prompt after a failure says it ran on a kept sandbox")
+		}
 		if got := leases(root); len(got) != 1 || slices.Equal(got, first) {
 			t.Fatalf("after the failure, sandboxes %v: want a new one", got)
 		}

@@ -50,7 +50,7 @@ func (a *Agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 	defer a.turns.Done()
 	start := time.Now()
 	u := a.updater(s.id)
-	res, err := a.run(ctx, s, t, u)
+	res, kept, err := a.run(ctx, s, t, u)
 	if res != nil {
 		u.usage(ctx, a, res)
 	}
@@ -67,27 +67,26 @@ func (a *Agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 		err = &outpost.Error{Code: outpost.Cancelled, Op: "prompt", Err: err}
 	}
 	stop, err := stopReason(u.stop, err)
-	a.log.Info("outpost acp: turn", "session", s.id, "agent", s.h.Name, "sandbox", s.cfg.Sandbox, "stop", stop, "error", err, "ms", time.Since(start).Milliseconds())
+	a.log.Info("outpost acp: turn", "session", s.id, "agent", s.h.Name, "sandbox", s.cfg.Sandbox, "sandbox_kept", kept, "stop", stop, "error", err, "ms", time.Since(start).Milliseconds())
 	if err != nil {
 		return sdk.PromptResponse{}, rpcError(err)
 	}
 	resp := sdk.PromptResponse{StopReason: stop}
 	if res != nil {
 		resp.Usage = turnUsage(res)
-		resp.Meta = map[string]any{MetaKey: map[string]any{"conversation": res.Conversation, "duration_ms": res.DurationMS, "secrets": res.Secrets, "egress": res.Egress}}
+		resp.Meta = map[string]any{MetaKey: map[string]any{"conversation": res.Conversation, "duration_ms": res.DurationMS, "secrets": res.Secrets, "egress": res.Egress, "sandbox_kept": kept}}
 	}
 	return resp, nil
 }
 
 // run runs the turn on the session's kept sandbox, or else on a new one,
 // which the session keeps for its next prompt when the turn succeeded
-// (kept).
-func (a *Agent) run(ctx context.Context, s *session, t engine.Turn, u *updater) (*engine.Result, error) {
+// (kept). onKept reports whether the turn ran on the kept sandbox.
+func (a *Agent) run(ctx context.Context, s *session, t engine.Turn, u *updater) (res *engine.Result, onKept bool, err error) {
 	p, lease := s.kept.take()
 	if lease == nil {
-		var err error
 		if p, err = sandbox.Open(s.cfg.Sandbox, s.cfg.Settings); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	c := s.cfg
@@ -101,7 +100,7 @@ func (a *Agent) run(ctx context.Context, s *session, t engine.Turn, u *updater) 
 	if lease != nil {
 		o.Provider, o.Lease, o.Keep = nil, lease, nil
 	}
-	res, err := engine.Run(ctx, t, o)
+	res, err = engine.Run(ctx, t, o)
 	switch {
 	case lease != nil && err == nil:
 		s.kept.put(p, lease)
@@ -112,7 +111,7 @@ func (a *Agent) run(ctx context.Context, s *session, t engine.Turn, u *updater) 
 	default:
 		_ = p.Close()
 	}
-	return res, err
+	return res, lease != nil, err
 }
 
 // stopReason is how a turn that ended with err answers its prompt: the
