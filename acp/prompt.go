@@ -84,6 +84,12 @@ func (a *Agent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResp
 // (kept). onKept reports whether the turn ran on the kept sandbox.
 func (a *Agent) run(ctx context.Context, s *session, t engine.Turn, u *updater) (res *engine.Result, onKept bool, err error) {
 	p, lease := s.kept.take()
+	if lease != nil && lease.Vanished(ctx) {
+		// Gone while kept (a container removed, a daemon restarted): the
+		// prompt gets a new one rather than a failure.
+		release(p, lease)
+		p, lease = nil, nil
+	}
 	if lease == nil {
 		if p, err = sandbox.Open(s.cfg.Sandbox, s.cfg.Settings); err != nil {
 			return nil, false, err

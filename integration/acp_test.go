@@ -15,8 +15,11 @@ import (
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 
 	"github.com/outposthq/outpost/acp/acptest"
+	"github.com/outposthq/outpost/providers/docker"
 	"github.com/outposthq/outpost/providers/docker/dockertest"
 )
 
@@ -157,6 +160,23 @@ func TestACPProcessKeepsDockerSandbox(t *testing.T) {
 		if len(got) != 1 || !slices.Equal(got, first) {
 			t.Fatalf("after prompt %d the session's containers are %v, want one, the first prompt's %v", i+1, got, first)
 		}
+	}
+	// The kept container removed behind the session's back: the next
+	// prompt runs in a new one, not into a failure.
+	dc := dockertest.Client(t)
+	list, err := dc.ContainerList(t.Context(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelLease+"="+first[0]))})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("the kept container: %v, %v", list, err)
+	}
+	if err := dc.ContainerRemove(t.Context(), list[0].ID, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	p.prompt(t, sid, "four")
+	if got := acptest.Text(p.c.Take(), false); !strings.Contains(got, "(turn 4)") {
+		t.Fatalf("the prompt after the removal: answer %q", got)
+	}
+	if got := containersOf(t, pid); len(got) != 1 || slices.Equal(got, first) {
+		t.Fatalf("after the removal the session's containers are %v, want a new one", got)
 	}
 	p.stop(t)
 	if got := containersOf(t, pid); len(got) > 0 {
