@@ -31,8 +31,8 @@ type kept struct {
 }
 
 // take returns the kept sandbox for a turn, or none (lease nil): the
-// turn then opens p with open and allocates one. The sandbox is the
-// turn's until put or drop.
+// turn then opens a provider and allocates one. The sandbox is the
+// turn's until it puts it back or releases it.
 func (k *kept) take() (driver.Provider, *sandbox.Lease) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -45,11 +45,15 @@ func (k *kept) take() (driver.Provider, *sandbox.Lease) {
 	return p, l
 }
 
+// keeps reports whether the session keeps a sandbox between prompts
+// (SandboxIdle not negative).
+func (k *kept) keeps() bool { return k.idle >= 0 }
+
 // put keeps p and l (the turn's, which succeeded) for the next prompt,
 // unless the session closed meanwhile: then they are released.
 func (k *kept) put(p driver.Provider, l *sandbox.Lease) {
 	k.mu.Lock()
-	if k.closed || k.idle < 0 {
+	if k.closed {
 		k.mu.Unlock()
 		release(p, l)
 		return

@@ -101,10 +101,12 @@ func (a *Agent) run(ctx context.Context, s *session, t engine.Turn, u *updater) 
 		Provider: p, Store: a.o.Store, Spool: a.o.Spool, OnEvent: u.event, Environ: a.o.Environ,
 		Secrets: c.Secrets, Egress: c.Egress, EgressAllow: c.EgressAllow, MaxTokens: c.MaxTokens, Budget: c.Budget,
 		Checkpoint: c.Checkpoint, Logger: a.log, Permission: a.ask(s.id, u),
-		Keep: func(l *sandbox.Lease) { left = l },
 	}
-	if lease != nil {
-		o.Provider, o.Lease, o.Keep = nil, lease, nil
+	switch {
+	case lease != nil:
+		o.Provider, o.Lease = nil, lease
+	case s.kept.keeps():
+		o.Keep = func(l *sandbox.Lease) { left = l }
 	}
 	res, err = engine.Run(ctx, t, o)
 	switch {

@@ -267,7 +267,7 @@ func (p *Process) killCutShort() {
 // pauses between them double from killPause.
 const KillAttempts = 5
 
-var killPause = 500 * time.Millisecond
+const killPause = 500 * time.Millisecond
 
 // NoShim reports, once Await has returned, whether the shim never
 // answered (its stream ended without a handshake, or with something

@@ -37,11 +37,11 @@ session/update notifications, session/cancel cancels the turn, and
 session/load resumes a stored conversation in any later outpost acp,
 replaying its history. A session keeps its sandbox from one prompt to the
 next (a container on docker, with what the agent installed in it) until a
-turn fails, the session closes, or --sandbox-idle passes without a prompt. The flags are every session's settings; a session
-overrides them in its request's _meta.outpost (docs/acp.md). Logs go to
-standard error. At the end of input every request read is answered:
-running turns may finish for --grace, then they are cancelled, and outpost
-exits once they are stored.`,
+turn fails, the session closes, or --sandbox-idle passes without a prompt.
+The flags are every session's settings; a session overrides them in its
+request's _meta.outpost (docs/acp.md). Logs go to standard error. At the
+end of input every request read is answered: running turns may finish for
+--grace, then they are cancelled, and outpost exits once they are stored.`,
 		Example: `  outpost acp --agent codex --sandbox docker
   outpost acp --agent claude --sandbox docker --budget 2000000 --egress gateway
   outpost --store postgres://db/outpost acp --agent echo`,
